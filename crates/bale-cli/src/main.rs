@@ -1,0 +1,2 @@
+//! The `bale` command-line tool.
+fn main() {}

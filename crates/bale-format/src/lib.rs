@@ -1,0 +1,1 @@
+//! bale-format (work in progress).

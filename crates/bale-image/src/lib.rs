@@ -1,0 +1,1 @@
+//! bale-image (work in progress).

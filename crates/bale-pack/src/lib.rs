@@ -1,0 +1,1 @@
+//! bale-pack (work in progress).

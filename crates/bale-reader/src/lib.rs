@@ -1,0 +1,1 @@
+//! bale-reader (work in progress).

@@ -1,0 +1,1 @@
+//! End-to-end tests: one binary, a module per area.
