@@ -1,1 +1,57 @@
-//! bale-format (work in progress).
+//! The bale on-disk format, and nothing else.
+//!
+//! A bale dataset is a directory:
+//!
+//! ```text
+//! out/
+//!   bale.json            manifest, written last: no manifest, no dataset
+//!   shard-000000.tar     a WebDataset-style tar (or .tar.zst, one zstd frame per sample)
+//!   shard-000000.idx     its index: every sample's and member's byte range and checksum
+//! ```
+//!
+//! This crate writes and reads those files: [`ShardWriter`] and
+//! [`ShardFileWriter`] write shards and indexes, [`ShardIndex`] loads an index
+//! (memory-mapped, validated once, then allocation-free), [`ShardReader`] reads
+//! a sample with one positioned read, [`SampleStream`] reads a tar
+//! sequentially, and [`Manifest`] is `bale.json`. docs/format.md is the spec.
+//!
+//! ```
+//! use bale_format::{Compression, CreatedBy, Manifest, ShardFileWriter, ShardReader, Member};
+//! let dir = tempfile::tempdir()?;
+//! let mut w = ShardFileWriter::create(dir.path(), "shard-000000.tar", Compression::None, 0)?;
+//! w.writer().write_sample("cat/0001", &[
+//!     Member { ext: "jpg", data: b"\xff\xd8 not really a jpeg" },
+//!     Member { ext: "cls", data: b"0" },
+//! ])?;
+//! let entry = w.finish()?;
+//! let created_by = CreatedBy { tool: "bale".into(), version: "0".into(), command: "doc".into(), options: Default::default() };
+//! Manifest::new(vec![entry], Some(vec!["cat".into()]), created_by).write(dir.path())?;
+//!
+//! let m = Manifest::read(dir.path())?;
+//! let shard = &m.shards[0];
+//! let r = ShardReader::open(dir.path().join(&shard.file), dir.path().join(&shard.index))?;
+//! let sample = r.read(0, true)?;
+//! assert_eq!(sample.key, "cat/0001");
+//! assert_eq!(sample.get("cls"), Some(&b"0"[..]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod atomic;
+mod error;
+pub mod index;
+pub mod manifest;
+mod name;
+pub mod read;
+pub mod shard;
+pub mod shuffle;
+pub mod stream;
+pub mod tar;
+
+pub use error::{FormatError, Result};
+pub use index::{Compression, IndexBuilder, MemberEntry, SampleEntry, ShardIndex, checksum};
+pub use manifest::{CreatedBy, FieldStats, MANIFEST_NAME, Manifest, ShardEntry};
+pub use name::{split_member_name, validate_ext, validate_key};
+pub use read::{Sample, SampleBuf, ShardReader};
+pub use shard::{Member, ShardFileWriter, ShardSummary, ShardWriter, index_file_name, shard_file_name};
+pub use stream::{SampleStream, StreamMember, StreamSample, open_shard_stream};

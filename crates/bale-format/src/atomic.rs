@@ -1,0 +1,111 @@
+//! Atomic file creation: write under a temporary name, then rename into place.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{FormatError, Result};
+
+/// Prefix of every temporary file bale writes; `bale` tools ignore and clean up such files.
+pub const TEMP_PREFIX: &str = ".bale-tmp-";
+
+/// A file being written under a temporary name in its final directory.
+///
+/// [`AtomicFile::commit`] flushes it to disk and renames it into place. Dropped
+/// without a commit, the temporary file is removed: a reader never sees a
+/// half-written file under the final name.
+#[derive(Debug)]
+pub struct AtomicFile {
+    file: Option<File>,
+    tmp: PathBuf,
+    dest: PathBuf,
+}
+
+impl AtomicFile {
+    /// Creates the temporary file for `dest` (in `dest`'s directory).
+    ///
+    /// # Errors
+    /// I/O errors creating the file, naming it.
+    pub fn create(dest: impl Into<PathBuf>) -> Result<Self> {
+        let dest = dest.into();
+        let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = dest.with_file_name(format!("{TEMP_PREFIX}{}-{name}", std::process::id()));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| FormatError::io(&tmp, e))?;
+        Ok(Self {
+            file: Some(file),
+            tmp,
+            dest,
+        })
+    }
+
+    /// The final path.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// The temporary path being written.
+    pub fn tmp_path(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// The open file.
+    pub fn file(&mut self) -> &mut File {
+        self.file.as_mut().expect("file present until commit")
+    }
+
+    /// Syncs the data, renames the file into place and syncs the directory.
+    ///
+    /// # Errors
+    /// I/O errors, naming the file; the temporary file is removed.
+    pub fn commit(mut self) -> Result<()> {
+        let file = self.file.take().expect("file present until commit");
+        file.sync_all().map_err(|e| FormatError::io(&self.tmp, e))?;
+        drop(file);
+        fs::rename(&self.tmp, &self.dest).map_err(|e| FormatError::io(&self.dest, e))?;
+        sync_dir(&self.dest);
+        Ok(())
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file().write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file().flush()
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Syncs the directory holding `path` so a rename in it is durable (best effort).
+pub fn sync_dir(path: &Path) {
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+}
+
+/// Writes `bytes` to `dest` atomically.
+///
+/// # Errors
+/// I/O errors, naming the file.
+pub fn write_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
+    let mut f = AtomicFile::create(dest)?;
+    let tmp = f.tmp_path().to_path_buf();
+    f.write_all(bytes).map_err(|e| FormatError::io(tmp, e))?;
+    f.commit()
+}

@@ -1,0 +1,180 @@
+//! The one error type of `bale-format`.
+
+use std::io;
+use std::path::PathBuf;
+
+/// A result with [`FormatError`].
+pub type Result<T, E = FormatError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong reading or writing bale's on-disk format.
+///
+/// Every variant that concerns a file names it, and where a position in the
+/// file is known, the byte offset.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// An I/O error on a file.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// An I/O error at a known position of a file.
+    #[error("{} at offset {offset}: {source}", path.display())]
+    IoAt {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the failed read or write.
+        offset: u64,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file ends before a structure it must hold.
+    #[error("{} is truncated: {what} needs bytes up to offset {needed}, the file has {len}", path.display())]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// What was being read.
+        what: &'static str,
+        /// The offset the structure would need to reach.
+        needed: u64,
+        /// The file's length.
+        len: u64,
+    },
+    /// The file does not start with the expected magic bytes: not a bale file.
+    #[error("{} is not a bale {what} (bad magic at offset 0)", path.display())]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+        /// `"index"` or `"manifest"`.
+        what: &'static str,
+    },
+    /// The file was written by a newer, incompatible version of the format.
+    #[error(
+        "{} has format version {major}.{minor}, this bale reads major version {supported}; upgrade bale",
+        path.display()
+    )]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// Major version found.
+        major: u32,
+        /// Minor version found.
+        minor: u32,
+        /// The major version this build understands.
+        supported: u32,
+    },
+    /// The structure of a file is inconsistent.
+    #[error("{} is corrupt at offset {offset}: {what}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the first bad byte or record.
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// A checksum stored in a file does not match its bytes.
+    #[error(
+        "{} checksum mismatch{}: stored {expected:016x}, computed {actual:016x}",
+        path.display(), location
+    )]
+    ChecksumMismatch {
+        /// The file.
+        path: PathBuf,
+        /// Where the bad bytes are, already formatted (`" for key K member ext at offset N"`).
+        location: String,
+        /// Checksum recorded.
+        expected: u64,
+        /// Checksum of the bytes read.
+        actual: u64,
+    },
+    /// A tar header that cannot be parsed or is not supported.
+    #[error("{} at offset {offset}: {what}", path.display())]
+    Tar {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the header (in the uncompressed tar stream).
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// The manifest is not valid JSON or does not describe a dataset.
+    #[error("{}: invalid manifest: {what}", path.display())]
+    Manifest {
+        /// The manifest file.
+        path: PathBuf,
+        /// What is wrong, with line and column for JSON errors.
+        what: String,
+    },
+    /// A directory holds no manifest: it is not a bale dataset, or its writing did not finish.
+    #[error(
+        "{} is not a complete bale dataset: it has no bale.json (a pack that did not finish leaves none)",
+        dir.display()
+    )]
+    Incomplete {
+        /// The dataset directory.
+        dir: PathBuf,
+    },
+    /// A key or extension that bale cannot store.
+    #[error("invalid member name {name:?}: {reason}")]
+    InvalidName {
+        /// The key or `key.ext` name.
+        name: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// A key appears twice in one shard.
+    #[error("duplicate key {key:?} in shard {}", path.display())]
+    DuplicateKey {
+        /// The shard being written.
+        path: PathBuf,
+        /// The key.
+        key: String,
+    },
+    /// A value does not fit the format's limits.
+    #[error("{}: {what}", path.display())]
+    Limit {
+        /// The file.
+        path: PathBuf,
+        /// Which limit.
+        what: String,
+    },
+}
+
+impl FormatError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        FormatError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn io_at(path: impl Into<PathBuf>, offset: u64, source: io::Error) -> Self {
+        FormatError::IoAt {
+            path: path.into(),
+            offset,
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(path: impl Into<PathBuf>, offset: u64, what: impl Into<String>) -> Self {
+        FormatError::Corrupt {
+            path: path.into(),
+            offset,
+            what: what.into(),
+        }
+    }
+
+    pub(crate) fn tar(path: impl Into<PathBuf>, offset: u64, what: impl Into<String>) -> Self {
+        FormatError::Tar {
+            path: path.into(),
+            offset,
+            what: what.into(),
+        }
+    }
+}

@@ -1,0 +1,695 @@
+//! The shard index: a binary file per shard that locates every sample and member.
+//!
+//! Layout (all integers little-endian; see docs/format.md for the normative text):
+//!
+//! | offset | size | field |
+//! | --- | --- | --- |
+//! | 0 | 8 | magic `BALEIDX\0` |
+//! | 8 | 2 | major version (1) |
+//! | 10 | 2 | minor version (0) |
+//! | 12 | 4 | flags: bit 0 zstd shard, bit 1 checksums present |
+//! | 16 | 8 | sample count S |
+//! | 24 | 8 | member count M |
+//! | 32 | 8 | string table length L |
+//! | 40 | 8 | shard file length |
+//! | 48 | 8 | uncompressed tar length |
+//! | 56 | 8 | reserved, 0 |
+//! | 64 | 48 S | sample records |
+//! | | 32 M | member records |
+//! | | 16 S | key lookup table, sorted |
+//! | | L | string table (keys and extensions, UTF-8) |
+//! | | 8 | xxh3-64 of every byte before it |
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::error::{FormatError, Result};
+use crate::name::{validate_ext, validate_key};
+
+/// Magic bytes at the start of every index file.
+pub const INDEX_MAGIC: [u8; 8] = *b"BALEIDX\0";
+/// Major version of the index layout this crate writes and reads.
+pub const INDEX_MAJOR: u16 = 1;
+/// Minor version of the index layout this crate writes.
+pub const INDEX_MINOR: u16 = 0;
+/// Flag: the shard is a `.tar.zst` with one zstd frame per sample.
+pub const FLAG_ZSTD: u32 = 1;
+/// Flag: member checksums are present (else the checksum fields are 0 and meaningless).
+pub const FLAG_CHECKSUMS: u32 = 2;
+
+const HEADER_LEN: usize = 64;
+const SAMPLE_LEN: usize = 48;
+const MEMBER_LEN: usize = 32;
+const LOOKUP_LEN: usize = 16;
+const FOOTER_LEN: usize = 8;
+
+/// How a shard's bytes are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// A plain tar file.
+    #[default]
+    None,
+    /// A `.tar.zst`: one zstd frame per sample and one for the end-of-archive blocks.
+    Zstd,
+}
+
+impl Compression {
+    /// The shard file extension: `tar` or `tar.zst`.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Compression::None => "tar",
+            Compression::Zstd => "tar.zst",
+        }
+    }
+
+    /// The name used in the manifest: `none` or `zstd`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// The xxh3-64 checksum bale uses for member bytes and files.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    xxh3_64(bytes)
+}
+
+/// Where one sample lies in its shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleEntry {
+    /// Offset in the shard file of the bytes to read for this sample: the
+    /// first tar header (plain) or the zstd frame (compressed).
+    pub file_offset: u64,
+    /// Number of bytes to read from `file_offset`.
+    pub file_len: u64,
+    /// Offset in the uncompressed tar stream of the sample's first header.
+    pub tar_offset: u64,
+    /// Length in the uncompressed tar stream, headers and padding included.
+    pub tar_len: u64,
+    /// Index of the sample's first member in the member table.
+    pub member_start: u32,
+    /// Number of members.
+    pub member_count: u32,
+    key_off: u32,
+    key_len: u32,
+}
+
+/// One member of a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberEntry<'a> {
+    /// The extension: the member is named `<key>.<ext>`.
+    pub ext: &'a str,
+    /// Offset of the member's data in the uncompressed tar stream.
+    pub offset: u64,
+    /// Size of the member's data.
+    pub size: u64,
+    /// xxh3-64 of the member's data (0 when the index has no checksums).
+    pub checksum: u64,
+}
+
+/// Builds an index in memory while a shard is written.
+#[derive(Debug, Default)]
+pub struct IndexBuilder {
+    samples: Vec<SampleEntry>,
+    members: Vec<(u64, u64, u64, u32, u32)>,
+    strings: Vec<u8>,
+    exts: HashMap<String, (u32, u32)>,
+    flags: u32,
+}
+
+impl IndexBuilder {
+    /// A new builder for a shard with the given compression, with checksums.
+    pub fn new(compression: Compression) -> Self {
+        Self::with_checksums(compression, true)
+    }
+
+    /// A new builder; `checksums` says whether member checksums will be recorded.
+    pub fn with_checksums(compression: Compression, checksums: bool) -> Self {
+        let mut flags = 0;
+        if compression == Compression::Zstd {
+            flags |= FLAG_ZSTD;
+        }
+        if checksums {
+            flags |= FLAG_CHECKSUMS;
+        }
+        Self {
+            flags,
+            ..Self::default()
+        }
+    }
+
+    /// Number of samples so far.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Whether no sample was added.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    fn intern(&mut self, s: &str) -> (u32, u32) {
+        let off = self.strings.len() as u32;
+        self.strings.extend_from_slice(s.as_bytes());
+        (off, s.len() as u32)
+    }
+
+    /// Adds a sample. `members` gives, for each member, its extension, data
+    /// offset and size in the tar stream, and checksum.
+    ///
+    /// The caller (the shard writer, or an indexer of existing tars) is
+    /// responsible for the positions; the builder only records them.
+    pub fn push_sample(
+        &mut self,
+        key: &str,
+        file_offset: u64,
+        file_len: u64,
+        tar_offset: u64,
+        tar_len: u64,
+        members: &[(&str, u64, u64, u64)],
+    ) {
+        let (key_off, key_len) = self.intern(key);
+        let member_start = self.members.len() as u32;
+        for &(ext, offset, size, sum) in members {
+            let (eo, el) = match self.exts.get(ext) {
+                Some(&v) => v,
+                None => {
+                    let v = self.intern(ext);
+                    self.exts.insert(ext.to_owned(), v);
+                    v
+                }
+            };
+            self.members.push((offset, size, sum, eo, el));
+        }
+        self.samples.push(SampleEntry {
+            file_offset,
+            file_len,
+            tar_offset,
+            tar_len,
+            member_start,
+            member_count: members.len() as u32,
+            key_off,
+            key_len,
+        });
+    }
+
+    /// Whether the index will exceed the format's limits (2^32 - 1 samples,
+    /// members or string bytes).
+    pub fn over_limits(&self) -> bool {
+        self.samples.len() >= u32::MAX as usize
+            || self.members.len() >= u32::MAX as usize
+            || self.strings.len() >= u32::MAX as usize
+    }
+
+    /// Serializes the index. `shard_len` is the shard file's length and
+    /// `tar_len` the uncompressed tar length (end blocks included).
+    pub fn to_bytes(&self, shard_len: u64, tar_len: u64) -> Vec<u8> {
+        let s = self.samples.len();
+        let m = self.members.len();
+        let total =
+            HEADER_LEN + SAMPLE_LEN * s + MEMBER_LEN * m + LOOKUP_LEN * s + self.strings.len() + FOOTER_LEN;
+        let mut out = Vec::with_capacity(total);
+        out.extend_from_slice(&INDEX_MAGIC);
+        out.extend_from_slice(&INDEX_MAJOR.to_le_bytes());
+        out.extend_from_slice(&INDEX_MINOR.to_le_bytes());
+        out.extend_from_slice(&self.flags.to_le_bytes());
+        for v in [s as u64, m as u64, self.strings.len() as u64, shard_len, tar_len, 0] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for e in &self.samples {
+            for v in [e.file_offset, e.file_len, e.tar_offset, e.tar_len] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            for v in [e.key_off, e.key_len, e.member_start, e.member_count] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        for &(offset, size, sum, eo, el) in &self.members {
+            for v in [offset, size, sum] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(&eo.to_le_bytes());
+            out.extend_from_slice(&el.to_le_bytes());
+        }
+        let mut lookup: Vec<(u64, u64)> = self
+            .samples
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let key = &self.strings[e.key_off as usize..(e.key_off + e.key_len) as usize];
+                (xxh3_64(key), i as u64)
+            })
+            .collect();
+        lookup.sort_unstable();
+        for (h, i) in lookup {
+            out.extend_from_slice(&h.to_le_bytes());
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        out.extend_from_slice(&self.strings);
+        let sum = xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        debug_assert_eq!(out.len(), total);
+        out
+    }
+}
+
+#[derive(Debug)]
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A loaded, validated shard index.
+///
+/// Opening checks the magic, version, length, checksum and every record's
+/// bounds once; after that every accessor is infallible and allocation-free.
+#[derive(Debug)]
+pub struct ShardIndex {
+    bytes: Bytes,
+    path: PathBuf,
+    samples: usize,
+    members: usize,
+    flags: u32,
+    shard_len: u64,
+    tar_len: u64,
+    members_at: usize,
+    lookup_at: usize,
+    strings_at: usize,
+    checksum: u64,
+}
+
+#[inline]
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+#[inline]
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+impl ShardIndex {
+    /// Opens an index file by memory-mapping it, and validates it.
+    ///
+    /// The file must not be truncated or rewritten while it is open (bale
+    /// replaces files by renaming, which is safe).
+    ///
+    /// # Errors
+    /// I/O errors, and every structural problem, naming the file and offset.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+        let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
+        if len < (HEADER_LEN + FOOTER_LEN) as u64 {
+            // Small files: read them (mapping an empty file fails on some systems).
+            let bytes = std::fs::read(path).map_err(|e| FormatError::io(path, e))?;
+            return Self::from_bytes(bytes, path);
+        }
+        // SAFETY: the map is read-only; bale never modifies an index in place
+        // (it writes a new file and renames it), and validation below bounds
+        // every later access.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FormatError::io(path, e))?;
+        Self::validate(Bytes::Mapped(map), path.to_path_buf())
+    }
+
+    /// Validates an index held in memory; `path` names it in errors.
+    ///
+    /// # Errors
+    /// Every structural problem, naming `path` and the offset.
+    pub fn from_bytes(bytes: Vec<u8>, path: impl Into<PathBuf>) -> Result<Self> {
+        Self::validate(Bytes::Owned(bytes), path.into())
+    }
+
+    fn validate(bytes: Bytes, path: PathBuf) -> Result<Self> {
+        let b: &[u8] = &bytes;
+        let len = b.len() as u64;
+        if b.len() < 8 || b[..8] != INDEX_MAGIC {
+            return Err(FormatError::BadMagic { path, what: "index" });
+        }
+        if b.len() < HEADER_LEN + FOOTER_LEN {
+            return Err(FormatError::Truncated {
+                path,
+                what: "the index header",
+                needed: (HEADER_LEN + FOOTER_LEN) as u64,
+                len,
+            });
+        }
+        let major = u16::from_le_bytes([b[8], b[9]]);
+        let minor = u16::from_le_bytes([b[10], b[11]]);
+        if major != INDEX_MAJOR {
+            return Err(FormatError::UnsupportedVersion {
+                path,
+                major: major.into(),
+                minor: minor.into(),
+                supported: INDEX_MAJOR.into(),
+            });
+        }
+        let flags = u32_at(b, 12);
+        if flags & !(FLAG_ZSTD | FLAG_CHECKSUMS) != 0 {
+            return Err(FormatError::corrupt(path, 12, format!("unknown index flags {flags:#x}")));
+        }
+        let samples = u64_at(b, 16);
+        let members = u64_at(b, 24);
+        let strings = u64_at(b, 32);
+        let shard_len = u64_at(b, 40);
+        let tar_len = u64_at(b, 48);
+        let expected = (|| {
+            let s = samples.checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)?;
+            let m = members.checked_mul(MEMBER_LEN as u64)?;
+            s.checked_add(m)?
+                .checked_add(strings)?
+                .checked_add((HEADER_LEN + FOOTER_LEN) as u64)
+        })();
+        if samples > u64::from(u32::MAX) || members > u64::from(u32::MAX) || strings > u64::from(u32::MAX) {
+            return Err(FormatError::corrupt(path, 16, "record counts exceed the format's limits"));
+        }
+        match expected {
+            Some(e) if e == len => {}
+            Some(e) if e > len => {
+                return Err(FormatError::Truncated {
+                    path,
+                    what: "the index tables",
+                    needed: e,
+                    len,
+                });
+            }
+            _ => {
+                return Err(FormatError::corrupt(
+                    path,
+                    16,
+                    format!("header counts describe {expected:?} bytes, the file has {len}"),
+                ));
+            }
+        }
+        let body = b.len() - FOOTER_LEN;
+        let stored = u64_at(b, body);
+        let actual = xxh3_64(&b[..body]);
+        if stored != actual {
+            return Err(FormatError::ChecksumMismatch {
+                path,
+                location: format!(" of the index (footer at offset {body})"),
+                expected: stored,
+                actual,
+            });
+        }
+        let (samples, members, strings) = (samples as usize, members as usize, strings as usize);
+        let members_at = HEADER_LEN + SAMPLE_LEN * samples;
+        let lookup_at = members_at + MEMBER_LEN * members;
+        let strings_at = lookup_at + LOOKUP_LEN * samples;
+        let index = ShardIndex {
+            checksum: stored,
+            bytes,
+            path,
+            samples,
+            members,
+            flags,
+            shard_len,
+            tar_len,
+            members_at,
+            lookup_at,
+            strings_at,
+        };
+        index.check_records(strings)?;
+        Ok(index)
+    }
+
+    fn check_records(&self, strings_len: usize) -> Result<()> {
+        let b: &[u8] = &self.bytes;
+        let strings = &b[self.strings_at..self.strings_at + strings_len];
+        let compressed = self.flags & FLAG_ZSTD != 0;
+        let bad = |at: usize, what: String| Err(FormatError::corrupt(self.path.clone(), at as u64, what));
+        let str_at = |off: u32, len: u32| -> Option<&str> {
+            let end = (off as usize).checked_add(len as usize)?;
+            std::str::from_utf8(strings.get(off as usize..end)?).ok()
+        };
+        let mut next_member = 0u64;
+        let mut prev_end = 0u64;
+        for i in 0..self.samples {
+            let at = HEADER_LEN + SAMPLE_LEN * i;
+            let e = self.sample_raw(i);
+            let Some(key) = str_at(e.key_off, e.key_len) else {
+                return bad(at + 32, format!("sample {i}: key outside the string table or not UTF-8"));
+            };
+            if let Err(err) = validate_key(key) {
+                return bad(at + 32, format!("sample {i}: {err}"));
+            }
+            if u64::from(e.member_start) != next_member || e.member_count == 0 {
+                return bad(at + 40, format!("sample {i}: member range does not follow the previous sample's"));
+            }
+            next_member += u64::from(e.member_count);
+            if next_member > self.members as u64 {
+                return bad(at + 44, format!("sample {i}: member range past the member table"));
+            }
+            let tar_end = e.tar_offset.checked_add(e.tar_len);
+            if e.tar_offset < prev_end || tar_end.is_none_or(|end| end > self.tar_len) {
+                return bad(at + 16, format!("sample {i}: tar range out of order or past the tar's end"));
+            }
+            let tar_end = tar_end.unwrap_or_default();
+            prev_end = tar_end;
+            if e.file_offset.checked_add(e.file_len).is_none_or(|end| end > self.shard_len) {
+                return bad(at, format!("sample {i}: byte range past the shard's end"));
+            }
+            if !compressed && (e.file_offset != e.tar_offset || e.file_len != e.tar_len) {
+                return bad(at, format!("sample {i}: file and tar ranges differ in an uncompressed shard"));
+            }
+            let mut prev_member_end = e.tar_offset;
+            for j in e.member_start as usize..(e.member_start + e.member_count) as usize {
+                let mat = self.members_at + MEMBER_LEN * j;
+                let offset = u64_at(b, mat);
+                let size = u64_at(b, mat + 8);
+                let ext = str_at(u32_at(b, mat + 24), u32_at(b, mat + 28));
+                if ext.is_none_or(|x| validate_ext(x).is_err()) {
+                    return bad(mat + 24, format!("member {j}: extension outside the string table or invalid"));
+                }
+                if offset < prev_member_end || offset.checked_add(size).is_none_or(|end| end > tar_end) {
+                    return bad(mat, format!("member {j}: data range outside its sample"));
+                }
+                prev_member_end = offset + size;
+            }
+        }
+        if next_member != self.members as u64 {
+            return bad(24, format!("{} members in the table, samples use {next_member}", self.members));
+        }
+        let mut prev = (0u64, 0u64);
+        for k in 0..self.samples {
+            let at = self.lookup_at + LOOKUP_LEN * k;
+            let entry = (u64_at(b, at), u64_at(b, at + 8));
+            if entry.1 >= self.samples as u64 || (k > 0 && entry <= prev) {
+                return bad(at, "key lookup table is unsorted or points past the samples".into());
+            }
+            prev = entry;
+        }
+        Ok(())
+    }
+
+    fn sample_raw(&self, i: usize) -> SampleEntry {
+        let b: &[u8] = &self.bytes;
+        let at = HEADER_LEN + SAMPLE_LEN * i;
+        SampleEntry {
+            file_offset: u64_at(b, at),
+            file_len: u64_at(b, at + 8),
+            tar_offset: u64_at(b, at + 16),
+            tar_len: u64_at(b, at + 24),
+            key_off: u32_at(b, at + 32),
+            key_len: u32_at(b, at + 36),
+            member_start: u32_at(b, at + 40),
+            member_count: u32_at(b, at + 44),
+        }
+    }
+
+    /// The index file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.samples
+    }
+
+    /// Whether the shard holds no sample.
+    pub fn is_empty(&self) -> bool {
+        self.samples == 0
+    }
+
+    /// Total number of members.
+    pub fn member_count(&self) -> usize {
+        self.members
+    }
+
+    /// How the shard is stored.
+    pub fn compression(&self) -> Compression {
+        if self.flags & FLAG_ZSTD != 0 { Compression::Zstd } else { Compression::None }
+    }
+
+    /// Whether member checksums were recorded.
+    pub fn has_checksums(&self) -> bool {
+        self.flags & FLAG_CHECKSUMS != 0
+    }
+
+    /// Length of the shard file the index describes.
+    pub fn shard_len(&self) -> u64 {
+        self.shard_len
+    }
+
+    /// Length of the uncompressed tar stream, end blocks included.
+    pub fn tar_len(&self) -> u64 {
+        self.tar_len
+    }
+
+    /// The index's own checksum (its footer): the manifest records it.
+    pub fn checksum(&self) -> u64 {
+        self.checksum
+    }
+
+    /// The raw bytes of the index file.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Sample `i`'s location.
+    ///
+    /// # Panics
+    /// If `i >= self.len()`.
+    pub fn sample(&self, i: usize) -> SampleEntry {
+        assert!(i < self.samples, "sample {i} out of range ({} samples)", self.samples);
+        self.sample_raw(i)
+    }
+
+    /// Sample `i`'s key.
+    ///
+    /// # Panics
+    /// If `i >= self.len()`.
+    pub fn key(&self, i: usize) -> &str {
+        let e = self.sample(i);
+        self.str_at(e.key_off, e.key_len)
+    }
+
+    fn str_at(&self, off: u32, len: u32) -> &str {
+        let s = self.strings_at + off as usize;
+        // Validated at open: in bounds and UTF-8.
+        std::str::from_utf8(&self.bytes[s..s + len as usize]).unwrap_or_default()
+    }
+
+    /// Member `j` of the member table.
+    ///
+    /// # Panics
+    /// If `j >= self.member_count()`.
+    pub fn member(&self, j: usize) -> MemberEntry<'_> {
+        assert!(j < self.members, "member {j} out of range ({} members)", self.members);
+        let b: &[u8] = &self.bytes;
+        let at = self.members_at + MEMBER_LEN * j;
+        MemberEntry {
+            offset: u64_at(b, at),
+            size: u64_at(b, at + 8),
+            checksum: u64_at(b, at + 16),
+            ext: self.str_at(u32_at(b, at + 24), u32_at(b, at + 28)),
+        }
+    }
+
+    /// The members of sample `i`, in shard order.
+    ///
+    /// # Panics
+    /// If `i >= self.len()`.
+    pub fn members(&self, i: usize) -> impl ExactSizeIterator<Item = MemberEntry<'_>> + '_ {
+        let e = self.sample(i);
+        (e.member_start as usize..(e.member_start + e.member_count) as usize).map(move |j| self.member(j))
+    }
+
+    /// Finds a sample by key (binary search of the lookup table).
+    pub fn find(&self, key: &str) -> Option<usize> {
+        let h = xxh3_64(key.as_bytes());
+        let b: &[u8] = &self.bytes;
+        let entry = |k: usize| {
+            let at = self.lookup_at + LOOKUP_LEN * k;
+            (u64_at(b, at), u64_at(b, at + 8) as usize)
+        };
+        // First entry with hash >= h.
+        let (mut lo, mut hi) = (0usize, self.samples);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if entry(mid).0 < h { lo = mid + 1 } else { hi = mid }
+        }
+        while lo < self.samples {
+            let (hash, i) = entry(lo);
+            if hash != h {
+                break;
+            }
+            if self.key(i) == key {
+                return Some(i);
+            }
+            lo += 1;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_index() -> Vec<u8> {
+        let mut b = IndexBuilder::new(Compression::None);
+        b.push_sample("a/0", 0, 2048, 0, 2048, &[("jpg", 512, 10, 1), ("cls", 1536, 1, 2)]);
+        b.push_sample("a/1", 2048, 1024, 2048, 1024, &[("jpg", 2560, 100, 3)]);
+        b.to_bytes(4096, 4096)
+    }
+
+    #[test]
+    fn round_trip() {
+        let idx = ShardIndex::from_bytes(sample_index(), "mem.idx").unwrap();
+        assert_eq!(idx.len(), 2);
+        assert_eq!(idx.key(0), "a/0");
+        assert_eq!(idx.key(1), "a/1");
+        let m: Vec<_> = idx.members(0).map(|m| (m.ext, m.offset, m.size, m.checksum)).collect();
+        assert_eq!(m, vec![("jpg", 512, 10, 1), ("cls", 1536, 1, 2)]);
+        assert_eq!(idx.find("a/1"), Some(1));
+        assert_eq!(idx.find("a/2"), None);
+        assert!(idx.has_checksums());
+        assert_eq!(idx.compression(), Compression::None);
+    }
+
+    #[test]
+    fn every_truncation_and_bit_flip_is_an_error() {
+        let bytes = sample_index();
+        for cut in 0..bytes.len() {
+            assert!(ShardIndex::from_bytes(bytes[..cut].to_vec(), "x").is_err(), "cut {cut}");
+        }
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut b = bytes.clone();
+                b[i] ^= 1 << bit;
+                assert!(ShardIndex::from_bytes(b, "x").is_err(), "byte {i} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn newer_major_version_is_refused() {
+        let mut bytes = sample_index();
+        bytes[8] = 2;
+        let err = ShardIndex::from_bytes(bytes, "x.idx").unwrap_err();
+        assert!(matches!(err, FormatError::UnsupportedVersion { major: 2, .. }), "{err}");
+        assert!(err.to_string().contains("x.idx"));
+    }
+}

@@ -1,0 +1,335 @@
+//! The manifest `bale.json`: what a dataset holds and how it was made.
+//!
+//! Written last and atomically: a directory without it is not a dataset.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::atomic::write_atomic;
+use crate::error::{FormatError, Result};
+use crate::index::Compression;
+
+/// File name of the manifest in a dataset directory.
+pub const MANIFEST_NAME: &str = "bale.json";
+/// Value of the manifest's `format` field.
+pub const MANIFEST_FORMAT: &str = "bale";
+/// Major version of the manifest this crate writes and reads.
+pub const MANIFEST_MAJOR: u32 = 1;
+/// Minor version of the manifest this crate writes.
+pub const MANIFEST_MINOR: u32 = 0;
+/// Largest manifest accepted (guards against reading a huge foreign file).
+const MAX_MANIFEST_BYTES: u64 = 1 << 30;
+
+/// Formats a checksum as 16 lowercase hex digits, as the manifest stores them.
+pub fn hex64(v: u64) -> String {
+    format!("{v:016x}")
+}
+
+/// Parses 16 hex digits written by [`hex64`].
+pub fn parse_hex64(s: &str) -> Option<u64> {
+    if s.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(s, 16).ok()
+}
+
+/// Count and total bytes of the members with one extension.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldStats {
+    /// Number of members.
+    pub count: u64,
+    /// Total bytes of their data.
+    pub bytes: u64,
+}
+
+impl FieldStats {
+    /// Adds another count.
+    pub fn add(&mut self, other: FieldStats) {
+        self.count += other.count;
+        self.bytes += other.bytes;
+    }
+}
+
+/// One shard of a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardEntry {
+    /// Shard file, relative to the dataset directory (or absolute).
+    pub file: String,
+    /// Index file, relative to the dataset directory (or absolute).
+    pub index: String,
+    /// Number of samples.
+    pub samples: u64,
+    /// Number of members.
+    pub members: u64,
+    /// Size of the shard file in bytes.
+    pub bytes: u64,
+    /// Size of the uncompressed tar stream (equal to `bytes` when not compressed).
+    pub tar_bytes: u64,
+    /// How the shard is stored.
+    pub compression: Compression,
+    /// xxh3-64 of the index (its footer), 16 hex digits.
+    pub index_xxh3: String,
+    /// xxh3-64 of the whole shard file, 16 hex digits, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_xxh3: Option<String>,
+    /// Member count and bytes per extension in this shard.
+    #[serde(default)]
+    pub fields: BTreeMap<String, FieldStats>,
+}
+
+/// How a dataset was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreatedBy {
+    /// Tool name (`bale`).
+    pub tool: String,
+    /// Tool version.
+    pub version: String,
+    /// Command that wrote the dataset (`pack`, `merge`, `index`, `convert`).
+    pub command: String,
+    /// The options that shape the output, as the command records them.
+    #[serde(default)]
+    pub options: serde_json::Value,
+}
+
+/// The manifest of a dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `"bale"`.
+    pub format: String,
+    /// `"<major>.<minor>"`.
+    pub format_version: String,
+    /// Total samples.
+    pub samples: u64,
+    /// Total bytes of the shard files.
+    pub bytes: u64,
+    /// The shards, in dataset order: sample `i` of the dataset is found by
+    /// walking the shards' sample counts.
+    pub shards: Vec<ShardEntry>,
+    /// Member count and bytes per extension, over all shards.
+    pub fields: BTreeMap<String, FieldStats>,
+    /// Class names, when samples carry a `.cls` member holding an index into this list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+    /// Input files skipped by the writer (`--on-error skip`).
+    #[serde(default)]
+    pub skipped: u64,
+    /// How the dataset was made.
+    pub created_by: CreatedBy,
+}
+
+impl Manifest {
+    /// A manifest over `shards`, with totals and fields summed from them.
+    pub fn new(shards: Vec<ShardEntry>, labels: Option<Vec<String>>, created_by: CreatedBy) -> Self {
+        let mut fields: BTreeMap<String, FieldStats> = BTreeMap::new();
+        for s in &shards {
+            for (k, v) in &s.fields {
+                fields.entry(k.clone()).or_default().add(*v);
+            }
+        }
+        Manifest {
+            format: MANIFEST_FORMAT.to_owned(),
+            format_version: format!("{MANIFEST_MAJOR}.{MANIFEST_MINOR}"),
+            samples: shards.iter().map(|s| s.samples).sum(),
+            bytes: shards.iter().map(|s| s.bytes).sum(),
+            shards,
+            fields,
+            labels,
+            skipped: 0,
+            created_by,
+        }
+    }
+
+    /// The manifest's path in `dir`.
+    pub fn path_in(dir: &Path) -> PathBuf {
+        dir.join(MANIFEST_NAME)
+    }
+
+    /// Reads and checks the manifest of the dataset in `dir`.
+    ///
+    /// # Errors
+    /// [`FormatError::Incomplete`] when there is none; invalid JSON (with
+    /// line, column and byte offset), a foreign file, an unknown major version,
+    /// or totals that disagree with the shards.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = Self::path_in(dir);
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(FormatError::Incomplete { dir: dir.to_path_buf() });
+            }
+            Err(e) => return Err(FormatError::io(&path, e)),
+        };
+        if meta.len() > MAX_MANIFEST_BYTES {
+            return Err(FormatError::Manifest {
+                path,
+                what: format!("{} bytes is larger than any manifest bale writes", meta.len()),
+            });
+        }
+        let bytes = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
+        Self::from_slice(&bytes, &path)
+    }
+
+    /// Parses and checks a manifest; `path` names it in errors.
+    ///
+    /// # Errors
+    /// As [`Manifest::read`].
+    pub fn from_slice(bytes: &[u8], path: &Path) -> Result<Self> {
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| json_error(path, bytes, &e))?;
+        if value.get("format").and_then(|v| v.as_str()) != Some(MANIFEST_FORMAT) {
+            return Err(FormatError::BadMagic {
+                path: path.to_path_buf(),
+                what: "manifest (no \"format\": \"bale\" field)",
+            });
+        }
+        let version = value.get("format_version").and_then(|v| v.as_str()).unwrap_or("");
+        let (major, minor) = parse_version(version).ok_or_else(|| FormatError::Manifest {
+            path: path.to_path_buf(),
+            what: format!("format_version {version:?} is not \"<major>.<minor>\""),
+        })?;
+        if major != MANIFEST_MAJOR {
+            return Err(FormatError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                major,
+                minor,
+                supported: MANIFEST_MAJOR,
+            });
+        }
+        let m: Manifest = serde_json::from_value(value).map_err(|e| FormatError::Manifest {
+            path: path.to_path_buf(),
+            what: e.to_string(),
+        })?;
+        m.check(path)?;
+        Ok(m)
+    }
+
+    fn check(&self, path: &Path) -> Result<()> {
+        let bad = |what: String| {
+            Err(FormatError::Manifest {
+                path: path.to_path_buf(),
+                what,
+            })
+        };
+        let total: u64 = self.shards.iter().map(|s| s.samples).sum();
+        if total != self.samples {
+            return bad(format!("samples is {}, the shards hold {total}", self.samples));
+        }
+        for (i, s) in self.shards.iter().enumerate() {
+            if s.file.is_empty() || s.index.is_empty() || s.file.contains('\0') || s.index.contains('\0') {
+                return bad(format!("shard {i}: empty or invalid file name"));
+            }
+            if parse_hex64(&s.index_xxh3).is_none() {
+                return bad(format!("shard {i}: index_xxh3 {:?} is not 16 hex digits", s.index_xxh3));
+            }
+            if s.shard_xxh3.as_deref().is_some_and(|h| parse_hex64(h).is_none()) {
+                return bad(format!("shard {i}: shard_xxh3 is not 16 hex digits"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Serializes the manifest: pretty JSON with a final newline, byte-identical for equal manifests.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+
+    /// Writes the manifest into `dir` atomically (temporary file, sync, rename).
+    ///
+    /// # Errors
+    /// I/O errors, naming the file.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_atomic(Self::path_in(dir), &self.to_bytes())
+    }
+
+    /// Resolves a path from the manifest (a shard or index file) against the dataset directory.
+    pub fn resolve(dir: &Path, file: &str) -> PathBuf {
+        let p = Path::new(file);
+        if p.is_absolute() { p.to_path_buf() } else { dir.join(p) }
+    }
+}
+
+fn parse_version(s: &str) -> Option<(u32, u32)> {
+    let (a, b) = s.split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+fn json_error(path: &Path, bytes: &[u8], e: &serde_json::Error) -> FormatError {
+    // Byte offset of the line and column serde reports.
+    let mut offset = 0usize;
+    for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        if i + 1 == e.line() {
+            offset += e.column().saturating_sub(1).min(line.len());
+            break;
+        }
+        offset += line.len() + 1;
+    }
+    FormatError::Manifest {
+        path: path.to_path_buf(),
+        what: format!("not valid JSON at offset {offset}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest() -> Manifest {
+        let shard = ShardEntry {
+            file: "shard-000000.tar".into(),
+            index: "shard-000000.idx".into(),
+            samples: 2,
+            members: 3,
+            bytes: 4096,
+            tar_bytes: 4096,
+            compression: Compression::None,
+            index_xxh3: hex64(42),
+            shard_xxh3: Some(hex64(7)),
+            fields: [("jpg".to_string(), FieldStats { count: 2, bytes: 10 })].into(),
+        };
+        Manifest::new(
+            vec![shard],
+            Some(vec!["cat".into()]),
+            CreatedBy {
+                tool: "bale".into(),
+                version: "0.1.0".into(),
+                command: "pack".into(),
+                options: serde_json::json!({"jobs": null}),
+            },
+        )
+    }
+
+    #[test]
+    fn round_trips() {
+        let m = manifest();
+        let back = Manifest::from_slice(&m.to_bytes(), Path::new("bale.json")).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.fields["jpg"].count, 2);
+    }
+
+    #[test]
+    fn refuses_bad_manifests() {
+        let p = Path::new("d/bale.json");
+        let err = Manifest::from_slice(b"{\"format\": \"bale\",\n  oops", p).unwrap_err();
+        assert!(err.to_string().contains("offset"), "{err}");
+        let err = Manifest::from_slice(b"{\"format\": \"other\"}", p).unwrap_err();
+        assert!(matches!(err, FormatError::BadMagic { .. }), "{err}");
+        let mut v: serde_json::Value = serde_json::from_slice(&manifest().to_bytes()).unwrap();
+        v["format_version"] = "2.0".into();
+        let err = Manifest::from_slice(v.to_string().as_bytes(), p).unwrap_err();
+        assert!(matches!(err, FormatError::UnsupportedVersion { major: 2, .. }), "{err}");
+        let mut v: serde_json::Value = serde_json::from_slice(&manifest().to_bytes()).unwrap();
+        v["samples"] = 3.into();
+        let err = Manifest::from_slice(v.to_string().as_bytes(), p).unwrap_err();
+        assert!(err.to_string().contains("samples is 3"), "{err}");
+    }
+
+    #[test]
+    fn missing_manifest_means_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Manifest::read(dir.path()).unwrap_err();
+        assert!(matches!(err, FormatError::Incomplete { .. }), "{err}");
+    }
+}

@@ -1,0 +1,128 @@
+//! Sample keys and member names: WebDataset's rule.
+//!
+//! A member is named `<key>.<ext>`. The key is the member path up to the first
+//! dot of its base name; the extension is everything after that dot (it may
+//! itself hold dots, as in `seg.png`). So `a/b/0001.seg.png` has key `a/b/0001`
+//! and extension `seg.png`.
+
+use crate::error::{FormatError, Result};
+
+/// Splits a member path into `(key, ext)` by WebDataset's rule.
+///
+/// Returns `None` when the base name has no dot or starts with one (such
+/// members belong to no sample; WebDataset skips them too).
+///
+/// ```
+/// assert_eq!(bale_format::split_member_name("a/b/0001.seg.png"), Some(("a/b/0001", "seg.png")));
+/// assert_eq!(bale_format::split_member_name("a.b/c"), None);
+/// assert_eq!(bale_format::split_member_name("dir/.hidden"), None);
+/// ```
+pub fn split_member_name(name: &str) -> Option<(&str, &str)> {
+    let base_start = name.rfind('/').map_or(0, |i| i + 1);
+    let dot = name[base_start..].find('.')? + base_start;
+    if dot == base_start {
+        return None;
+    }
+    Some((&name[..dot], &name[dot + 1..]))
+}
+
+/// Checks that `key` can name a sample in a bale shard.
+///
+/// A key is non-empty UTF-8 with `/`-separated components, none empty, `.` or
+/// `..`; it does not start with `/`; its base name holds no dot (the dot starts
+/// the extension); it holds no NUL or backslash.
+///
+/// # Errors
+/// [`FormatError::InvalidName`] saying what is wrong.
+pub fn validate_key(key: &str) -> Result<()> {
+    let bad = |reason| {
+        Err(FormatError::InvalidName {
+            name: key.to_owned(),
+            reason,
+        })
+    };
+    if key.is_empty() {
+        return bad("empty key");
+    }
+    if key.contains('\0') {
+        return bad("key holds a NUL byte");
+    }
+    if key.contains('\\') {
+        return bad("key holds a backslash");
+    }
+    if key.starts_with('/') {
+        return bad("key is an absolute path");
+    }
+    for comp in key.split('/') {
+        match comp {
+            "" => return bad("key has an empty path component"),
+            "." | ".." => return bad("key has a '.' or '..' path component"),
+            _ => {}
+        }
+    }
+    let base = key.rsplit('/').next().unwrap_or(key);
+    if base.contains('.') {
+        return bad("the key's base name holds a dot (the first dot starts the extension)");
+    }
+    Ok(())
+}
+
+/// Checks that `ext` can be a member's extension: non-empty, no `/`, NUL or backslash.
+///
+/// # Errors
+/// [`FormatError::InvalidName`] saying what is wrong.
+pub fn validate_ext(ext: &str) -> Result<()> {
+    let reason = if ext.is_empty() {
+        "empty extension"
+    } else if ext.contains('/') {
+        "extension holds a '/'"
+    } else if ext.contains('\0') {
+        "extension holds a NUL byte"
+    } else if ext.contains('\\') {
+        "extension holds a backslash"
+    } else if ext.starts_with('.') || ext.ends_with('.') || ext.contains("..") {
+        "extension has an empty dot-separated part"
+    } else {
+        return Ok(());
+    };
+    Err(FormatError::InvalidName {
+        name: ext.to_owned(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_follows_webdataset() {
+        let cases = [
+            ("0001.jpg", Some(("0001", "jpg"))),
+            ("a/b/0001.jpg", Some(("a/b/0001", "jpg"))),
+            ("a.b/c.d.e", Some(("a.b/c", "d.e"))),
+            ("x/y", None),
+            ("x/.y", None),
+            ("k.", Some(("k", ""))),
+        ];
+        for (name, want) in cases {
+            assert_eq!(split_member_name(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn keys_and_exts_are_checked() {
+        for ok in ["a", "a/b/c", "n01440764/img_001"] {
+            validate_key(ok).unwrap();
+        }
+        for bad in ["", "/a", "a//b", "a/../b", "./a", "a/b.c", "a\0b", "a\\b"] {
+            assert!(validate_key(bad).is_err(), "{bad:?}");
+        }
+        for ok in ["jpg", "seg.png", "__meta__"] {
+            validate_ext(ok).unwrap();
+        }
+        for bad in ["", "a/b", ".jpg", "jpg.", "a..b", "a\0"] {
+            assert!(validate_ext(bad).is_err(), "{bad:?}");
+        }
+    }
+}

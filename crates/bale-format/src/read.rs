@@ -1,0 +1,222 @@
+//! Random access: one positioned read per sample, guided by the index.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{FormatError, Result};
+use crate::index::{Compression, MemberEntry, SampleEntry, ShardIndex, checksum};
+
+/// The bytes of one sample as stored in the tar stream (headers included),
+/// and where they start, so members can be sliced out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleBuf {
+    /// The sample's uncompressed tar bytes.
+    pub data: Vec<u8>,
+    /// Offset of `data[0]` in the uncompressed tar stream.
+    pub tar_offset: u64,
+}
+
+impl SampleBuf {
+    /// The data of member `m` (which must belong to this sample).
+    ///
+    /// Returns an empty slice if `m` lies outside the buffer, which cannot
+    /// happen for a member of this sample in a validated index.
+    pub fn member(&self, m: &MemberEntry<'_>) -> &[u8] {
+        let start = m.offset.saturating_sub(self.tar_offset) as usize;
+        let end = start.saturating_add(m.size as usize);
+        self.data.get(start..end).unwrap_or_default()
+    }
+}
+
+/// Reads `len` bytes at `offset` with one positioned read (no seek state:
+/// safe to call from many threads on one `File`).
+///
+/// # Errors
+/// I/O errors and short files, naming `path` and the offset.
+pub fn read_exact_at(file: &File, path: &Path, offset: u64, len: u64) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; usize::try_from(len).map_err(|_| FormatError::Limit {
+        path: path.to_path_buf(),
+        what: format!("a read of {len} bytes does not fit in memory"),
+    })?];
+    file.read_exact_at(&mut buf, offset).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            FormatError::Truncated {
+                path: path.to_path_buf(),
+                what: "sample data",
+                needed: offset + len,
+                len: file.metadata().map(|m| m.len()).unwrap_or(0),
+            }
+        } else {
+            FormatError::io_at(path, offset, e)
+        }
+    })?;
+    Ok(buf)
+}
+
+thread_local! {
+    static DCTX: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+/// Decompresses one zstd frame of a `.tar.zst` shard into exactly `tar_len` bytes.
+///
+/// # Errors
+/// A frame that does not decompress to `tar_len` bytes, naming `path` and `file_offset`.
+pub fn decompress_frame(path: &Path, file_offset: u64, frame: &[u8], tar_len: u64) -> Result<Vec<u8>> {
+    let cap = usize::try_from(tar_len).unwrap_or(usize::MAX);
+    let mut out = Vec::with_capacity(cap);
+    let res = DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new()?);
+        }
+        let d = slot.as_mut().expect("set above");
+        d.decompress_to_buffer(frame, &mut out)
+    });
+    match res {
+        Ok(n) if n as u64 == tar_len => Ok(out),
+        Ok(n) => Err(FormatError::corrupt(
+            path,
+            file_offset,
+            format!("zstd frame decompresses to {n} bytes, the index says {tar_len}"),
+        )),
+        Err(e) => Err(FormatError::corrupt(path, file_offset, format!("bad zstd frame: {e}"))),
+    }
+}
+
+/// Reads sample `e` of a shard with one positioned read (decompressing its
+/// frame for `.tar.zst`).
+///
+/// # Errors
+/// I/O errors, truncation, bad frames, naming the shard and offset.
+pub fn read_sample(file: &File, path: &Path, compression: Compression, e: &SampleEntry) -> Result<SampleBuf> {
+    let raw = read_exact_at(file, path, e.file_offset, e.file_len)?;
+    let data = match compression {
+        Compression::None => raw,
+        Compression::Zstd => decompress_frame(path, e.file_offset, &raw, e.tar_len)?,
+    };
+    Ok(SampleBuf {
+        data,
+        tar_offset: e.tar_offset,
+    })
+}
+
+/// Checks a member's bytes against the checksum in the index.
+///
+/// # Errors
+/// [`FormatError::ChecksumMismatch`] naming the shard, key, member and offset.
+pub fn verify_member(path: &Path, key: &str, m: &MemberEntry<'_>, data: &[u8]) -> Result<()> {
+    let actual = checksum(data);
+    if actual != m.checksum || data.len() as u64 != m.size {
+        return Err(FormatError::ChecksumMismatch {
+            path: path.to_path_buf(),
+            location: format!(" for key {key:?} member {:?} at tar offset {}", m.ext, m.offset),
+            expected: m.checksum,
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// A shard file opened for random access, with its index.
+#[derive(Debug)]
+pub struct ShardReader {
+    file: File,
+    path: PathBuf,
+    index: ShardIndex,
+}
+
+/// One sample read by [`ShardReader::read`]: its key and members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// The key.
+    pub key: String,
+    /// `(extension, bytes)` for each member, in shard order.
+    pub members: Vec<(String, Vec<u8>)>,
+}
+
+impl Sample {
+    /// The bytes of the member with extension `ext`.
+    pub fn get(&self, ext: &str) -> Option<&[u8]> {
+        self.members.iter().find(|(e, _)| e == ext).map(|(_, d)| d.as_slice())
+    }
+}
+
+impl ShardReader {
+    /// Opens a shard and its index, and checks that they belong together
+    /// (the shard's length is the one the index records).
+    ///
+    /// # Errors
+    /// As [`ShardIndex::open`]; I/O errors; a shard whose length disagrees with its index.
+    pub fn open(shard: impl AsRef<Path>, index: impl AsRef<Path>) -> Result<Self> {
+        let path = shard.as_ref().to_path_buf();
+        let index = ShardIndex::open(index)?;
+        let file = File::open(&path).map_err(|e| FormatError::io(&path, e))?;
+        let len = file.metadata().map_err(|e| FormatError::io(&path, e))?.len();
+        if len != index.shard_len() {
+            return Err(FormatError::Truncated {
+                path,
+                what: "the shard the index describes",
+                needed: index.shard_len(),
+                len,
+            });
+        }
+        Ok(Self { file, path, index })
+    }
+
+    /// The shard's index.
+    pub fn index(&self) -> &ShardIndex {
+        &self.index
+    }
+
+    /// The shard file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether the shard holds no sample.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The raw bytes of sample `i` (one positioned read).
+    ///
+    /// # Errors
+    /// As [`read_sample`]; `i` out of range.
+    pub fn read_raw(&self, i: usize) -> Result<SampleBuf> {
+        if i >= self.index.len() {
+            return Err(FormatError::Limit {
+                path: self.path.clone(),
+                what: format!("sample {i} out of range ({} samples)", self.index.len()),
+            });
+        }
+        read_sample(&self.file, &self.path, self.index.compression(), &self.index.sample(i))
+    }
+
+    /// Sample `i`, its members copied out; with `verify`, every member's checksum is checked.
+    ///
+    /// # Errors
+    /// As [`ShardReader::read_raw`], and checksum mismatches naming key and member.
+    pub fn read(&self, i: usize, verify: bool) -> Result<Sample> {
+        let buf = self.read_raw(i)?;
+        let key = self.index.key(i);
+        let mut members = Vec::with_capacity(self.index.sample(i).member_count as usize);
+        for m in self.index.members(i) {
+            let data = buf.member(&m);
+            if verify && self.index.has_checksums() {
+                verify_member(&self.path, key, &m, data)?;
+            }
+            members.push((m.ext.to_owned(), data.to_vec()));
+        }
+        Ok(Sample {
+            key: key.to_owned(),
+            members,
+        })
+    }
+}

@@ -1,0 +1,474 @@
+//! Writing shards: [`ShardWriter`] streams samples into a tar or `.tar.zst`
+//! and builds the shard's index as it goes; [`ShardFileWriter`] does so into
+//! files under temporary names and renames shard and index into place.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+use zstd::stream::raw::Operation;
+
+use crate::atomic::AtomicFile;
+use crate::error::{FormatError, Result};
+use crate::index::{Compression, IndexBuilder};
+use crate::manifest::{FieldStats, ShardEntry};
+use crate::name::{validate_ext, validate_key};
+use crate::tar::{BLOCK, encode_member_header, padded};
+
+/// Default zstd level for `.tar.zst` shards.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+
+/// One member handed to [`ShardWriter::write_sample`].
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'a> {
+    /// Extension: the member is stored as `<key>.<ext>`.
+    pub ext: &'a str,
+    /// The member's bytes.
+    pub data: &'a [u8],
+}
+
+struct Current {
+    key: String,
+    file_offset: u64,
+    tar_offset: u64,
+    members: Vec<(String, u64, u64, u64)>,
+}
+
+/// What a finished shard holds.
+#[derive(Debug, Clone)]
+pub struct ShardSummary {
+    /// Number of samples.
+    pub samples: u64,
+    /// Number of members.
+    pub members: u64,
+    /// Bytes written to the shard file.
+    pub shard_bytes: u64,
+    /// Bytes of the uncompressed tar stream (equal to `shard_bytes` for plain tar).
+    pub tar_bytes: u64,
+    /// xxh3-64 of the shard file's bytes.
+    pub shard_checksum: u64,
+    /// Member count and bytes per extension.
+    pub fields: BTreeMap<String, FieldStats>,
+}
+
+struct Sink<W> {
+    out: W,
+    path: PathBuf,
+    pos: u64,
+    hasher: Xxh3,
+}
+
+impl<W: Write> Sink<W> {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out
+            .write_all(bytes)
+            .map_err(|e| FormatError::io_at(&self.path, self.pos, e))?;
+        self.hasher.update(bytes);
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// Streams samples into a WebDataset-style tar (or `.tar.zst`) and builds its index.
+///
+/// Headers are deterministic (see [`crate::tar`]); the output depends only on
+/// the samples and the options. End with [`ShardWriter::finish`], which
+/// writes the end-of-archive blocks and returns the index: a writer dropped
+/// without `finish` leaves an unterminated shard and no index.
+///
+/// ```
+/// use bale_format::{Compression, Member, ShardIndex, ShardWriter};
+/// let mut w = ShardWriter::new(Vec::new(), "mem.tar", Compression::None, 0).unwrap();
+/// w.write_sample("0001", &[Member { ext: "txt", data: b"hello" }]).unwrap();
+/// let (tar, index, summary) = w.finish().unwrap();
+/// let index = ShardIndex::from_bytes(index, "mem.idx").unwrap();
+/// assert_eq!(index.key(0), "0001");
+/// assert_eq!(summary.shard_bytes as usize, tar.len());
+/// ```
+pub struct ShardWriter<W: Write> {
+    sink: Sink<W>,
+    path: PathBuf,
+    compression: Compression,
+    zenc: Option<zstd::stream::raw::Encoder<'static>>,
+    zbuf: Vec<u8>,
+    tar_pos: u64,
+    index: IndexBuilder,
+    keys: HashSet<String>,
+    cur: Option<Current>,
+    scratch: Vec<u8>,
+    fields: BTreeMap<String, FieldStats>,
+    members: u64,
+}
+
+impl<W: Write> std::fmt::Debug for ShardWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardWriter")
+            .field("path", &self.path)
+            .field("compression", &self.compression)
+            .field("samples", &self.index.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<W: Write> ShardWriter<W> {
+    /// Starts a shard on `out`. `path` names it in errors; `zstd_level` is
+    /// used for [`Compression::Zstd`] (1-22; 0 means the default, 3).
+    ///
+    /// # Errors
+    /// A bad zstd level.
+    pub fn new(out: W, path: impl Into<PathBuf>, compression: Compression, zstd_level: i32) -> Result<Self> {
+        let path = path.into();
+        let zenc = match compression {
+            Compression::None => None,
+            Compression::Zstd => {
+                let level = if zstd_level == 0 { DEFAULT_ZSTD_LEVEL } else { zstd_level };
+                if !(1..=22).contains(&level) {
+                    return Err(FormatError::Limit {
+                        path,
+                        what: format!("zstd level {level} is outside 1..=22"),
+                    });
+                }
+                Some(zstd::stream::raw::Encoder::new(level).map_err(|e| FormatError::io(&path, e))?)
+            }
+        };
+        Ok(Self {
+            sink: Sink {
+                out,
+                path: path.clone(),
+                pos: 0,
+                hasher: Xxh3::new(),
+            },
+            compression,
+            zenc,
+            zbuf: vec![0; 1 << 17],
+            tar_pos: 0,
+            index: IndexBuilder::new(compression),
+            keys: HashSet::new(),
+            cur: None,
+            scratch: Vec::with_capacity(4096),
+            fields: BTreeMap::new(),
+            members: 0,
+            path,
+        })
+    }
+
+    /// Number of samples written so far.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether no sample was written.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Bytes written to the output so far (compressed bytes for `.tar.zst`).
+    pub fn bytes_written(&self) -> u64 {
+        self.sink.pos
+    }
+
+    fn emit(&mut self, bytes: &[u8]) -> Result<()> {
+        self.tar_pos += bytes.len() as u64;
+        let Some(enc) = self.zenc.as_mut() else {
+            return self.sink.write(bytes);
+        };
+        let mut input = bytes;
+        while !input.is_empty() {
+            let st = enc
+                .run_on_buffers(input, &mut self.zbuf)
+                .map_err(|e| FormatError::io(&self.path, e))?;
+            input = &input[st.bytes_read..];
+            self.sink.write(&self.zbuf[..st.bytes_written])?;
+        }
+        Ok(())
+    }
+
+    fn end_frame(&mut self) -> Result<()> {
+        let Some(enc) = self.zenc.as_mut() else {
+            return Ok(());
+        };
+        loop {
+            let mut out = zstd::stream::raw::OutBuffer::around(&mut self.zbuf[..]);
+            let remaining = enc.finish(&mut out, true).map_err(|e| FormatError::io(&self.path, e))?;
+            let n = out.pos();
+            self.sink.write(&self.zbuf[..n])?;
+            if remaining == 0 {
+                break;
+            }
+        }
+        enc.reinit().map_err(|e| FormatError::io(&self.path, e))
+    }
+
+    /// Starts a sample. Add its members with [`ShardWriter::add_member`] or
+    /// [`ShardWriter::add_member_from`], then call [`ShardWriter::end_sample`].
+    ///
+    /// # Errors
+    /// An invalid key, a key already in this shard, or a sample still open.
+    pub fn begin_sample(&mut self, key: &str) -> Result<()> {
+        validate_key(key)?;
+        if self.cur.is_some() {
+            return Err(FormatError::Limit {
+                path: self.path.clone(),
+                what: format!("sample {key:?} begun while another sample is open"),
+            });
+        }
+        if !self.keys.insert(key.to_owned()) {
+            return Err(FormatError::DuplicateKey {
+                path: self.path.clone(),
+                key: key.to_owned(),
+            });
+        }
+        self.cur = Some(Current {
+            key: key.to_owned(),
+            file_offset: self.sink.pos,
+            tar_offset: self.tar_pos,
+            members: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn member_header(&mut self, ext: &str, size: u64) -> Result<()> {
+        validate_ext(ext)?;
+        let cur = self.cur.as_ref().ok_or_else(|| FormatError::Limit {
+            path: self.path.clone(),
+            what: format!("member .{ext} added outside a sample"),
+        })?;
+        if cur.members.iter().any(|m| m.0 == ext) {
+            return Err(FormatError::InvalidName {
+                name: format!("{}.{ext}", cur.key),
+                reason: "two members of one sample share an extension",
+            });
+        }
+        let name = format!("{}.{ext}", cur.key);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        encode_member_header(&name, size, &mut scratch);
+        let r = self.emit(&scratch);
+        self.scratch = scratch;
+        r
+    }
+
+    fn member_done(&mut self, ext: &str, data_offset: u64, size: u64, sum: u64) -> Result<()> {
+        let pad = (padded(size) - size) as usize;
+        if pad > 0 {
+            self.emit(&[0u8; BLOCK as usize][..pad])?;
+        }
+        let stats = self.fields.entry(ext.to_owned()).or_default();
+        stats.count += 1;
+        stats.bytes += size;
+        self.members += 1;
+        if let Some(cur) = self.cur.as_mut() {
+            cur.members.push((ext.to_owned(), data_offset, size, sum));
+        }
+        Ok(())
+    }
+
+    /// Adds a member held in memory to the open sample.
+    ///
+    /// # Errors
+    /// An invalid or repeated extension, no open sample, or an I/O error.
+    pub fn add_member(&mut self, ext: &str, data: &[u8]) -> Result<()> {
+        self.member_header(ext, data.len() as u64)?;
+        let offset = self.tar_pos;
+        self.emit(data)?;
+        self.member_done(ext, offset, data.len() as u64, xxh3_64(data))
+    }
+
+    /// Adds a member of `size` bytes streamed from `reader` (for members too
+    /// large to hold in memory). `source` names the reader in errors.
+    ///
+    /// # Errors
+    /// As [`ShardWriter::add_member`]; and when `reader` ends before `size`
+    /// bytes (the source shrank), an error naming `source`. The shard is then
+    /// unusable and must be discarded.
+    pub fn add_member_from(&mut self, ext: &str, size: u64, reader: &mut dyn Read, source: &Path) -> Result<()> {
+        self.member_header(ext, size)?;
+        let offset = self.tar_pos;
+        let mut hasher = Xxh3::new();
+        let mut buf = vec![0u8; (1 << 20).min(size.max(1) as usize)];
+        let mut left = size;
+        while left > 0 {
+            let want = left.min(buf.len() as u64) as usize;
+            let n = match reader.read(&mut buf[..want]) {
+                Ok(0) => {
+                    return Err(FormatError::Io {
+                        path: source.to_path_buf(),
+                        source: io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("file shrank while being read: {} of {size} bytes", size - left),
+                        ),
+                    });
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(FormatError::io_at(source, size - left, e)),
+            };
+            hasher.update(&buf[..n]);
+            self.emit(&buf[..n])?;
+            left -= n as u64;
+        }
+        self.member_done(ext, offset, size, hasher.digest())
+    }
+
+    /// Ends the open sample: records it in the index (and, for `.tar.zst`,
+    /// ends its zstd frame).
+    ///
+    /// # Errors
+    /// No open sample, a sample without members, or an I/O error.
+    pub fn end_sample(&mut self) -> Result<()> {
+        let Some(cur) = self.cur.take() else {
+            return Err(FormatError::Limit {
+                path: self.path.clone(),
+                what: "end_sample without an open sample".into(),
+            });
+        };
+        if cur.members.is_empty() {
+            return Err(FormatError::InvalidName {
+                name: cur.key,
+                reason: "a sample needs at least one member",
+            });
+        }
+        self.end_frame()?;
+        let members: Vec<(&str, u64, u64, u64)> =
+            cur.members.iter().map(|(e, o, s, c)| (e.as_str(), *o, *s, *c)).collect();
+        self.index.push_sample(
+            &cur.key,
+            cur.file_offset,
+            self.sink.pos - cur.file_offset,
+            cur.tar_offset,
+            self.tar_pos - cur.tar_offset,
+            &members,
+        );
+        if self.index.over_limits() {
+            return Err(FormatError::Limit {
+                path: self.path.clone(),
+                what: "shard exceeds the index's limits (2^32-1 samples, members or key bytes)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes a whole sample: its members in the order given.
+    ///
+    /// # Errors
+    /// As [`ShardWriter::begin_sample`] and [`ShardWriter::add_member`].
+    pub fn write_sample(&mut self, key: &str, members: &[Member<'_>]) -> Result<()> {
+        self.begin_sample(key)?;
+        for m in members {
+            self.add_member(m.ext, m.data)?;
+        }
+        self.end_sample()
+    }
+
+    /// Writes the end-of-archive blocks (their own zstd frame when compressed),
+    /// flushes, and returns the output, the serialized index and a summary.
+    ///
+    /// # Errors
+    /// A sample still open, or an I/O error.
+    pub fn finish(mut self) -> Result<(W, Vec<u8>, ShardSummary)> {
+        if let Some(cur) = &self.cur {
+            return Err(FormatError::Limit {
+                path: self.path.clone(),
+                what: format!("finish with sample {:?} still open", cur.key),
+            });
+        }
+        self.emit(&[0u8; 2 * BLOCK as usize])?;
+        self.end_frame()?;
+        self.sink
+            .out
+            .flush()
+            .map_err(|e| FormatError::io_at(&self.path, self.sink.pos, e))?;
+        let index = self.index.to_bytes(self.sink.pos, self.tar_pos);
+        let summary = ShardSummary {
+            samples: self.index.len() as u64,
+            members: self.members,
+            shard_bytes: self.sink.pos,
+            tar_bytes: self.tar_pos,
+            shard_checksum: self.sink.hasher.digest(),
+            fields: self.fields,
+        };
+        Ok((self.sink.out, index, summary))
+    }
+}
+
+/// The file name of shard number `n`: `<prefix>-<n:06>.<tar|tar.zst>`.
+pub fn shard_file_name(prefix: &str, n: u64, compression: Compression) -> String {
+    format!("{prefix}-{n:06}.{}", compression.extension())
+}
+
+/// The index file name for a shard file name: its extension replaced by `.idx`.
+pub fn index_file_name(shard_file: &str) -> String {
+    let stem = shard_file
+        .strip_suffix(".tar.zst")
+        .or_else(|| shard_file.strip_suffix(".tar"))
+        .unwrap_or(shard_file);
+    format!("{stem}.idx")
+}
+
+/// Writes a shard and its index into a directory, atomically.
+///
+/// Both files are written under temporary names; [`ShardFileWriter::finish`]
+/// syncs and renames them into place and returns the manifest entry. Dropped
+/// unfinished, it removes its temporary files.
+#[derive(Debug)]
+pub struct ShardFileWriter {
+    writer: ShardWriter<io::BufWriter<AtomicFile>>,
+    dir: PathBuf,
+    file_name: String,
+}
+
+impl ShardFileWriter {
+    /// Starts shard `file_name` (for example from [`shard_file_name`]) in `dir`.
+    ///
+    /// # Errors
+    /// I/O errors creating the temporary file; a bad zstd level.
+    pub fn create(dir: &Path, file_name: &str, compression: Compression, zstd_level: i32) -> Result<Self> {
+        let dest = dir.join(file_name);
+        let file = AtomicFile::create(&dest)?;
+        let writer = ShardWriter::new(io::BufWriter::with_capacity(1 << 20, file), dest, compression, zstd_level)?;
+        Ok(Self {
+            writer,
+            dir: dir.to_path_buf(),
+            file_name: file_name.to_owned(),
+        })
+    }
+
+    /// The shard writer, to add samples.
+    pub fn writer(&mut self) -> &mut ShardWriter<io::BufWriter<AtomicFile>> {
+        &mut self.writer
+    }
+
+    /// Finishes the shard, writes its index, renames both into place and
+    /// returns the shard's manifest entry.
+    ///
+    /// # Errors
+    /// I/O errors, naming the file; nothing is left under the final names.
+    pub fn finish(self) -> Result<ShardEntry> {
+        let path = self.dir.join(&self.file_name);
+        let compression = self.writer.compression;
+        let (buf, index, summary) = self.writer.finish()?;
+        let file = buf.into_inner().map_err(|e| FormatError::io(&path, e.into_error()))?;
+        let index_name = index_file_name(&self.file_name);
+        let index_path = self.dir.join(&index_name);
+        let mut idx_file = AtomicFile::create(&index_path)?;
+        idx_file.write_all(&index).map_err(|e| FormatError::io(&index_path, e))?;
+        // Shard first: an index never names a shard that is not in place.
+        file.commit()?;
+        idx_file.commit()?;
+        Ok(ShardEntry {
+            file: self.file_name,
+            index: index_name,
+            samples: summary.samples,
+            members: summary.members,
+            bytes: summary.shard_bytes,
+            tar_bytes: summary.tar_bytes,
+            compression,
+            index_xxh3: crate::manifest::hex64(u64::from_le_bytes(
+                index[index.len() - 8..].try_into().unwrap_or_default(),
+            )),
+            shard_xxh3: Some(crate::manifest::hex64(summary.shard_checksum)),
+            fields: summary.fields,
+        })
+    }
+}
