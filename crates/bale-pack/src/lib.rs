@@ -1,1 +1,64 @@
-//! bale-pack (work in progress).
+//! The bale packing pipeline: turns a tree of files into WebDataset-style tar
+//! shards with indexes and a manifest.
+//!
+//! A pack runs in phases: **discover** (walk the input roots, or a file list;
+//! globs, symlinks, hidden and extension-less files), **group** (files sharing
+//! a key form a sample: `a/b/0001.jpg` + `a/b/0001.json` are sample
+//! `a/b/0001`), **label** (ImageFolder directories or a CSV, stored as a
+//! `.cls` member), **plan** (sort by key or a seeded shuffle, take a part,
+//! stat), **read** in parallel on a rayon pool within an in-flight byte
+//! budget, and **write** in order into shards of bounded size. The manifest
+//! is written last: a pack that fails or is cancelled leaves none, and
+//! removes every shard and temporary file it wrote. The output is
+//! byte-identical for the same input and options, whatever the thread count.
+//!
+//! [`merge`] joins the outputs of `--part I/N` packs. docs/pack.md describes
+//! every behaviour for users.
+//!
+//! ```
+//! use bale_pack::{NoProgress, Packer};
+//! let dir = tempfile::tempdir()?;
+//! let input = dir.path().join("in");
+//! for (class, name) in [("cat", "0001"), ("cat", "0002"), ("dog", "0003")] {
+//!     std::fs::create_dir_all(input.join(class))?;
+//!     std::fs::write(input.join(class).join(format!("{name}.jpg")), b"pixels")?;
+//! }
+//! std::fs::write(input.join("dog/0003.json"), b"{}")?;
+//!
+//! let summary = Packer::builder()
+//!     .input(&input)
+//!     .output(dir.path().join("out"))
+//!     .jobs(2)
+//!     .build()?
+//!     .run(&NoProgress)?;
+//! assert_eq!((summary.samples, summary.shards), (3, 1));
+//! assert_eq!(summary.labels, "dir"); // cat/ and dog/ look like ImageFolder classes
+//!
+//! let m = bale_format::Manifest::read(&dir.path().join("out"))?;
+//! assert_eq!(m.labels, Some(vec!["cat".to_string(), "dog".to_string()]));
+//! assert_eq!(m.shards[0].file, "shard-000000.tar");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+
+mod discover;
+mod error;
+mod merge;
+mod options;
+mod output;
+mod packer;
+mod pipeline;
+mod plan;
+
+pub use discover::{FileList, IGNORED_EXAMPLES, Ignored, IgnoredKind};
+pub use error::{PackError, Result, TransformError};
+pub use merge::{MergeOptions, MergeSummary, merge};
+pub use options::{
+    CompressSpec, DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError,
+    Order, Part, parse_size,
+};
+pub use output::is_bale_file_name;
+pub use packer::{
+    NoProgress, PackProgress, PackSummary, Packer, PackerBuilder, ShapingOptions, SkippedFile,
+    TransformFn,
+};

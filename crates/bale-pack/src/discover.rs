@@ -1,0 +1,472 @@
+//! Discovery: walking the input roots (or a file list) into candidate files.
+//!
+//! Every file met ends in exactly one of: a candidate member ([`Found`]), an
+//! ignored file (counted by reason in [`Ignored`]), or a bad input (an error
+//! that `--on-error` decides on).
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use serde::Serialize;
+use walkdir::WalkDir;
+
+use crate::error::{PackError, Result};
+
+/// How many example paths [`IgnoredKind`] keeps.
+pub const IGNORED_EXAMPLES: usize = 10;
+
+/// Files of one kind that were ignored by rule (not errors).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IgnoredKind {
+    /// How many.
+    pub count: u64,
+    /// The first few of them (at most [`IGNORED_EXAMPLES`]), as lossy UTF-8.
+    pub examples: Vec<String>,
+}
+
+impl IgnoredKind {
+    pub(crate) fn add(&mut self, path: &Path) {
+        self.count += 1;
+        if self.examples.len() < IGNORED_EXAMPLES {
+            self.examples.push(path.to_string_lossy().into_owned());
+        }
+    }
+}
+
+/// Input entries ignored by rule, by reason. None of them is an error.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Ignored {
+    /// Files whose base name has no dot, or ends with one: they have no
+    /// extension, so WebDataset's rule gives them no sample.
+    pub no_extension: IgnoredKind,
+    /// Dotfiles and dot-directories (a directory counts once; its contents are not walked).
+    pub hidden: IgnoredKind,
+    /// Symlinks met during the walk without `follow_links`.
+    pub symlinks: IgnoredKind,
+    /// Files and directories left out by the include / exclude globs.
+    pub excluded: IgnoredKind,
+    /// With directory labels: files directly under a root, in no class directory.
+    pub outside_class: IgnoredKind,
+}
+
+impl Ignored {
+    /// Total ignored entries.
+    pub fn total(&self) -> u64 {
+        self.no_extension.count
+            + self.hidden.count
+            + self.symlinks.count
+            + self.excluded.count
+            + self.outside_class.count
+    }
+}
+
+/// A candidate member: a regular file with a valid key and extension.
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    /// Index of the root (input directory) it was found under.
+    pub root: usize,
+    /// The path to open.
+    pub path: PathBuf,
+    /// The name relative to the root, `/`-separated: `key.ext`.
+    pub rel: String,
+    /// Byte position of the dot that starts the extension in `rel`.
+    pub dot: usize,
+}
+
+impl Found {
+    pub fn key(&self) -> &str {
+        &self.rel[..self.dot]
+    }
+    pub fn ext(&self) -> &str {
+        &self.rel[self.dot + 1..]
+    }
+}
+
+/// A bad input met during discovery, with the sample key it would have had (when known).
+#[derive(Debug)]
+pub(crate) struct BadFound {
+    pub key: Option<String>,
+    pub error: PackError,
+}
+
+/// The result of discovery.
+#[derive(Debug, Default)]
+pub(crate) struct Discovered {
+    pub files: Vec<Found>,
+    pub bad: Vec<BadFound>,
+    pub ignored: Ignored,
+}
+
+/// Where to read the list of files to pack from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileList {
+    /// A file with one path per line.
+    File(PathBuf),
+    /// Standard input, one path per line.
+    Stdin,
+    /// These paths.
+    Paths(Vec<PathBuf>),
+}
+
+/// Include / exclude globs. A glob without `/` matches a file's base name;
+/// one with `/` matches the whole path relative to the root, where `*` does
+/// not cross `/` and `**` does.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Filter {
+    include: Option<(GlobSet, GlobSet)>,
+    exclude: Option<(GlobSet, GlobSet)>,
+}
+
+fn build_globs(globs: &[String], what: &str) -> Result<Option<(GlobSet, GlobSet)>> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut full = GlobSetBuilder::new();
+    let mut base = GlobSetBuilder::new();
+    for g in globs {
+        let glob: Glob = GlobBuilder::new(g.trim_start_matches("./"))
+            .literal_separator(true)
+            .build()
+            .map_err(|e| PackError::Option(format!("--{what} {g:?}: {e}")))?;
+        if g.contains('/') {
+            full.add(glob);
+        } else {
+            base.add(glob);
+        }
+    }
+    let built = |b: GlobSetBuilder| {
+        b.build()
+            .map_err(|e| PackError::Option(format!("--{what}: {e}")))
+    };
+    Ok(Some((built(full)?, built(base)?)))
+}
+
+impl Filter {
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Self> {
+        Ok(Self {
+            include: build_globs(include, "include")?,
+            exclude: build_globs(exclude, "exclude")?,
+        })
+    }
+
+    fn matches(set: &(GlobSet, GlobSet), rel: &Path) -> bool {
+        set.0.is_match(rel) || rel.file_name().is_some_and(|b| set.1.is_match(b))
+    }
+
+    fn excluded(&self, rel: &Path) -> bool {
+        self.exclude.as_ref().is_some_and(|s| Self::matches(s, rel))
+    }
+
+    fn included(&self, rel: &Path) -> bool {
+        self.include.as_ref().is_none_or(|s| Self::matches(s, rel))
+    }
+}
+
+/// One walk: files under `start`, named relative to `base`.
+#[derive(Debug)]
+struct Start {
+    root: usize,
+    base: PathBuf,
+    start: PathBuf,
+}
+
+/// Everything discovery needs.
+pub(crate) struct Discover<'a> {
+    pub roots: &'a [PathBuf],
+    pub files_from: Option<&'a FileList>,
+    pub filter: &'a Filter,
+    pub follow_links: bool,
+    /// `(dev, ino)` of a directory never to enter (the output directory).
+    pub skip_dir: Option<(u64, u64)>,
+    pub cancel: &'a AtomicBool,
+    pub progress: &'a dyn Fn(u64),
+}
+
+fn lexical_normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn read_list(list: &FileList) -> Result<Vec<PathBuf>> {
+    let (bytes, name) = match list {
+        FileList::Paths(p) => return Ok(p.clone()),
+        FileList::File(path) => (
+            std::fs::read(path).map_err(|e| PackError::read(path, e))?,
+            path.clone(),
+        ),
+        FileList::Stdin => {
+            let mut v = Vec::new();
+            std::io::stdin()
+                .lock()
+                .read_to_end(&mut v)
+                .map_err(|e| PackError::read("<stdin>", e))?;
+            (v, PathBuf::from("<stdin>"))
+        }
+    };
+    let _ = name;
+    let mut out = Vec::new();
+    for line in bytes.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        out.push(path_from_bytes(line));
+    }
+    Ok(out)
+}
+
+#[cfg(unix)]
+fn path_from_bytes(b: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(OsStr::from_bytes(b))
+}
+
+#[cfg(not(unix))]
+fn path_from_bytes(b: &[u8]) -> PathBuf {
+    PathBuf::from(String::from_utf8_lossy(b).into_owned())
+}
+
+#[cfg(unix)]
+fn dev_ino(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
+#[cfg(not(unix))]
+fn dev_ino(_meta: &std::fs::Metadata) -> (u64, u64) {
+    (u64::MAX, u64::MAX)
+}
+
+/// `(dev, ino)` of a directory, for [`Discover::skip_dir`].
+pub(crate) fn dir_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| dev_ino(&m))
+}
+
+fn is_hidden(name: &OsStr) -> bool {
+    name.as_encoded_bytes().first() == Some(&b'.')
+}
+
+fn file_kind(ft: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_fifo() {
+            return "a FIFO";
+        }
+        if ft.is_socket() {
+            return "a socket";
+        }
+        if ft.is_block_device() || ft.is_char_device() {
+            return "a device";
+        }
+    }
+    if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    }
+}
+
+impl Discover<'_> {
+    fn starts(&self) -> Result<Vec<Start>> {
+        let Some(list) = self.files_from else {
+            let mut v = Vec::new();
+            for (i, r) in self.roots.iter().enumerate() {
+                let meta = std::fs::metadata(r).map_err(|e| PackError::read(r, e))?;
+                if !meta.is_dir() {
+                    return Err(PackError::Option(format!(
+                        "input {} is not a directory (give the directory that holds it, or use --files-from)",
+                        r.display()
+                    )));
+                }
+                v.push(Start {
+                    root: i,
+                    base: r.clone(),
+                    start: r.clone(),
+                });
+            }
+            return Ok(v);
+        };
+        if self.roots.len() > 1 {
+            return Err(PackError::Option(
+                "with --files-from, give at most one input directory: the base the listed paths are relative to".into(),
+            ));
+        }
+        let cwd = std::env::current_dir().map_err(|e| PackError::io(".", e))?;
+        let base = lexical_normalize(
+            &cwd.join(self.roots.first().map_or(Path::new("."), |p| p.as_path())),
+        );
+        let meta = std::fs::metadata(&base).map_err(|e| PackError::read(&base, e))?;
+        if !meta.is_dir() {
+            return Err(PackError::Option(format!(
+                "input {} is not a directory",
+                base.display()
+            )));
+        }
+        let mut v = Vec::new();
+        for p in read_list(list)? {
+            let abs = lexical_normalize(&base.join(&p));
+            v.push(Start {
+                root: 0,
+                base: base.clone(),
+                start: abs,
+            });
+        }
+        Ok(v)
+    }
+
+    /// Walks every start and sorts candidates and errors into a [`Discovered`].
+    pub fn run(&self) -> Result<Discovered> {
+        let mut d = Discovered::default();
+        let mut seen: u64 = 0;
+        for s in self.starts()? {
+            if !s.start.starts_with(&s.base) {
+                d.bad.push(BadFound {
+                    key: None,
+                    error: PackError::bad(
+                        &s.start,
+                        format!("is not under the base directory {}", s.base.display()),
+                    ),
+                });
+                continue;
+            }
+            let mut it = WalkDir::new(&s.start)
+                .follow_links(self.follow_links)
+                .follow_root_links(true)
+                .sort_by_file_name()
+                .into_iter();
+            while let Some(entry) = it.next() {
+                seen += 1;
+                if seen.is_multiple_of(1024) {
+                    if self.cancel.load(Ordering::Relaxed) {
+                        return Err(PackError::Cancelled);
+                    }
+                    (self.progress)(d.files.len() as u64);
+                }
+                let ent = match entry {
+                    Ok(e) => e,
+                    Err(e) => {
+                        let path = e.path().unwrap_or(&s.start).to_path_buf();
+                        let key = key_of(&path, &s.base);
+                        let error = if let Some(anc) = e.loop_ancestor() {
+                            PackError::bad(&path, format!("symlink loop back to {}", anc.display()))
+                        } else {
+                            let io = e
+                                .into_io_error()
+                                .unwrap_or_else(|| std::io::Error::other("walk error"));
+                            PackError::read(&path, io)
+                        };
+                        d.bad.push(BadFound { key, error });
+                        continue;
+                    }
+                };
+                let path = ent.path();
+                let rel = path.strip_prefix(&s.base).unwrap_or(path);
+                let depth = ent.depth();
+                let ft = ent.file_type();
+                if ft.is_dir() {
+                    if depth == 0 && path == s.base {
+                        continue;
+                    }
+                    if let Some(skip) = self.skip_dir
+                        && ent.metadata().is_ok_and(|m| dev_ino(&m) == skip)
+                    {
+                        it.skip_current_dir();
+                        continue;
+                    }
+                    if ent.file_name().as_encoded_bytes().first() == Some(&b'.') {
+                        d.ignored.hidden.add(path);
+                        it.skip_current_dir();
+                    } else if self.filter.excluded(rel) {
+                        d.ignored.excluded.add(path);
+                        it.skip_current_dir();
+                    }
+                    continue;
+                }
+                if self.filter.excluded(rel) {
+                    d.ignored.excluded.add(path);
+                    continue;
+                }
+                if rel.components().any(|c| is_hidden(c.as_os_str())) {
+                    d.ignored.hidden.add(path);
+                    continue;
+                }
+                if ft.is_symlink() {
+                    // Only reached without follow_links (with it, file_type is the target's).
+                    d.ignored.symlinks.add(path);
+                    continue;
+                }
+                if !self.filter.included(rel) {
+                    d.ignored.excluded.add(path);
+                    continue;
+                }
+                let Some(rel_str) = rel.to_str() else {
+                    d.bad.push(BadFound {
+                        key: None,
+                        error: PackError::bad(path, "the file name is not valid UTF-8"),
+                    });
+                    continue;
+                };
+                let rel_str = if std::path::MAIN_SEPARATOR == '/' {
+                    rel_str.to_owned()
+                } else {
+                    rel_str.replace(std::path::MAIN_SEPARATOR, "/")
+                };
+                let split =
+                    bale_format::split_member_name(&rel_str).filter(|(_, ext)| !ext.is_empty());
+                let Some((key, ext)) = split else {
+                    d.ignored.no_extension.add(path);
+                    continue;
+                };
+                if !ft.is_file() {
+                    d.bad.push(BadFound {
+                        key: Some(key.to_owned()),
+                        error: PackError::bad(
+                            path,
+                            format!("{}, not a regular file", file_kind(&ft)),
+                        ),
+                    });
+                    continue;
+                }
+                if let Err(e) =
+                    bale_format::validate_key(key).and_then(|()| bale_format::validate_ext(ext))
+                {
+                    d.bad.push(BadFound {
+                        key: None,
+                        error: PackError::bad(path, e.to_string()),
+                    });
+                    continue;
+                }
+                let dot = key.len();
+                d.files.push(Found {
+                    root: s.root,
+                    path: path.to_path_buf(),
+                    rel: rel_str,
+                    dot,
+                });
+            }
+        }
+        (self.progress)(d.files.len() as u64);
+        Ok(d)
+    }
+}
+
+fn key_of(path: &Path, base: &Path) -> Option<String> {
+    let rel = path.strip_prefix(base).ok()?.to_str()?;
+    let (key, ext) = bale_format::split_member_name(rel)?;
+    (!ext.is_empty() && bale_format::validate_key(key).is_ok()).then(|| key.to_owned())
+}

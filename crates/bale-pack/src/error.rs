@@ -1,0 +1,165 @@
+//! The one error type of `bale-pack`.
+
+use std::io;
+use std::path::PathBuf;
+
+use bale_format::FormatError;
+
+/// A result with [`PackError`].
+pub type Result<T, E = PackError> = std::result::Result<T, E>;
+
+/// The error of a transform hook (see [`crate::PackerBuilder::transform`]).
+pub type TransformError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Everything that can go wrong packing or merging.
+///
+/// Errors about one input file (the variants [`PackError::is_input_error`]
+/// accepts) are the ones `--on-error skip` turns into skipped files; all
+/// others stop the pack.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PackError {
+    /// An input file or directory could not be read (opened, listed, read).
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The input path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// An input file changed while it was being packed.
+    #[error("{} changed during the pack: {what}", path.display())]
+    Changed {
+        /// The input path.
+        path: PathBuf,
+        /// What changed (size when listed and now).
+        what: String,
+    },
+    /// An input path bale cannot pack: not UTF-8, not a regular file, a
+    /// symlink loop, a name that is not a valid sample key, no label.
+    #[error("cannot pack {}: {what}", path.display())]
+    BadInput {
+        /// The input path.
+        path: PathBuf,
+        /// Why.
+        what: String,
+    },
+    /// The transform hook refused a member.
+    #[error("transform failed on {}: {source}", path.display())]
+    Transform {
+        /// The input path.
+        path: PathBuf,
+        /// The hook's error.
+        #[source]
+        source: TransformError,
+    },
+    /// Two input files map to the same sample key and extension.
+    #[error(
+        "{} and {} both map to member .{ext} of sample {key:?} (a key and extension must be unique)",
+        first.display(), second.display()
+    )]
+    DuplicateMember {
+        /// The sample key.
+        key: String,
+        /// The extension.
+        ext: String,
+        /// One file.
+        first: PathBuf,
+        /// The other file.
+        second: PathBuf,
+    },
+    /// A sample already holds a `.cls` file while labels are being added.
+    #[error("{} is a .cls member, but labels are added as .cls; use --labels none or rename it", path.display())]
+    LabelConflict {
+        /// The `.cls` input file.
+        path: PathBuf,
+    },
+    /// The label CSV cannot be used.
+    #[error("{} line {line}: {what}", path.display())]
+    Labels {
+        /// The CSV file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// An option value that cannot be used.
+    #[error("invalid option: {0}")]
+    Option(String),
+    /// The output directory holds files and `force` was not given.
+    #[error("output directory {} is not empty (use --force to write into it)", dir.display())]
+    OutputNotEmpty {
+        /// The output directory.
+        dir: PathBuf,
+    },
+    /// An I/O error on an output or bookkeeping file.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// `bale merge` cannot join these parts.
+    #[error("cannot merge {}: {what}", path.display())]
+    Merge {
+        /// The part directory concerned.
+        path: PathBuf,
+        /// Why.
+        what: String,
+    },
+    /// The pack was cancelled (the cancel flag was set, e.g. by Ctrl-C).
+    #[error("cancelled")]
+    Cancelled,
+    /// An error of the on-disk format layer (writing shards, indexes, manifest).
+    #[error(transparent)]
+    Format(#[from] FormatError),
+}
+
+impl PackError {
+    /// Whether the error concerns one input file, so `--on-error skip` may skip it.
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            PackError::Read { .. }
+                | PackError::Changed { .. }
+                | PackError::BadInput { .. }
+                | PackError::Transform { .. }
+        )
+    }
+
+    /// The input path an input error is about.
+    pub fn input_path(&self) -> Option<&std::path::Path> {
+        match self {
+            PackError::Read { path, .. }
+            | PackError::Changed { path, .. }
+            | PackError::BadInput { path, .. }
+            | PackError::Transform { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn read(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        PackError::Read {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn bad(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
+        PackError::BadInput {
+            path: path.into(),
+            what: what.into(),
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        PackError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

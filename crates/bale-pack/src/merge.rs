@@ -1,0 +1,379 @@
+//! `bale merge`: joins the outputs of `bale pack --part I/N` into one dataset.
+//!
+//! The shards are renamed into the output's `shard-NNNNNN` sequence (part 0's
+//! first, in order), so no shard byte is copied; across filesystems they are
+//! copied only when asked. One manifest is written, last.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bale_format::atomic::TEMP_PREFIX;
+use bale_format::manifest::parse_hex64;
+use bale_format::{CreatedBy, FormatError, Manifest, ShardIndex, index_file_name, shard_file_name};
+use serde::Serialize;
+
+use crate::error::{PackError, Result};
+use crate::output::Output;
+use crate::packer::ShapingOptions;
+
+/// Options of [`merge`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MergeOptions {
+    /// Copy shards that cannot be renamed because they are on another
+    /// filesystem (default: `false`: such a merge is refused).
+    pub copy: bool,
+    /// Write into a non-empty output directory (default: `false`).
+    pub force: bool,
+}
+
+/// What a merge did.
+#[derive(Debug, Clone, Serialize)]
+pub struct MergeSummary {
+    /// The merged dataset directory.
+    pub output: String,
+    /// Parts joined.
+    pub parts: u32,
+    /// Shards in the merged dataset.
+    pub shards: u64,
+    /// Samples in the merged dataset.
+    pub samples: u64,
+    /// Bytes of shard files.
+    pub bytes: u64,
+    /// Files (shards and indexes) renamed into place.
+    pub renamed: u64,
+    /// Files copied (across filesystems, with `copy`).
+    pub copied: u64,
+    /// Input files the parts skipped (sum of their manifests' `skipped`).
+    pub skipped: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+fn merr(path: &Path, what: impl Into<String>) -> PackError {
+    PackError::Merge {
+        path: path.to_path_buf(),
+        what: what.into(),
+    }
+}
+
+struct PartIn {
+    dir: PathBuf,
+    manifest: Manifest,
+    options: ShapingOptions,
+}
+
+/// Files moved so far; moved back (or removed, when copied) unless committed.
+#[derive(Default)]
+struct Moves {
+    done: Vec<(PathBuf, PathBuf, bool)>,
+    committed: bool,
+}
+
+impl Drop for Moves {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        for (src, dst, copied) in self.done.iter().rev() {
+            if *copied {
+                let _ = fs::remove_file(dst);
+            } else {
+                let _ = fs::rename(dst, src);
+            }
+        }
+    }
+}
+
+fn move_file(src: &Path, dst: &Path, copy: bool, moves: &mut Moves) -> Result<()> {
+    match fs::rename(src, dst) {
+        Ok(()) => {
+            moves
+                .done
+                .push((src.to_path_buf(), dst.to_path_buf(), false));
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
+            if !copy {
+                return Err(merr(
+                    src,
+                    format!(
+                        "it is on another filesystem than {}; pass --copy to copy the shards",
+                        dst.parent().unwrap_or(dst).display()
+                    ),
+                ));
+            }
+            let name = dst
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let tmp = dst.with_file_name(format!("{TEMP_PREFIX}{}-{name}", std::process::id()));
+            let r = fs::copy(src, &tmp)
+                .and_then(|_| fs::File::open(&tmp)?.sync_all())
+                .and_then(|()| fs::rename(&tmp, dst));
+            if let Err(e) = r {
+                let _ = fs::remove_file(&tmp);
+                return Err(PackError::io(dst, e));
+            }
+            moves
+                .done
+                .push((src.to_path_buf(), dst.to_path_buf(), true));
+            Ok(())
+        }
+        Err(e) => Err(PackError::io(src, e)),
+    }
+}
+
+fn read_part(dir: &Path) -> Result<PartIn> {
+    let manifest = match Manifest::read(dir) {
+        Ok(m) => m,
+        Err(FormatError::Incomplete { .. }) => {
+            return Err(merr(
+                dir,
+                "it has no bale.json: the part did not finish (or was already merged)",
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if manifest.created_by.command != "pack" {
+        return Err(merr(
+            dir,
+            format!(
+                "it was written by `bale {}`, not `bale pack --part`",
+                manifest.created_by.command
+            ),
+        ));
+    }
+    let options: ShapingOptions = serde_json::from_value(manifest.created_by.options.clone())
+        .map_err(|e| {
+            merr(
+                dir,
+                format!("its manifest's created_by.options are not bale pack's: {e}"),
+            )
+        })?;
+    if options.part.is_none() {
+        return Err(merr(dir, "it was not packed with --part I/N"));
+    }
+    Ok(PartIn {
+        dir: dir.to_path_buf(),
+        manifest,
+        options,
+    })
+}
+
+fn differing_fields(a: &ShapingOptions, b: &ShapingOptions) -> Vec<String> {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(a), serde_json::to_value(b))
+    else {
+        return vec!["options".into()];
+    };
+    a.iter()
+        .filter(|(k, v)| k.as_str() != "part" && b.get(k.as_str()) != Some(v))
+        .map(|(k, v)| {
+            format!(
+                "{k} ({v} vs {})",
+                b.get(k.as_str()).unwrap_or(&serde_json::Value::Null)
+            )
+        })
+        .collect()
+}
+
+fn check_files(part: &PartIn) -> Result<()> {
+    for s in &part.manifest.shards {
+        let shard = Manifest::resolve(&part.dir, &s.file);
+        let len = fs::metadata(&shard)
+            .map_err(|e| PackError::io(&shard, e))?
+            .len();
+        if len != s.bytes {
+            return Err(merr(
+                &part.dir,
+                format!(
+                    "{} is {len} bytes, its manifest says {}",
+                    shard.display(),
+                    s.bytes
+                ),
+            ));
+        }
+        let index_path = Manifest::resolve(&part.dir, &s.index);
+        let index = ShardIndex::open(&index_path)?;
+        if Some(index.checksum()) != parse_hex64(&s.index_xxh3) {
+            return Err(merr(
+                &part.dir,
+                format!(
+                    "{} does not match the checksum in its manifest",
+                    index_path.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Joins the part directories written by `bale pack --part I/N` into one
+/// dataset in `output`.
+///
+/// Every part `0..N` must be given exactly once, each complete (with its
+/// manifest, shard sizes and index checksums matching it), all packed with
+/// the same shaping options. Shards are renamed (or copied, see
+/// [`MergeOptions::copy`]) to `shard-NNNNNN` in part order, so the merged
+/// dataset holds the samples of a single pack with the same options, in the
+/// same order. The parts' manifests are then removed (copied parts are left
+/// whole), and part directories left empty are removed.
+///
+/// # Errors
+/// [`PackError::Merge`] naming the part and the problem; I/O errors. On
+/// error, files already moved are moved back and no manifest is written.
+pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<MergeSummary> {
+    let start = Instant::now();
+    let first = parts
+        .first()
+        .ok_or_else(|| PackError::Option("no part directories to merge".into()))?;
+    let mut ins: Vec<PartIn> = parts.iter().map(|p| read_part(p)).collect::<Result<_>>()?;
+    ins.sort_by_key(|p| p.options.part.map_or(0, |x| x.index));
+    let count = ins[0].options.part.map_or(0, |p| p.count);
+    for w in ins.windows(2) {
+        let (a, b) = (w[0].options.part, w[1].options.part);
+        if a == b {
+            return Err(merr(
+                &w[1].dir,
+                format!(
+                    "it is part {} like {}",
+                    b.map(|p| p.to_string()).unwrap_or_default(),
+                    w[0].dir.display()
+                ),
+            ));
+        }
+    }
+    for p in &ins {
+        let part = p.options.part.unwrap_or(crate::Part { index: 0, count: 0 });
+        if part.count != count {
+            return Err(merr(
+                &p.dir,
+                format!(
+                    "it is part {part} but {} is one of {count} parts",
+                    ins[0].dir.display()
+                ),
+            ));
+        }
+    }
+    if ins.len() != count as usize {
+        let have: Vec<u32> = ins
+            .iter()
+            .filter_map(|p| p.options.part.map(|x| x.index))
+            .collect();
+        let missing: Vec<String> = (0..count)
+            .filter(|i| !have.contains(i))
+            .map(|i| format!("{i}/{count}"))
+            .collect();
+        return Err(merr(
+            first,
+            format!("incomplete set of parts: missing {}", missing.join(", ")),
+        ));
+    }
+    let base = ShapingOptions {
+        part: None,
+        ..ins[0].options.clone()
+    };
+    for p in &ins[1..] {
+        let o = ShapingOptions {
+            part: None,
+            ..p.options.clone()
+        };
+        if o != base {
+            return Err(merr(
+                &p.dir,
+                format!(
+                    "it was packed with other options than {}: {}",
+                    ins[0].dir.display(),
+                    differing_fields(&o, &base).join(", ")
+                ),
+            ));
+        }
+        if p.manifest.labels != ins[0].manifest.labels {
+            return Err(merr(
+                &p.dir,
+                format!(
+                    "its class names differ from those of {}",
+                    ins[0].dir.display()
+                ),
+            ));
+        }
+    }
+    let out_canon = fs::canonicalize(output).ok();
+    for p in &ins {
+        if out_canon.is_some() && fs::canonicalize(&p.dir).ok() == out_canon {
+            return Err(PackError::Option(format!(
+                "the output {} is one of the parts; merge into a new directory",
+                output.display()
+            )));
+        }
+        check_files(p)?;
+    }
+
+    let out = Output::prepare(output, opts.force)?;
+    let mut moves = Moves::default();
+    let mut entries = Vec::new();
+    let compression = base.compression;
+    let mut part_copied = vec![false; ins.len()];
+    for (pi, p) in ins.iter().enumerate() {
+        for s in &p.manifest.shards {
+            let before = moves.done.len();
+            let n = entries.len() as u64;
+            let file = shard_file_name("shard", n, compression);
+            let index = index_file_name(&file);
+            move_file(
+                &Manifest::resolve(&p.dir, &s.file),
+                &output.join(&file),
+                opts.copy,
+                &mut moves,
+            )?;
+            move_file(
+                &Manifest::resolve(&p.dir, &s.index),
+                &output.join(&index),
+                opts.copy,
+                &mut moves,
+            )?;
+            part_copied[pi] |= moves.done[before..].iter().any(|m| m.2);
+            let mut e = s.clone();
+            e.file = file;
+            e.index = index;
+            entries.push(e);
+        }
+    }
+    let mut options = serde_json::to_value(&base).unwrap_or_default();
+    if let serde_json::Value::Object(map) = &mut options {
+        map.insert("merged_parts".into(), count.into());
+    }
+    let created_by = CreatedBy {
+        tool: "bale".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        command: "merge".into(),
+        options,
+    };
+    let mut manifest = Manifest::new(entries, ins[0].manifest.labels.clone(), created_by);
+    manifest.skipped = ins.iter().map(|p| p.manifest.skipped).sum();
+    manifest.write(output)?;
+    moves.committed = true;
+    out.commit();
+    let copied = moves.done.iter().filter(|m| m.2).count() as u64;
+    let renamed = moves.done.len() as u64 - copied;
+    for (p, copied) in ins.iter().zip(part_copied) {
+        if !copied {
+            // The part's files are gone: its manifest would point at nothing.
+            let _ = fs::remove_file(Manifest::path_in(&p.dir));
+            let _ = fs::remove_dir(&p.dir);
+        }
+    }
+    Ok(MergeSummary {
+        output: output.to_string_lossy().into_owned(),
+        parts: count,
+        shards: manifest.shards.len() as u64,
+        samples: manifest.samples,
+        bytes: manifest.bytes,
+        renamed,
+        copied,
+        skipped: manifest.skipped,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,594 @@
+//! [`Packer`] and its builder: the whole pack, phase by phase.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use bale_format::{Compression, CreatedBy, Manifest, ShardEntry};
+use serde::{Deserialize, Serialize};
+
+use crate::discover::{Discover, FileList, Filter, Ignored, dir_id};
+use crate::error::{PackError, Result, TransformError};
+use crate::options::{
+    DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError, Order, Part,
+};
+use crate::output::Output;
+use crate::pipeline::{WriteCtx, write_all};
+use crate::plan::{apply_labels, group, stat_all};
+
+/// A per-member transform applied in the parallel read stage: takes the
+/// member's extension and bytes, returns the bytes to store.
+pub type TransformFn =
+    dyn Fn(&str, Vec<u8>) -> std::result::Result<Vec<u8>, TransformError> + Send + Sync;
+
+/// Receives progress reports from a running pack. Every method has an empty
+/// default; all are called from the thread that called [`Packer::run`].
+pub trait PackProgress {
+    /// Discovery has found `files` candidate files so far.
+    fn discovering(&self, _files: u64) {}
+    /// The plan is made: this run reads `samples` samples holding `bytes` bytes of files.
+    fn planned(&self, _samples: u64, _bytes: u64) {}
+    /// `samples` samples holding `bytes` bytes of input have been written so far.
+    fn sample_written(&self, _samples: u64, _bytes: u64) {}
+    /// A shard and its index are in place.
+    fn shard_finished(&self, _shard: &ShardEntry) {}
+    /// A file was skipped (`--on-error skip`).
+    fn skipped(&self, _file: &SkippedFile) {}
+    /// Something worth telling the user (an oversize sample, unused label rows).
+    fn warning(&self, _message: &str) {}
+}
+
+/// A [`PackProgress`] that ignores every report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+impl PackProgress for NoProgress {}
+
+fn lossy<S: serde::Serializer>(p: &Path, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}
+
+/// An input file that was not packed because of an error (`--on-error skip`).
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedFile {
+    /// The file.
+    #[serde(serialize_with = "lossy")]
+    pub path: PathBuf,
+    /// Why, as a message.
+    pub error: String,
+}
+
+/// What a pack did.
+#[derive(Debug, Clone, Serialize)]
+pub struct PackSummary {
+    /// The output directory.
+    #[serde(serialize_with = "lossy")]
+    pub output: PathBuf,
+    /// Samples written.
+    pub samples: u64,
+    /// Members written (`.cls` labels included).
+    pub members: u64,
+    /// Shards written.
+    pub shards: u64,
+    /// Bytes of input files packed.
+    pub input_bytes: u64,
+    /// Bytes of shard files written.
+    pub bytes: u64,
+    /// Wall-clock seconds of the whole run.
+    pub seconds: f64,
+    /// The label mode used: `dir`, `csv` or `none`.
+    pub labels: String,
+    /// Number of classes (0 without labels).
+    pub classes: u64,
+    /// The part packed, if any.
+    pub part: Option<Part>,
+    /// Files skipped because of errors, each with its error.
+    pub skipped: Vec<SkippedFile>,
+    /// Files ignored by rule, by reason.
+    pub ignored: Ignored,
+    /// Warnings (also reported through [`PackProgress::warning`]).
+    pub warnings: Vec<String>,
+}
+
+impl PackSummary {
+    /// Input megabytes (10^6 bytes) per second.
+    pub fn mb_per_second(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.input_bytes as f64 / 1e6 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The options that shape a pack's output, as recorded in the manifest's
+/// `created_by.options`. Runs with equal shaping options over the same input
+/// write byte-identical datasets; `bale merge` joins only parts whose shaping
+/// options are equal (but for `part`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShapingOptions {
+    /// Shard size limit in bytes (of the uncompressed tar stream).
+    pub shard_size: u64,
+    /// Shard sample-count limit.
+    pub shard_samples: Option<u64>,
+    /// `sorted` or `shuffle`.
+    pub order: String,
+    /// The shuffle seed.
+    pub seed: Option<u64>,
+    /// Shard compression.
+    pub compression: Compression,
+    /// zstd level, when compressed.
+    pub zstd_level: Option<i32>,
+    /// Label mode used (`auto` resolved to `dir` or `none`).
+    pub labels: String,
+    /// xxh3 of the label CSV, with `csv` labels.
+    pub labels_csv_xxh3: Option<String>,
+    /// Include globs.
+    pub include: Vec<String>,
+    /// Exclude globs.
+    pub exclude: Vec<String>,
+    /// Whether symlinks were followed.
+    pub follow_links: bool,
+    /// `fail` or `skip`.
+    pub on_error: OnError,
+    /// Name of the transform applied to members, if any.
+    pub transform: Option<String>,
+    /// The part packed, if any.
+    pub part: Option<Part>,
+}
+
+/// Builds a [`Packer`]. Every option has a default, documented on its setter.
+///
+/// ```
+/// let packer = bale_pack::Packer::builder()
+///     .input("data/train")
+///     .output("out/train")
+///     .shard_size(512 << 20)
+///     .build()
+///     .unwrap();
+/// # let _ = packer;
+/// ```
+#[derive(Clone)]
+pub struct PackerBuilder {
+    inputs: Vec<PathBuf>,
+    files_from: Option<FileList>,
+    output: Option<PathBuf>,
+    include: Vec<String>,
+    exclude: Vec<String>,
+    follow_links: bool,
+    labels: LabelMode,
+    shard_size: u64,
+    shard_samples: Option<u64>,
+    order: Order,
+    compression: Compression,
+    zstd_level: i32,
+    jobs: usize,
+    in_flight: u64,
+    on_error: OnError,
+    part: Option<Part>,
+    force: bool,
+    cancel: Option<Arc<AtomicBool>>,
+    transform: Option<(String, Arc<TransformFn>)>,
+}
+
+impl fmt::Debug for PackerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PackerBuilder")
+            .field("inputs", &self.inputs)
+            .field("files_from", &self.files_from)
+            .field("output", &self.output)
+            .field("include", &self.include)
+            .field("exclude", &self.exclude)
+            .field("follow_links", &self.follow_links)
+            .field("labels", &self.labels)
+            .field("shard_size", &self.shard_size)
+            .field("shard_samples", &self.shard_samples)
+            .field("order", &self.order)
+            .field("compression", &self.compression)
+            .field("zstd_level", &self.zstd_level)
+            .field("jobs", &self.jobs)
+            .field("in_flight", &self.in_flight)
+            .field("on_error", &self.on_error)
+            .field("part", &self.part)
+            .field("force", &self.force)
+            .field("transform", &self.transform.as_ref().map(|t| &t.0))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for PackerBuilder {
+    fn default() -> Self {
+        Self {
+            inputs: Vec::new(),
+            files_from: None,
+            output: None,
+            include: Vec::new(),
+            exclude: Vec::new(),
+            follow_links: false,
+            labels: LabelMode::Auto,
+            shard_size: DEFAULT_SHARD_SIZE,
+            shard_samples: None,
+            order: Order::Sorted,
+            compression: Compression::None,
+            zstd_level: DEFAULT_ZSTD_LEVEL,
+            jobs: 0,
+            in_flight: DEFAULT_IN_FLIGHT,
+            on_error: OnError::Fail,
+            part: None,
+            force: false,
+            cancel: None,
+            transform: None,
+        }
+    }
+}
+
+impl PackerBuilder {
+    /// Adds an input directory (a root: keys are relative to it). At least one
+    /// input or a file list is needed. With several roots, samples are grouped
+    /// across them.
+    pub fn input(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.inputs.push(dir.into());
+        self
+    }
+
+    /// Adds several input directories.
+    pub fn inputs<I: IntoIterator<Item = P>, P: Into<PathBuf>>(mut self, dirs: I) -> Self {
+        self.inputs.extend(dirs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Packs the files of a list instead of walking the inputs (default: none).
+    /// Listed paths are relative to the single input directory, or to the
+    /// current directory when none is given; keys are relative to it too. A
+    /// listed directory is walked.
+    pub fn files_from(mut self, list: FileList) -> Self {
+        self.files_from = Some(list);
+        self
+    }
+
+    /// The output directory (required). Created if missing.
+    pub fn output(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.output = Some(dir.into());
+        self
+    }
+
+    /// Adds an include glob (default: none, every file is included). A glob
+    /// without `/` matches base names, one with `/` the path under the root.
+    pub fn include(mut self, glob: impl Into<String>) -> Self {
+        self.include.push(glob.into());
+        self
+    }
+
+    /// Adds an exclude glob (default: none). Matching directories are not entered.
+    pub fn exclude(mut self, glob: impl Into<String>) -> Self {
+        self.exclude.push(glob.into());
+        self
+    }
+
+    /// Follows symlinks met during the walk (default: `false`: they are ignored and counted).
+    pub fn follow_links(mut self, yes: bool) -> Self {
+        self.follow_links = yes;
+        self
+    }
+
+    /// Where labels come from (default: [`LabelMode::Auto`]).
+    pub fn labels(mut self, mode: LabelMode) -> Self {
+        self.labels = mode;
+        self
+    }
+
+    /// Shard size limit in bytes of tar stream (default: 1 GiB).
+    pub fn shard_size(mut self, bytes: u64) -> Self {
+        self.shard_size = bytes;
+        self
+    }
+
+    /// Shard sample-count limit (default: none).
+    pub fn shard_samples(mut self, n: Option<u64>) -> Self {
+        self.shard_samples = n;
+        self
+    }
+
+    /// Sample order before sharding (default: [`Order::Sorted`]).
+    pub fn order(mut self, order: Order) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// Shard compression and zstd level (default: none; level 3 for zstd).
+    pub fn compression(mut self, compression: Compression, zstd_level: i32) -> Self {
+        self.compression = compression;
+        self.zstd_level = zstd_level;
+        self
+    }
+
+    /// Reader threads (default: 0, one per core).
+    pub fn jobs(mut self, n: usize) -> Self {
+        self.jobs = n;
+        self
+    }
+
+    /// In-flight byte budget: file bytes read but not yet written (default: 128 MiB).
+    /// A sample larger than the budget is streamed from its files by the writer.
+    pub fn in_flight_bytes(mut self, bytes: u64) -> Self {
+        self.in_flight = bytes;
+        self
+    }
+
+    /// What to do with an input that cannot be packed (default: [`OnError::Fail`]).
+    pub fn on_error(mut self, on_error: OnError) -> Self {
+        self.on_error = on_error;
+        self
+    }
+
+    /// Packs only this part of the input (default: all of it).
+    pub fn part(mut self, part: Option<Part>) -> Self {
+        self.part = part;
+        self
+    }
+
+    /// Writes into a non-empty output directory (default: `false`: refused).
+    pub fn force(mut self, yes: bool) -> Self {
+        self.force = yes;
+        self
+    }
+
+    /// A flag that cancels the run when set (default: none). The run then
+    /// removes what it wrote and returns [`PackError::Cancelled`].
+    pub fn cancel_flag(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = Some(flag);
+        self
+    }
+
+    /// A transform applied to every member read into memory, in the parallel
+    /// stage (default: none). `name` is recorded in the manifest. With a
+    /// transform, samples larger than the in-flight budget are still loaded
+    /// whole (one at a time).
+    pub fn transform<F>(mut self, name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&str, Vec<u8>) -> std::result::Result<Vec<u8>, TransformError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.transform = Some((name.into(), Arc::new(f)));
+        self
+    }
+
+    /// Checks the options and returns the packer.
+    ///
+    /// # Errors
+    /// [`PackError::Option`] for a missing output or input, a zero shard
+    /// size or sample limit, a bad zstd level, or an invalid glob.
+    pub fn build(self) -> Result<Packer> {
+        let output = self
+            .output
+            .clone()
+            .ok_or_else(|| PackError::Option("no output directory".into()))?;
+        if self.inputs.is_empty() && self.files_from.is_none() {
+            return Err(PackError::Option(
+                "no input: give a directory or a file list".into(),
+            ));
+        }
+        if self.shard_size == 0 {
+            return Err(PackError::Option(
+                "the shard size must be more than 0 bytes".into(),
+            ));
+        }
+        if self.shard_samples == Some(0) {
+            return Err(PackError::Option(
+                "the shard sample limit must be more than 0".into(),
+            ));
+        }
+        if self.compression == Compression::Zstd && !(1..=22).contains(&self.zstd_level) {
+            return Err(PackError::Option(format!(
+                "zstd level {} is outside 1..=22",
+                self.zstd_level
+            )));
+        }
+        let filter = Filter::new(&self.include, &self.exclude)?;
+        Ok(Packer {
+            output,
+            filter,
+            opts: self,
+        })
+    }
+}
+
+/// A configured pack, ready to [`Packer::run`].
+pub struct Packer {
+    opts: PackerBuilder,
+    output: PathBuf,
+    filter: Filter,
+}
+
+impl fmt::Debug for Packer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Packer")
+            .field("options", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Packer {
+    /// A builder with every option at its default.
+    pub fn builder() -> PackerBuilder {
+        PackerBuilder::default()
+    }
+
+    /// The output directory.
+    pub fn output(&self) -> &Path {
+        &self.output
+    }
+
+    /// Runs the pack: discover, group, label, plan, read in parallel, write
+    /// in order, manifest last.
+    ///
+    /// # Errors
+    /// Any [`PackError`]. On error or cancel, nothing this run wrote is
+    /// left: no manifest, no shard, no temporary file.
+    pub fn run(&self, progress: &dyn PackProgress) -> Result<PackSummary> {
+        let start = Instant::now();
+        let o = &self.opts;
+        let never = AtomicBool::new(false);
+        let cancel: &AtomicBool = o.cancel.as_deref().unwrap_or(&never);
+        let mut out = Output::prepare(&self.output, o.force)?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(o.jobs)
+            .thread_name(|i| format!("bale-pack-{i}"))
+            .build()
+            .map_err(|e| {
+                PackError::Option(format!("cannot start {} reader threads: {e}", o.jobs))
+            })?;
+
+        // Discover.
+        let report = |n: u64| progress.discovering(n);
+        let discovered = Discover {
+            roots: &o.inputs,
+            files_from: o.files_from.as_ref(),
+            filter: &self.filter,
+            follow_links: o.follow_links,
+            skip_dir: dir_id(&self.output),
+            cancel,
+            progress: &report,
+        }
+        .run()?;
+        let mut ignored = discovered.ignored;
+        let mut bad = discovered.bad;
+        if o.on_error == OnError::Fail
+            && let Some(b) = bad.drain(..).next()
+        {
+            return Err(b.error);
+        }
+
+        // Group, label.
+        let mut samples = group(discovered.files)?;
+        // Bad files that belong to a sample doom it; the rest are reported by part 0.
+        let mut orphans = Vec::new();
+        for b in bad {
+            let pos = b
+                .key
+                .as_deref()
+                .and_then(|k| samples.binary_search_by(|s| s.key.as_str().cmp(k)).ok());
+            match pos {
+                Some(i) if samples[i].fail.is_none() => samples[i].fail = Some(b.error),
+                Some(_) => {}
+                None => orphans.push(b.error),
+            }
+        }
+        let labels = apply_labels(&mut samples, &o.labels, &mut ignored)?;
+        let mut warnings = Vec::new();
+        if let Some((line, key)) = &labels.first_unused {
+            let msg = format!(
+                "{} label rows name no input sample (the first, line {line}, names {key:?})",
+                labels.unused_rows
+            );
+            progress.warning(&msg);
+            warnings.push(msg);
+        }
+
+        // Plan: order, part, sizes.
+        if let Order::Shuffle(seed) = o.order {
+            bale_format::shuffle::shuffle(&mut samples, seed);
+        }
+        if let Some(part) = o.part {
+            let range = part.range(samples.len());
+            samples.truncate(range.end);
+            samples.drain(..range.start);
+        }
+        if cancel.load(Ordering::Relaxed) {
+            return Err(PackError::Cancelled);
+        }
+        pool.install(|| stat_all(&mut samples));
+        let planned_bytes: u64 = samples
+            .iter()
+            .flat_map(|s| &s.members)
+            .map(|m| m.size)
+            .sum();
+        progress.planned(samples.len() as u64, planned_bytes);
+
+        // Read and write.
+        let prefix = o
+            .part
+            .map_or_else(|| "shard".to_owned(), |p| p.shard_prefix());
+        let ctx = WriteCtx {
+            prefix,
+            compression: o.compression,
+            zstd_level: o.zstd_level,
+            shard_size: o.shard_size,
+            shard_samples: o.shard_samples,
+            budget: o.in_flight,
+            on_error: o.on_error,
+            transform: o.transform.as_ref().map(|t| &*t.1),
+            cancel,
+            progress,
+        };
+        let mut written = write_all(&ctx, samples, &mut out, &pool)?;
+        if o.part.is_none_or(|p| p.index == 0) {
+            for e in orphans {
+                let f = crate::SkippedFile {
+                    path: e.input_path().map(Path::to_path_buf).unwrap_or_default(),
+                    error: e.to_string(),
+                };
+                progress.skipped(&f);
+                written.skipped.push(f);
+            }
+        }
+        warnings.append(&mut written.warnings);
+
+        // Manifest, last.
+        if cancel.load(Ordering::Relaxed) {
+            return Err(PackError::Cancelled);
+        }
+        let shaping = ShapingOptions {
+            shard_size: o.shard_size,
+            shard_samples: o.shard_samples,
+            order: match o.order {
+                Order::Sorted => "sorted".into(),
+                Order::Shuffle(_) => "shuffle".into(),
+            },
+            seed: match o.order {
+                Order::Sorted => None,
+                Order::Shuffle(s) => Some(s),
+            },
+            compression: o.compression,
+            zstd_level: (o.compression == Compression::Zstd).then_some(o.zstd_level),
+            labels: labels.mode.into(),
+            labels_csv_xxh3: labels.csv_xxh3.clone(),
+            include: o.include.clone(),
+            exclude: o.exclude.clone(),
+            follow_links: o.follow_links,
+            on_error: o.on_error,
+            transform: o.transform.as_ref().map(|t| t.0.clone()),
+            part: o.part,
+        };
+        let created_by = CreatedBy {
+            tool: "bale".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            command: "pack".into(),
+            options: serde_json::to_value(&shaping).unwrap_or_default(),
+        };
+        let classes = labels.classes.as_ref().map_or(0, |c| c.len() as u64);
+        let mut manifest = Manifest::new(written.shards, labels.classes, created_by);
+        manifest.skipped = written.skipped.len() as u64;
+        manifest.write(&self.output)?;
+        out.commit();
+        Ok(PackSummary {
+            output: self.output.clone(),
+            samples: written.samples,
+            members: written.members,
+            shards: manifest.shards.len() as u64,
+            input_bytes: written.input_bytes,
+            bytes: manifest.bytes,
+            seconds: start.elapsed().as_secs_f64(),
+            labels: labels.mode.into(),
+            classes,
+            part: o.part,
+            skipped: written.skipped,
+            ignored,
+            warnings,
+        })
+    }
+}

@@ -1,0 +1,414 @@
+//! The read and write stages: files are read (and transformed) in parallel
+//! on a rayon pool within an in-flight byte budget, and written in order,
+//! one shard after another, by the calling thread.
+//!
+//! **Invariant:** the bytes written depend only on the planned samples and
+//! the options, never on the thread count or timing: samples are written in
+//! plan order, and shard boundaries are decided from the samples' sizes as
+//! they are written.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bale_format::tar::{BLOCK, member_header_len, padded};
+use bale_format::{Compression, ShardEntry, ShardFileWriter, shard_file_name};
+use crossbeam_channel::RecvTimeoutError;
+
+use crate::error::{PackError, Result};
+use crate::options::OnError;
+use crate::output::Output;
+use crate::plan::Sample;
+use crate::{PackProgress, SkippedFile, TransformFn};
+
+/// The end-of-archive blocks every tar ends with.
+const END_BLOCKS: u64 = 2 * BLOCK;
+/// At most this many samples are read ahead of the writer, whatever their size.
+const MAX_AHEAD_SAMPLES: usize = 4096;
+/// Bookkeeping bytes charged to the budget per sample on top of its data.
+const SAMPLE_OVERHEAD: u64 = 1024;
+
+/// A member's bytes, or a note that the writer streams it from its file.
+enum Data {
+    Bytes(Vec<u8>),
+    Stream,
+}
+
+/// What the write stage needs.
+pub(crate) struct WriteCtx<'a> {
+    pub prefix: String,
+    pub compression: Compression,
+    pub zstd_level: i32,
+    pub shard_size: u64,
+    pub shard_samples: Option<u64>,
+    pub budget: u64,
+    pub on_error: OnError,
+    pub transform: Option<&'a TransformFn>,
+    pub cancel: &'a AtomicBool,
+    pub progress: &'a dyn PackProgress,
+}
+
+/// What the write stage did.
+#[derive(Debug, Default)]
+pub(crate) struct Written {
+    pub shards: Vec<ShardEntry>,
+    pub samples: u64,
+    pub members: u64,
+    pub input_bytes: u64,
+    pub skipped: Vec<SkippedFile>,
+    pub warnings: Vec<String>,
+}
+
+fn changed(path: &Path, what: String) -> PackError {
+    PackError::Changed {
+        path: path.to_path_buf(),
+        what,
+    }
+}
+
+/// Reads a whole file that was `size` bytes when listed.
+fn read_file(path: &Path, size: u64) -> Result<Vec<u8>> {
+    let mut f = File::open(path).map_err(|e| PackError::read(path, e))?;
+    check_open(&f, path, size)?;
+    let mut buf = Vec::with_capacity(size as usize);
+    (&mut f)
+        .take(size)
+        .read_to_end(&mut buf)
+        .map_err(|e| PackError::read(path, e))?;
+    if buf.len() as u64 != size {
+        return Err(changed(
+            path,
+            format!("{size} bytes when listed, {} bytes read", buf.len()),
+        ));
+    }
+    check_eof(&mut f, path, size)?;
+    Ok(buf)
+}
+
+fn check_open(f: &File, path: &Path, size: u64) -> Result<()> {
+    let meta = f.metadata().map_err(|e| PackError::read(path, e))?;
+    if !meta.is_file() {
+        return Err(changed(path, "it is no longer a regular file".into()));
+    }
+    if meta.len() != size {
+        return Err(changed(
+            path,
+            format!("{size} bytes when listed, {} bytes now", meta.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn check_eof(f: &mut File, path: &Path, size: u64) -> Result<()> {
+    let mut one = [0u8; 1];
+    loop {
+        match f.read(&mut one) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {
+                return Err(changed(
+                    path,
+                    format!("it grew past the {size} bytes it had when listed"),
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(PackError::read(path, e)),
+        }
+    }
+}
+
+fn read_sample(s: &Sample, stream: bool, transform: Option<&TransformFn>) -> Result<Vec<Data>> {
+    let mut out = Vec::with_capacity(s.members.len());
+    for m in &s.members {
+        if stream {
+            out.push(Data::Stream);
+            continue;
+        }
+        let mut bytes = read_file(&m.path, m.size)?;
+        if let Some(t) = transform {
+            bytes = t(&m.ext, bytes).map_err(|source| PackError::Transform {
+                path: m.path.clone(),
+                source,
+            })?;
+        }
+        out.push(Data::Bytes(bytes));
+    }
+    Ok(out)
+}
+
+/// One member ready to write.
+enum Src<'a> {
+    Bytes(&'a [u8]),
+    File(File, &'a Path),
+}
+
+struct Current {
+    writer: ShardFileWriter,
+    tar_bytes: u64,
+    samples: u64,
+}
+
+/// Writes samples into consecutive shards.
+struct Sink<'a, 'o> {
+    ctx: &'a WriteCtx<'a>,
+    out: &'o mut Output,
+    cur: Option<Current>,
+    next_shard: u64,
+    done: Written,
+}
+
+impl Sink<'_, '_> {
+    fn finish_current(&mut self) -> Result<()> {
+        if let Some(cur) = self.cur.take() {
+            let entry = cur.writer.finish()?;
+            self.ctx.progress.shard_finished(&entry);
+            self.done.shards.push(entry);
+        }
+        Ok(())
+    }
+
+    /// Makes sure a shard is open that may take a sample of `bytes` tar bytes.
+    fn room_for(&mut self, key: &str, bytes: u64) -> Result<()> {
+        let ctx = self.ctx;
+        if let Some(cur) = &self.cur {
+            let over_bytes = cur.tar_bytes + bytes + END_BLOCKS > ctx.shard_size;
+            let over_count = ctx.shard_samples.is_some_and(|m| cur.samples >= m);
+            if over_bytes || over_count {
+                self.finish_current()?;
+            }
+        }
+        if bytes + END_BLOCKS > ctx.shard_size {
+            let msg = format!(
+                "sample {key:?} takes {bytes} bytes, more than the shard size limit of {} bytes: it gets a shard of its own",
+                ctx.shard_size
+            );
+            ctx.progress.warning(&msg);
+            self.done.warnings.push(msg);
+        }
+        if self.cur.is_none() {
+            let name = shard_file_name(&ctx.prefix, self.next_shard, ctx.compression);
+            self.next_shard += 1;
+            // Tracked before they exist: a failure from here on removes them.
+            self.out.track(self.out.dir.join(&name));
+            self.out
+                .track(self.out.dir.join(bale_format::index_file_name(&name)));
+            let writer =
+                ShardFileWriter::create(&self.out.dir, &name, ctx.compression, ctx.zstd_level)?;
+            self.cur = Some(Current {
+                writer,
+                tar_bytes: 0,
+                samples: 0,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records an input error: skipped under `--on-error skip`, else returned.
+    fn fail(&mut self, s: &Sample, e: PackError) -> Result<()> {
+        if self.ctx.on_error != OnError::Skip || !e.is_input_error() {
+            return Err(e);
+        }
+        let bad: PathBuf = e
+            .input_path()
+            .map_or_else(|| s.first_path().to_path_buf(), Path::to_path_buf);
+        let first = SkippedFile {
+            path: bad.clone(),
+            error: e.to_string(),
+        };
+        self.ctx.progress.skipped(&first);
+        self.done.skipped.push(first);
+        for m in &s.members {
+            if m.path != bad {
+                let f = SkippedFile {
+                    path: m.path.clone(),
+                    error: format!(
+                        "sample {:?} dropped because {} could not be packed",
+                        s.key,
+                        bad.display()
+                    ),
+                };
+                self.ctx.progress.skipped(&f);
+                self.done.skipped.push(f);
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, s: &Sample, data: Result<Vec<Data>>) -> Result<()> {
+        let data = match data {
+            Ok(d) => d,
+            Err(e) => return self.fail(s, e),
+        };
+        // Members to write, in extension order, with the label slotted in.
+        let label = s.label.map(|l| l.to_string());
+        let mut list: Vec<(&str, Src<'_>, u64)> = Vec::with_capacity(s.members.len() + 1);
+        for (m, d) in s.members.iter().zip(&data) {
+            match d {
+                Data::Bytes(b) => list.push((&m.ext, Src::Bytes(b), b.len() as u64)),
+                Data::Stream => {
+                    let opened = File::open(&m.path)
+                        .map_err(|e| PackError::read(&m.path, e))
+                        .and_then(|f| check_open(&f, &m.path, m.size).map(|()| f));
+                    match opened {
+                        Ok(f) => list.push((&m.ext, Src::File(f, &m.path), m.size)),
+                        Err(e) => return self.fail(s, e),
+                    }
+                }
+            }
+        }
+        if let Some(l) = &label {
+            let at = list.partition_point(|(ext, _, _)| *ext < "cls");
+            list.insert(at, ("cls", Src::Bytes(l.as_bytes()), l.len() as u64));
+        }
+        let bytes: u64 = list
+            .iter()
+            .map(|(ext, _, size)| {
+                member_header_len(&format!("{}.{ext}", s.key), *size) + padded(*size)
+            })
+            .sum();
+        self.room_for(&s.key, bytes)?;
+        let Some(cur) = self.cur.as_mut() else {
+            unreachable!("room_for opens a shard")
+        };
+        let w = cur.writer.writer();
+        w.begin_sample(&s.key)?;
+        let mut input_bytes = 0;
+        for (ext, src, size) in list.iter_mut() {
+            match src {
+                Src::Bytes(b) => w.add_member(ext, b)?,
+                Src::File(f, path) => {
+                    w.add_member_from(ext, *size, f, path)?;
+                    check_eof(f, path, *size)?;
+                }
+            }
+            if *ext != "cls" || label.is_none() {
+                input_bytes += *size;
+            }
+        }
+        w.end_sample()?;
+        cur.tar_bytes += bytes;
+        cur.samples += 1;
+        self.done.samples += 1;
+        self.done.members += list.len() as u64;
+        self.done.input_bytes += input_bytes;
+        self.ctx
+            .progress
+            .sample_written(self.done.samples, self.done.input_bytes);
+        Ok(())
+    }
+}
+
+/// Reads and writes `samples` in order into shards in `out`.
+pub(crate) fn write_all(
+    ctx: &WriteCtx<'_>,
+    mut samples: Vec<Sample>,
+    out: &mut Output,
+    pool: &rayon::ThreadPool,
+) -> Result<Written> {
+    let n = samples.len();
+    let mut fails: Vec<Option<PackError>> = samples.iter_mut().map(|s| s.fail.take()).collect();
+    let totals: Vec<u64> = samples
+        .iter()
+        .map(|s| s.members.iter().map(|m| m.size).sum())
+        .collect();
+    // A sample larger than the whole budget is streamed from its files by
+    // the writer (unless a transform needs the bytes in memory).
+    let stream: Vec<bool> = totals
+        .iter()
+        .map(|&t| ctx.transform.is_none() && t > ctx.budget)
+        .collect();
+    let cost: Vec<u64> = (0..n)
+        .map(|i| {
+            SAMPLE_OVERHEAD
+                + if stream[i] || fails[i].is_some() {
+                    0
+                } else {
+                    totals[i]
+                }
+        })
+        .collect();
+    let samples = &samples;
+    let stream = &stream;
+    let stop = AtomicBool::new(false);
+    let stop = &stop;
+    let (tx, rx) = crossbeam_channel::unbounded::<(usize, Result<Vec<Data>>)>();
+    let mut sink = Sink {
+        ctx,
+        out,
+        cur: None,
+        next_shard: 0,
+        done: Written::default(),
+    };
+    let transform = ctx.transform;
+    let result = pool.in_place_scope(|scope| {
+        let r = (|| -> Result<()> {
+            let mut next_dispatch = 0usize;
+            let mut held_bytes = 0u64;
+            let mut held = 0usize;
+            let mut pending: HashMap<usize, Result<Vec<Data>>> = HashMap::new();
+            for i in 0..n {
+                if ctx.cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+                while next_dispatch < n
+                    && held < MAX_AHEAD_SAMPLES
+                    && (held == 0 || held_bytes + cost[next_dispatch] <= ctx.budget)
+                {
+                    let j = next_dispatch;
+                    next_dispatch += 1;
+                    held += 1;
+                    held_bytes += cost[j];
+                    if fails[j].is_some() {
+                        continue;
+                    }
+                    let tx = tx.clone();
+                    scope.spawn(move |_| {
+                        let r = if stop.load(Ordering::Relaxed) {
+                            Err(PackError::Cancelled)
+                        } else {
+                            read_sample(&samples[j], stream[j], transform)
+                        };
+                        let _ = tx.send((j, r));
+                    });
+                }
+                let data = match fails[i].take() {
+                    Some(e) => Err(e),
+                    None => loop {
+                        if let Some(r) = pending.remove(&i) {
+                            break r;
+                        }
+                        match rx.recv_timeout(Duration::from_millis(100)) {
+                            Ok((j, r)) => {
+                                pending.insert(j, r);
+                            }
+                            Err(RecvTimeoutError::Timeout) => {
+                                if ctx.cancel.load(Ordering::Relaxed) {
+                                    return Err(PackError::Cancelled);
+                                }
+                            }
+                            Err(RecvTimeoutError::Disconnected) => {
+                                return Err(PackError::Cancelled);
+                            }
+                        }
+                    },
+                };
+                sink.write(&samples[i], data)?;
+                held -= 1;
+                held_bytes -= cost[i];
+            }
+            Ok(())
+        })();
+        if r.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        r
+    });
+    result?;
+    if ctx.cancel.load(Ordering::Relaxed) {
+        return Err(PackError::Cancelled);
+    }
+    sink.finish_current()?;
+    Ok(sink.done)
+}
