@@ -1,0 +1,687 @@
+//! Opening a dataset and reading samples by index or key.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use bale_format::manifest::parse_hex64;
+use bale_format::read::{decompress_frame, read_exact_at, verify_member};
+use bale_format::{Compression, FormatError, MANIFEST_NAME, Manifest, SampleEntry, ShardIndex};
+use memmap2::Mmap;
+
+use crate::error::{ReaderError, Result};
+use crate::iter::SampleIter;
+use crate::plan::{EpochPlan, Order, Partition};
+use crate::sample::{Buf, Field, Sample};
+
+/// How sample bytes reach memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Backing {
+    /// Each shard is memory-mapped (read-only) the first time it is read, and
+    /// a sample of a plain tar shard is a slice of the map: no copy, no heap,
+    /// and no file descriptor kept open. Compressed shards decompress their
+    /// frame straight from the map. The default: it is the faster for random
+    /// reads with a warm page cache (see docs/benchmarks.md).
+    ///
+    /// **Trade-off**: if a shard file is truncated while it is mapped (bale
+    /// never does that: it replaces files by renaming), touching the lost
+    /// pages raises `SIGBUS` and kills the process instead of returning an
+    /// error. Use [`Backing::Pread`] where other programs may rewrite shards in place.
+    #[default]
+    Mmap,
+    /// One positioned read (`pread`) per sample into a buffer of its own
+    /// (one per run of samples for sequential plans). Errors are always
+    /// errors, never signals; a file descriptor stays open per shard read.
+    Pread,
+}
+
+/// Options for opening a dataset: `Dataset::options().verify_on_read(true).open(dir)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatasetOptions {
+    verify_on_read: bool,
+    backing: Backing,
+    read_chunk: usize,
+    open_threads: usize,
+}
+
+impl Default for DatasetOptions {
+    fn default() -> Self {
+        DatasetOptions {
+            verify_on_read: false,
+            backing: Backing::default(),
+            read_chunk: bale_format::stream::STREAM_BUFFER,
+            open_threads: 0,
+        }
+    }
+}
+
+impl DatasetOptions {
+    /// The defaults: no verification, [`Backing::Mmap`], 4 MiB reads, one open thread per core.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Check every member's checksum against the index on every read
+    /// (default `false`). A mismatch is a [`FormatError::ChecksumMismatch`]
+    /// naming the shard, key, member and offset. Shards indexed without
+    /// checksums are read unchecked.
+    pub fn verify_on_read(mut self, verify: bool) -> Self {
+        self.verify_on_read = verify;
+        self
+    }
+
+    /// How sample bytes reach memory (default [`Backing::Mmap`]).
+    pub fn backing(mut self, backing: Backing) -> Self {
+        self.backing = backing;
+        self
+    }
+
+    /// Largest single read for runs of consecutive samples in sequential and
+    /// shard-shuffled iteration, in bytes (default 4 MiB; a sample larger
+    /// than this is read whole).
+    pub fn read_chunk(mut self, bytes: usize) -> Self {
+        self.read_chunk = bytes.max(1);
+        self
+    }
+
+    /// Threads that open and validate the shard indexes (default 0: one per core).
+    pub fn open_threads(mut self, threads: usize) -> Self {
+        self.open_threads = threads;
+        self
+    }
+
+    /// Opens the dataset in `dir` with these options. See [`Dataset::open`].
+    ///
+    /// # Errors
+    /// As [`Dataset::open`].
+    pub fn open(&self, dir: impl AsRef<Path>) -> Result<Dataset> {
+        Dataset::open_with(dir.as_ref(), self.clone())
+    }
+}
+
+/// The lazily opened shard file.
+#[derive(Debug)]
+struct Handle {
+    file: Option<File>,
+    map: Option<Arc<Mmap>>,
+}
+
+#[derive(Debug)]
+struct Shard {
+    path: PathBuf,
+    index: ShardIndex,
+    handle: OnceLock<Handle>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    shards: Vec<Shard>,
+    /// Global index of each shard's first sample, then the total.
+    offsets: Vec<u64>,
+    labels: Option<Vec<String>>,
+    fields: Vec<String>,
+    options: DatasetOptions,
+}
+
+/// An open bale dataset: random access by index or key, and epoch iteration.
+///
+/// `Dataset` is `Send + Sync` and a clone is one reference count: share it
+/// between threads, or clone it into each. It never writes, so any number of
+/// threads and processes may read one dataset at once.
+///
+/// Opening reads the manifest and memory-maps every shard index (validated
+/// once); shard files are opened on first read, so a process needs no file
+/// descriptor per shard up front.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    inner: Arc<Inner>,
+}
+
+impl Dataset {
+    /// Options for opening a dataset; see [`DatasetOptions`].
+    pub fn options() -> DatasetOptions {
+        DatasetOptions::default()
+    }
+
+    /// Opens the dataset in `dir` with the default options.
+    ///
+    /// Reads `bale.json`, maps and validates every shard index (format
+    /// version, structure, footer checksum), and checks each against the
+    /// manifest (index checksum, sample count, shard length, compression) and
+    /// each shard file's length against its index.
+    ///
+    /// # Errors
+    /// [`FormatError::Incomplete`] (inside [`ReaderError::Format`]) when the
+    /// directory has no manifest (a pack that did not finish); any format
+    /// error naming the file; [`ReaderError::ManifestMismatch`] naming the shard.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(dir.as_ref(), DatasetOptions::default())
+    }
+
+    fn open_with(dir: &Path, options: DatasetOptions) -> Result<Self> {
+        let manifest = Manifest::read(dir)?;
+        let manifest_path = dir.join(MANIFEST_NAME);
+        let n = manifest.shards.len();
+        let threads = match options.open_threads {
+            0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
+            t => t,
+        }
+        .min(n.div_ceil(32).max(1));
+        let open_one = |i: usize| open_shard(dir, &manifest_path, &manifest, i);
+        let shards: Vec<Result<Shard>> = if threads <= 1 {
+            (0..n).map(open_one).collect()
+        } else {
+            let mut slots: Vec<Option<Result<Shard>>> = (0..n).map(|_| None).collect();
+            std::thread::scope(|scope| {
+                let per = n.div_ceil(threads);
+                for (t, chunk) in slots.chunks_mut(per).enumerate() {
+                    let open_one = &open_one;
+                    scope.spawn(move || {
+                        for (j, slot) in chunk.iter_mut().enumerate() {
+                            *slot = Some(open_one(t * per + j));
+                        }
+                    });
+                }
+            });
+            slots
+                .into_iter()
+                .map(|s| s.unwrap_or_else(|| unreachable_slot(dir)))
+                .collect()
+        };
+        let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut offsets = Vec::with_capacity(n + 1);
+        let mut total = 0u64;
+        for s in &shards {
+            offsets.push(total);
+            total += s.index.len() as u64;
+        }
+        offsets.push(total);
+        Ok(Dataset {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                shards,
+                offsets,
+                labels: manifest.labels,
+                fields: manifest.fields.into_keys().collect(),
+                options,
+            }),
+        })
+    }
+
+    /// The dataset directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> u64 {
+        *self.inner.offsets.last().unwrap_or(&0)
+    }
+
+    /// Whether the dataset holds no sample.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.inner.shards.len()
+    }
+
+    /// Number of samples in each shard, in dataset order.
+    pub fn shard_sizes(&self) -> Vec<u64> {
+        self.inner.offsets.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    /// The class names from the manifest, when the dataset has labels.
+    pub fn labels(&self) -> Option<&[String]> {
+        self.inner.labels.as_deref()
+    }
+
+    /// The class name of `label` (a [`Sample::label`]), when known.
+    pub fn label_name(&self, label: i64) -> Option<&str> {
+        let labels = self.inner.labels.as_ref()?;
+        labels.get(usize::try_from(label).ok()?).map(String::as_str)
+    }
+
+    /// The field extensions the manifest lists, sorted.
+    pub fn fields(&self) -> &[String] {
+        &self.inner.fields
+    }
+
+    /// The options the dataset was opened with.
+    pub fn open_options(&self) -> &DatasetOptions {
+        &self.inner.options
+    }
+
+    /// The shard and the sample within it that global index `i` names.
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`].
+    pub fn locate(&self, i: u64) -> Result<(usize, usize)> {
+        let offsets = &self.inner.offsets;
+        if i >= self.len() {
+            return Err(ReaderError::IndexOutOfRange {
+                dir: self.inner.dir.clone(),
+                index: i,
+                len: self.len(),
+            });
+        }
+        // The last shard whose first sample is <= i (skips empty shards).
+        let s = offsets.partition_point(|&o| o <= i) - 1;
+        Ok((s, (i - offsets[s]) as usize))
+    }
+
+    /// The key of sample `i`, without reading the sample.
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`].
+    pub fn key(&self, i: u64) -> Result<&str> {
+        let (s, local) = self.locate(i)?;
+        Ok(self.inner.shards[s].index.key(local))
+    }
+
+    /// Reads sample `i`: one positioned read (or a slice of the shard's map,
+    /// see [`Backing`]), decompressing its frame for `.tar.zst` shards.
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`]; I/O errors, truncated shards, bad
+    /// zstd frames and (with `verify_on_read`) checksum mismatches, naming
+    /// the shard file and offset; [`ReaderError::BadLabel`].
+    pub fn get(&self, i: u64) -> Result<Sample> {
+        let (s, local) = self.locate(i)?;
+        self.read_local(s, local, false)
+    }
+
+    /// Reads the sample with key `key`.
+    ///
+    /// Looks the key up in each shard's index in turn (a binary search of
+    /// its hash table each): `O(shards * log samples)`, no memory held.
+    ///
+    /// # Errors
+    /// [`ReaderError::UnknownKey`]; as [`Dataset::get`].
+    pub fn get_by_key(&self, key: &str) -> Result<Sample> {
+        for (s, shard) in self.inner.shards.iter().enumerate() {
+            if let Some(local) = shard.index.find(key) {
+                return self.read_local(s, local, false);
+            }
+        }
+        Err(ReaderError::UnknownKey {
+            dir: self.inner.dir.clone(),
+            key: key.to_owned(),
+        })
+    }
+
+    /// The global index of the sample with key `key`, if any (see [`Dataset::get_by_key`]).
+    pub fn find(&self, key: &str) -> Option<u64> {
+        self.inner.shards.iter().enumerate().find_map(|(s, shard)| {
+            shard
+                .index
+                .find(key)
+                .map(|l| self.inner.offsets[s] + l as u64)
+        })
+    }
+
+    /// The order in which `partition` yields the samples in an epoch of `plan`.
+    ///
+    /// # Errors
+    /// An invalid partition.
+    pub fn order(&self, plan: EpochPlan, partition: Partition) -> Result<Order> {
+        Order::new(plan, partition, &self.shard_sizes())
+    }
+
+    /// Iterates over an epoch: the samples `partition` gets under `plan`, in
+    /// plan order. Add [`SampleIter::start_at`] to resume and
+    /// [`SampleIter::prefetch`] to read ahead on background threads.
+    ///
+    /// Sequential and shard-shuffled plans read runs of consecutive samples
+    /// with one large read each (see [`DatasetOptions::read_chunk`]);
+    /// shuffled plans read each sample with one positioned read.
+    ///
+    /// # Errors
+    /// An invalid partition.
+    pub fn iter(&self, plan: EpochPlan, partition: Partition) -> Result<SampleIter> {
+        Ok(SampleIter::new(self.clone(), self.order(plan, partition)?))
+    }
+
+    fn handle(&self, s: usize) -> Result<&Handle> {
+        let shard = &self.inner.shards[s];
+        if let Some(h) = shard.handle.get() {
+            return Ok(h);
+        }
+        let h = open_handle(shard, self.inner.options.backing)?;
+        // Another thread may have won the race; its handle is as good.
+        Ok(shard.handle.get_or_init(|| h))
+    }
+
+    /// Sample `local` of shard `s`; with `populate`, a mapped sample's pages are read in now.
+    pub(crate) fn read_local(&self, s: usize, local: usize, populate: bool) -> Result<Sample> {
+        let shard = &self.inner.shards[s];
+        let e = shard.index.sample(local);
+        let h = self.handle(s)?;
+        let compression = shard.index.compression();
+        let (buf, base) = match (&h.map, &h.file, compression) {
+            (Some(map), _, Compression::None) => {
+                (Buf::Map(Arc::clone(map)), e.file_offset as usize)
+            }
+            (Some(map), _, Compression::Zstd) => {
+                let frame = map_slice(map, &shard.path, e.file_offset, e.file_len)?;
+                let data = decompress_frame(&shard.path, e.file_offset, frame, e.tar_len)?;
+                (Buf::Heap(Arc::new(data)), 0)
+            }
+            (None, Some(file), _) => {
+                let raw = read_exact_at(file, &shard.path, e.file_offset, e.file_len)?;
+                let data = match compression {
+                    Compression::None => raw,
+                    Compression::Zstd => {
+                        decompress_frame(&shard.path, e.file_offset, &raw, e.tar_len)?
+                    }
+                };
+                (Buf::Heap(Arc::new(data)), 0)
+            }
+            (None, None, _) => unreachable_handle(&shard.path)?,
+        };
+        let sample = self.build(s, local, &e, buf, base)?;
+        if populate {
+            sample.populate();
+        }
+        Ok(sample)
+    }
+
+    /// Samples `local..local + count` of shard `s`, read with one large read
+    /// (or sliced from the map). A failed read is retried sample by sample,
+    /// so an error names the sample it concerns and the others still arrive.
+    pub(crate) fn read_run(
+        &self,
+        s: usize,
+        local: usize,
+        count: usize,
+        populate: bool,
+    ) -> Vec<Result<Sample>> {
+        match self.try_read_run(s, local, count, populate) {
+            Ok(v) => v,
+            Err(_) => (local..local + count)
+                .map(|l| self.read_local(s, l, populate))
+                .collect(),
+        }
+    }
+
+    fn try_read_run(
+        &self,
+        s: usize,
+        local: usize,
+        count: usize,
+        populate: bool,
+    ) -> Result<Vec<Result<Sample>>> {
+        let shard = &self.inner.shards[s];
+        let first = shard.index.sample(local);
+        let last = shard.index.sample(local + count - 1);
+        let span_start = first.file_offset;
+        let span_len = (last.file_offset + last.file_len).saturating_sub(span_start);
+        let h = self.handle(s)?;
+        let compression = shard.index.compression();
+        let buf = match (&h.map, &h.file) {
+            (Some(map), _) => {
+                map_slice(map, &shard.path, span_start, span_len)?;
+                // Start the kernel reading the whole run at once.
+                let _ = map.advise_range(
+                    memmap2::Advice::WillNeed,
+                    span_start as usize,
+                    span_len as usize,
+                );
+                Buf::Map(Arc::clone(map))
+            }
+            (None, Some(file)) => {
+                let v = read_exact_at(file, &shard.path, span_start, span_len)?;
+                Buf::Heap(Arc::new(v))
+            }
+            (None, None) => unreachable_handle(&shard.path)?,
+        };
+        // Offset of file byte `o` in `buf` (None if a corrupt index puts it before the run).
+        let shift = |o: u64| match &buf {
+            Buf::Map(_) => usize::try_from(o).ok(),
+            Buf::Heap(_) => o
+                .checked_sub(span_start)
+                .and_then(|d| usize::try_from(d).ok()),
+        };
+        let mut out = Vec::with_capacity(count);
+        for l in local..local + count {
+            let e = shard.index.sample(l);
+            let at = shift(e.file_offset);
+            let outside = || {
+                ReaderError::from(FormatError::Corrupt {
+                    path: shard.path.clone(),
+                    offset: e.file_offset,
+                    what: format!(
+                        "sample {:?} lies outside the run read for it",
+                        shard.index.key(l)
+                    ),
+                })
+            };
+            let r = match (compression, at) {
+                (_, None) => Err(outside()),
+                (Compression::None, Some(at)) => self.build(s, l, &e, buf.clone(), at),
+                (Compression::Zstd, Some(at)) => at
+                    .checked_add(e.file_len as usize)
+                    .and_then(|end| buf.get(at..end))
+                    .ok_or_else(outside)
+                    .and_then(|frame| {
+                        decompress_frame(&shard.path, e.file_offset, frame, e.tar_len)
+                            .map_err(ReaderError::from)
+                    })
+                    .and_then(|d| self.build(s, l, &e, Buf::Heap(Arc::new(d)), 0)),
+            };
+            if populate && let Ok(sample) = &r {
+                sample.populate();
+            }
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    /// Builds a sample whose tar bytes start at `buf[base]`: fields as ranges,
+    /// label parsed, checksums verified when asked.
+    fn build(
+        &self,
+        s: usize,
+        local: usize,
+        e: &SampleEntry,
+        buf: Buf,
+        base: usize,
+    ) -> Result<Sample> {
+        let shard = &self.inner.shards[s];
+        let index = &shard.index;
+        let key = index.key(local);
+        let verify = self.inner.options.verify_on_read && index.has_checksums();
+        let mut fields = Vec::with_capacity(e.member_count as usize);
+        let mut label = None;
+        for m in index.members(local) {
+            let start = m.offset.saturating_sub(e.tar_offset) as usize;
+            let len = m.size as usize;
+            let range = (|| {
+                let a = base.checked_add(start)?;
+                Some(a..a.checked_add(len)?)
+            })();
+            let data = range
+                .and_then(|r| buf.get(r))
+                .ok_or_else(|| FormatError::Corrupt {
+                    path: shard.path.clone(),
+                    offset: e.file_offset,
+                    what: format!(
+                        "member {key}.{} lies outside the bytes read for its sample",
+                        m.ext
+                    ),
+                })?;
+            if verify {
+                verify_member(&shard.path, key, &m, data)?;
+            }
+            if m.ext == "cls" {
+                label = Some(parse_label(data).ok_or_else(|| ReaderError::BadLabel {
+                    path: shard.path.clone(),
+                    key: key.to_owned(),
+                    text: String::from_utf8_lossy(&data[..data.len().min(32)]).into_owned(),
+                })?);
+            }
+            fields.push(Field {
+                ext: m.ext.into(),
+                start,
+                len,
+            });
+        }
+        Ok(Sample {
+            key: key.to_owned(),
+            index: self.inner.offsets[s] + local as u64,
+            label,
+            buf,
+            base,
+            fields,
+        })
+    }
+
+    /// Bytes to budget for reading sample `local` of shard `s` (its uncompressed size).
+    pub(crate) fn sample_cost(&self, s: usize, local: usize) -> u64 {
+        self.inner.shards[s].index.sample(local).tar_len
+    }
+
+    /// Largest read for a run of samples.
+    pub(crate) fn read_chunk(&self) -> u64 {
+        self.inner.options.read_chunk as u64
+    }
+
+    /// Whether samples are slices of shard maps.
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.inner.options.backing == Backing::Mmap
+    }
+}
+
+fn parse_label(data: &[u8]) -> Option<i64> {
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
+}
+
+fn map_slice<'a>(map: &'a Mmap, path: &Path, offset: u64, len: u64) -> Result<&'a [u8]> {
+    let range = usize::try_from(offset)
+        .ok()
+        .and_then(|o| Some(o..o.checked_add(usize::try_from(len).ok()?)?));
+    range.and_then(|r| map.get(r)).ok_or_else(|| {
+        ReaderError::from(FormatError::Truncated {
+            path: path.to_path_buf(),
+            what: "sample data",
+            needed: offset.saturating_add(len),
+            len: map.len() as u64,
+        })
+    })
+}
+
+fn unreachable_handle<T>(path: &Path) -> Result<T> {
+    // A handle always holds a map or a file; reaching here is a bug, reported as an error.
+    Err(ReaderError::from(FormatError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other("shard handle holds neither a file nor a map"),
+    }))
+}
+
+fn unreachable_slot(dir: &Path) -> Result<Shard> {
+    Err(ReaderError::from(FormatError::Io {
+        path: dir.to_path_buf(),
+        source: std::io::Error::other("an index opening thread did not finish"),
+    }))
+}
+
+fn open_shard(dir: &Path, manifest_path: &Path, manifest: &Manifest, i: usize) -> Result<Shard> {
+    let entry = &manifest.shards[i];
+    let index_path = Manifest::resolve(dir, &entry.index);
+    let path = Manifest::resolve(dir, &entry.file);
+    let index = ShardIndex::open(&index_path)?;
+    let mismatch = |what: String| {
+        Err(ReaderError::ManifestMismatch {
+            manifest: manifest_path.to_path_buf(),
+            shard: i,
+            path: index_path.clone(),
+            what,
+        })
+    };
+    let recorded = parse_hex64(&entry.index_xxh3).unwrap_or_default();
+    if index.checksum() != recorded {
+        return mismatch(format!(
+            "the index checksum is {:016x}, the manifest records {}",
+            index.checksum(),
+            entry.index_xxh3
+        ));
+    }
+    if index.len() as u64 != entry.samples {
+        return mismatch(format!(
+            "the index holds {} samples, the manifest records {}",
+            index.len(),
+            entry.samples
+        ));
+    }
+    if index.shard_len() != entry.bytes {
+        return mismatch(format!(
+            "the index describes a shard of {} bytes, the manifest records {}",
+            index.shard_len(),
+            entry.bytes
+        ));
+    }
+    if index.compression() != entry.compression {
+        return mismatch(format!(
+            "the index says compression {}, the manifest {}",
+            index.compression().as_str(),
+            entry.compression.as_str()
+        ));
+    }
+    let meta = std::fs::metadata(&path).map_err(|e| FormatError::Io {
+        path: path.clone(),
+        source: e,
+    })?;
+    check_shard_len(&path, meta.len(), &index)?;
+    Ok(Shard {
+        path,
+        index,
+        handle: OnceLock::new(),
+    })
+}
+
+fn check_shard_len(path: &Path, len: u64, index: &ShardIndex) -> Result<()> {
+    if len != index.shard_len() {
+        return Err(ReaderError::from(FormatError::Truncated {
+            path: path.to_path_buf(),
+            what: "the shard the index describes",
+            needed: index.shard_len(),
+            len,
+        }));
+    }
+    Ok(())
+}
+
+fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
+    let path = &shard.path;
+    let io = |e| {
+        ReaderError::from(FormatError::Io {
+            path: path.clone(),
+            source: e,
+        })
+    };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    check_shard_len(path, len, &shard.index)?;
+    match backing {
+        Backing::Pread => Ok(Handle {
+            file: Some(file),
+            map: None,
+        }),
+        Backing::Mmap => {
+            // SAFETY: a read-only map of a file bale never modifies in place
+            // (it writes new files and renames them); its length was checked
+            // against the index above, and every access is bounds-checked
+            // against the map. A file truncated by another program while
+            // mapped raises SIGBUS: the documented trade-off of `Backing::Mmap`.
+            let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+            // The map keeps the file alive: no descriptor is held.
+            Ok(Handle {
+                file: None,
+                map: Some(Arc::new(map)),
+            })
+        }
+    }
+}

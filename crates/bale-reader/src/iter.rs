@@ -1,0 +1,555 @@
+//! Reading an epoch: [`SampleIter`], with optional background prefetch.
+//!
+//! Reading is split into *jobs*: a run of consecutive samples of one shard
+//! read with one large read (sequential and shard-shuffled plans), or one
+//! sample (shuffled plans, and the samples a resumed reservoir holds). Jobs
+//! come in the partition's read order; without prefetch the iterator runs
+//! them itself, with prefetch a pool of threads runs them ahead and the
+//! iterator puts their results back in order. Shard-shuffled plans then mix
+//! the samples through the bounded reservoir of [`crate::plan`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::dataset::Dataset;
+use crate::error::{ReaderError, Result};
+use crate::plan::{Order, Reservoir};
+use crate::sample::Sample;
+
+/// One unit of reading: samples `local..local + count` of shard `shard`.
+#[derive(Debug, Clone, Copy)]
+struct Job {
+    shard: usize,
+    local: usize,
+    count: usize,
+    /// Global index of the first sample (for error messages).
+    first: u64,
+    /// Uncompressed bytes of the samples (for the prefetch budget).
+    bytes: u64,
+}
+
+/// Produces the jobs of a partition in read order.
+#[derive(Debug)]
+struct JobGen {
+    ds: Dataset,
+    order: Order,
+    singles: VecDeque<u64>,
+    pos: u64,
+    end: u64,
+    max_samples: u64,
+    max_bytes: u64,
+}
+
+impl JobGen {
+    /// Moves the remaining jobs out, leaving this generator exhausted.
+    fn take(&mut self) -> JobGen {
+        let rest = JobGen {
+            ds: self.ds.clone(),
+            order: self.order.clone(),
+            singles: std::mem::take(&mut self.singles),
+            pos: self.pos,
+            end: self.end,
+            max_samples: self.max_samples,
+            max_bytes: self.max_bytes,
+        };
+        self.pos = self.end;
+        rest
+    }
+
+    fn next_job(&mut self) -> Option<Job> {
+        if let Some(g) = self.singles.pop_front() {
+            return Some(self.job_at(g, 1));
+        }
+        if self.pos >= self.end {
+            return None;
+        }
+        let g = self.order.at(self.pos);
+        let run = self.order.run_len(self.pos).min(self.max_samples).max(1);
+        let job = self.job_at(g, run);
+        self.pos += job.count as u64;
+        Some(job)
+    }
+
+    /// A job for up to `run` samples from global index `g` (which exist and
+    /// lie in one shard), cut so that its bytes stay within `max_bytes`
+    /// (at least one sample).
+    fn job_at(&self, g: u64, run: u64) -> Job {
+        // `g` comes from an order over this dataset's shard sizes: in range.
+        let (shard, local) = self.ds.locate(g).unwrap_or((0, 0));
+        let mut count = 0usize;
+        let mut bytes = 0u64;
+        while (count as u64) < run {
+            let b = self.ds.sample_cost(shard, local + count);
+            if count > 0 && bytes + b > self.max_bytes {
+                break;
+            }
+            bytes += b;
+            count += 1;
+        }
+        Job {
+            shard,
+            local,
+            count,
+            first: g,
+            bytes,
+        }
+    }
+}
+
+fn run_job(ds: &Dataset, job: &Job, populate: bool) -> Vec<Result<Sample>> {
+    if job.count == 1 {
+        vec![ds.read_local(job.shard, job.local, populate)]
+    } else {
+        ds.read_run(job.shard, job.local, job.count, populate)
+    }
+}
+
+/// Runs jobs on the calling thread.
+#[derive(Debug)]
+struct Inline {
+    jobs: JobGen,
+    queue: VecDeque<Result<Sample>>,
+}
+
+impl Inline {
+    fn next(&mut self) -> Option<Result<Sample>> {
+        loop {
+            if let Some(x) = self.queue.pop_front() {
+                return Some(x);
+            }
+            let job = self.jobs.next_job()?;
+            self.queue.extend(run_job(&self.jobs.ds, &job, false));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct PState {
+    jobs: JobGen,
+    peeked: Option<Job>,
+    next_seq: u64,
+    in_samples: u64,
+    in_bytes: u64,
+    stop: bool,
+}
+
+#[derive(Debug)]
+struct PShared {
+    state: Mutex<PState>,
+    cv: Condvar,
+    max_samples: u64,
+    max_bytes: u64,
+}
+
+impl PShared {
+    fn lock(&self) -> MutexGuard<'_, PState> {
+        // A poisoned lock only means a thread panicked while holding it; the
+        // state is plain counters and stays consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Debug)]
+struct Done {
+    seq: u64,
+    results: Vec<Result<Sample>>,
+    samples: u64,
+    bytes: u64,
+}
+
+/// Runs jobs on background threads, within a budget of samples and bytes,
+/// and hands their results back in order.
+#[derive(Debug)]
+struct Prefetcher {
+    shared: Arc<PShared>,
+    rx: Receiver<Done>,
+    threads: Vec<JoinHandle<()>>,
+    reorder: BTreeMap<u64, Done>,
+    next_seq: u64,
+    current: VecDeque<Result<Sample>>,
+    /// Budget held by the job being consumed.
+    held: (u64, u64),
+}
+
+impl Prefetcher {
+    fn start(
+        jobs: JobGen,
+        threads: usize,
+        max_samples: u64,
+        max_bytes: u64,
+    ) -> std::result::Result<Self, JobGen> {
+        let ds = jobs.ds.clone();
+        let shared = Arc::new(PShared {
+            state: Mutex::new(PState {
+                jobs,
+                peeked: None,
+                next_seq: 0,
+                in_samples: 0,
+                in_bytes: 0,
+                stop: false,
+            }),
+            cv: Condvar::new(),
+            max_samples,
+            max_bytes,
+        });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut handles = Vec::with_capacity(threads);
+        for t in 0..threads {
+            let (shared, tx, ds) = (Arc::clone(&shared), tx.clone(), ds.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("bale-prefetch-{t}"))
+                .spawn(move || worker(&shared, &tx, &ds));
+            if let Ok(h) = spawned {
+                handles.push(h);
+            }
+        }
+        if handles.is_empty() {
+            // No thread could be started: the caller reads inline instead.
+            return Err(shared.lock().jobs.take());
+        }
+        Ok(Prefetcher {
+            shared,
+            rx,
+            threads: handles,
+            reorder: BTreeMap::new(),
+            next_seq: 0,
+            current: VecDeque::new(),
+            held: (0, 0),
+        })
+    }
+
+    fn next(&mut self) -> Option<Result<Sample>> {
+        loop {
+            if let Some(x) = self.current.pop_front() {
+                return Some(x);
+            }
+            if self.held != (0, 0) {
+                let mut st = self.shared.lock();
+                st.in_samples -= self.held.0;
+                st.in_bytes -= self.held.1;
+                self.held = (0, 0);
+                drop(st);
+                self.shared.cv.notify_all();
+            }
+            let done = loop {
+                if let Some(d) = self.reorder.remove(&self.next_seq) {
+                    break d;
+                }
+                match self.rx.recv() {
+                    Ok(d) => {
+                        self.reorder.insert(d.seq, d);
+                    }
+                    // Every thread has finished: nothing more will come.
+                    Err(_) => return None,
+                }
+            };
+            self.next_seq += 1;
+            self.held = (done.samples, done.bytes);
+            self.current.extend(done.results);
+        }
+    }
+}
+
+fn worker(shared: &PShared, tx: &Sender<Done>, ds: &Dataset) {
+    loop {
+        let (seq, job) = {
+            let mut st = shared.lock();
+            loop {
+                if st.stop {
+                    return;
+                }
+                if st.peeked.is_none() {
+                    st.peeked = st.jobs.next_job();
+                }
+                let Some(job) = st.peeked else {
+                    return;
+                };
+                let idle = st.in_samples == 0 && st.in_bytes == 0;
+                let fits = st.in_samples + job.count as u64 <= shared.max_samples
+                    && st.in_bytes + job.bytes <= shared.max_bytes;
+                if idle || fits {
+                    st.peeked = None;
+                    st.in_samples += job.count as u64;
+                    st.in_bytes += job.bytes;
+                    let seq = st.next_seq;
+                    st.next_seq += 1;
+                    break (seq, job);
+                }
+                st = shared.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        let populate = ds.is_mapped();
+        let results = catch_unwind(AssertUnwindSafe(|| run_job(ds, &job, populate)))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".into());
+                (0..job.count)
+                    .map(|k| {
+                        Err(ReaderError::Prefetch {
+                            index: job.first + k as u64,
+                            what: what.clone(),
+                        })
+                    })
+                    .collect()
+            });
+        let done = Done {
+            seq,
+            results,
+            samples: job.count as u64,
+            bytes: job.bytes,
+        };
+        if tx.send(done).is_err() {
+            return;
+        }
+    }
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.cv.notify_all();
+        for h in self.threads.drain(..) {
+            // A thread finishes its current read and exits; a panic was
+            // already turned into errors.
+            let _ = h.join();
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Source {
+    Inline(Inline),
+    Threads(Box<Prefetcher>),
+}
+
+impl Source {
+    fn next(&mut self) -> Option<Result<Sample>> {
+        match self {
+            Source::Inline(i) => i.next(),
+            Source::Threads(p) => p.next(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Engine {
+    source: Source,
+    mix: Option<Reservoir<Result<Sample>>>,
+}
+
+/// Background read-ahead settings (see [`SampleIter::prefetch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Prefetch {
+    threads: usize,
+    max_samples: u64,
+    max_bytes: u64,
+}
+
+/// An epoch of samples for one partition, in plan order (see [`Dataset::iter`]).
+///
+/// Yields `Result<Sample>`: a sample that cannot be read is an error in its
+/// place, and iteration continues with the next one, so the iterator always
+/// yields exactly [`SampleIter::len`] items. `Send + Sync`; dropping it stops
+/// its prefetch threads (each finishes at most its current read).
+///
+/// ```
+/// use bale_reader::{Dataset, EpochPlan, Partition};
+/// # let dir = tempfile::tempdir()?;
+/// # bale_reader::testing::TestDataset::new(10, 3).write(dir.path())?;
+/// let ds = Dataset::open(dir.path())?;
+/// let plan = EpochPlan::shuffled(42, 0);
+/// let part = Partition::new(0, 2).with_workers(1, 2); // rank 0 of 2, worker 1 of 2
+/// let all: Vec<u64> = ds.iter(plan, part)?.map(|s| s.map(|s| s.index())).collect::<Result<_, _>>()?;
+/// // Resume after 1 sample on 2 threads, at most 8 samples or 1 MiB read ahead.
+/// let rest: Vec<u64> = ds.iter(plan, part)?.start_at(1)?.prefetch(2, 8, 1 << 20)
+///     .map(|s| s.map(|s| s.index())).collect::<Result<_, _>>()?;
+/// assert_eq!(rest, all[1..]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SampleIter {
+    ds: Dataset,
+    order: Order,
+    position: u64,
+    prefetch: Option<Prefetch>,
+    engine: Option<Engine>,
+}
+
+impl SampleIter {
+    pub(crate) fn new(ds: Dataset, order: Order) -> Self {
+        SampleIter {
+            ds,
+            order,
+            position: 0,
+            prefetch: None,
+            engine: None,
+        }
+    }
+
+    /// Starts (or restarts) the epoch at item `k` of this partition's
+    /// sequence: the iterator then yields exactly what an uninterrupted one
+    /// yields after its first `k` items. Save [`SampleIter::position`] in a
+    /// checkpoint and pass it here to resume.
+    ///
+    /// # Errors
+    /// [`ReaderError::StartPastEnd`] when `k > self.len()`.
+    pub fn start_at(mut self, k: u64) -> Result<Self> {
+        if k > self.order.len() {
+            return Err(ReaderError::StartPastEnd {
+                offset: k,
+                len: self.order.len(),
+            });
+        }
+        self.engine = None;
+        self.position = k;
+        Ok(self)
+    }
+
+    /// Reads ahead on `threads` background threads, keeping at most
+    /// `max_samples` samples and `max_bytes` bytes (uncompressed) read but
+    /// not yet yielded, the sample being yielded's read included. A single
+    /// read larger than the budget still proceeds, alone. Samples come out
+    /// in plan order. `threads == 0` turns prefetch off; budgets of 0 count
+    /// as 1. Shard-shuffled plans hold their reservoir on top of this.
+    ///
+    /// Applies from the current position on (read-ahead so far is discarded).
+    pub fn prefetch(mut self, threads: usize, max_samples: usize, max_bytes: u64) -> Self {
+        self.prefetch = (threads > 0).then(|| Prefetch {
+            threads,
+            max_samples: (max_samples as u64).max(1),
+            max_bytes: max_bytes.max(1),
+        });
+        self.engine = None;
+        self
+    }
+
+    /// Number of items the epoch yields for this partition (from its start,
+    /// whatever [`SampleIter::start_at`] says).
+    pub fn len(&self) -> u64 {
+        self.order.len()
+    }
+
+    /// Whether the epoch yields nothing for this partition.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Number of items yielded so far, counted from the start of the epoch
+    /// (so `start_at(k)` then `n` items gives `k + n`).
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// The order of the epoch, as global indices.
+    pub fn order(&self) -> &Order {
+        &self.order
+    }
+
+    fn engine(&mut self) -> Result<&mut Engine> {
+        if self.engine.is_none() {
+            let start = self.order.read_start(self.position)?;
+            let (ds, prefetch) = (&self.ds, self.prefetch);
+            let jobs = JobGen {
+                ds: ds.clone(),
+                order: self.order.clone(),
+                singles: start.singles.into(),
+                pos: start.pos,
+                end: self.order.end_pos(),
+                max_samples: prefetch.map_or(u64::MAX, |p| p.max_samples),
+                max_bytes: ds
+                    .read_chunk()
+                    .min(prefetch.map_or(u64::MAX, |p| p.max_bytes)),
+            };
+            let inline = |jobs| {
+                Source::Inline(Inline {
+                    jobs,
+                    queue: VecDeque::new(),
+                })
+            };
+            let source = match prefetch {
+                None => inline(jobs),
+                Some(p) => match Prefetcher::start(jobs, p.threads, p.max_samples, p.max_bytes) {
+                    Ok(pf) => Source::Threads(Box::new(pf)),
+                    Err(jobs) => inline(jobs),
+                },
+            };
+            let mix = start.reservoir.map(|r| Reservoir {
+                buf: Vec::with_capacity(r.cap.min(1 << 16)),
+                cap: r.cap,
+                rng: r.rng,
+            });
+            self.engine = Some(Engine { source, mix });
+        }
+        match self.engine.as_mut() {
+            Some(e) => Ok(e),
+            None => Err(ReaderError::Prefetch {
+                index: 0,
+                what: "the reader could not start".into(),
+            }),
+        }
+    }
+}
+
+impl Iterator for SampleIter {
+    type Item = Result<Sample>;
+
+    fn next(&mut self) -> Option<Result<Sample>> {
+        if self.position >= self.order.len() {
+            return None;
+        }
+        let item = match self.engine() {
+            Err(e) => Some(Err(e)),
+            Ok(engine) => match &mut engine.mix {
+                None => engine.source.next(),
+                Some(r) => {
+                    let source = &mut engine.source;
+                    r.step(|| {
+                        // A sample held by the reservoir gets a buffer of its
+                        // own, so it does not keep the whole run it was read with.
+                        source.next().map(|x| {
+                            x.map(|mut s| {
+                                s.compact();
+                                s
+                            })
+                        })
+                    })
+                }
+            },
+        };
+        match item {
+            Some(x) => {
+                self.position += 1;
+                Some(x)
+            }
+            None => {
+                // The source ended early: the reading threads could not deliver.
+                let index = self
+                    .order
+                    .iter_from(self.position)
+                    .ok()
+                    .and_then(|mut i| i.next())
+                    .unwrap_or(0);
+                self.position = self.order.len();
+                self.engine = None;
+                Some(Err(ReaderError::Prefetch {
+                    index,
+                    what: "the reading threads stopped before the end of the epoch".into(),
+                }))
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::try_from(self.order.len() - self.position).unwrap_or(usize::MAX);
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for SampleIter {}

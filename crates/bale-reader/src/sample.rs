@@ -1,0 +1,186 @@
+//! A sample as the reader returns it: key, index, label and fields, all
+//! slices of one shared buffer.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+/// Bytes a sample's fields point into: a heap buffer (a positioned read or a
+/// decompressed frame, possibly shared by the samples of one large read) or
+/// a shard's memory map (zero-copy).
+#[derive(Clone)]
+pub(crate) enum Buf {
+    Heap(Arc<Vec<u8>>),
+    Map(Arc<Mmap>),
+}
+
+impl Deref for Buf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Buf::Heap(v) => v,
+            Buf::Map(m) => m,
+        }
+    }
+}
+
+/// One field of a sample: the member `<key>.<ext>`.
+#[derive(Debug, Clone)]
+pub(crate) struct Field {
+    pub ext: Box<str>,
+    /// Offset of the data in the sample's bytes.
+    pub start: usize,
+    pub len: usize,
+}
+
+/// One sample: its key, global index, label (from a `.cls` member) and fields.
+///
+/// A sample owns (a share of) its bytes: it is `Send + Sync`, outlives the
+/// [`Dataset`](crate::Dataset) it came from, and clones cheaply (the bytes
+/// are reference-counted, never copied). Every field is a slice of one
+/// buffer: the shard's memory map when the dataset is opened with
+/// [`Backing::Mmap`](crate::Backing::Mmap) on a plain tar shard (zero-copy),
+/// else the one buffer the sample was read (or decompressed) into.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// # bale_reader::testing::TestDataset::new(4, 2).write(dir.path())?;
+/// let ds = bale_reader::Dataset::open(dir.path())?;
+/// let s = ds.get(3)?;
+/// assert_eq!(s.index(), 3);
+/// assert_eq!(s.label(), Some(3));
+/// assert_eq!(ds.label_name(3), Some("class-3"));
+/// for (ext, bytes) in s.fields() {
+///     println!("{}.{ext}: {} bytes", s.key(), bytes.len());
+/// }
+/// assert!(s.field("bin").is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Sample {
+    pub(crate) key: String,
+    pub(crate) index: u64,
+    pub(crate) label: Option<i64>,
+    pub(crate) buf: Buf,
+    /// Offset of the sample's bytes in `buf` (its first tar header).
+    pub(crate) base: usize,
+    pub(crate) fields: Vec<Field>,
+}
+
+impl Sample {
+    /// The key: member names are `<key>.<ext>`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The sample's global index in the dataset.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The class index held by the `.cls` member (decimal ASCII, surrounding
+    /// whitespace ignored), when the sample has one. The class name is
+    /// [`Dataset::label_name`](crate::Dataset::label_name).
+    pub fn label(&self) -> Option<i64> {
+        self.label
+    }
+
+    /// The bytes of the field with extension `ext` (without the dot: `"jpg"`).
+    pub fn field(&self, ext: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|f| &*f.ext == ext)
+            .map(|f| self.slice(f))
+    }
+
+    /// The fields as `(extension, bytes)`, in shard order.
+    pub fn fields(&self) -> impl ExactSizeIterator<Item = (&str, &[u8])> + '_ {
+        self.fields.iter().map(|f| (&*f.ext, self.slice(f)))
+    }
+
+    /// The extensions of the fields, in shard order.
+    pub fn extensions(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.fields.iter().map(|f| &*f.ext)
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.fields.len()
+    }
+
+    /// Whether the sample has no field (never true for a sample read from a shard).
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
+    /// Total bytes of the fields' data.
+    pub fn data_len(&self) -> usize {
+        self.fields.iter().map(|f| f.len).sum()
+    }
+
+    /// Whether the fields are slices of a shard's memory map (zero-copy).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.buf, Buf::Map(_))
+    }
+
+    fn slice(&self, f: &Field) -> &[u8] {
+        let start = self.base + f.start;
+        &self.buf[start..start + f.len]
+    }
+
+    /// The span of `buf` the sample covers.
+    pub(crate) fn span(&self) -> (usize, usize) {
+        let end = self
+            .fields
+            .iter()
+            .map(|f| f.start + f.len)
+            .max()
+            .unwrap_or(0);
+        (self.base, self.base + end)
+    }
+
+    /// Copies the sample's bytes into a buffer of its own when it shares a
+    /// larger heap buffer (the read of a run of samples), so that holding it
+    /// does not hold the whole run. Mapped samples are left alone (the map
+    /// costs no heap).
+    pub(crate) fn compact(&mut self) {
+        if let Buf::Heap(v) = &self.buf {
+            let (s, e) = self.span();
+            if s != 0 || e != v.len() {
+                let own = v[s..e].to_vec();
+                self.buf = Buf::Heap(Arc::new(own));
+                self.base = 0;
+            }
+        }
+    }
+
+    /// Touches one byte of every page of the sample's bytes, so that a
+    /// mapped sample's pages are read in (by the thread that calls this).
+    pub(crate) fn populate(&self) {
+        if let Buf::Map(m) = &self.buf {
+            let (s, e) = self.span();
+            let bytes = &m[s..e];
+            let mut acc = 0u8;
+            for i in (0..bytes.len()).step_by(4096) {
+                // SAFETY: `i` is in bounds; a volatile read keeps the touch from being optimised out.
+                acc ^= unsafe { std::ptr::read_volatile(bytes.as_ptr().add(i)) };
+            }
+            std::hint::black_box(acc);
+        }
+    }
+}
+
+impl fmt::Debug for Sample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fields: Vec<(&str, usize)> = self.fields.iter().map(|x| (&*x.ext, x.len)).collect();
+        f.debug_struct("Sample")
+            .field("key", &self.key)
+            .field("index", &self.index)
+            .field("label", &self.label)
+            .field("fields", &fields)
+            .field("mapped", &self.is_mapped())
+            .finish()
+    }
+}

@@ -1,0 +1,413 @@
+//! Opening datasets and reading samples: correct bytes, clear errors on bad data.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+use std::sync::Arc;
+
+use bale_format::{Compression, FormatError, Manifest};
+use bale_reader::testing::TestDataset;
+use bale_reader::{Backing, Dataset, ReaderError};
+
+fn both_backings() -> [Backing; 2] {
+    [Backing::Mmap, Backing::Pread]
+}
+
+fn check_sample(spec: &TestDataset, ds: &Dataset, i: u64) {
+    let s = ds.get(i).unwrap();
+    assert_eq!(s.index(), i);
+    assert_eq!(s.key(), spec.key(i));
+    assert_eq!(s.label(), Some(spec.label(i)));
+    assert_eq!(s.field("bin"), Some(&spec.payload(i)[..]), "sample {i}");
+    assert_eq!(s.field("cls"), Some(spec.label(i).to_string().as_bytes()));
+    assert_eq!(s.extensions().collect::<Vec<_>>(), vec!["bin", "cls"]);
+    assert_eq!(s.field("jpg"), None);
+}
+
+#[test]
+fn get_returns_every_sample_with_its_bytes() {
+    for compression in [Compression::None, Compression::Zstd] {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = TestDataset::with_shard_sizes(vec![7, 0, 13, 1]).compression(compression);
+        spec.write(dir.path()).unwrap();
+        for backing in both_backings() {
+            for verify in [false, true] {
+                let ds = Dataset::options()
+                    .backing(backing)
+                    .verify_on_read(verify)
+                    .open(dir.path())
+                    .unwrap();
+                assert_eq!(ds.len(), 21);
+                assert_eq!(ds.shard_sizes(), vec![7, 0, 13, 1]);
+                assert_eq!(ds.labels().unwrap().len(), 10);
+                assert_eq!(ds.fields(), ["bin", "cls"]);
+                for i in 0..ds.len() {
+                    check_sample(&spec, &ds, i);
+                    assert_eq!(ds.key(i).unwrap(), spec.key(i));
+                }
+                let mapped = ds.get(0).unwrap().is_mapped();
+                assert_eq!(
+                    mapped,
+                    backing == Backing::Mmap && compression == Compression::None
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn get_by_key_finds_samples_in_every_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TestDataset::new(50, 5);
+    spec.write(dir.path()).unwrap();
+    let ds = Dataset::open(dir.path()).unwrap();
+    for i in [0, 9, 10, 33, 49] {
+        let s = ds.get_by_key(&spec.key(i)).unwrap();
+        assert_eq!(s.index(), i);
+        assert_eq!(s.field("bin"), Some(&spec.payload(i)[..]));
+        assert_eq!(ds.find(&spec.key(i)), Some(i));
+    }
+    let err = ds.get_by_key("c1/99999999").unwrap_err();
+    assert!(matches!(err, ReaderError::UnknownKey { .. }), "{err}");
+    assert!(err.to_string().contains("c1/99999999"), "{err}");
+    let err = ds.get(50).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReaderError::IndexOutOfRange {
+                index: 50,
+                len: 50,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn samples_outlive_the_dataset_and_are_send_sync() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<Dataset>();
+    assert_send_sync::<bale_reader::Sample>();
+    assert_send_sync::<bale_reader::SampleIter>();
+    assert_send_sync::<bale_reader::Order>();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TestDataset::new(5, 1);
+    spec.write(dir.path()).unwrap();
+    let s = {
+        let ds = Dataset::open(dir.path()).unwrap();
+        ds.get(4).unwrap()
+    };
+    assert_eq!(s.field("bin"), Some(&spec.payload(4)[..]));
+}
+
+#[test]
+fn concurrent_readers_get_correct_bytes() {
+    for compression in [Compression::None, Compression::Zstd] {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = Arc::new(TestDataset::new(400, 7).compression(compression));
+        spec.write(dir.path()).unwrap();
+        for backing in both_backings() {
+            let ds = Dataset::options()
+                .backing(backing)
+                .verify_on_read(true)
+                .open(dir.path())
+                .unwrap();
+            std::thread::scope(|scope| {
+                for t in 0..8u64 {
+                    let (ds, spec) = (ds.clone(), Arc::clone(&spec));
+                    scope.spawn(move || {
+                        // Each thread walks the dataset in its own order (a stride coprime with 400).
+                        let stride = [1, 3, 7, 9, 11, 13, 17, 19][t as usize];
+                        for k in 0..400u64 {
+                            let i = (k * stride + t) % 400;
+                            let s = ds.get(i).unwrap();
+                            assert_eq!(
+                                s.field("bin"),
+                                Some(&spec.payload(i)[..]),
+                                "thread {t} sample {i}"
+                            );
+                        }
+                    });
+                }
+            });
+        }
+    }
+}
+
+fn err_of(r: Result<Dataset, ReaderError>) -> ReaderError {
+    r.expect_err("open should fail")
+}
+
+#[test]
+fn open_refuses_an_incomplete_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    TestDataset::new(10, 2).write(dir.path()).unwrap();
+    std::fs::remove_file(dir.path().join("bale.json")).unwrap();
+    let err = err_of(Dataset::open(dir.path()));
+    assert!(
+        matches!(err, ReaderError::Format(FormatError::Incomplete { .. })),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("not a complete bale dataset"),
+        "{err}"
+    );
+}
+
+fn edit_manifest(dir: &Path, f: impl FnOnce(&mut Manifest)) {
+    let mut m = Manifest::read(dir).unwrap();
+    f(&mut m);
+    m.write(dir).unwrap();
+}
+
+#[test]
+fn open_refuses_an_index_that_does_not_match_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    TestDataset::new(10, 2).write(dir.path()).unwrap();
+    edit_manifest(dir.path(), |m| {
+        m.shards[1].index_xxh3 = "0123456789abcdef".into()
+    });
+    let err = err_of(Dataset::open(dir.path()));
+    match &err {
+        ReaderError::ManifestMismatch {
+            shard, path, what, ..
+        } => {
+            assert_eq!(*shard, 1);
+            assert!(path.ends_with("shard-000001.idx"), "{err}");
+            assert!(what.contains("0123456789abcdef"), "{err}");
+        }
+        other => panic!("unexpected error {other}"),
+    }
+
+    // An index replaced by another shard's index (valid, but not the one recorded).
+    let dir = tempfile::tempdir().unwrap();
+    TestDataset::new(10, 2).write(dir.path()).unwrap();
+    std::fs::copy(
+        dir.path().join("shard-000000.idx"),
+        dir.path().join("shard-000001.idx"),
+    )
+    .unwrap();
+    let err = err_of(Dataset::open(dir.path()));
+    assert!(
+        matches!(err, ReaderError::ManifestMismatch { shard: 1, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn open_refuses_a_missing_or_truncated_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    TestDataset::new(10, 2).write(dir.path()).unwrap();
+    let shard = dir.path().join("shard-000001.tar");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len - 512)
+        .unwrap();
+    let err = err_of(Dataset::open(dir.path()));
+    assert!(
+        matches!(err, ReaderError::Format(FormatError::Truncated { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("shard-000001.tar"), "{err}");
+    std::fs::remove_file(&shard).unwrap();
+    let err = err_of(Dataset::open(dir.path()));
+    assert!(
+        matches!(err, ReaderError::Format(FormatError::Io { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("shard-000001.tar"), "{err}");
+}
+
+#[test]
+fn open_refuses_a_corrupt_or_newer_index() {
+    let dir = tempfile::tempdir().unwrap();
+    TestDataset::new(10, 2).write(dir.path()).unwrap();
+    let idx = dir.path().join("shard-000000.idx");
+    let mut bytes = std::fs::read(&idx).unwrap();
+    bytes[100] ^= 0x10;
+    std::fs::write(&idx, &bytes).unwrap();
+    let err = err_of(Dataset::open(dir.path()));
+    assert!(
+        matches!(
+            err,
+            ReaderError::Format(FormatError::ChecksumMismatch { .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("shard-000000.idx"), "{err}");
+    bytes[100] ^= 0x10;
+    bytes[8] = 9; // major version 9
+    std::fs::write(&idx, &bytes).unwrap();
+    let err = err_of(Dataset::open(dir.path()));
+    assert!(
+        matches!(
+            err,
+            ReaderError::Format(FormatError::UnsupportedVersion { major: 9, .. })
+        ),
+        "{err}"
+    );
+}
+
+/// Offset in the shard file of sample `i`'s `.bin` data (plain tar: right after its 512-byte header).
+fn bin_offset(dir: &Path, shard: &str, local: usize) -> u64 {
+    let idx = bale_format::ShardIndex::open(dir.join(shard.replace(".tar", ".idx"))).unwrap();
+    idx.members(local).next().unwrap().offset
+}
+
+#[test]
+fn a_flipped_bit_is_caught_by_verify_on_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TestDataset::new(10, 2);
+    spec.write(dir.path()).unwrap();
+    let shard = dir.path().join("shard-000000.tar");
+    let at = bin_offset(dir.path(), "shard-000000.tar", 3) + 5;
+    let mut bytes = std::fs::read(&shard).unwrap();
+    bytes[at as usize] ^= 0x01;
+    std::fs::write(&shard, &bytes).unwrap();
+    for backing in both_backings() {
+        // Unverified reads return the damaged bytes; verified reads refuse them.
+        let ds = Dataset::options()
+            .backing(backing)
+            .open(dir.path())
+            .unwrap();
+        assert_ne!(ds.get(3).unwrap().field("bin"), Some(&spec.payload(3)[..]));
+        let ds = Dataset::options()
+            .backing(backing)
+            .verify_on_read(true)
+            .open(dir.path())
+            .unwrap();
+        let err = ds.get(3).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ReaderError::Format(FormatError::ChecksumMismatch { .. })
+            ),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("shard-000000.tar") && msg.contains(&spec.key(3)) && msg.contains("bin"),
+            "{msg}"
+        );
+        // Its neighbours are fine.
+        check_neighbours(&spec, &ds, &[2, 4]);
+    }
+}
+
+fn check_neighbours(spec: &TestDataset, ds: &Dataset, ids: &[u64]) {
+    for &i in ids {
+        assert_eq!(ds.get(i).unwrap().field("bin"), Some(&spec.payload(i)[..]));
+    }
+}
+
+#[test]
+fn a_damaged_zstd_frame_is_an_error_naming_the_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TestDataset::new(10, 1)
+        .compression(Compression::Zstd)
+        .payload_len(3000, 3000);
+    spec.write(dir.path()).unwrap();
+    let idx = bale_format::ShardIndex::open(dir.path().join("shard-000000.idx")).unwrap();
+    let e = idx.sample(4);
+    let shard = dir.path().join("shard-000000.tar.zst");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    // Damage the middle of sample 4's frame.
+    let mid = (e.file_offset + e.file_len / 2) as usize;
+    for b in &mut bytes[mid..mid + 16] {
+        *b ^= 0xA5;
+    }
+    std::fs::write(&shard, &bytes).unwrap();
+    for backing in both_backings() {
+        let ds = Dataset::options()
+            .backing(backing)
+            .verify_on_read(true)
+            .open(dir.path())
+            .unwrap();
+        let err = ds.get(4).unwrap_err();
+        assert!(err.to_string().contains("shard-000000.tar.zst"), "{err}");
+        check_neighbours(&spec, &ds, &[3, 5]);
+    }
+}
+
+#[test]
+fn a_shard_truncated_after_open_is_an_error_with_pread() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TestDataset::new(10, 1);
+    spec.write(dir.path()).unwrap();
+    let ds = Dataset::options()
+        .backing(Backing::Pread)
+        .open(dir.path())
+        .unwrap();
+    let shard = dir.path().join("shard-000000.tar");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    // The shard file is first opened here, and its length no longer matches.
+    let err = ds.get(9).unwrap_err();
+    assert!(
+        matches!(err, ReaderError::Format(FormatError::Truncated { .. })),
+        "{err}"
+    );
+    // Opened before the truncation: the read itself fails.
+    let dir = tempfile::tempdir().unwrap();
+    spec.write(dir.path()).unwrap();
+    let ds = Dataset::options()
+        .backing(Backing::Pread)
+        .open(dir.path())
+        .unwrap();
+    ds.get(0).unwrap();
+    let shard = dir.path().join("shard-000000.tar");
+    OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let err = ds.get(9).unwrap_err();
+    assert!(err.to_string().contains("shard-000000.tar"), "{err}");
+    assert!(ds.get(0).is_ok());
+}
+
+#[test]
+fn a_bad_label_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w =
+        bale_format::ShardFileWriter::create(dir.path(), "shard-000000.tar", Compression::None, 0)
+            .unwrap();
+    let m = |ext, data| bale_format::Member { ext, data };
+    w.writer()
+        .write_sample("a", &[m("bin", b"x"), m("cls", b" 12\n")])
+        .unwrap();
+    w.writer()
+        .write_sample("b", &[m("bin", b"y"), m("cls", b"dog")])
+        .unwrap();
+    w.writer().write_sample("c", &[m("bin", b"z")]).unwrap();
+    let entry = w.finish().unwrap();
+    let created_by = bale_format::CreatedBy {
+        tool: "t".into(),
+        version: "0".into(),
+        command: "t".into(),
+        options: Default::default(),
+    };
+    Manifest::new(vec![entry], None, created_by)
+        .write(dir.path())
+        .unwrap();
+    let ds = Dataset::open(dir.path()).unwrap();
+    assert_eq!(ds.get(0).unwrap().label(), Some(12));
+    let err = ds.get(1).unwrap_err();
+    assert!(
+        matches!(&err, ReaderError::BadLabel { key, .. } if key == "b"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("dog"), "{err}");
+    assert_eq!(ds.get(2).unwrap().label(), None);
+    assert_eq!(ds.labels(), None);
+    assert_eq!(ds.label_name(0), None);
+}
