@@ -47,6 +47,7 @@ pub mod shard;
 pub mod shuffle;
 pub mod stream;
 pub mod tar;
+pub mod verify;
 
 pub use error::{FormatError, Result};
 pub use index::{Compression, IndexBuilder, MemberEntry, SampleEntry, ShardIndex, checksum};
