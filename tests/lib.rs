@@ -1,1 +1,176 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared helpers for the end-to-end tests: where the `bale` binary, the Python
+//! interpreter and the standard tools (GNU tar, zstd) are.
+//!
+//! The tests need all of them and never skip silently: a missing one panics with what
+//! to do. `cargo xtask ci` installs the tools and makes the Python venv, so it is the
+//! one command that runs every test.
+//!
+//! ```no_run
+//! let version = bale_tests::run_python("import sys; print(sys.version_info[0])", &[]).unwrap();
+//! assert_eq!(version.trim(), "3");
+//! ```
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result, bail};
+
+/// The repository root (the parent of `tests/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent directory")
+        .to_path_buf()
+}
+
+/// The Python interpreter of the tests: `$BALE_TEST_PYTHON`, else `<repo>/.venv/bin/python`.
+///
+/// # Panics
+///
+/// When neither exists, with a message saying to run `cargo xtask ci` (which creates
+/// the venv with the packages in `tests/python/requirements.txt`).
+pub fn python() -> PathBuf {
+    if let Some(python) = std::env::var_os("BALE_TEST_PYTHON") {
+        return PathBuf::from(python);
+    }
+    let venv = repo_root().join(".venv/bin/python");
+    if venv.exists() {
+        return venv;
+    }
+    panic!(
+        "no Python for the tests: BALE_TEST_PYTHON is unset and {} does not exist; \
+         run `cargo xtask ci` once, which creates the venv with tests/python/requirements.txt",
+        venv.display()
+    );
+}
+
+/// Runs `python -c script args...` and returns its stdout.
+///
+/// # Errors
+///
+/// When Python cannot start or exits non-zero; the error holds the script's stderr.
+pub fn run_python(script: &str, args: &[&OsStr]) -> Result<String> {
+    let python = python();
+    let out = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot start {}", python.display()))?;
+    let stdout = String::from_utf8(out.stdout).context("python printed non-UTF-8 output")?;
+    if !out.status.success() {
+        bail!(
+            "python script failed ({}):\n--- script ---\n{script}\n--- stderr ---\n{}\n--- stdout ---\n{stdout}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(stdout)
+}
+
+/// The `bale` binary under test: `$BALE_BIN` if set, else `target/<profile>/bale`
+/// beside this test executable.
+///
+/// When that file is absent, it is built once per test process with
+/// `cargo build -p bale-cli` (in the test executable's profile). An existing binary is
+/// used as it is: after editing bale-cli, rebuild it (`cargo xtask ci` does) or the
+/// tests run the old one.
+///
+/// # Panics
+///
+/// When the build fails or does not produce the binary.
+pub fn bale_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("BALE_BIN") {
+            return PathBuf::from(bin);
+        }
+        // current_exe() is target/<profile>/deps/<test>-<hash>.
+        let exe = std::env::current_exe().expect("cannot find the test executable");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test executable is not in target/<profile>/deps");
+        let bin = profile_dir.join(format!("bale{}", std::env::consts::EXE_SUFFIX));
+        if !bin.exists() {
+            build_bale(profile_dir);
+            assert!(
+                bin.exists(),
+                "`cargo build -p bale-cli` did not produce {}",
+                bin.display()
+            );
+        }
+        bin
+    })
+    .clone()
+}
+
+/// Builds the `bale` binary in the profile whose output directory is `profile_dir`.
+fn build_bale(profile_dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(repo_root())
+        .args(["build", "--quiet", "-p", "bale-cli"]);
+    match profile_dir.file_name().and_then(OsStr::to_str) {
+        Some("debug") | None => {}
+        Some(profile) => {
+            cmd.args(["--profile", profile]);
+        }
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run `cargo build -p bale-cli`: {e}"));
+    assert!(
+        status.success(),
+        "`cargo build -p bale-cli` failed ({status})"
+    );
+}
+
+/// GNU tar, from PATH (`gtar` is preferred where both exist, as on macOS).
+///
+/// # Panics
+///
+/// When no GNU tar is on PATH, with the command that installs it.
+pub fn gnu_tar() -> PathBuf {
+    static TAR: OnceLock<PathBuf> = OnceLock::new();
+    TAR.get_or_init(|| {
+        ["gtar", "tar"]
+            .into_iter()
+            .filter_map(which)
+            .find(|tar| {
+                Command::new(tar)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("GNU tar"))
+            })
+            .unwrap_or_else(|| {
+                panic!("GNU tar is not on PATH; install it with `apt-get install -y tar` (or run `cargo xtask ci`)")
+            })
+    })
+    .clone()
+}
+
+/// The `zstd` command-line tool, from PATH.
+///
+/// # Panics
+///
+/// When `zstd` is not on PATH, with the command that installs it.
+pub fn zstd_cli() -> PathBuf {
+    which("zstd").unwrap_or_else(|| {
+        panic!("the zstd CLI is not on PATH; install it with `apt-get install -y zstd` (or run `cargo xtask ci`)")
+    })
+}
+
+/// Finds an executable file named `name` in a directory of PATH.
+fn which(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}

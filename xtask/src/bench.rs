@@ -1,0 +1,167 @@
+//! `cargo xtask bench [NAME] [-- ARGS]`: runs benchmark groups from [`BENCHES`].
+//!
+//! Every benchmark reads the same tree, so it is generated first (20,000 JPEGs in 100
+//! classes, in `target/bench/imagenet-like`; a no-op once it exists). Its absolute path
+//! is passed to each benchmark in `BALE_BENCH_TREE`. `ARGS` after `--` go to every
+//! benchmark run (to criterion, or to the Python script).
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+use crate::gen_tree::{self, Kind, Params};
+use crate::util::{self, Args};
+
+/// One way to run a benchmark.
+#[derive(Debug)]
+#[allow(dead_code)] // Until the table below has entries of each kind.
+enum Run {
+    /// `cargo bench -p <package> --bench <bench>`.
+    Cargo {
+        package: &'static str,
+        bench: &'static str,
+    },
+    /// `<venv python> <script>`, with the script path relative to the repository root.
+    Python { script: &'static str },
+}
+
+/// A named group of benchmark runs, selected by `cargo xtask bench <name>`.
+#[derive(Debug)]
+struct Bench {
+    name: &'static str,
+    about: &'static str,
+    runs: &'static [Run],
+}
+
+/// The benchmark groups, run in this order by `all`.
+///
+/// To add a benchmark, append a run to its group, e.g.
+/// `Run::Cargo { package: "bale-pack", bench: "pack" }` for `crates/bale-pack/benches/pack.rs`
+/// (with a `[[bench]] name = "pack" harness = false` entry in that crate), or
+/// `Run::Python { script: "benches/python/read_peers.py" }`. Read the tree from
+/// `BALE_BENCH_TREE`; put results under `target/bench/`.
+const BENCHES: &[Bench] = &[
+    Bench {
+        name: "pack",
+        about: "packing the tree into shards",
+        runs: &[],
+    },
+    Bench {
+        name: "read",
+        about: "random and sequential reads of a packed dataset",
+        runs: &[],
+    },
+    Bench {
+        name: "image",
+        about: "pre-resize / re-encode / pre-decode transforms",
+        runs: &[],
+    },
+    Bench {
+        name: "index",
+        about: "writing, loading and looking up shard indexes",
+        runs: &[],
+    },
+    Bench {
+        name: "python",
+        about: "the Python reader and its peers (webdataset, h5py, ...)",
+        runs: &[],
+    },
+];
+
+/// Where every benchmark finds its input tree, relative to the repository root.
+pub const TREE: &str = "target/bench/imagenet-like";
+
+/// The benchmark tree: 20,000 ImageNet-like JPEGs in 100 classes.
+pub fn tree_params() -> Params {
+    Params {
+        files: 20_000,
+        classes: 100,
+        kind: Kind::Jpeg,
+        seed: 0,
+        json_every: 0,
+    }
+}
+
+fn usage() -> String {
+    let mut s = String::from(
+        "usage: cargo xtask bench [NAME] [-- ARGS]\n\n\
+         Generates target/bench/imagenet-like (20,000 JPEGs, 100 classes) if needed, then runs\n\
+         the benchmarks of NAME (default: all). ARGS go to every benchmark run.\n\nnames:\n",
+    );
+    for b in BENCHES {
+        s.push_str(&format!("  {:<8} {}\n", b.name, b.about));
+    }
+    s.push_str("  all      every group above, in order");
+    s
+}
+
+/// `cargo xtask bench ...`
+pub fn main(mut args: Args) -> Result<()> {
+    if args.wants_help() {
+        println!("{}", usage());
+        return Ok(());
+    }
+    let extra = args.passthrough();
+    let name = args.positional().unwrap_or_else(|| "all".to_string());
+    args.finish()?;
+    let selected: Vec<&Bench> = if name == "all" {
+        BENCHES.iter().collect()
+    } else {
+        match BENCHES.iter().find(|b| b.name == name) {
+            Some(b) => vec![b],
+            None => {
+                let names: Vec<&str> = BENCHES.iter().map(|b| b.name).collect();
+                bail!(
+                    "unknown benchmark {name:?}; expected one of: {}, all",
+                    names.join(", ")
+                );
+            }
+        }
+    };
+
+    let root = util::repo_root();
+    let tree = root.join(TREE);
+    gen_tree::generate(&tree, &tree_params()).context("generating the benchmark tree")?;
+
+    let needs_python = selected
+        .iter()
+        .any(|b| b.runs.iter().any(|r| matches!(r, Run::Python { .. })));
+    let python = if needs_python {
+        Some(crate::ci::ensure_venv(&root)?)
+    } else {
+        None
+    };
+
+    for bench in selected {
+        eprintln!("\n==> bench {}: {}", bench.name, bench.about);
+        if bench.runs.is_empty() {
+            eprintln!(
+                "bench {}: no benchmarks registered yet (add them to BENCHES in xtask/src/bench.rs)",
+                bench.name
+            );
+        }
+        for run in bench.runs {
+            let mut cmd = match run {
+                Run::Cargo { package, bench } => {
+                    let mut cmd = util::cargo();
+                    cmd.args(["bench", "-p", package, "--bench", bench]);
+                    if !extra.is_empty() {
+                        cmd.arg("--").args(&extra);
+                    }
+                    cmd
+                }
+                Run::Python { script } => {
+                    let python = python.as_deref().unwrap_or(Path::new("python3"));
+                    let mut cmd = std::process::Command::new(python);
+                    cmd.arg(root.join(script)).args(&extra);
+                    cmd.env("BALE_TEST_PYTHON", python);
+                    cmd
+                }
+            };
+            cmd.current_dir(&root).env("BALE_BENCH_TREE", &tree);
+            eprintln!("$ {}", util::display(&cmd));
+            util::run(&mut cmd)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,422 @@
+//! `cargo xtask ci`: the one command that runs every check and test.
+//!
+//! Steps, in order, stopping at the first failure:
+//! 1. tools: `python3` with `venv`, GNU `tar`, the `zstd` CLI; installed with apt-get
+//!    when missing and we are root, else a message naming the apt-get command;
+//! 2. the Python venv at `.venv` with `tests/python/requirements.txt` installed
+//!    (skipped when `.venv` records that file's sha256);
+//! 3. `cargo fmt --all --check`;
+//! 4. `cargo clippy --workspace --all-targets --all-features -- -D warnings`;
+//! 5. `cargo build --workspace --exclude xtask --bins --all-features` (so the tests
+//!    run a fresh `bale`), then `cargo test --workspace --all-features`;
+//! 6. `cargo check` of `fuzz/`, if it exists;
+//! 7. `pytest -q tests/python`, if it holds `test_*.py` files (exit code 5, no tests
+//!    collected, counts as success), with `BALE_BIN` set to `target/debug/bale`.
+//!
+//! Steps 3..7 see `BALE_TEST_PYTHON` set to the venv's interpreter.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::util::{self, Args};
+
+const USAGE: &str = "\
+usage: cargo xtask ci
+
+Runs every check and test in order, stopping at the first failure:
+  tools, venv, fmt, clippy, test, fuzz (if fuzz/ exists), pytest (if tests/python has tests).
+Missing tools (python3-venv, tar, zstd) are installed with apt-get when run as root.";
+
+/// Requirements of the Python tests, relative to the repository root.
+const REQUIREMENTS: &str = "tests/python/requirements.txt";
+/// Records, inside the venv, the sha256 of the requirements last installed.
+const VENV_STAMP: &str = ".bale-requirements.sha256";
+
+/// `cargo xtask ci`
+pub fn main(args: Args) -> Result<()> {
+    if args.wants_help() {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    args.finish()?;
+    let mut ci = Ci {
+        root: util::repo_root(),
+        python: None,
+        done: Vec::new(),
+    };
+    let start = Instant::now();
+    let result = ci.run_all();
+    ci.print_timings(start.elapsed(), result.is_ok());
+    result
+}
+
+/// Names of the steps, for the `[i/N]` headers.
+const STEPS: &[&str] = &["tools", "venv", "fmt", "clippy", "test", "fuzz", "pytest"];
+
+struct Ci {
+    root: PathBuf,
+    /// The venv's interpreter, once step 2 has made it.
+    python: Option<PathBuf>,
+    /// (step, elapsed, outcome) of the steps run so far.
+    done: Vec<(&'static str, Duration, &'static str)>,
+}
+
+/// How a step ended, when it did not fail.
+enum Outcome {
+    Passed,
+    Skipped(&'static str),
+}
+
+impl Ci {
+    fn run_all(&mut self) -> Result<()> {
+        self.step("tools", "python3 with venv, GNU tar, zstd", |_| {
+            check_tools()?;
+            Ok(Outcome::Passed)
+        })?;
+        self.step("venv", ".venv with tests/python/requirements.txt", |ci| {
+            ci.python = Some(ensure_venv(&ci.root)?);
+            Ok(Outcome::Passed)
+        })?;
+        self.step("fmt", "cargo fmt --all --check", |ci| {
+            util::run(ci.cargo().args(["fmt", "--all", "--check"]))
+                .context("formatting differs; run `cargo fmt --all`")?;
+            Ok(Outcome::Passed)
+        })?;
+        self.step(
+            "clippy",
+            "cargo clippy --workspace --all-targets --all-features -- -D warnings",
+            |ci| {
+                util::run(ci.cargo().args([
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--all-features",
+                    "--",
+                    "-D",
+                    "warnings",
+                ]))?;
+                Ok(Outcome::Passed)
+            },
+        )?;
+        self.step("test", "cargo test --workspace --all-features", |ci| {
+            // The end-to-end tests run target/<profile>/bale as it is; build it fresh
+            // first, with the features the tests use. (xtask is excluded: rebuilding it
+            // with the workspace's unified features would only make the next
+            // `cargo xtask` rebuild it again.)
+            util::run(ci.cargo().args([
+                "build",
+                "--workspace",
+                "--exclude",
+                "xtask",
+                "--bins",
+                "--all-features",
+            ]))?;
+            util::run(ci.cargo().args(["test", "--workspace", "--all-features"]))?;
+            Ok(Outcome::Passed)
+        })?;
+        self.step(
+            "fuzz",
+            "cargo check --manifest-path fuzz/Cargo.toml",
+            |ci| {
+                if !ci.root.join("fuzz/Cargo.toml").exists() {
+                    return Ok(Outcome::Skipped("no fuzz/Cargo.toml"));
+                }
+                util::run(
+                    ci.cargo()
+                        .args(["check", "--manifest-path", "fuzz/Cargo.toml"]),
+                )?;
+                Ok(Outcome::Passed)
+            },
+        )?;
+        self.step("pytest", "pytest -q tests/python", |ci| {
+            if !has_python_tests(&ci.root.join("tests/python"))? {
+                return Ok(Outcome::Skipped("no tests/python/test_*.py"));
+            }
+            let python = ci.python.clone().context("the venv step did not run")?;
+            let mut cmd = ci.command(python);
+            cmd.args(["-m", "pytest", "-q", "tests/python"]);
+            // The binary the test step built, for the Python tests to run.
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| ci.root.join("target"), PathBuf::from);
+            let bale = target.join("debug/bale");
+            if std::env::var_os("BALE_BIN").is_none() && bale.exists() {
+                cmd.env("BALE_BIN", bale);
+            }
+            let status = util::status(&mut cmd)?;
+            match status.code() {
+                Some(0) => Ok(Outcome::Passed),
+                // pytest's "no tests collected"; not a failure here.
+                Some(5) => Ok(Outcome::Skipped("pytest collected no tests")),
+                _ => bail!("`{}` failed ({status})", util::display(&cmd)),
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Runs one step with a header before it, recording its time and outcome.
+    fn step(
+        &mut self,
+        name: &'static str,
+        what: &str,
+        body: impl FnOnce(&mut Self) -> Result<Outcome>,
+    ) -> Result<()> {
+        let i = STEPS.iter().position(|s| *s == name).map_or(0, |i| i + 1);
+        eprintln!("\n==> ci [{i}/{}] {name}: {what}", STEPS.len());
+        let start = Instant::now();
+        let result = body(self);
+        let elapsed = start.elapsed();
+        match result {
+            Ok(Outcome::Passed) => self.done.push((name, elapsed, "ok")),
+            Ok(Outcome::Skipped(why)) => {
+                eprintln!("ci: {name}: skipped ({why})");
+                self.done.push((name, elapsed, "skipped"));
+            }
+            Err(e) => {
+                self.done.push((name, elapsed, "FAILED"));
+                return Err(e.context(format!(
+                    "ci stopped at step {i}/{} ({name}: {what})",
+                    STEPS.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn print_timings(&self, total: Duration, passed: bool) {
+        eprintln!("\nci: step times");
+        for (name, elapsed, outcome) in &self.done {
+            eprintln!("  {name:<8} {:>8}  {outcome}", util::secs(*elapsed));
+        }
+        let verdict = if passed { "passed" } else { "FAILED" };
+        eprintln!("  {:<8} {:>8}  {verdict}", "total", util::secs(total));
+    }
+
+    /// A command run from the repository root with `BALE_TEST_PYTHON` set.
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(&self.root);
+        if let Some(python) = &self.python {
+            cmd.env("BALE_TEST_PYTHON", python);
+        }
+        cmd
+    }
+
+    fn cargo(&self) -> Command {
+        let mut cmd = util::cargo();
+        cmd.current_dir(&self.root);
+        if let Some(python) = &self.python {
+            cmd.env("BALE_TEST_PYTHON", python);
+        }
+        cmd
+    }
+}
+
+fn has_python_tests(dir: &Path) -> Result<bool> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+    };
+    for entry in entries {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("test_") && name.ends_with(".py") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+// ---------------------------------------------------------------------------
+// Step 1: tools.
+
+/// A tool the tests need, how to detect it, and the Debian packages that provide it.
+struct Tool {
+    what: &'static str,
+    present: fn() -> bool,
+    packages: &'static [&'static str],
+}
+
+const TOOLS: &[Tool] = &[
+    Tool {
+        what: "python3 with the venv module",
+        present: python_venv_present,
+        packages: &["python3", "python3-venv"],
+    },
+    Tool {
+        what: "GNU tar",
+        present: gnu_tar_present,
+        packages: &["tar"],
+    },
+    Tool {
+        what: "the zstd CLI",
+        present: || util::which("zstd").is_some(),
+        packages: &["zstd"],
+    },
+];
+
+fn python_venv_present() -> bool {
+    // Debian splits `ensurepip` (which `python3 -m venv` needs) into python3-venv.
+    util::which("python3").is_some()
+        && Command::new("python3")
+            .args(["-c", "import venv, ensurepip"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+}
+
+fn gnu_tar_present() -> bool {
+    util::which("tar").is_some()
+        && util::output(Command::new("tar").arg("--version")).is_ok_and(|v| v.contains("GNU tar"))
+}
+
+fn check_tools() -> Result<()> {
+    let missing: Vec<&Tool> = TOOLS.iter().filter(|t| !(t.present)()).collect();
+    // TODO(hdf5): once the `hdf5` feature lands, call `ensure_hdf5_dev(&mut apt)` from
+    // here (one `Apt` for both, so `apt-get update` runs once): `--all-features` builds it.
+    if missing.is_empty() {
+        eprintln!("ci: tools: all present");
+        return Ok(());
+    }
+    let mut packages: Vec<&str> = missing.iter().flat_map(|t| t.packages).copied().collect();
+    packages.dedup();
+    let whats: Vec<&str> = missing.iter().map(|t| t.what).collect();
+    eprintln!("ci: tools: missing {}", whats.join(", "));
+    let mut apt = Apt::default();
+    apt.install(&packages, &whats.join(", "))?;
+    let still: Vec<&str> = missing
+        .iter()
+        .filter(|t| !(t.present)())
+        .map(|t| t.what)
+        .collect();
+    if !still.is_empty() {
+        bail!(
+            "still missing after installing {}: {}",
+            packages.join(" "),
+            still.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The HDF5 C library's development files, needed by the future `hdf5` feature.
+///
+/// Present when `pkg-config --exists hdf5` succeeds or Debian's serial header exists;
+/// else installed with apt-get (libhdf5-dev and pkg-config) like the other tools.
+// TODO(hdf5): not called yet; see the TODO(hdf5) in `check_tools`.
+#[allow(dead_code)]
+fn ensure_hdf5_dev(apt: &mut Apt) -> Result<()> {
+    let present = || {
+        Path::new("/usr/include/hdf5/serial/hdf5.h").exists()
+            || (util::which("pkg-config").is_some()
+                && Command::new("pkg-config")
+                    .args(["--exists", "hdf5"])
+                    .status()
+                    .is_ok_and(|s| s.success()))
+    };
+    if present() {
+        return Ok(());
+    }
+    apt.install(&["libhdf5-dev", "pkg-config"], "the HDF5 development files")?;
+    if !present() {
+        bail!("HDF5 development files still missing after installing libhdf5-dev pkg-config");
+    }
+    Ok(())
+}
+
+/// apt-get, run `update` at most once per process.
+#[derive(Default)]
+struct Apt {
+    updated: bool,
+}
+
+impl Apt {
+    /// Installs `packages` (which provide `what`), or fails naming the command to run.
+    fn install(&mut self, packages: &[&str], what: &str) -> Result<()> {
+        let command = format!("apt-get install -y {}", packages.join(" "));
+        if !is_root() || util::which("apt-get").is_none() {
+            bail!(
+                "missing {what}; install it with:\n    sudo apt-get update && sudo {command}\n\
+                 (or run `cargo xtask ci` as root on a Debian-like system to have it done for you)"
+            );
+        }
+        if !self.updated {
+            eprintln!("ci: tools: apt-get update");
+            util::run(apt_get().arg("update"))?;
+            self.updated = true;
+        }
+        eprintln!("ci: tools: {command}");
+        util::run(apt_get().args(["install", "-y"]).args(packages))
+            .with_context(|| format!("installing {what}"))
+    }
+}
+
+fn apt_get() -> Command {
+    let mut cmd = Command::new("apt-get");
+    cmd.env("DEBIAN_FRONTEND", "noninteractive");
+    cmd
+}
+
+fn is_root() -> bool {
+    util::output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
+}
+
+// ---------------------------------------------------------------------------
+// Step 2: the venv.
+
+/// Makes `<root>/.venv` with the test requirements installed; returns its python.
+///
+/// The pip step is skipped when the venv's stamp holds the sha256 of the current
+/// requirements file.
+pub fn ensure_venv(root: &Path) -> Result<PathBuf> {
+    let venv = root.join(".venv");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        eprintln!("ci: venv: python3 -m venv {}", util::shown(&venv));
+        util::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+            .context("creating the Python venv (is python3-venv installed?)")?;
+    }
+    let requirements = root.join(REQUIREMENTS);
+    if !requirements.exists() {
+        bail!("{} is missing", requirements.display());
+    }
+    let sha = util::output(
+        Command::new(&python)
+            .args([
+                "-c",
+                "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())",
+            ])
+            .arg(&requirements),
+    )?
+    .trim()
+    .to_string();
+    let stamp = venv.join(VENV_STAMP);
+    if fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == sha) {
+        eprintln!(
+            "ci: venv: {REQUIREMENTS} already installed (sha256 {})",
+            &sha[..12]
+        );
+        return Ok(python);
+    }
+    eprintln!("ci: venv: pip install -r {REQUIREMENTS}");
+    util::run(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-q",
+                "-r",
+            ])
+            .arg(&requirements),
+    )
+    .context("installing the Python test requirements")?;
+    fs::write(&stamp, format!("{sha}\n"))
+        .with_context(|| format!("cannot write {}", stamp.display()))?;
+    Ok(python)
+}
