@@ -211,8 +211,10 @@ impl Manifest {
                 what,
             })
         };
-        let total: u64 = self.shards.iter().map(|s| s.samples).sum();
-        if total != self.samples {
+        // Checked: the counts come from the file, and their sum must not overflow.
+        let total = self.shards.iter().try_fold(0u64, |t, s| t.checked_add(s.samples));
+        if total != Some(self.samples) {
+            let total = total.map_or_else(|| "more than 2^64".to_owned(), |t| t.to_string());
             return bad(format!("samples is {}, the shards hold {total}", self.samples));
         }
         for (i, s) in self.shards.iter().enumerate() {

@@ -64,6 +64,20 @@ thread_local! {
 /// # Errors
 /// A frame that does not decompress to `tar_len` bytes, naming `path` and `file_offset`.
 pub fn decompress_frame(path: &Path, file_offset: u64, frame: &[u8], tar_len: u64) -> Result<Vec<u8>> {
+    // A zstd block takes at least 3 bytes and decompresses to at most 128 KiB:
+    // a size beyond that bound comes from a corrupt index, and is refused
+    // before the output buffer is allocated.
+    let bound = (frame.len() as u64 / 3 + 1).saturating_mul(128 << 10);
+    if tar_len > bound {
+        return Err(FormatError::corrupt(
+            path,
+            file_offset,
+            format!(
+                "the index says a zstd frame of {} bytes decompresses to {tar_len} bytes, more than it can",
+                frame.len()
+            ),
+        ));
+    }
     let cap = usize::try_from(tar_len).unwrap_or(usize::MAX);
     let mut out = Vec::with_capacity(cap);
     let res = DCTX.with(|cell| {

@@ -352,8 +352,28 @@ impl<W: Write> ShardWriter<W> {
     /// Writes a whole sample: its members in the order given.
     ///
     /// # Errors
-    /// As [`ShardWriter::begin_sample`] and [`ShardWriter::add_member`].
+    /// As [`ShardWriter::begin_sample`] and [`ShardWriter::add_member`]. An
+    /// invalid name (key, extension, a repeated extension, no member) is
+    /// refused before anything is written: the writer stays usable.
     pub fn write_sample(&mut self, key: &str, members: &[Member<'_>]) -> Result<()> {
+        // Check every name first, so that a refused sample leaves nothing
+        // behind: no bytes written, no sample left open, its key still free.
+        validate_key(key)?;
+        if members.is_empty() {
+            return Err(FormatError::InvalidName {
+                name: key.to_owned(),
+                reason: "a sample needs at least one member",
+            });
+        }
+        for (i, m) in members.iter().enumerate() {
+            validate_ext(m.ext)?;
+            if members[..i].iter().any(|p| p.ext == m.ext) {
+                return Err(FormatError::InvalidName {
+                    name: format!("{key}.{}", m.ext),
+                    reason: "two members of one sample share an extension",
+                });
+            }
+        }
         self.begin_sample(key)?;
         for m in members {
             self.add_member(m.ext, m.data)?;

@@ -280,6 +280,10 @@ impl Entry {
 /// Largest pax or GNU long-name record this parser accepts (1 MiB).
 const MAX_META: u64 = 1 << 20;
 
+/// Largest member size accepted: a file size (`off_t`) is at most `i64::MAX`;
+/// beyond it, rounding up to whole blocks would overflow.
+const MAX_MEMBER_SIZE: u64 = i64::MAX as u64;
+
 /// Reads the headers of a tar stream one entry at a time.
 ///
 /// Call [`TarReader::next_entry`], then either read the data with
@@ -373,8 +377,11 @@ impl<R: Read> TarReader<R> {
         Ok(())
     }
 
-    /// Reads the next entry's headers. Returns `None` at the end of the archive
-    /// (two zero blocks, or a clean end of stream at a block boundary).
+    /// Reads the next entry's headers. Returns `None` at the end of the archive:
+    /// a zero block (normally the first of two).
+    ///
+    /// A stream that ends without a zero block is truncated: that is an error,
+    /// since a cut at a member boundary would otherwise lose members silently.
     ///
     /// Any data of the previous entry not read is skipped first.
     ///
@@ -398,7 +405,12 @@ impl<R: Read> TarReader<R> {
                 if header_offset.is_some() {
                     return Err(FormatError::tar(self.path.clone(), at, "archive ends after an extended header"));
                 }
-                return Ok(None);
+                return Err(FormatError::Truncated {
+                    path: self.path.clone(),
+                    what: "the end-of-archive blocks",
+                    needed: at + 2 * BLOCK,
+                    len: at,
+                });
             }
             let Some(h) = parse_header(&block).map_err(|e| FormatError::tar(self.path.clone(), at, e))? else {
                 if header_offset.is_some() {
@@ -468,6 +480,13 @@ impl<R: Read> TarReader<R> {
                         _ => EntryKind::Other,
                     };
                     let size = pax_size.unwrap_or(h.size);
+                    if size > MAX_MEMBER_SIZE {
+                        return Err(FormatError::tar(
+                            self.path.clone(),
+                            at,
+                            format!("member size {size} is larger than any tar member can be"),
+                        ));
+                    }
                     // Links, devices and FIFOs carry no data whatever the size field says.
                     let size = if matches!(t, b'1' | b'2' | b'3' | b'4' | b'6') { 0 } else { size };
                     let name = long_name.unwrap_or(h.name);
