@@ -1,1 +1,7 @@
 //! End-to-end tests: one binary, a module per area.
+
+mod pack;
+mod ls_get;
+mod stage;
+mod stat;
+mod verify;

@@ -2,9 +2,35 @@
 
 use std::path::PathBuf;
 
-/// Arguments of `bale merge` (not implemented yet).
+/// Join the outputs of `bale pack --part I/N` into one dataset.
+///
+/// Every part 0..N must be given, each complete and packed with the same
+/// options. Shards are renamed into OUT (no byte is copied) as
+/// `shard-000000.tar`, ... in part order; one manifest is written last, and
+/// the parts' manifests are removed.
 #[derive(Debug, clap::Args)]
 pub struct MergeArgs {
-    /// The dataset or input path.
-    pub path: PathBuf,
+    /// The part directories (in any order).
+    #[arg(value_name = "PART_DIR", required = true)]
+    pub parts: Vec<PathBuf>,
+
+    /// Output directory (created if missing; must be empty unless --force).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+
+    /// Copy shards that are on another filesystem than OUT (default: refuse).
+    #[arg(long)]
+    pub copy: bool,
+
+    /// Write into a non-empty output directory.
+    #[arg(long)]
+    pub force: bool,
+
+    /// No summary line.
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -2,9 +2,106 @@
 
 use std::path::PathBuf;
 
-/// Arguments of `bale pack` (not implemented yet).
+use bale_pack::{CompressSpec, LabelMode, OnError, Part};
+
+fn size(s: &str) -> Result<u64, bale_pack::PackError> {
+    bale_pack::parse_size(s)
+}
+
+/// Pack a tree of files into WebDataset-style tar shards with an index and a
+/// manifest.
+///
+/// Files sharing a key form one sample: `a/b/0001.jpg` and `a/b/0001.json`
+/// are the members `jpg` and `json` of sample `a/b/0001` (the key is the path
+/// relative to the input directory up to the first dot of the base name).
+/// The manifest `bale.json` is written last: a pack that fails or is
+/// interrupted leaves no manifest and removes the shards it wrote. The same
+/// input and options give byte-identical output, whatever `--jobs`.
+/// See docs/pack.md for every rule.
 #[derive(Debug, clap::Args)]
 pub struct PackArgs {
-    /// The dataset or input path.
-    pub path: PathBuf,
+    /// Input directories; keys are relative to each. With --files-from, at
+    /// most one: the directory the listed paths are relative to (default: the
+    /// current directory).
+    #[arg(value_name = "DIR")]
+    pub inputs: Vec<PathBuf>,
+
+    /// Output directory (created if missing; must be empty unless --force).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+
+    /// Pack the paths listed in FILE, one per line (`-` reads stdin); a listed
+    /// directory is walked.
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Option<PathBuf>,
+
+    /// Pack only files matching GLOB (repeatable). A glob without `/` matches
+    /// the base name; with `/`, the path under the input directory.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+
+    /// Leave out files and directories matching GLOB (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+
+    /// Follow symlinks met in the walk (default: they are ignored and counted).
+    #[arg(long)]
+    pub follow_links: bool,
+
+    /// Labels: `auto` (ImageFolder classes when the tree is CLASS/FILE, else
+    /// none), `dir` (the first directory is the class), `csv:FILE` (rows of
+    /// path-or-key,label), or `none`. Stored as a `.cls` member holding the
+    /// class index.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub labels: LabelMode,
+
+    /// Largest shard, in bytes of tar stream: 1GiB, 512MiB, 100MB, ...
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = size)]
+    pub shard_size: u64,
+
+    /// Most samples in a shard.
+    #[arg(long, value_name = "N")]
+    pub shard_samples: Option<u64>,
+
+    /// Put samples in a seeded random order before sharding (default: sorted by key).
+    #[arg(long)]
+    pub shuffle: bool,
+
+    /// Seed of --shuffle.
+    #[arg(long, value_name = "S", default_value_t = 0, requires = "shuffle")]
+    pub seed: u64,
+
+    /// Compression: none, zstd or zstd:LEVEL (writes .tar.zst, one frame per sample).
+    #[arg(long, value_name = "ALGO", default_value = "none")]
+    pub compress: CompressSpec,
+
+    /// Reader threads (default: one per core).
+    #[arg(short, long, value_name = "N")]
+    pub jobs: Option<usize>,
+
+    /// Most bytes of file data read ahead of the writer.
+    #[arg(long, value_name = "SIZE", default_value = "128MiB", value_parser = size)]
+    pub in_flight: u64,
+
+    /// On an input that cannot be packed (unreadable, vanished, changed,
+    /// broken symlink, FIFO, non-UTF-8 name): `fail` stops; `skip` drops its
+    /// sample, lists it and counts it in the manifest.
+    #[arg(long, value_name = "WHAT", default_value = "fail")]
+    pub on_error: OnError,
+
+    /// Pack part I of N (I from 0) of the input, for `bale merge`.
+    #[arg(long, value_name = "I/N")]
+    pub part: Option<Part>,
+
+    /// Write into a non-empty output directory (removing an old dataset there).
+    #[arg(long)]
+    pub force: bool,
+
+    /// No progress, warnings or summary line.
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }

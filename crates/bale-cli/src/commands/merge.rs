@@ -1,10 +1,38 @@
-//! `bale merge`.
+//! `bale merge`: joins the part directories of `bale pack --part I/N`.
 
+use std::io::Write;
 use std::process::ExitCode;
 
+use anyhow::anyhow;
+use bale_pack::{MergeOptions, merge};
+
 use crate::args::merge::MergeArgs;
+use crate::commands::pack::human_bytes;
 
 /// Runs `bale merge`.
 pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("bale merge is not implemented yet ({})", args.path.display())
+    let opts = MergeOptions {
+        copy: args.copy,
+        force: args.force,
+    };
+    let s = merge(&args.parts, &args.output, &opts)
+        .map_err(|e| anyhow!("{e}\nnothing was merged: the parts are as they were"))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
+    } else if !args.quiet {
+        writeln!(
+            out,
+            "merged {} parts into {}: {} samples in {} shards, {} ({} files renamed, {} copied) in {:.2} s",
+            s.parts,
+            s.output,
+            s.samples,
+            s.shards,
+            human_bytes(s.bytes),
+            s.renamed,
+            s.copied,
+            s.seconds
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

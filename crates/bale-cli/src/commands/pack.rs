@@ -1,10 +1,274 @@
-//! `bale pack`.
+//! `bale pack`: builds a [`bale_pack::Packer`] from the arguments, draws
+//! progress, handles Ctrl-C, prints the summary.
 
+use std::cell::{Cell, RefCell};
+use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use bale_format::ShardEntry;
+use bale_pack::{
+    FileList, Ignored, Order, PackError, PackProgress, PackSummary, Packer, SkippedFile,
+};
+use indicatif::ProgressBar;
 
 use crate::args::pack::PackArgs;
+use crate::progress;
+
+/// Exit code after Ctrl-C (128 + SIGINT).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Decimal units, as MB/s is quoted: `2.05 GB`.
+pub fn human_bytes(n: u64) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < units.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", units[u])
+    }
+}
+
+/// Sets `flag` on Ctrl-C; a second Ctrl-C exits at once.
+pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
+    let f = flag.clone();
+    let _ = ctrlc::set_handler(move || {
+        if f.swap(true, Ordering::SeqCst) {
+            eprintln!("\ninterrupted twice: exiting without cleaning up");
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
+        }
+    });
+}
+
+/// Progress bars for a pack: a spinner while discovering, then a byte bar
+/// whose message counts samples.
+struct Bars {
+    quiet: bool,
+    bar: RefCell<Option<ProgressBar>>,
+    total_samples: Cell<u64>,
+    started: Cell<Option<Instant>>,
+    last: Cell<Option<Instant>>,
+}
+
+impl Bars {
+    fn new(quiet: bool) -> Self {
+        Self {
+            quiet,
+            bar: RefCell::new(None),
+            total_samples: Cell::new(0),
+            started: Cell::new(None),
+            last: Cell::new(None),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = self.bar.borrow_mut().take() {
+            b.finish_and_clear();
+        }
+    }
+
+    fn say(&self, line: &str) {
+        match &*self.bar.borrow() {
+            Some(b) => b.suspend(|| eprintln!("{line}")),
+            None => eprintln!("{line}"),
+        }
+    }
+}
+
+impl PackProgress for Bars {
+    fn discovering(&self, files: u64) {
+        if !progress::enabled(self.quiet) {
+            return;
+        }
+        let mut bar = self.bar.borrow_mut();
+        let b = bar.get_or_insert_with(|| {
+            let b = ProgressBar::new_spinner();
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        });
+        b.set_message(format!("discovering: {files} files"));
+    }
+
+    fn planned(&self, samples: u64, bytes: u64) {
+        if let Some(b) = self.bar.borrow_mut().take() {
+            b.finish_and_clear();
+        }
+        self.total_samples.set(samples);
+        self.started.set(Some(Instant::now()));
+        let b = progress::byte_bar(bytes, self.quiet);
+        b.set_message(format!("0/{samples} samples"));
+        *self.bar.borrow_mut() = Some(b);
+    }
+
+    fn sample_written(&self, samples: u64, bytes: u64) {
+        let bar = self.bar.borrow();
+        let Some(b) = bar.as_ref() else { return };
+        b.set_position(bytes);
+        let now = Instant::now();
+        if self
+            .last
+            .get()
+            .is_some_and(|t| now - t < Duration::from_millis(100))
+            && samples < self.total_samples.get()
+        {
+            return;
+        }
+        self.last.set(Some(now));
+        let secs = self.started.get().map_or(0.0, |t| (now - t).as_secs_f64());
+        let rate = if secs > 0.0 {
+            samples as f64 / secs
+        } else {
+            0.0
+        };
+        b.set_message(format!(
+            "{samples}/{} samples, {rate:.0} samples/s",
+            self.total_samples.get()
+        ));
+    }
+
+    fn shard_finished(&self, _shard: &ShardEntry) {}
+
+    fn skipped(&self, _file: &SkippedFile) {}
+
+    fn warning(&self, message: &str) {
+        if !self.quiet {
+            self.say(&format!("warning: {message}"));
+        }
+    }
+}
+
+fn ignored_line(ig: &Ignored) -> Option<String> {
+    let mut parts = Vec::new();
+    let mut add = |n: u64, what: &str| {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    };
+    add(ig.no_extension.count, "without an extension");
+    add(ig.hidden.count, "hidden");
+    add(
+        ig.symlinks.count,
+        "symlinks (not followed; see --follow-links)",
+    );
+    add(ig.excluded.count, "excluded by globs");
+    add(ig.outside_class.count, "outside a class directory");
+    (!parts.is_empty()).then(|| format!("ignored: {}", parts.join(", ")))
+}
+
+/// The one-line summary.
+pub fn summary_line(s: &PackSummary) -> String {
+    let labels = match s.labels.as_str() {
+        "none" => String::new(),
+        mode => format!(", labels: {mode} ({} classes)", s.classes),
+    };
+    let part = s.part.map(|p| format!(" (part {p})")).unwrap_or_default();
+    let plural = if s.shards == 1 { "" } else { "s" };
+    format!(
+        "packed {} samples into {} shard{plural}{part}: {} in {:.2} s, {:.1} MB/s, {} written to {}{labels}",
+        s.samples,
+        s.shards,
+        human_bytes(s.input_bytes),
+        s.seconds,
+        s.mb_per_second(),
+        human_bytes(s.bytes),
+        s.output.display(),
+    )
+}
+
+fn failure(e: PackError, out: &Path) -> anyhow::Error {
+    match e {
+        PackError::Option(_) | PackError::OutputNotEmpty { .. } => anyhow!("{e}"),
+        e => anyhow!(
+            "{e}\nno dataset was written to {} (no manifest; partial shards and temporary files were removed)",
+            out.display()
+        ),
+    }
+}
 
 /// Runs `bale pack`.
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("bale pack is not implemented yet ({})", args.path.display())
+    let cancel = Arc::new(AtomicBool::new(false));
+    install_ctrlc(&cancel);
+    let mut b = Packer::builder()
+        .inputs(&args.inputs)
+        .output(&args.output)
+        .follow_links(args.follow_links)
+        .labels(args.labels.clone())
+        .shard_size(args.shard_size)
+        .shard_samples(args.shard_samples)
+        .order(if args.shuffle {
+            Order::Shuffle(args.seed)
+        } else {
+            Order::Sorted
+        })
+        .compression(args.compress.compression, args.compress.level)
+        .jobs(args.jobs.unwrap_or(0))
+        .in_flight_bytes(args.in_flight)
+        .on_error(args.on_error)
+        .part(args.part)
+        .force(args.force)
+        .cancel_flag(cancel.clone());
+    for g in &args.include {
+        b = b.include(g);
+    }
+    for g in &args.exclude {
+        b = b.exclude(g);
+    }
+    if let Some(list) = &args.files_from {
+        b = b.files_from(if list.as_os_str() == "-" {
+            FileList::Stdin
+        } else {
+            FileList::File(list.clone())
+        });
+    } else if args.inputs.is_empty() {
+        anyhow::bail!("give an input directory, or --files-from FILE");
+    }
+    let packer = b.build().map_err(|e| anyhow!("{e}"))?;
+    let bars = Bars::new(args.quiet);
+    let result = packer.run(&bars);
+    bars.finish();
+    let summary = match result {
+        Ok(s) => s,
+        Err(PackError::Cancelled) => {
+            eprintln!(
+                "error: interrupted: no dataset was written to {} (no manifest; partial shards and temporary files were removed)",
+                args.output.display()
+            );
+            return Ok(ExitCode::from(EXIT_INTERRUPTED));
+        }
+        Err(e) => return Err(failure(e, &args.output)),
+    };
+    let mut err = std::io::stderr().lock();
+    if !args.quiet
+        && let Some(line) = ignored_line(&summary.ignored)
+    {
+        let _ = writeln!(err, "{line}");
+    }
+    if !summary.skipped.is_empty() {
+        let _ = writeln!(
+            err,
+            "skipped {} files (--on-error skip):",
+            summary.skipped.len()
+        );
+        for f in &summary.skipped {
+            let _ = writeln!(err, "  {}: {}", f.path.display(), f.error);
+        }
+    }
+    drop(err);
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
+    } else if !args.quiet {
+        writeln!(out, "{}", summary_line(&summary))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
