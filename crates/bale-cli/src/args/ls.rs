@@ -2,9 +2,20 @@
 
 use std::path::PathBuf;
 
-/// Arguments of `bale ls` (not implemented yet).
+/// List the samples of a dataset.
+///
+/// One line per sample: `INDEX<TAB>KEY<TAB>LABEL<TAB>EXT:SIZE,EXT:SIZE`. LABEL
+/// is the class name when the sample has a `.cls` member and the manifest names
+/// the classes, else the `.cls` text, else `-`.
 #[derive(Debug, clap::Args)]
 pub struct LsArgs {
-    /// The dataset or input path.
+    /// The dataset directory.
+    #[arg(value_name = "DATASET")]
     pub path: PathBuf,
+    /// Print JSON lines: `{"index", "key", "shard", "label", "label_name", "members": [{"ext", "size"}]}`.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not read `.cls` members (the label column shows `-`).
+    #[arg(long)]
+    pub no_labels: bool,
 }

@@ -1,17 +1,58 @@
-//! Arguments of `bale stage`.
+//! Arguments of `bale stage` and `bale unstage`.
 
 use std::path::PathBuf;
 
-/// Arguments of `bale stage` (not implemented yet).
+/// Copy a dataset to RAM-backed storage (tmpfs) and print the staged path.
+///
+/// The copy goes to `/dev/shm/bale/<name>-<hash>` unless `--to` says
+/// otherwise; only its path is printed on stdout, so `DATA=$(bale stage ds)`
+/// works. Free space and available memory are checked first (with a margin
+/// of 5% + 64 MiB). Shards are copied in parallel, checked against the
+/// manifest's checksums, and the manifest is written last. A complete copy of
+/// the same manifest is reused at once; a half-finished one is resumed.
 #[derive(Debug, clap::Args)]
 pub struct StageArgs {
-    /// The dataset or input path.
+    /// The dataset directory to copy.
+    #[arg(value_name = "DATASET")]
     pub path: PathBuf,
+    /// Where to put the copy (default: /dev/shm/bale/<name>-<first 12 hex digits of the manifest's xxh3>).
+    #[arg(long, value_name = "DIR")]
+    pub to: Option<PathBuf>,
+    /// Mount a tmpfs of the needed size at the target when it is not one
+    /// (as root; otherwise print the mount command to run).
+    #[arg(long)]
+    pub mount: bool,
+    /// Files copied at once (default: 4, or the number of cores if fewer).
+    #[arg(long, short = 'j', value_name = "N")]
+    pub jobs: Option<usize>,
+    /// No progress bar and no messages (errors are still printed).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Testing aid: pretend the target file system has BYTES free.
+    #[arg(long, hide = true, value_name = "BYTES")]
+    pub assume_free: Option<u64>,
+    /// Testing aid: pretend the machine has BYTES of available memory, and
+    /// apply the memory check even when the target is not RAM-backed.
+    #[arg(long, hide = true, value_name = "BYTES")]
+    pub assume_mem: Option<u64>,
+    /// Testing aid: behave as when not running as root.
+    #[arg(long, hide = true)]
+    pub assume_not_root: bool,
 }
 
-/// Arguments of `bale unstage` (not implemented yet).
+/// Remove a staged copy made by `bale stage` (and unmount the tmpfs bale mounted).
+///
+/// Refuses any directory without bale's staging marker (`.bale-stage.json`),
+/// and one holding files that bale did not put there unless `--force`.
 #[derive(Debug, clap::Args)]
 pub struct UnstageArgs {
     /// The staged directory to remove.
+    #[arg(value_name = "DIR")]
     pub dir: PathBuf,
+    /// Also delete files in the staging folder that bale did not write.
+    #[arg(long)]
+    pub force: bool,
+    /// No messages (errors are still printed).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }

@@ -1,0 +1,220 @@
+//! `bale ls` and `bale get` (issue 6): listing, lookup by index and key,
+//! writing members, and refusing names that would escape the output directory.
+
+use std::path::Path;
+
+use bale_format::{Compression, CreatedBy, Manifest, Member, ShardFileWriter};
+use serde_json::Value;
+
+use crate::verify::{PNG, bale, caption, make_dataset, text};
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn ls_lists_every_sample_in_order() {
+    for c in [Compression::None, Compression::Zstd] {
+        let tmp = tempfile::tempdir().unwrap();
+        make_dataset(tmp.path(), c, false);
+        let out = bale(&["ls", s(tmp.path())]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 12);
+        assert_eq!(
+            lines[0],
+            format!(
+                "0\tcat/0000\tcat\tpng:{},cls:1,txt:{}",
+                PNG.len(),
+                caption(0).len()
+            )
+        );
+        assert_eq!(
+            lines[7],
+            format!(
+                "7\tdog/0007\tdog\tpng:{},cls:1,txt:{}",
+                PNG.len(),
+                caption(7).len()
+            )
+        );
+        let out = bale(&["ls", "--json", s(tmp.path())]);
+        let first: Value = serde_json::from_str(text(&out.stdout).lines().nth(5).unwrap()).unwrap();
+        assert_eq!(
+            first,
+            serde_json::json!({
+                "index": 5, "key": "dog/0005", "shard": m_file(c, 1), "label": 1, "label_name": "dog",
+                "members": [{"ext": "png", "size": PNG.len()}, {"ext": "cls", "size": 1}, {"ext": "txt", "size": caption(5).len()}],
+            })
+        );
+        let out = bale(&["ls", "--no-labels", s(tmp.path())]);
+        assert!(text(&out.stdout).starts_with("0\tcat/0000\t-\tpng:"));
+    }
+}
+
+fn m_file(c: Compression, n: u64) -> String {
+    bale_format::shard_file_name("shard", n, c)
+}
+
+#[test]
+fn get_by_index_and_key_to_stdout() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_dataset(tmp.path(), Compression::Zstd, false);
+    let by_index = bale(&["get", s(tmp.path()), "9", "--ext", "txt"]);
+    assert!(by_index.status.success(), "{}", text(&by_index.stderr));
+    assert_eq!(text(&by_index.stdout), caption(9));
+    let by_key = bale(&["get", s(tmp.path()), "dog/0009", "--ext", "txt"]);
+    assert_eq!(by_key.stdout, by_index.stdout);
+    let png = bale(&["get", s(tmp.path()), "cat/0004", "--ext", "png"]);
+    assert_eq!(png.stdout, PNG);
+    // Unknown member, unknown key, index out of range: errors naming what is missing.
+    let out = bale(&["get", s(tmp.path()), "3", "--ext", "jpg"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("has no member \"jpg\""),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bale(&["get", s(tmp.path()), "12", "--ext", "txt"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("12 is not an index: the dataset has 12 samples"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bale(&["get", s(tmp.path()), "bird/0001", "--ext", "txt"]);
+    assert!(text(&out.stderr).contains("no sample with key \"bird/0001\""));
+    // Without --ext or -o: says what to do.
+    let out = bale(&["get", s(tmp.path()), "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--ext EXT"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn numeric_keys_and_the_key_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w =
+        ShardFileWriter::create(tmp.path(), "shard-000000.tar", Compression::None, 0).unwrap();
+    for key in ["10", "3", "x"] {
+        w.writer()
+            .write_sample(
+                key,
+                &[Member {
+                    ext: "txt",
+                    data: format!("I am {key}").as_bytes(),
+                }],
+            )
+            .unwrap();
+    }
+    let created_by = CreatedBy {
+        tool: "bale".into(),
+        version: "t".into(),
+        command: "t".into(),
+        options: Value::Null,
+    };
+    Manifest::new(vec![w.finish().unwrap()], None, created_by)
+        .write(tmp.path())
+        .unwrap();
+    let get = |args: &[&str]| {
+        let mut a = vec!["get", s(tmp.path())];
+        a.extend_from_slice(args);
+        text(&bale(&a).stdout)
+    };
+    assert_eq!(get(&["1", "--ext", "txt"]), "I am 3"); // index 1
+    assert_eq!(get(&["3", "--ext", "txt"]), "I am 3"); // out of range as an index: a key
+    assert_eq!(get(&["0", "--ext", "txt"]), "I am 10");
+    assert_eq!(get(&["--key", "10", "--ext", "txt"]), "I am 10");
+    assert_eq!(get(&["2", "--ext", "txt"]), "I am x");
+}
+
+#[test]
+fn get_writes_a_sample_to_a_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let out_dir = tmp.path().join("out");
+    let out = bale(&["get", s(&ds), "dog/0003", "-o", s(&out_dir)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read(out_dir.join("dog/0003.png")).unwrap(), PNG);
+    assert_eq!(std::fs::read(out_dir.join("dog/0003.cls")).unwrap(), b"1");
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join("dog/0003.txt")).unwrap(),
+        caption(3)
+    );
+    // Existing files are not overwritten without --force.
+    std::fs::write(out_dir.join("dog/0003.txt"), b"mine").unwrap();
+    let out = bale(&["get", s(&ds), "dog/0003", "-o", s(&out_dir)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("already exists; use --force"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(out_dir.join("dog/0003.txt")).unwrap(),
+        b"mine"
+    );
+    let out = bale(&["get", s(&ds), "dog/0003", "-o", s(&out_dir), "--force"]);
+    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join("dog/0003.txt")).unwrap(),
+        caption(3)
+    );
+    // --ext with -o FILE.
+    let file = tmp.path().join("one.txt");
+    let out = bale(&["get", s(&ds), "5", "--ext", "txt", "-o", s(&file)]);
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), caption(5));
+}
+
+#[test]
+fn get_refuses_to_write_through_symlinks_out_of_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let out_dir = tmp.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    // out/cat -> ../outside: writing cat/0000.* would land outside out/.
+    std::os::unix::fs::symlink(&outside, out_dir.join("cat")).unwrap();
+    let out = bale(&["get", s(&ds), "cat/0000", "-o", s(&out_dir)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("is a symlink; refusing to write through it"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    // A symlinked file name is not followed either, even with --force.
+    std::fs::create_dir(out_dir.join("dog")).unwrap();
+    let victim = outside.join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    std::os::unix::fs::symlink(&victim, out_dir.join("dog/0001.png")).unwrap();
+    let out = bale(&["get", s(&ds), "dog/0001", "-o", s(&out_dir), "--force"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("symlink"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    let link_file = tmp.path().join("link.txt");
+    std::os::unix::fs::symlink(&victim, &link_file).unwrap();
+    let out = bale(&[
+        "get",
+        s(&ds),
+        "1",
+        "--ext",
+        "txt",
+        "-o",
+        s(&link_file),
+        "--force",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+}

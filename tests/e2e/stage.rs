@@ -1,0 +1,365 @@
+//! `bale stage` / `bale unstage` (issue 6), with temporary directories as
+//! targets: the copy, reuse, resume, each refusal, and unstage's refusals.
+//!
+//! Targets live under the repository's `target/` directory (a disk, not a
+//! tmpfs) so that the "not a tmpfs" paths are exercised.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use bale_format::Compression;
+use serde_json::Value;
+
+use crate::verify::{bale, make_dataset, text};
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn scratch() -> tempfile::TempDir {
+    let base = bale_tests::repo_root().join("target").join("e2e-stage");
+    std::fs::create_dir_all(&base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
+/// (exit code, stdout, stderr) of `bale stage DS --to TARGET EXTRA...`.
+fn stage(ds: &Path, target: &Path, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["stage", s(ds), "--to", s(target)];
+    args.extend_from_slice(extra);
+    let out = bale(&args);
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+fn mtimes(dir: &Path) -> Vec<(String, SystemTime)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().modified().unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn same_files(a: &Path, b: &Path, names: &[String]) {
+    for n in names {
+        assert_eq!(
+            std::fs::read(a.join(n)).unwrap(),
+            std::fs::read(b.join(n)).unwrap(),
+            "{n}"
+        );
+    }
+}
+
+fn dataset_files(ds: &Path) -> Vec<String> {
+    let m = bale_format::Manifest::read(ds).unwrap();
+    let mut v = vec!["bale.json".to_string()];
+    for e in m.shards {
+        v.push(e.file);
+        v.push(e.index);
+    }
+    v
+}
+
+#[test]
+fn stage_copies_checks_and_prints_only_the_path() {
+    for c in [Compression::None, Compression::Zstd] {
+        let tmp = scratch();
+        let ds = tmp.path().join("ds");
+        make_dataset(&ds, c, false);
+        let target = tmp.path().join("staged");
+        let (code, out, err) = stage(&ds, &target, &[]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out, format!("{}\n", target.display()));
+        assert!(
+            err.contains("staged ") && err.contains("6 files copied"),
+            "{err}"
+        );
+        same_files(&ds, &target, &dataset_files(&ds));
+        let marker: Value =
+            serde_json::from_slice(&std::fs::read(target.join(".bale-stage.json")).unwrap())
+                .unwrap();
+        assert_eq!(marker["source"], s(&std::fs::canonicalize(&ds).unwrap()));
+        assert_eq!(marker["mounted"], false);
+        assert_eq!(marker["files"].as_array().unwrap().len(), 6);
+        // The staged copy is a clean dataset (the marker is not a shard).
+        let v = bale(&["verify", s(&target)]);
+        assert!(v.status.success(), "{}", text(&v.stdout));
+        assert_eq!(text(&v.stdout), "");
+    }
+}
+
+#[test]
+fn a_complete_copy_is_reused_without_copying() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    assert_eq!(stage(&ds, &target, &[]).0, 0);
+    let before = mtimes(&target);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (code, out, err) = stage(&ds, &target, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("{}\n", target.display()));
+    assert!(err.contains("reusing the complete staged copy"), "{err}");
+    assert_eq!(mtimes(&target), before);
+}
+
+#[test]
+fn a_half_finished_copy_is_resumed_never_used() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    let m = make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    assert_eq!(stage(&ds, &target, &[]).0, 0);
+    // Interrupted: no manifest, one shard missing, one damaged (same size), a temp file left.
+    std::fs::remove_file(target.join("bale.json")).unwrap();
+    std::fs::remove_file(target.join(&m.shards[0].file)).unwrap();
+    let damaged = target.join(&m.shards[1].file);
+    let mut b = std::fs::read(&damaged).unwrap();
+    b[600] ^= 1;
+    std::fs::write(&damaged, b).unwrap();
+    std::fs::write(target.join(".bale-tmp-1-shard-000000.tar"), b"partial").unwrap();
+    let kept = target.join(&m.shards[2].file);
+    let kept_mtime = std::fs::metadata(&kept).unwrap().modified().unwrap();
+    // Not a dataset while half-finished.
+    assert_eq!(bale(&["verify", s(&target)]).status.code(), Some(2));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (code, out, err) = stage(&ds, &target, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("{}\n", target.display()));
+    assert!(
+        err.contains("resuming the half-finished staged copy"),
+        "{err}"
+    );
+    assert!(err.contains("2 files copied"), "{err}");
+    assert!(err.contains("4 already in place"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&kept).unwrap().modified().unwrap(),
+        kept_mtime
+    );
+    same_files(&ds, &target, &dataset_files(&ds));
+    assert!(!target.join(".bale-tmp-1-shard-000000.tar").exists());
+}
+
+#[test]
+fn another_version_of_the_dataset_is_redone() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    assert_eq!(stage(&ds, &target, &[]).0, 0);
+    // Repack with compression: other files, another manifest.
+    std::fs::remove_dir_all(&ds).unwrap();
+    make_dataset(&ds, Compression::Zstd, false);
+    let (code, _, err) = stage(&ds, &target, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("redoing the staged copy"), "{err}");
+    same_files(&ds, &target, &dataset_files(&ds));
+    assert!(
+        !target.join("shard-000000.tar").exists(),
+        "old shards are removed"
+    );
+}
+
+#[test]
+fn refuses_when_the_target_has_too_little_space() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    let m = make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    let (code, out, err) = stage(&ds, &target, &["--assume-free", "1000000"]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.contains(&format!("not enough space on {}", target.display())),
+        "{err}"
+    );
+    assert!(
+        err.contains("with a 5% + 64 MiB margin), the file system has 976.56 KiB free"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: free space there, or choose another target with --to DIR"),
+        "{err}"
+    );
+    assert!(!target.exists(), "a refusal leaves nothing behind");
+    // Enough room for the data but not the margin: refused too.
+    let (code, _, err) = stage(&ds, &target, &["--assume-free", &(m.bytes * 2).to_string()]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn refuses_when_memory_is_short() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    let (code, _, err) = stage(&ds, &target, &["--assume-mem", "50000000"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not enough memory to stage"), "{err}");
+    assert!(
+        err.contains("the machine has 47.68 MiB available (MemAvailable)"),
+        "{err}"
+    );
+    assert!(!target.exists());
+    // With plenty, the same run goes through.
+    let (code, _, err) = stage(&ds, &target, &["--assume-mem", "1000000000"]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn refuses_a_folder_that_is_not_a_staging_folder() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("mine");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("precious.txt"), b"keep me").unwrap();
+    let (code, _, err) = stage(&ds, &target, &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("is not empty and is not a bale staging folder"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 1);
+    // unstage refuses it too.
+    let out = bale(&["unstage", s(&target)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("is not a bale staging folder"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(target.join("precious.txt")).unwrap(),
+        b"keep me"
+    );
+    // Staging into the dataset itself is refused.
+    let (code, _, err) = stage(&ds, &ds.join("inside"), &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("one contains the other"), "{err}");
+}
+
+#[test]
+fn unstage_removes_only_a_staged_copy() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    assert_eq!(stage(&ds, &target, &[]).0, 0);
+    std::fs::write(target.join("notes.txt"), b"not bale's").unwrap();
+    let out = bale(&["unstage", s(&target)]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("holds files bale did not write") && err.contains("notes.txt"),
+        "{err}"
+    );
+    assert!(target.join("bale.json").exists());
+    std::fs::remove_file(target.join("notes.txt")).unwrap();
+    let out = bale(&["unstage", s(&target)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).starts_with(&format!("removed {}", target.display())));
+    assert!(!target.exists());
+    assert!(ds.join("bale.json").exists(), "the source is untouched");
+}
+
+#[test]
+fn mount_without_root_prints_the_command() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("ram");
+    let (code, _, err) = stage(&ds, &target, &["--mount", "--assume-not-root"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("is not a tmpfs, and mounting one needs root"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "hint: run `sudo mount -t tmpfs -o size=65m,mode=0755 tmpfs {}`",
+            target.display()
+        )),
+        "{err}"
+    );
+    assert!(!target.exists());
+}
+
+/// Unmounts a directory on drop, in case a test fails half-way.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(s(dir)))
+}
+
+/// Whether this process may mount a tmpfs (root with the capability).
+fn can_mount(probe: &Path) -> bool {
+    std::fs::create_dir_all(probe).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs", s(probe)])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|st| st.success());
+    if ok {
+        let _ = Command::new("umount").arg(probe).status();
+    }
+    ok
+}
+
+#[test]
+fn mount_as_root_mounts_a_tmpfs_and_unstage_unmounts_it() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("ram");
+    let _guard = Unmount(target.clone());
+    let (code, out, err) = stage(&ds, &target, &["--mount"]);
+    if !can_mount(&tmp.path().join("probe")) {
+        // Not root, or no right to mount here: a clear refusal.
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("mount"), "{err}");
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("{}\n", target.display()));
+    assert!(err.contains("mounted a tmpfs of 65m"), "{err}");
+    assert!(is_mounted(&target));
+    let marker: Value =
+        serde_json::from_slice(&std::fs::read(target.join(".bale-stage.json")).unwrap()).unwrap();
+    assert_eq!(marker["mounted"], true);
+    same_files(&ds, &target, &dataset_files(&ds));
+    // Reuse works on the mount too.
+    let (code, _, err) = stage(&ds, &target, &["--mount"]);
+    assert_eq!(code, 0);
+    assert!(err.contains("reusing"), "{err}");
+    let out = bale(&["unstage", s(&target)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("unmounted and removed"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!is_mounted(&target));
+    assert!(!target.exists());
+}
