@@ -11,6 +11,12 @@ use std::path::PathBuf;
 /// the exit status is 0 when the dataset is clean (warnings, such as leftover
 /// temporary files, do not count), 1 when anything is wrong, and 2 when the
 /// check could not run (no such directory, not a bale dataset).
+///
+/// `--json` prints one object: `ok`, `dataset`, `level` ("full" or "quick"),
+/// `decode`, `shards_checked`, `samples_checked`, `members_checked`,
+/// `bytes_read`, `errors`, `warnings`, and `problems` [{`shard`, `key`,
+/// `member`, `offset`, `what`, `severity` ("error" or "warning")}], where
+/// `key`, `member` and `offset` are null when they do not apply.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
     /// The dataset directory.

@@ -3,7 +3,8 @@
 //! `INDEX<TAB>KEY<TAB>LABEL<TAB>EXT:SIZE,EXT:SIZE`, or with `--json` one JSON
 //! object per line. Everything comes from the indexes except the label, read
 //! from the sample's `.cls` member (one small positioned read per sample in a
-//! plain tar; `--no-labels` skips it).
+//! plain tar; in a `.tar.zst`, the sample's frame is decompressed;
+//! `--no-labels` skips it).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
