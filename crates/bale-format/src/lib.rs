@@ -43,6 +43,7 @@ pub mod index;
 pub mod manifest;
 mod name;
 pub mod read;
+pub mod scan;
 pub mod shard;
 pub mod shuffle;
 pub mod stream;
