@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod get;
+pub mod index;
 pub mod ls;
 pub mod merge;
 pub mod pack;
@@ -38,6 +39,8 @@ pub enum Command {
     Ls(ls::LsArgs),
     /// Write a sample's members to stdout or a directory.
     Get(get::GetArgs),
+    /// Index existing WebDataset tars in place (no repacking): indexes and a manifest that point at them.
+    Index(index::IndexArgs),
     /// Copy a dataset to RAM-backed storage (tmpfs) for training.
     Stage(stage::StageArgs),
     /// Remove a staged copy made by `bale stage`.

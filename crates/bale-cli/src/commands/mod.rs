@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use crate::args::{Cli, Command};
 
 pub mod get;
+pub mod index;
 pub mod ls;
 pub mod merge;
 pub mod pack;
@@ -21,6 +22,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Stat(a) => stat::run(a),
         Command::Ls(a) => ls::run(a),
         Command::Get(a) => get::run(a),
+        Command::Index(a) => index::run(a),
         Command::Stage(a) => stage::run(a),
         Command::Unstage(a) => stage::run_unstage(a),
     }
