@@ -1,5 +1,6 @@
 //! End-to-end tests: one binary, a module per area.
 
+mod index;
 mod pack;
 mod ls_get;
 mod stage;
