@@ -45,7 +45,7 @@ pub const DEFAULT_ROOT: &str = "/dev/shm/bale";
 /// The fixed part of the safety margin.
 const MARGIN_BYTES: u64 = 64 << 20;
 /// Copy buffer.
-const COPY_BUF: usize = 4 << 20;
+const COPY_BUF: usize = 256 << 10;
 
 /// The contents of `.bale-stage.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
