@@ -61,7 +61,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -328,89 +328,97 @@ impl Source for Pread<'_> {
 }
 
 /// Sequential reads of a plain tar file that hash every byte of the file on
-/// the way (for `--checksum`): one pass gives member and file checksums.
+/// the way (for `--checksum`): one pass gives member and file checksums. The
+/// file is read in large chunks into one buffer; each byte is copied once
+/// and hashed from there.
 struct Sequential<'a> {
-    reader: BufReader<&'a File>,
+    file: &'a File,
     path: &'a Path,
-    pos: u64,
+    buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    start: u64,
+    /// Valid bytes in `buf`.
+    len: usize,
     file_hash: Xxh3,
-    scratch: Vec<u8>,
 }
 
 impl<'a> Sequential<'a> {
     fn new(file: &'a File, path: &'a Path) -> Self {
         Self {
-            reader: BufReader::with_capacity(SEQ_BUFFER, file),
+            file,
             path,
-            pos: 0,
+            buf: vec![0u8; SEQ_BUFFER],
+            start: 0,
+            len: 0,
             file_hash: Xxh3::new(),
-            scratch: vec![0u8; 1 << 20],
         }
     }
 
-    fn fill(&mut self, buf: &mut [u8]) -> Result<()> {
-        self.reader
-            .read_exact(buf)
-            .map_err(|e| FormatError::io_at(self.path, self.pos, e))?;
-        self.file_hash.update(buf);
-        self.pos += buf.len() as u64;
-        Ok(())
+    /// Reads the next chunk of the file into the buffer; returns false at the end of the file.
+    fn next_chunk(&mut self) -> Result<bool> {
+        self.start += self.len as u64;
+        self.len = 0;
+        while self.len < self.buf.len() {
+            let at = self.start + self.len as u64;
+            match self.file.read_at(&mut self.buf[self.len..], at) {
+                Ok(0) => break,
+                Ok(n) => self.len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FormatError::io_at(self.path, at, e)),
+            }
+        }
+        self.file_hash.update(&self.buf[..self.len]);
+        Ok(self.len > 0)
     }
 
-    fn skip_to(&mut self, offset: u64) -> Result<()> {
-        debug_assert!(offset >= self.pos, "sequential source asked to go back");
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let r = (|| {
-            while self.pos < offset {
-                let k = (offset - self.pos).min(scratch.len() as u64) as usize;
-                self.fill(&mut scratch[..k])?;
+    /// The buffered bytes from `offset` on (at least one), reading on as needed.
+    fn at(&mut self, offset: u64) -> Result<&[u8]> {
+        debug_assert!(offset >= self.start, "sequential source asked to go back");
+        while offset >= self.start + self.len as u64 {
+            if !self.next_chunk()? {
+                // The caller checked the bounds against the file's length: it shrank.
+                return Err(FormatError::io_at(
+                    self.path,
+                    offset,
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the file shrank while being read",
+                    ),
+                ));
             }
-            Ok(())
-        })();
-        self.scratch = scratch;
-        r
+        }
+        Ok(&self.buf[(offset - self.start) as usize..self.len])
     }
 
     /// Hashes the rest of the file; returns the file's xxh3 and its length.
     fn finish(mut self) -> Result<(u64, u64)> {
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let k = match self.reader.read(&mut buf) {
-                Ok(k) => k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(FormatError::io_at(self.path, self.pos, e)),
-            };
-            if k == 0 {
-                return Ok((self.file_hash.digest(), self.pos));
-            }
-            self.file_hash.update(&buf[..k]);
-            self.pos += k as u64;
-        }
+        while self.next_chunk()? {}
+        Ok((self.file_hash.digest(), self.start))
     }
 }
 
 impl Source for Sequential<'_> {
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.skip_to(offset)?;
-        self.fill(buf)
+    fn read_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let mut done = 0;
+        while done < out.len() {
+            let avail = self.at(offset + done as u64)?;
+            let k = avail.len().min(out.len() - done);
+            out[done..done + k].copy_from_slice(&avail[..k]);
+            done += k;
+        }
+        Ok(())
     }
 
     fn hash_at(&mut self, offset: u64, size: u64) -> Result<u64> {
-        self.skip_to(offset)?;
         let mut h = Xxh3::new();
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let r = (|| {
-            let mut left = size;
-            while left > 0 {
-                let k = left.min(scratch.len() as u64) as usize;
-                self.fill(&mut scratch[..k])?;
-                h.update(&scratch[..k]);
-                left -= k as u64;
-            }
-            Ok(())
-        })();
-        self.scratch = scratch;
-        r.map(|()| h.digest())
+        let mut done = 0u64;
+        while done < size {
+            let avail = self.at(offset + done)?;
+            let k = (avail.len() as u64).min(size - done) as usize;
+            h.update(&avail[..k]);
+            done += k as u64;
+        }
+        Ok(h.digest())
     }
 }
 
