@@ -1,5 +1,6 @@
 //! End-to-end tests: one binary, a module per area.
 
+mod format_interop;
 mod index;
 mod pack;
 mod ls_get;
