@@ -599,6 +599,8 @@ fn a_failed_run_leaves_no_manifest_and_no_new_index() {
     let bad = t.path().join("shards/zz-bad.tar");
     fs::write(&bad, b"\x1f\x8b\x08\x00 not a tar").unwrap();
     let ds = t.path().join("ds");
+    fs::create_dir_all(&ds).unwrap();
+    fs::write(ds.join("notes.txt"), "mine").unwrap();
     let o = bale(&[
         "index",
         "-j",
@@ -615,12 +617,14 @@ fn a_failed_run_leaves_no_manifest_and_no_new_index() {
         err.contains("zz-bad.tar") && err.contains("no manifest was written"),
         "{err}"
     );
+    // The indexes of the two good shards (written first, on one thread) are
+    // removed; what was in the directory before stays.
     let left: Vec<_> = fs::read_dir(&ds)
         .unwrap()
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(left, ["notes.txt"]);
     // An existing dataset is not replaced without --force.
     ok(&bale(&["index", "-q", "-o", p(&ds), p(&shards[0])]));
     let o = bale(&["index", "-o", p(&ds), p(&shards[1])]);
@@ -630,4 +634,37 @@ fn a_failed_run_leaves_no_manifest_and_no_new_index() {
         Manifest::read(&ds).unwrap().shards[0].file,
         "../shards/wds-000000.tar"
     );
+}
+
+#[test]
+fn sparse_files_are_refused_in_gnu_and_pax_archives() {
+    let t = tempfile::tempdir().unwrap();
+    let hole = t.path().join("hole.bin");
+    let f = fs::File::create(&hole).unwrap();
+    f.set_len(1 << 20).unwrap();
+    drop(f);
+    for format in ["gnu", "pax"] {
+        let shard = t.path().join(format!("{format}.tar"));
+        tar(&[
+            "-S",
+            &format!("--format={format}"),
+            "-cf",
+            p(&shard),
+            "-C",
+            p(t.path()),
+            "hole.bin",
+        ]);
+        let ds = t.path().join(format!("ds-{format}"));
+        let o = bale(&["index", "-o", p(&ds), p(&shard)]);
+        assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(p(&shard)) && err.contains("sparse files are not supported"),
+            "{err}"
+        );
+        assert!(
+            !ds.exists(),
+            "{format}: the output directory this run created is removed"
+        );
+    }
 }

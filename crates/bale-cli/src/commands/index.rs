@@ -78,6 +78,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
     }
     let started = Instant::now();
     let paths = expand_all(&args.shards)?;
+    let existed = args.output.exists();
     fs::create_dir_all(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let out = fs::canonicalize(&args.output)
@@ -156,6 +157,10 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         Err(e) => {
             for p in created.into_inner().unwrap_or_default() {
                 let _ = fs::remove_file(p);
+            }
+            if !existed {
+                // Only if it is empty: the directory this run created.
+                let _ = fs::remove_dir(&out);
             }
             return Err(anyhow!(
                 "{e:#}\nno manifest was written, and the indexes this run created were removed"
