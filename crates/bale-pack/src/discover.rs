@@ -256,8 +256,12 @@ pub(crate) fn dir_id(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| dev_ino(&m))
 }
 
-fn is_hidden(name: &OsStr) -> bool {
-    name.as_encoded_bytes().first() == Some(&b'.')
+/// Whether any component of a relative path starts with a dot.
+fn is_hidden_path(rel: &Path) -> bool {
+    let b = rel.as_os_str().as_encoded_bytes();
+    b.first() == Some(&b'.')
+        || b.windows(2)
+            .any(|w| w[0] == std::path::MAIN_SEPARATOR as u8 && w[1] == b'.')
 }
 
 fn file_kind(ft: &std::fs::FileType) -> &'static str {
@@ -347,7 +351,6 @@ impl Discover<'_> {
             let mut it = WalkDir::new(&s.start)
                 .follow_links(self.follow_links)
                 .follow_root_links(true)
-                .sort_by_file_name()
                 .into_iter();
             while let Some(entry) = it.next() {
                 seen += 1;
@@ -401,7 +404,7 @@ impl Discover<'_> {
                     d.ignored.excluded.add(path);
                     continue;
                 }
-                if rel.components().any(|c| is_hidden(c.as_os_str())) {
+                if is_hidden_path(rel) {
                     d.ignored.hidden.add(path);
                     continue;
                 }
@@ -454,13 +457,16 @@ impl Discover<'_> {
                 let dot = key.len();
                 d.files.push(Found {
                     root: s.root,
-                    path: path.to_path_buf(),
+                    path: ent.into_path(),
                     rel: rel_str,
                     dot,
                 });
             }
         }
         (self.progress)(d.files.len() as u64);
+        // The walk follows directory order; the first error reported must not.
+        d.bad
+            .sort_by(|a, b| a.error.input_path().cmp(&b.error.input_path()));
         Ok(d)
     }
 }

@@ -7,11 +7,12 @@
 //! plan order, and shard boundaries are decided from the samples' sizes as
 //! they are written.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bale_format::tar::{BLOCK, member_header_len, padded};
@@ -28,6 +29,10 @@ use crate::{PackProgress, SkippedFile, TransformFn};
 const END_BLOCKS: u64 = 2 * BLOCK;
 /// At most this many samples are read ahead of the writer, whatever their size.
 const MAX_AHEAD_SAMPLES: usize = 4096;
+/// A read task takes at most this many consecutive samples...
+const BATCH_SAMPLES: usize = 64;
+/// ... or this many bytes of them.
+const BATCH_BYTES: u64 = 1 << 20;
 /// Bookkeeping bytes charged to the budget per sample on top of its data.
 const SAMPLE_OVERHEAD: u64 = 1024;
 
@@ -151,20 +156,53 @@ struct Current {
 }
 
 /// Writes samples into consecutive shards.
+///
+/// A full shard is finished (end blocks, index, fsync, rename) on a
+/// background thread while the next one is written, so the disk flush of
+/// one shard overlaps the reading of the next; at most one is in flight, and
+/// entries are collected in shard order.
 struct Sink<'a, 'o> {
     ctx: &'a WriteCtx<'a>,
     out: &'o mut Output,
     cur: Option<Current>,
+    finishing: Option<JoinHandle<Result<ShardEntry>>>,
     next_shard: u64,
     done: Written,
 }
 
+impl Drop for Sink<'_, '_> {
+    fn drop(&mut self) {
+        // A shard being renamed into place must land before the caller's
+        // cleanup runs, or the cleanup would miss it.
+        if let Some(h) = self.finishing.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 impl Sink<'_, '_> {
-    fn finish_current(&mut self) -> Result<()> {
-        if let Some(cur) = self.cur.take() {
-            let entry = cur.writer.finish()?;
+    fn join_finishing(&mut self) -> Result<()> {
+        if let Some(h) = self.finishing.take() {
+            let entry = h.join().map_err(|_| {
+                PackError::io(
+                    &self.out.dir,
+                    io::Error::other("the shard finishing thread panicked"),
+                )
+            })??;
             self.ctx.progress.shard_finished(&entry);
             self.done.shards.push(entry);
+        }
+        Ok(())
+    }
+
+    fn finish_current(&mut self) -> Result<()> {
+        if let Some(cur) = self.cur.take() {
+            self.join_finishing()?;
+            let h = std::thread::Builder::new()
+                .name("bale-pack-finish".into())
+                .spawn(move || cur.writer.finish().map_err(PackError::from))
+                .map_err(|e| PackError::io(&self.out.dir, e))?;
+            self.finishing = Some(h);
         }
         Ok(())
     }
@@ -264,9 +302,7 @@ impl Sink<'_, '_> {
         }
         let bytes: u64 = list
             .iter()
-            .map(|(ext, _, size)| {
-                member_header_len(&format!("{}.{ext}", s.key), *size) + padded(*size)
-            })
+            .map(|(ext, _, size)| member_bytes(&s.key, ext, *size))
             .sum();
         self.room_for(&s.key, bytes)?;
         let Some(cur) = self.cur.as_mut() else {
@@ -298,6 +334,16 @@ impl Sink<'_, '_> {
             .sample_written(self.done.samples, self.done.input_bytes);
         Ok(())
     }
+}
+
+/// Bytes a member takes in the tar stream: header(s) and padded data.
+fn member_bytes(key: &str, ext: &str, size: u64) -> u64 {
+    let header = if key.len() + 1 + ext.len() <= 100 && size <= bale_format::tar::MAX_OCTAL_SIZE {
+        BLOCK
+    } else {
+        member_header_len(&format!("{key}.{ext}"), size)
+    };
+    header + padded(size)
 }
 
 /// Reads and writes `samples` in order into shards in `out`.
@@ -338,6 +384,7 @@ pub(crate) fn write_all(
         ctx,
         out,
         cur: None,
+        finishing: None,
         next_shard: 0,
         done: Written::default(),
     };
@@ -347,11 +394,31 @@ pub(crate) fn write_all(
             let mut next_dispatch = 0usize;
             let mut held_bytes = 0u64;
             let mut held = 0usize;
-            let mut pending: HashMap<usize, Result<Vec<Data>>> = HashMap::new();
+            // Results read ahead of the writer: slot k is sample i + k.
+            let mut pending: VecDeque<Option<Result<Vec<Data>>>> = VecDeque::new();
             for i in 0..n {
                 if ctx.cancel.load(Ordering::Relaxed) {
                     return Err(PackError::Cancelled);
                 }
+                // Consecutive small samples go to one task: a rayon task per
+                // 2 KB file costs more in wake-ups than the read itself.
+                let mut batch: Vec<usize> = Vec::new();
+                let mut batch_bytes = 0u64;
+                let spawn = |batch: Vec<usize>| {
+                    let tx = tx.clone();
+                    scope.spawn(move |_| {
+                        for j in batch {
+                            let r = if stop.load(Ordering::Relaxed) {
+                                Err(PackError::Cancelled)
+                            } else {
+                                read_sample(&samples[j], stream[j], transform)
+                            };
+                            if tx.send((j, r)).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                };
                 while next_dispatch < n
                     && held < MAX_AHEAD_SAMPLES
                     && (held == 0 || held_bytes + cost[next_dispatch] <= ctx.budget)
@@ -363,25 +430,29 @@ pub(crate) fn write_all(
                     if fails[j].is_some() {
                         continue;
                     }
-                    let tx = tx.clone();
-                    scope.spawn(move |_| {
-                        let r = if stop.load(Ordering::Relaxed) {
-                            Err(PackError::Cancelled)
-                        } else {
-                            read_sample(&samples[j], stream[j], transform)
-                        };
-                        let _ = tx.send((j, r));
-                    });
+                    batch.push(j);
+                    batch_bytes += cost[j];
+                    if batch.len() >= BATCH_SAMPLES || batch_bytes >= BATCH_BYTES {
+                        spawn(std::mem::take(&mut batch));
+                        batch_bytes = 0;
+                    }
+                }
+                if !batch.is_empty() {
+                    spawn(batch);
                 }
                 let data = match fails[i].take() {
                     Some(e) => Err(e),
                     None => loop {
-                        if let Some(r) = pending.remove(&i) {
+                        if let Some(r) = pending.front_mut().and_then(Option::take) {
                             break r;
                         }
                         match rx.recv_timeout(Duration::from_millis(100)) {
                             Ok((j, r)) => {
-                                pending.insert(j, r);
+                                let k = j - i;
+                                if pending.len() <= k {
+                                    pending.resize_with(k + 1, || None);
+                                }
+                                pending[k] = Some(r);
                             }
                             Err(RecvTimeoutError::Timeout) => {
                                 if ctx.cancel.load(Ordering::Relaxed) {
@@ -394,6 +465,7 @@ pub(crate) fn write_all(
                         }
                     },
                 };
+                pending.pop_front();
                 sink.write(&samples[i], data)?;
                 held -= 1;
                 held_bytes -= cost[i];
@@ -410,5 +482,6 @@ pub(crate) fn write_all(
         return Err(PackError::Cancelled);
     }
     sink.finish_current()?;
-    Ok(sink.done)
+    sink.join_finishing()?;
+    Ok(std::mem::take(&mut sink.done))
 }

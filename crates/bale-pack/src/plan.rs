@@ -64,19 +64,22 @@ pub(crate) fn group(mut files: Vec<Found>) -> Result<Vec<Sample>> {
         prev = Some(f);
     }
     for f in files {
-        let member = Member {
-            ext: f.ext().to_owned(),
-            path: f.path.clone(),
-            size: 0,
-        };
-        match samples.last_mut() {
-            Some(s) if s.key == f.key() => s.members.push(member),
-            _ => samples.push(Sample {
+        let ext = f.ext().to_owned();
+        let same = samples.last().is_some_and(|s: &Sample| s.key == f.key());
+        if !same {
+            samples.push(Sample {
                 key: f.key().to_owned(),
-                members: vec![member],
+                members: Vec::with_capacity(1),
                 label: None,
                 fail: None,
-            }),
+            });
+        }
+        if let Some(s) = samples.last_mut() {
+            s.members.push(Member {
+                ext,
+                path: f.path,
+                size: 0,
+            });
         }
     }
     Ok(samples)
