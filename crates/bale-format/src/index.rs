@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::error::{FormatError, Result};
-use crate::name::{validate_ext, validate_key};
+use crate::name::{key_is_valid_fast, validate_ext, validate_key};
 
 /// Magic bytes at the start of every index file.
 pub const INDEX_MAGIC: [u8; 8] = *b"BALEIDX\0";
@@ -438,10 +438,18 @@ impl ShardIndex {
         let strings = &b[self.strings_at..self.strings_at + strings_len];
         let compressed = self.flags & FLAG_ZSTD != 0;
         let bad = |at: usize, what: String| Err(FormatError::corrupt(self.path.clone(), at as u64, what));
+        // The writers' string tables are UTF-8 throughout: check that once,
+        // then only char boundaries per string (else check each string).
+        let table = std::str::from_utf8(strings).ok();
         let str_at = |off: u32, len: u32| -> Option<&str> {
             let end = (off as usize).checked_add(len as usize)?;
-            std::str::from_utf8(strings.get(off as usize..end)?).ok()
+            match table {
+                Some(t) => t.get(off as usize..end),
+                None => std::str::from_utf8(strings.get(off as usize..end)?).ok(),
+            }
         };
+        // Extensions are interned: validate each distinct one once.
+        let mut good_exts: Vec<(u32, u32)> = Vec::new();
         let mut next_member = 0u64;
         let mut prev_end = 0u64;
         for i in 0..self.samples {
@@ -450,7 +458,9 @@ impl ShardIndex {
             let Some(key) = str_at(e.key_off, e.key_len) else {
                 return bad(at + 32, format!("sample {i}: key outside the string table or not UTF-8"));
             };
-            if let Err(err) = validate_key(key) {
+            if !key_is_valid_fast(key.as_bytes())
+                && let Err(err) = validate_key(key)
+            {
                 return bad(at + 32, format!("sample {i}: {err}"));
             }
             if u64::from(e.member_start) != next_member || e.member_count == 0 {
@@ -477,9 +487,15 @@ impl ShardIndex {
                 let mat = self.members_at + MEMBER_LEN * j;
                 let offset = u64_at(b, mat);
                 let size = u64_at(b, mat + 8);
-                let ext = str_at(u32_at(b, mat + 24), u32_at(b, mat + 28));
-                if ext.is_none_or(|x| validate_ext(x).is_err()) {
-                    return bad(mat + 24, format!("member {j}: extension outside the string table or invalid"));
+                let ext_ref = (u32_at(b, mat + 24), u32_at(b, mat + 28));
+                if !good_exts.contains(&ext_ref) {
+                    let ext = str_at(ext_ref.0, ext_ref.1);
+                    if ext.is_none_or(|x| validate_ext(x).is_err()) {
+                        return bad(mat + 24, format!("member {j}: extension outside the string table or invalid"));
+                    }
+                    if good_exts.len() < 64 {
+                        good_exts.push(ext_ref);
+                    }
                 }
                 if offset < prev_member_end || offset.checked_add(size).is_none_or(|end| end > tar_end) {
                     return bad(mat, format!("member {j}: data range outside its sample"));

@@ -67,6 +67,30 @@ pub fn validate_key(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// A single pass over `key` that returns `true` only for keys [`validate_key`]
+/// accepts (it is exactly as strict); used where millions of keys are checked.
+/// Call [`validate_key`] when it returns `false`, for the error.
+pub(crate) fn key_is_valid_fast(key: &[u8]) -> bool {
+    if key.first().is_none_or(|&b| b == b'/') {
+        return false;
+    }
+    let mut comp_start = 0;
+    for (i, &b) in key.iter().enumerate() {
+        match b {
+            0 | b'\\' => return false,
+            b'/' => {
+                if matches!(&key[comp_start..i], b"" | b"." | b"..") {
+                    return false;
+                }
+                comp_start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    let base = &key[comp_start..];
+    !base.is_empty() && !base.contains(&b'.')
+}
+
 /// Checks that `ext` can be a member's extension: non-empty, no `/`, NUL or backslash.
 ///
 /// # Errors
@@ -107,6 +131,26 @@ mod tests {
         ];
         for (name, want) in cases {
             assert_eq!(split_member_name(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn fast_key_check_agrees_with_validate_key() {
+        // Every string of up to 6 characters over an alphabet of the special ones.
+        let alphabet = ["a", ".", "/", "\\", "\0", "é"];
+        let mut keys = vec![String::new()];
+        for _ in 0..6 {
+            let next: Vec<String> = keys
+                .iter()
+                .flat_map(|k| alphabet.iter().map(move |c| format!("{k}{c}")))
+                .collect();
+            for k in &keys {
+                assert_eq!(key_is_valid_fast(k.as_bytes()), validate_key(k).is_ok(), "{k:?}");
+            }
+            keys = next;
+        }
+        for k in &keys {
+            assert_eq!(key_is_valid_fast(k.as_bytes()), validate_key(k).is_ok(), "{k:?}");
         }
     }
 
