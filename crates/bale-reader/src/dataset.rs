@@ -1,18 +1,20 @@
 //! Opening a dataset and reading samples by index or key.
 
 use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use bale_format::manifest::parse_hex64;
-use bale_format::read::{decompress_frame, read_exact_at, verify_member};
+use bale_format::read::{decompress_frame, verify_member};
 use bale_format::{Compression, FormatError, MANIFEST_NAME, Manifest, SampleEntry, ShardIndex};
 use memmap2::Mmap;
 
 use crate::error::{ReaderError, Result};
 use crate::iter::SampleIter;
 use crate::plan::{EpochPlan, Order, Partition};
-use crate::sample::{Buf, Field, Sample};
+use crate::sample::{Buf, BufPool, Field, Sample};
 
 /// How sample bytes reach memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -21,7 +23,13 @@ pub enum Backing {
     /// a sample of a plain tar shard is a slice of the map: no copy, no heap,
     /// and no file descriptor kept open. Compressed shards decompress their
     /// frame straight from the map. The default: it is the faster for random
-    /// reads with a warm page cache (see docs/benchmarks.md).
+    /// reads with a warm page cache, and for sequential epochs (see
+    /// docs/benchmarks.md).
+    ///
+    /// The map is advised `MADV_RANDOM` (no read-around on page faults) and
+    /// every read asks for exactly its bytes with `MADV_WILLNEED` (one I/O
+    /// request per sample, or per run of samples in sequential plans), so a
+    /// cold random read fetches from storage only the sample's pages.
     ///
     /// **Trade-off**: if a shard file is truncated while it is mapped (bale
     /// never does that: it replaces files by renaming), touching the lost
@@ -31,7 +39,9 @@ pub enum Backing {
     Mmap,
     /// One positioned read (`pread`) per sample into a buffer of its own
     /// (one per run of samples for sequential plans). Errors are always
-    /// errors, never signals; a file descriptor stays open per shard read.
+    /// errors, never signals; a file descriptor stays open per shard read
+    /// (advised `POSIX_FADV_RANDOM`: no read-ahead beyond each read). Read
+    /// buffers are pooled and reused.
     Pread,
 }
 
@@ -122,6 +132,7 @@ struct Inner {
     labels: Option<Vec<String>>,
     fields: Vec<String>,
     options: DatasetOptions,
+    pool: Arc<BufPool>,
 }
 
 /// An open bale dataset: random access by index or key, and epoch iteration.
@@ -205,6 +216,7 @@ impl Dataset {
                 labels: manifest.labels,
                 fields: manifest.fields.into_keys().collect(),
                 options,
+                pool: Arc::default(),
             }),
         })
     }
@@ -363,22 +375,25 @@ impl Dataset {
         let compression = shard.index.compression();
         let (buf, base) = match (&h.map, &h.file, compression) {
             (Some(map), _, Compression::None) => {
+                map_slice(map, &shard.path, e.file_offset, e.file_len)?;
+                will_need(map, e.file_offset, e.file_len);
                 (Buf::Map(Arc::clone(map)), e.file_offset as usize)
             }
             (Some(map), _, Compression::Zstd) => {
                 let frame = map_slice(map, &shard.path, e.file_offset, e.file_len)?;
+                will_need(map, e.file_offset, e.file_len);
                 let data = decompress_frame(&shard.path, e.file_offset, frame, e.tar_len)?;
-                (Buf::Heap(Arc::new(data)), 0)
+                (Buf::owned(data), 0)
             }
             (None, Some(file), _) => {
-                let raw = read_exact_at(file, &shard.path, e.file_offset, e.file_len)?;
-                let data = match compression {
-                    Compression::None => raw,
+                let raw = self.pread(file, &shard.path, e.file_offset, e.file_len)?;
+                match compression {
+                    Compression::None => (raw, 0),
                     Compression::Zstd => {
-                        decompress_frame(&shard.path, e.file_offset, &raw, e.tar_len)?
+                        let data = decompress_frame(&shard.path, e.file_offset, &raw, e.tar_len)?;
+                        (Buf::owned(data), 0)
                     }
-                };
-                (Buf::Heap(Arc::new(data)), 0)
+                }
             }
             (None, None, _) => unreachable_handle(&shard.path)?,
         };
@@ -424,18 +439,19 @@ impl Dataset {
         let buf = match (&h.map, &h.file) {
             (Some(map), _) => {
                 map_slice(map, &shard.path, span_start, span_len)?;
-                // Start the kernel reading the whole run at once.
-                let _ = map.advise_range(
-                    memmap2::Advice::WillNeed,
-                    span_start as usize,
-                    span_len as usize,
+                // Start the kernel reading the whole run at once, and the
+                // next run of the shard too (the read-ahead a sequential
+                // reader would get without `MADV_RANDOM`).
+                will_need(map, span_start, span_len);
+                let next = span_start + span_len;
+                will_need(
+                    map,
+                    next,
+                    span_len.min((map.len() as u64).saturating_sub(next)),
                 );
                 Buf::Map(Arc::clone(map))
             }
-            (None, Some(file)) => {
-                let v = read_exact_at(file, &shard.path, span_start, span_len)?;
-                Buf::Heap(Arc::new(v))
-            }
+            (None, Some(file)) => self.pread(file, &shard.path, span_start, span_len)?,
             (None, None) => unreachable_handle(&shard.path)?,
         };
         // Offset of file byte `o` in `buf` (None if a corrupt index puts it before the run).
@@ -470,7 +486,7 @@ impl Dataset {
                         decompress_frame(&shard.path, e.file_offset, frame, e.tar_len)
                             .map_err(ReaderError::from)
                     })
-                    .and_then(|d| self.build(s, l, &e, Buf::Heap(Arc::new(d)), 0)),
+                    .and_then(|d| self.build(s, l, &e, Buf::owned(d), 0)),
             };
             if populate && let Ok(sample) = &r {
                 sample.populate();
@@ -539,6 +555,32 @@ impl Dataset {
         })
     }
 
+    /// Reads `len` bytes at `offset` into a pooled buffer.
+    fn pread(&self, file: &File, path: &Path, offset: u64, len: u64) -> Result<Buf> {
+        let n = usize::try_from(len).map_err(|_| FormatError::Limit {
+            path: path.to_path_buf(),
+            what: format!("a read of {len} bytes does not fit in memory"),
+        })?;
+        self.inner.pool.filled(n, |buf| {
+            file.read_exact_at(buf, offset).map_err(|e| {
+                ReaderError::from(if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    FormatError::Truncated {
+                        path: path.to_path_buf(),
+                        what: "sample data",
+                        needed: offset + len,
+                        len: file.metadata().map(|m| m.len()).unwrap_or(0),
+                    }
+                } else {
+                    FormatError::IoAt {
+                        path: path.to_path_buf(),
+                        offset,
+                        source: e,
+                    }
+                })
+            })
+        })
+    }
+
     /// Bytes to budget for reading sample `local` of shard `s` (its uncompressed size).
     pub(crate) fn sample_cost(&self, s: usize, local: usize) -> u64 {
         self.inner.shards[s].index.sample(local).tar_len
@@ -552,6 +594,17 @@ impl Dataset {
     /// Whether samples are slices of shard maps.
     pub(crate) fn is_mapped(&self) -> bool {
         self.inner.options.backing == Backing::Mmap
+    }
+}
+
+/// Asks the kernel to start reading `len` bytes of the map at `offset` (one
+/// request for the whole range) unless they are cached; pages are then
+/// faulted in without further I/O. A failure only loses the hint.
+fn will_need(map: &Mmap, offset: u64, len: u64) {
+    if let (Ok(o), Ok(l)) = (usize::try_from(offset), usize::try_from(len))
+        && l > 0
+    {
+        let _ = map.advise_range(memmap2::Advice::WillNeed, o, l);
     }
 }
 
@@ -666,10 +719,16 @@ fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
     let len = file.metadata().map_err(io)?.len();
     check_shard_len(path, len, &shard.index)?;
     match backing {
-        Backing::Pread => Ok(Handle {
-            file: Some(file),
-            map: None,
-        }),
+        Backing::Pread => {
+            // Every read says exactly what it needs: no read-ahead beyond it,
+            // which random reads of a dataset larger than memory would waste.
+            // SAFETY: a plain syscall on an open descriptor; a failure only loses the hint.
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+            Ok(Handle {
+                file: Some(file),
+                map: None,
+            })
+        }
         Backing::Mmap => {
             // SAFETY: a read-only map of a file bale never modifies in place
             // (it writes new files and renames them); its length was checked
@@ -677,6 +736,10 @@ fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
             // against the map. A file truncated by another program while
             // mapped raises SIGBUS: the documented trade-off of `Backing::Mmap`.
             let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+            // No read-around on page faults: each read asks for exactly its
+            // bytes with `will_need` (one I/O per sample or run, nothing wasted
+            // when the dataset is larger than memory). A failure only loses the hint.
+            let _ = map.advise(memmap2::Advice::Random);
             // The map keeps the file alive: no descriptor is held.
             Ok(Handle {
                 file: None,

@@ -20,14 +20,28 @@ use crate::error::{ReaderError, Result};
 use crate::plan::{Order, Reservoir};
 use crate::sample::Sample;
 
-/// One unit of reading: samples `local..local + count` of shard `shard`.
+/// Single-sample reads batched into one job (so prefetch threads hand
+/// samples over in groups, not one by one).
+const BATCH: u64 = 32;
+
+/// A run of consecutive samples of one shard: `count` samples from
+/// `local` of shard `shard`, global index `global` first.
 #[derive(Debug, Clone, Copy)]
-struct Job {
+struct Piece {
+    global: u64,
     shard: usize,
     local: usize,
     count: usize,
-    /// Global index of the first sample (for error messages).
-    first: u64,
+    bytes: u64,
+}
+
+/// One unit of reading: one run read with one large read, or a batch of
+/// single-sample reads.
+#[derive(Debug, Clone, Default)]
+struct Job {
+    pieces: Vec<Piece>,
+    /// Samples in the job.
+    count: usize,
     /// Uncompressed bytes of the samples (for the prefetch budget).
     bytes: u64,
 }
@@ -61,23 +75,42 @@ impl JobGen {
     }
 
     fn next_job(&mut self) -> Option<Job> {
-        if let Some(g) = self.singles.pop_front() {
-            return Some(self.job_at(g, 1));
+        let mut job = Job::default();
+        loop {
+            let (g, run, single) = if let Some(&g) = self.singles.front() {
+                (g, 1, true)
+            } else if self.pos < self.end {
+                let run = self.order.run_len(self.pos).min(self.max_samples).max(1);
+                (self.order.at(self.pos), run, false)
+            } else {
+                break;
+            };
+            // A run is a job of its own; single reads batch up to BATCH samples.
+            if job.count > 0 && (run > 1 || job.count as u64 >= self.max_samples.min(BATCH)) {
+                break;
+            }
+            let piece = self.piece_at(g, run);
+            if job.count > 0 && job.bytes + piece.bytes > self.max_bytes {
+                break;
+            }
+            if single {
+                self.singles.pop_front();
+            } else {
+                self.pos += piece.count as u64;
+            }
+            job.count += piece.count;
+            job.bytes += piece.bytes;
+            job.pieces.push(piece);
+            if run > 1 {
+                break;
+            }
         }
-        if self.pos >= self.end {
-            return None;
-        }
-        let g = self.order.at(self.pos);
-        let run = self.order.run_len(self.pos).min(self.max_samples).max(1);
-        let job = self.job_at(g, run);
-        self.pos += job.count as u64;
-        Some(job)
+        (job.count > 0).then_some(job)
     }
 
-    /// A job for up to `run` samples from global index `g` (which exist and
-    /// lie in one shard), cut so that its bytes stay within `max_bytes`
-    /// (at least one sample).
-    fn job_at(&self, g: u64, run: u64) -> Job {
+    /// Up to `run` samples from global index `g` (which exist and lie in one
+    /// shard), cut so that their bytes stay within `max_bytes` (at least one sample).
+    fn piece_at(&self, g: u64, run: u64) -> Piece {
         // `g` comes from an order over this dataset's shard sizes: in range.
         let (shard, local) = self.ds.locate(g).unwrap_or((0, 0));
         let mut count = 0usize;
@@ -90,22 +123,26 @@ impl JobGen {
             bytes += b;
             count += 1;
         }
-        Job {
+        Piece {
+            global: g,
             shard,
             local,
             count,
-            first: g,
             bytes,
         }
     }
 }
 
 fn run_job(ds: &Dataset, job: &Job, populate: bool) -> Vec<Result<Sample>> {
-    if job.count == 1 {
-        vec![ds.read_local(job.shard, job.local, populate)]
-    } else {
-        ds.read_run(job.shard, job.local, job.count, populate)
+    let mut out = Vec::with_capacity(job.count);
+    for p in &job.pieces {
+        if p.count == 1 {
+            out.push(ds.read_local(p.shard, p.local, populate));
+        } else {
+            out.extend(ds.read_run(p.shard, p.local, p.count, populate));
+        }
     }
+    out
 }
 
 /// Runs jobs on the calling thread.
@@ -265,19 +302,21 @@ fn worker(shared: &PShared, tx: &Sender<Done>, ds: &Dataset) {
                 if st.peeked.is_none() {
                     st.peeked = st.jobs.next_job();
                 }
-                let Some(job) = st.peeked else {
+                let Some(job) = st.peeked.as_ref() else {
                     return;
                 };
                 let idle = st.in_samples == 0 && st.in_bytes == 0;
                 let fits = st.in_samples + job.count as u64 <= shared.max_samples
                     && st.in_bytes + job.bytes <= shared.max_bytes;
                 if idle || fits {
-                    st.peeked = None;
-                    st.in_samples += job.count as u64;
-                    st.in_bytes += job.bytes;
+                    let (count, bytes) = (job.count as u64, job.bytes);
+                    st.in_samples += count;
+                    st.in_bytes += bytes;
                     let seq = st.next_seq;
                     st.next_seq += 1;
-                    break (seq, job);
+                    if let Some(job) = st.peeked.take() {
+                        break (seq, job);
+                    }
                 }
                 st = shared.cv.wait(st).unwrap_or_else(|p| p.into_inner());
             }
@@ -290,10 +329,12 @@ fn worker(shared: &PShared, tx: &Sender<Done>, ds: &Dataset) {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "panic".into());
-                (0..job.count)
-                    .map(|k| {
+                job.pieces
+                    .iter()
+                    .flat_map(|p| p.global..p.global + p.count as u64)
+                    .map(|index| {
                         Err(ReaderError::Prefetch {
-                            index: job.first + k as u64,
+                            index,
                             what: what.clone(),
                         })
                     })

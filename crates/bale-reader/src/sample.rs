@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use memmap2::Mmap;
 
@@ -12,8 +12,20 @@ use memmap2::Mmap;
 /// a shard's memory map (zero-copy).
 #[derive(Clone)]
 pub(crate) enum Buf {
-    Heap(Arc<Vec<u8>>),
+    Heap(Arc<HeapBuf>),
     Map(Arc<Mmap>),
+}
+
+impl Buf {
+    /// A heap buffer of its own (not pooled).
+    pub fn owned(data: Vec<u8>) -> Self {
+        let len = data.len();
+        Buf::Heap(Arc::new(HeapBuf {
+            data,
+            len,
+            pool: None,
+        }))
+    }
 }
 
 impl Deref for Buf {
@@ -22,6 +34,78 @@ impl Deref for Buf {
         match self {
             Buf::Heap(v) => v,
             Buf::Map(m) => m,
+        }
+    }
+}
+
+/// A heap buffer whose first `len` bytes are the data; a pooled one goes
+/// back to its pool when the last sample using it is dropped.
+pub(crate) struct HeapBuf {
+    data: Vec<u8>,
+    len: usize,
+    pool: Option<Arc<BufPool>>,
+}
+
+impl Deref for HeapBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.data[..self.len]
+    }
+}
+
+impl Drop for HeapBuf {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.put(std::mem::take(&mut self.data));
+        }
+    }
+}
+
+/// Read buffers kept for reuse, so positioned reads neither zero fresh
+/// memory nor fault in new pages. Bounded: at most [`BufPool::MAX_BYTES`]
+/// of idle buffers.
+#[derive(Debug, Default)]
+pub(crate) struct BufPool {
+    free: Mutex<(Vec<Vec<u8>>, usize)>,
+}
+
+impl BufPool {
+    const MAX_BYTES: usize = 32 << 20;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Vec<u8>>, usize)> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fills a buffer of `len` bytes with `fill` (a read that overwrites all
+    /// of them), reusing an idle buffer when there is one.
+    pub fn filled<E>(
+        self: &Arc<Self>,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Buf, E> {
+        let mut data = {
+            let mut free = self.lock();
+            let v = free.0.pop().unwrap_or_default();
+            free.1 -= v.len();
+            v
+        };
+        if data.len() < len {
+            data.resize(len, 0);
+        }
+        let r = fill(&mut data[..len]);
+        let buf = HeapBuf {
+            data,
+            len,
+            pool: Some(Arc::clone(self)),
+        };
+        r.map(|()| Buf::Heap(Arc::new(buf)))
+    }
+
+    fn put(&self, data: Vec<u8>) {
+        let mut free = self.lock();
+        if free.1 + data.len() <= Self::MAX_BYTES {
+            free.1 += data.len();
+            free.0.push(data);
         }
     }
 }
@@ -149,8 +233,7 @@ impl Sample {
         if let Buf::Heap(v) = &self.buf {
             let (s, e) = self.span();
             if s != 0 || e != v.len() {
-                let own = v[s..e].to_vec();
-                self.buf = Buf::Heap(Arc::new(own));
+                self.buf = Buf::owned(v[s..e].to_vec());
                 self.base = 0;
             }
         }
