@@ -350,3 +350,353 @@ fn not_a_dataset_is_an_error_not_a_finding() {
     assert_eq!(code, 2);
     assert!(err.contains("no bale.json"), "{err}");
 }
+
+// ---------------------------------------------------------------------------
+// Datasets adopted with `bale index`: tars written by GNU tar, verified as
+// `bale index` reads them (issues found while building `bale index`).
+
+/// Runs GNU tar with `args`, panicking with its stderr when it fails.
+fn gnu_tar(args: &[&str]) {
+    let out = Command::new(bale_tests::gnu_tar())
+        .args(args)
+        .output()
+        .expect("cannot run tar");
+    assert!(out.status.success(), "tar {args:?}: {}", text(&out.stderr));
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `bale index -q --force -o DS EXTRA... TARS...`, which must succeed.
+fn index(ds: &Path, extra: &[&str], tars: &[&Path]) {
+    let mut args = vec!["index", "-q", "--force", "-o", s(ds)];
+    args.extend_from_slice(extra);
+    args.extend(tars.iter().map(|t| s(t)));
+    let out = bale(&args);
+    assert!(out.status.success(), "bale {args:?}: {}", text(&out.stderr));
+}
+
+/// Writes `n` samples `d/0000` ... (`jpg` of varied sizes, `cls`) under `root`.
+fn small_tree(root: &Path, n: usize) {
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    for i in 0..n {
+        let jpg: Vec<u8> = (0..(i * 613) % 1900).map(|j| (i + j) as u8).collect();
+        std::fs::write(root.join(format!("d/{i:04}.jpg")), jpg).unwrap();
+        std::fs::write(root.join(format!("d/{i:04}.cls")), (i % 3).to_string()).unwrap();
+    }
+}
+
+/// Renames the member `old` of a tar file to `new` (same length) in its
+/// header, and rewrites the header checksum: the tar stays valid.
+fn rename_member(tar: &Path, old: &str, new: &str) {
+    assert_eq!(old.len(), new.len());
+    let mut b = std::fs::read(tar).unwrap();
+    let at = (0..b.len())
+        .step_by(512)
+        .find(|&h| b[h..].starts_with(old.as_bytes()) && b[h + old.len()] == 0)
+        .unwrap_or_else(|| panic!("no header names {old}"));
+    b[at..at + new.len()].copy_from_slice(new.as_bytes());
+    let h = &mut b[at..at + 512];
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&x| u32::from(x)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    std::fs::write(tar, b).unwrap();
+}
+
+/// Both levels exit 0 and list no error (warnings allowed).
+fn no_errors(ds: &Path) {
+    for level in [&[][..], &["--quick"][..]] {
+        let (code, v) = verify_json(ds, level);
+        assert_eq!(code, 0, "verify {level:?}: {v:#}");
+        assert_eq!(v["errors"], 0, "verify {level:?}: {v:#}");
+    }
+}
+
+#[test]
+fn indexed_without_checksum_says_checksums_are_absent_and_checks_structure() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    small_tree(&src, 6);
+    let shards = t.path().join("shards");
+    std::fs::create_dir_all(&shards).unwrap();
+    let (a, b) = (shards.join("a.tar"), shards.join("b.tar"));
+    gnu_tar(&["--sort=name", "-cf", s(&a), "-C", s(&src), "d"]);
+    gnu_tar(&["-cf", s(&b), "-C", s(&src), "d/0000.jpg", "d/0000.cls"]);
+    let ds = t.path().join("ds");
+    index(&ds, &[], &[&a, &b]);
+
+    // Text: one warning line on stdout, the summary says what was checked; exit 0.
+    let (code, out, err) = verify(&ds, &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(
+        lines[0].starts_with(
+            "warning: bale.json: member checksums are absent: the indexes of all 2 shards record none"
+        ) && lines[0].contains("bale index --checksum"),
+        "{out}"
+    );
+    assert!(
+        err.contains(": ok, 1 warning (full check of 2 shards, 7 samples")
+            && err.contains("no member checksums: structure only"),
+        "{err}"
+    );
+    // JSON, at both levels.
+    for level in [&[][..], &["--quick"][..]] {
+        let (code, v) = verify_json(&ds, level);
+        assert_eq!(code, 0);
+        assert_eq!(v["checksums"], "absent", "{v:#}");
+        assert_eq!(
+            (v["errors"].as_u64(), v["warnings"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(v["problems"][0]["shard"], "bale.json");
+        assert_eq!(v["problems"][0]["severity"], "warning");
+        assert_eq!(v["samples_checked"], 7);
+    }
+
+    // The structure is still checked: a member renamed in its header (a valid tar).
+    rename_member(&a, "d/0003.cls", "d/0003.clx");
+    let (code, out, _) = verify(&ds, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.lines().any(
+            |l| l.starts_with("../shards/a.tar: key \"d/0003\" member \"cls\"")
+                && l.contains("tar member is \"clx\", the index says \"cls\"")
+        ),
+        "{out}"
+    );
+    let (code, out, _) = verify(&ds, &["--quick"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.lines().any(
+            |l| l.starts_with("../shards/a.tar: key \"d/0003\" member \"cls\"")
+                && l.contains("tar header names \"d/0003.clx\"")
+        ),
+        "{out}"
+    );
+    rename_member(&a, "d/0003.clx", "d/0003.cls");
+
+    // With --checksum: present, nothing to say.
+    index(&ds, &["--checksum"], &[&a, &b]);
+    let (code, v) = verify_json(&ds, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(v["checksums"], "present");
+    assert_eq!(v["problems"], serde_json::json!([]));
+    let (_, out, err) = verify(&ds, &[]);
+    assert_eq!(out, "");
+    assert!(!err.contains("no member checksums"), "{err}");
+}
+
+#[test]
+fn dot_slash_member_names_verify_clean() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    small_tree(&src, 5);
+    let shards = t.path().join("shards");
+    std::fs::create_dir_all(&shards).unwrap();
+    let tar = shards.join("dot.tar");
+    // `tar cf x.tar .`: every name starts with `./`.
+    gnu_tar(&["--sort=name", "-cf", s(&tar), "-C", s(&src), "."]);
+    assert!(
+        std::fs::read(&tar).unwrap().starts_with(b"./"),
+        "the first member is ./"
+    );
+    let ds = t.path().join("ds");
+    for extra in [&[][..], &["--checksum"][..]] {
+        index(&ds, extra, &[&tar]);
+        let idx = ShardIndex::open(ds.join("dot.idx")).unwrap();
+        assert_eq!(idx.key(0), "d/0000");
+        no_errors(&ds);
+        let (_, v) = verify_json(&ds, &[]);
+        assert_eq!(v["samples_checked"], 5);
+        assert_eq!(v["members_checked"], 10);
+    }
+    // Names are still compared: a `./` name that differs from the index is caught.
+    rename_member(&tar, "./d/0002.jpg", "./d/0002.jpx");
+    for level in [&[][..], &["--quick"][..]] {
+        let (code, out, _) = verify(&ds, level);
+        assert_eq!(code, 1, "{level:?}: {out}");
+        assert!(
+            out.contains("key \"d/0002\" member \"jpg\""),
+            "{level:?}: {out}"
+        );
+    }
+}
+
+#[test]
+fn quick_check_steps_over_entries_between_members_of_a_sample() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(src.join("emptydir")).unwrap();
+    // A directory name longer than the 100-byte ustar field: a GNU long-name
+    // record (gnu) or a pax record (pax) precedes its header.
+    let long = "x".repeat(130);
+    std::fs::create_dir_all(src.join(&long)).unwrap();
+    std::fs::write(
+        src.join("README"),
+        "a file without an extension\n".repeat(40),
+    )
+    .unwrap();
+    for (name, data) in [
+        ("a.jpg", "A-jpg".repeat(300)),
+        ("a.cls", "1".into()),
+        ("b.jpg", "B-jpg".repeat(100)),
+        ("b.cls", "0".into()),
+    ] {
+        std::fs::write(src.join(name), data).unwrap();
+    }
+    for format in ["gnu", "pax"] {
+        // Each tar in a directory of its own (verify lists other tars as unknown shards).
+        let dir = t.path().join(format!("shards-{format}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tar = dir.join(format!("{format}.tar"));
+        // Sample "a": a.jpg, then a directory, a file without extension and a
+        // long-named directory, then a.cls.
+        gnu_tar(&[
+            &format!("--format={format}"),
+            "-cf",
+            s(&tar),
+            "-C",
+            s(&src),
+            "a.jpg",
+            "emptydir",
+            "README",
+            &long,
+            "a.cls",
+            "b.jpg",
+            "b.cls",
+        ]);
+        let ds = t.path().join(format!("ds-{format}"));
+        for extra in [&[][..], &["--checksum"][..]] {
+            index(&ds, extra, &[&tar]);
+            let idx = ShardIndex::open(ds.join(format!("{format}.idx"))).unwrap();
+            assert_eq!((idx.len(), idx.members(0).count()), (2, 2), "{format}");
+            no_errors(&ds);
+            let (_, v) = verify_json(&ds, &["--quick"]);
+            assert_eq!(v["members_checked"], 4, "{format}: {v:#}");
+        }
+        // The member after the skipped entries is still checked.
+        rename_member(&tar, "a.cls", "a.clz");
+        let (code, out, _) = verify(&ds, &["--quick"]);
+        assert_eq!(code, 1, "{format}: {out}");
+        assert!(
+            out.contains("key \"a\" member \"cls\"") && out.contains("tar header names \"a.clz\""),
+            "{format}: {out}"
+        );
+    }
+}
+
+#[test]
+fn renamed_split_runs_verify_clean_when_the_manifest_records_rename_split() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for (name, data) in [
+        ("a.jpg", "A1"),
+        ("b.jpg", "B1"),
+        ("a.cls", "A2"),
+        ("c.jpg", "C1"),
+        ("a.txt", "A3"),
+    ] {
+        std::fs::write(src.join(name), data).unwrap();
+    }
+    let tar = t.path().join("split.tar");
+    // Key "a" in three runs: a, a~2, a~3 in the index.
+    gnu_tar(&[
+        "-cf",
+        s(&tar),
+        "-C",
+        s(&src),
+        "a.jpg",
+        "b.jpg",
+        "a.cls",
+        "c.jpg",
+        "a.txt",
+    ]);
+    let ds = t.path().join("ds");
+    for extra in [
+        &["--rename-split"][..],
+        &["--rename-split", "--checksum"][..],
+    ] {
+        index(&ds, extra, &[&tar]);
+        let idx = ShardIndex::open(ds.join("split.idx")).unwrap();
+        let keys: Vec<&str> = (0..idx.len()).map(|i| idx.key(i)).collect();
+        assert_eq!(keys, ["a", "b", "a~2", "c", "a~3"]);
+        no_errors(&ds);
+        let (_, v) = verify_json(&ds, &[]);
+        assert_eq!(v["samples_checked"], 5);
+    }
+    // Without the manifest's word for it, `a~2` does not match members named `a`.
+    let path = ds.join("bale.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(m["created_by"]["options"]["rename_split"], true);
+    m["created_by"]["options"]["rename_split"] = false.into();
+    std::fs::write(&path, m.to_string()).unwrap();
+    let (code, out, _) = verify(&ds, &["--quick"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("key \"a~2\" member \"cls\"")
+            && out.contains("tar header names \"a.cls\", the index says \"a~2.cls\""),
+        "{out}"
+    );
+    let (code, out, _) = verify(&ds, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("key \"a\"") && out.contains("appears twice"),
+        "{out}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// `--help`: each command's own long help, not the one-line summary.
+
+/// The text of `bale ARGS` (stdout), which must succeed.
+fn help(args: &[&str]) -> String {
+    let out = bale(args);
+    assert!(out.status.success(), "bale {args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn command_help_shows_the_long_help_and_the_list_shows_summaries() {
+    let list = help(&["--help"]);
+    for cmd in [
+        "pack", "merge", "verify", "stat", "ls", "get", "index", "stage", "unstage",
+    ] {
+        let line = list
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{cmd} ")))
+            .unwrap_or_else(|| panic!("`bale --help` does not list {cmd}:\n{list}"));
+        let summary = line.trim_start()[cmd.len()..].trim();
+        let long = help(&[cmd, "--help"]);
+        assert!(
+            long.starts_with(summary),
+            "`bale {cmd} --help` does not open with its summary {summary:?}:\n{long}"
+        );
+        let short = help(&[cmd, "-h"]);
+        assert!(long.len() > short.len(), "{cmd}");
+    }
+    for cmd in ["pack", "verify"] {
+        let long = help(&[cmd, "--help"]);
+        let intro = &long[..long.find("Usage:").expect("a usage line")];
+        let paragraphs = intro.split("\n\n").filter(|p| !p.trim().is_empty()).count();
+        assert!(paragraphs >= 2, "`bale {cmd} --help` shows only:\n{intro}");
+        // The long text is the command's own, not in the command list.
+        let second = intro.split("\n\n").nth(1).unwrap();
+        assert!(!list.contains(second.lines().next().unwrap()), "{second}");
+    }
+    let verify = help(&["verify", "--help"]);
+    for want in [
+        "Examples:\n  bale verify ds ",
+        "checksums are absent",
+        "\"checksums\"",
+        "--rename-split",
+    ] {
+        assert!(
+            verify.contains(want),
+            "`bale verify --help` lacks {want:?}:\n{verify}"
+        );
+    }
+}

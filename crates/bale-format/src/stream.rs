@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{FormatError, Result};
 use crate::index::Compression;
 use crate::name::split_member_name;
+use crate::scan::normalize_member_name;
 use crate::tar::{EntryKind, TarReader};
 
 /// Buffer size for sequential shard reads (4 MiB).
@@ -41,11 +42,13 @@ pub struct StreamSample {
 ///
 /// Directories, links and members whose base name has no dot are skipped,
 /// as WebDataset does. A member name that is not UTF-8 is an error.
+/// Names are taken as they are, unless [`SampleStream::strip_dot_slash`] is set.
 #[derive(Debug)]
 pub struct SampleStream<R> {
     tar: TarReader<R>,
     next: Option<(String, StreamMember, u64)>,
     done: bool,
+    strip_dot_slash: bool,
 }
 
 impl<R: Read> SampleStream<R> {
@@ -55,7 +58,17 @@ impl<R: Read> SampleStream<R> {
             tar: TarReader::new(inner, path),
             next: None,
             done: false,
+            strip_dot_slash: false,
         }
+    }
+
+    /// Removes any leading `./` from member names before splitting them into
+    /// key and extension, as `bale index` does
+    /// ([`normalize_member_name`]): `./d/0001.jpg` is then member `jpg` of
+    /// sample `d/0001`. Off by default (WebDataset keeps the `./`).
+    pub fn strip_dot_slash(mut self, yes: bool) -> Self {
+        self.strip_dot_slash = yes;
+        self
     }
 
     fn next_member(&mut self) -> Result<Option<(String, StreamMember, u64)>> {
@@ -70,9 +83,17 @@ impl<R: Read> SampleStream<R> {
                 FormatError::tar(
                     self.tar.path().to_path_buf(),
                     e.header_offset,
-                    format!("member name {:?} is not UTF-8", String::from_utf8_lossy(&e.name)),
+                    format!(
+                        "member name {:?} is not UTF-8",
+                        String::from_utf8_lossy(&e.name)
+                    ),
                 )
             })?;
+            let name = if self.strip_dot_slash {
+                normalize_member_name(name)
+            } else {
+                name
+            };
             let Some((key, ext)) = split_member_name(name) else {
                 continue;
             };
@@ -157,14 +178,18 @@ impl<R: Read> Iterator for SampleStream<R> {
 ///
 /// # Errors
 /// I/O errors opening the file.
-pub fn open_shard_stream(path: &Path, compression: Compression) -> Result<SampleStream<Box<dyn Read + Send>>> {
+pub fn open_shard_stream(
+    path: &Path,
+    compression: Compression,
+) -> Result<SampleStream<Box<dyn Read + Send>>> {
     let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
     let buffered = BufReader::with_capacity(STREAM_BUFFER, file);
     let reader: Box<dyn Read + Send> = match compression {
         Compression::None => Box::new(buffered),
         Compression::Zstd => Box::new(BufReader::with_capacity(
             STREAM_BUFFER,
-            zstd::stream::read::Decoder::with_buffer(buffered).map_err(|e| FormatError::io(path, e))?,
+            zstd::stream::read::Decoder::with_buffer(buffered)
+                .map_err(|e| FormatError::io(path, e))?,
         )),
     };
     Ok(SampleStream::new(reader, path))

@@ -10,7 +10,12 @@
 //! - [`check_manifest`] compares the manifest's totals with its shard entries
 //!   and looks for files in the dataset directory that the manifest does not
 //!   list (unknown shards, leftover temporary files).
-//! - [`check_shard`] checks one shard and its index at a [`Level`].
+//! - [`check_shard_with`] checks one shard and its index at a [`Level`], matching
+//!   tar member names with index keys by the dataset's [`NameRules`]
+//!   ([`check_shard`] uses the default rules).
+//! - [`Checksums::of`] and [`checksums_warning`] say whether the indexes record
+//!   member checksums: `bale index` without `--checksum` writes indexes without
+//!   them, and then member bytes cannot be checked, only the structure.
 //!
 //! [`Level::Full`] checks the index against the manifest (its checksum, counts,
 //! sizes and per-extension totals), the shard's presence and length, the xxh3
@@ -20,7 +25,15 @@
 //! [`Level::Quick`] does the same index and size checks, then reads only the tar
 //! headers of every member at the offsets the index gives (for `.tar.zst`
 //! shards it must decompress each sample's frame to see them), without member
-//! checksums.
+//! checksums. Between two members of one sample it steps over the entries
+//! that belong to no sample (directories, links, files without an extension),
+//! as `bale index` and WebDataset do.
+//!
+//! Tar names are compared with index keys as `bale index` reads them: a
+//! leading `./` is removed, and with [`NameRules::renamed_splits`] an index key
+//! `K~N` matches tar members named `K.EXT`. When an index records no member
+//! checksums ([`ShardIndex::has_checksums`] is false), the full check compares
+//! every member's name, offset and size with the index but not its bytes.
 //!
 //! ```
 //! use bale_format::verify::{Level, check_manifest, check_shard, load_manifest};
@@ -63,9 +76,11 @@ use crate::atomic::TEMP_PREFIX;
 use crate::error::FormatError;
 use crate::index::{Compression, ShardIndex, checksum};
 use crate::manifest::{FieldStats, MANIFEST_NAME, Manifest, ShardEntry, hex64};
+use crate::name::split_member_name;
 use crate::read::{read_exact_at, read_sample};
+use crate::scan::normalize_member_name;
 use crate::stream::{STREAM_BUFFER, SampleStream};
-use crate::tar::TarReader;
+use crate::tar::{EntryKind, TarReader};
 
 /// At most this many problems are listed per shard; the rest are counted.
 pub const MAX_PROBLEMS_PER_SHARD: usize = 100;
@@ -214,6 +229,9 @@ pub struct ShardReport {
     pub members_checked: u64,
     /// Bytes of the shard file read.
     pub bytes_read: u64,
+    /// Whether the shard's index records member checksums (`None` when the
+    /// index could not be read).
+    pub member_checksums: Option<bool>,
 }
 
 impl ShardReport {
@@ -240,6 +258,122 @@ impl ShardReport {
     pub fn has_errors(&self) -> bool {
         self.problems.iter().any(Problem::is_error)
     }
+}
+
+/// How tar member names are matched with index keys.
+///
+/// A leading `./` is always removed from tar names first (`bale index`
+/// removes it; bale's own shards never have one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct NameRules {
+    /// Accept an index key `K~N` (`N` >= 2) for tar members named `K.EXT`:
+    /// samples renamed by `bale index --rename-split`. Default `false`: names
+    /// must match exactly.
+    pub renamed_splits: bool,
+}
+
+impl NameRules {
+    /// The rules for the dataset `m` describes: renamed splits are accepted
+    /// when it was made by `bale index --rename-split` (`created_by.command`
+    /// is `"index"` and `created_by.options.rename_split` is `true`).
+    pub fn for_manifest(m: &Manifest) -> Self {
+        NameRules {
+            renamed_splits: m.created_by.command == "index"
+                && m.created_by.options.get("rename_split") == Some(&serde_json::Value::Bool(true)),
+        }
+    }
+
+    /// Whether the index key `index_key` names the sample whose tar members
+    /// have the key `tar_key` (already without its leading `./`).
+    ///
+    /// ```
+    /// use bale_format::verify::NameRules;
+    /// let renamed = NameRules { renamed_splits: true };
+    /// assert!(renamed.key_matches("a/b~2", "a/b"));
+    /// assert!(!NameRules::default().key_matches("a/b~2", "a/b"));
+    /// assert!(!renamed.key_matches("a/b~1", "a/b") && !renamed.key_matches("a/b~x", "a/b"));
+    /// ```
+    pub fn key_matches(&self, index_key: &str, tar_key: &str) -> bool {
+        if index_key == tar_key {
+            return true;
+        }
+        self.renamed_splits
+            && index_key
+                .strip_prefix(tar_key)
+                .and_then(|rest| rest.strip_prefix('~'))
+                .is_some_and(|n| {
+                    !n.is_empty()
+                        && !n.starts_with('0')
+                        && n.bytes().all(|b| b.is_ascii_digit())
+                        && n != "1"
+                })
+    }
+}
+
+/// Whether a dataset's indexes record member checksums (`"checksums"` in the
+/// `--json` output of `bale verify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checksums {
+    /// Every index read records them (also when no index could be read).
+    Present,
+    /// No index records them: member bytes cannot be checked.
+    Absent,
+    /// Some indexes record them, others do not.
+    Partial,
+}
+
+impl Checksums {
+    /// Summarizes [`ShardReport::member_checksums`] over `reports`.
+    pub fn of(reports: &[ShardReport]) -> Self {
+        let known = || reports.iter().filter_map(|r| r.member_checksums);
+        let with = known().filter(|&c| c).count();
+        let without = known().filter(|&c| !c).count();
+        match (with, without) {
+            (_, 0) => Checksums::Present,
+            (0, _) => Checksums::Absent,
+            _ => Checksums::Partial,
+        }
+    }
+}
+
+/// The warning to list when indexes record no member checksums, or `None`
+/// when every index read records them. It is about the dataset as a whole
+/// (its `shard` is `bale.json`) and names the shards concerned when only some
+/// lack checksums.
+pub fn checksums_warning(reports: &[ShardReport]) -> Option<Problem> {
+    let without: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.member_checksums == Some(false))
+        .map(|r| r.shard.as_str())
+        .collect();
+    let read = reports
+        .iter()
+        .filter(|r| r.member_checksums.is_some())
+        .count();
+    let which = match without.len() {
+        0 => return None,
+        1 if read == 1 => "the index of the dataset's shard records none".to_string(),
+        n if n == read => format!("the indexes of all {n} shards record none"),
+        n => {
+            const SHOWN: usize = 3;
+            let mut names = without[..n.min(SHOWN)].join(", ");
+            if n > SHOWN {
+                names.push_str(", ...");
+            }
+            format!("the indexes of {n} of {read} shards record none ({names})")
+        }
+    };
+    Some(
+        Problem::new(
+            MANIFEST_NAME,
+            format!(
+                "member checksums are absent: {which}, so member bytes cannot be checked, only the tar \
+                 structure (names, offsets, sizes) against the index; `bale index --checksum` records them"
+            ),
+        )
+        .warning(),
+    )
 }
 
 /// The byte offset an error names, if any.
@@ -415,12 +549,27 @@ fn describe_field_diff(
     parts.join("; ")
 }
 
-/// Checks one shard and its index at `level`; see the module docs for what
-/// each level covers. Never fails: everything wrong is a [`Problem`] in the report.
+/// Checks one shard and its index at `level` with the default [`NameRules`]
+/// (tar names must match index keys exactly, after removing a leading `./`).
+/// See [`check_shard_with`].
 pub fn check_shard(
     dir: &Path,
     entry: &ShardEntry,
     level: Level,
+    visitor: &mut dyn Visitor,
+) -> ShardReport {
+    check_shard_with(dir, entry, level, NameRules::default(), visitor)
+}
+
+/// Checks one shard and its index at `level`, matching tar names with index
+/// keys by `rules` (pass [`NameRules::for_manifest`] of the dataset's
+/// manifest); see the module docs for what each level covers. Never fails:
+/// everything wrong is a [`Problem`] in the report.
+pub fn check_shard_with(
+    dir: &Path,
+    entry: &ShardEntry,
+    level: Level,
+    rules: NameRules,
     visitor: &mut dyn Visitor,
 ) -> ShardReport {
     let mut r = ShardReport {
@@ -484,6 +633,7 @@ pub fn check_shard(
         }
     };
     if let Some(idx) = &index {
+        r.member_checksums = Some(idx.has_checksums());
         check_index_against_manifest(&mut r, idx, entry, shard_len);
     }
 
@@ -493,10 +643,10 @@ pub fn check_shard(
     match level {
         Level::Quick => {
             if let Some(idx) = &index {
-                quick_headers(&mut r, &shard_path, idx, shard_len, visitor);
+                quick_headers(&mut r, &shard_path, idx, shard_len, rules, visitor);
             }
         }
-        Level::Full => full_pass(&mut r, &shard_path, entry, index.as_ref(), visitor),
+        Level::Full => full_pass(&mut r, &shard_path, entry, index.as_ref(), rules, visitor),
     }
     r.finish()
 }
@@ -571,31 +721,79 @@ fn check_index_against_manifest(
     }
 }
 
-/// Parses the tar header(s) in `bytes`, which must end exactly where the
-/// member's data starts; returns what is wrong, if anything.
-fn check_header(bytes: &[u8], want_name: &str, want_size: u64) -> Option<String> {
+/// A positioned reader over a file, from an offset on.
+struct ReadAt<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = std::os::unix::fs::FileExt::read_at(self.file, buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Whether a tar entry is a member of some sample (a regular file whose
+/// name, without a leading `./`, has an extension), as `bale index` and
+/// [`SampleStream`] decide. A name that is not UTF-8 counts as a member:
+/// neither skips it.
+fn is_member(e: &crate::tar::Entry) -> bool {
+    e.kind == EntryKind::File
+        && e.name_str()
+            .is_none_or(|n| split_member_name(normalize_member_name(n)).is_some())
+}
+
+/// Parses the tar entries in `bytes` (`len` bytes, which must end exactly
+/// where the member's data starts): entries that belong to no sample are
+/// stepped over, the first member's header must name `key`.`ext` (by `rules`)
+/// and give `size`. Returns what is wrong, if anything.
+fn check_header(
+    bytes: impl Read,
+    len: u64,
+    key: &str,
+    ext: &str,
+    size: u64,
+    rules: NameRules,
+) -> Option<String> {
     let mut t = TarReader::new(bytes, "");
-    match t.next_entry() {
-        Ok(Some(e)) => {
-            if e.name != want_name.as_bytes() {
-                Some(format!(
-                    "tar header names {:?}, the index says {want_name:?}",
-                    String::from_utf8_lossy(&e.name)
-                ))
-            } else if e.size != want_size {
-                Some(format!(
-                    "tar header gives size {}, the index says {want_size}",
-                    e.size
-                ))
-            } else if e.data_offset != bytes.len() as u64 {
-                Some("tar header does not end where the index puts the member's data".into())
-            } else {
-                None
+    let e = loop {
+        match t.next_entry() {
+            Ok(Some(e)) if is_member(&e) => break e,
+            // A directory, link or file without extension: not the member's header.
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Some("end-of-archive block where the index puts a tar header".into());
             }
+            Err(FormatError::Tar { what, .. }) => return Some(format!("bad tar header: {what}")),
+            Err(FormatError::Truncated { .. }) => {
+                return Some(
+                    "the tar headers do not end where the index puts the member's data".into(),
+                );
+            }
+            Err(e) => return Some(format!("tar header cannot be read: {e}")),
         }
-        Ok(None) => Some("end-of-archive block where the index puts a tar header".into()),
-        Err(FormatError::Tar { what, .. }) => Some(format!("bad tar header: {what}")),
-        Err(e) => Some(format!("bad tar header: {e}")),
+    };
+    let named = e
+        .name_str()
+        .map(normalize_member_name)
+        .and_then(split_member_name)
+        .is_some_and(|(k, x)| x == ext && rules.key_matches(key, k));
+    if !named {
+        Some(format!(
+            "tar header names {:?}, the index says \"{key}.{ext}\"",
+            String::from_utf8_lossy(&e.name)
+        ))
+    } else if e.size != size {
+        Some(format!(
+            "tar header gives size {}, the index says {size}",
+            e.size
+        ))
+    } else if e.data_offset != len {
+        Some("tar header does not end where the index puts the member's data".into())
+    } else {
+        None
     }
 }
 
@@ -604,6 +802,7 @@ fn quick_headers(
     path: &Path,
     idx: &ShardIndex,
     shard_len: u64,
+    rules: NameRules,
     visitor: &mut dyn Visitor,
 ) {
     let name = r.shard.clone();
@@ -658,15 +857,28 @@ fn quick_headers(
                 );
                 break;
             }
-            let region = match &buf {
+            let len = m.offset - start;
+            let found = match &buf {
                 Some(b) => {
                     let a = (start - b.tar_offset) as usize;
                     let z = (m.offset - b.tar_offset) as usize;
-                    b.data.get(a..z).map(<[u8]>::to_vec)
+                    b.data
+                        .get(a..z)
+                        .map(|region| check_header(region, len, key, m.ext, m.size, rules))
                 }
-                None => read_exact_at(&file, path, start, m.offset - start).ok(),
+                None => {
+                    // Usually one read of the member's header(s); entries stepped
+                    // over (a directory, a file without extension) are read through.
+                    let at = ReadAt {
+                        file: &file,
+                        pos: start,
+                    }
+                    .take(len);
+                    let reader = BufReader::with_capacity(len.clamp(1, 1 << 16) as usize, at);
+                    Some(check_header(reader, len, key, m.ext, m.size, rules))
+                }
             };
-            let Some(region) = region else {
+            let Some(found) = found else {
                 r.push(
                     Problem::new(&name, "tar header cannot be read")
                         .key(key)
@@ -675,8 +887,8 @@ fn quick_headers(
                 );
                 break;
             };
-            read += region.len() as u64;
-            if let Some(what) = check_header(&region, &format!("{key}.{}", m.ext), m.size) {
+            read += len;
+            if let Some(what) = found {
                 r.push(
                     Problem::new(&name, what)
                         .key(key)
@@ -724,11 +936,29 @@ impl<R: Read> Read for Hashing<R> {
     }
 }
 
+/// The index position of the tar's sample `key` found out of order: the
+/// sample of that key, or with `rules.renamed_splits` the first renamed run
+/// (`key~2`, `key~3`, ...) not yet seen when that one was.
+fn locate(idx: &ShardIndex, key: &str, seen: &[bool], rules: NameRules) -> Option<usize> {
+    let first = idx.find(key);
+    if rules.renamed_splits && first.is_none_or(|j| seen[j]) {
+        for n in 2u64.. {
+            match idx.find(&format!("{key}~{n}")) {
+                Some(j) if !seen[j] => return Some(j),
+                Some(_) => {}
+                None => break,
+            }
+        }
+    }
+    first
+}
+
 fn full_pass(
     r: &mut ShardReport,
     path: &Path,
     entry: &ShardEntry,
     idx: Option<&ShardIndex>,
+    rules: NameRules,
     visitor: &mut dyn Visitor,
 ) {
     let name = r.shard.clone();
@@ -760,7 +990,7 @@ fn full_pass(
             }
         },
     };
-    let mut stream = SampleStream::new(reader, path);
+    let mut stream = SampleStream::new(reader, path).strip_dot_slash(true);
     let n = idx.map_or(0, ShardIndex::len);
     let mut seen = vec![false; n];
     let mut next = 0usize;
@@ -800,10 +1030,10 @@ fn full_pass(
             }
             continue;
         };
-        let i = if next < n && idx.key(next) == s.key {
+        let i = if next < n && rules.key_matches(idx.key(next), &s.key) {
             next
         } else {
-            match idx.find(&s.key) {
+            match locate(idx, &s.key, &seen, rules) {
                 Some(j) => {
                     r.push(
                         Problem::new(
@@ -835,6 +1065,8 @@ fn full_pass(
         }
         seen[i] = true;
         next = i + 1;
+        // Problems from here on name the sample by its index key (`K~2` for a renamed run).
+        let key = idx.key(i);
         let e = idx.sample(i);
         if s.tar_offset != e.tar_offset {
             r.push(
@@ -845,7 +1077,7 @@ fn full_pass(
                         s.tar_offset, e.tar_offset
                     ),
                 )
-                .key(&s.key)
+                .key(key)
                 .offset(s.tar_offset),
             );
         } else if s.tar_end != e.tar_offset + e.tar_len {
@@ -858,7 +1090,7 @@ fn full_pass(
                         e.tar_offset + e.tar_len
                     ),
                 )
-                .key(&s.key)
+                .key(key)
                 .offset(s.tar_offset),
             );
         }
@@ -871,14 +1103,14 @@ fn full_pass(
                     &name,
                     format!("the tar has members {got:?}, the index lists {want:?}"),
                 )
-                .key(&s.key)
+                .key(key)
                 .offset(s.tar_offset),
             );
         }
         for (m, sm) in members.iter().zip(&s.members) {
             let p = |what: String| {
                 Problem::new(&name, what)
-                    .key(&s.key)
+                    .key(key)
                     .member(m.ext)
                     .offset(sm.offset)
             };
@@ -914,7 +1146,7 @@ fn full_pass(
                     continue;
                 }
             }
-            if let Some(what) = visitor.member(&s.key, &sm.ext, &sm.data) {
+            if let Some(what) = visitor.member(key, &sm.ext, &sm.data) {
                 r.push(p(what));
             }
         }
@@ -1200,6 +1432,60 @@ mod tests {
             Err(FormatError::Incomplete { .. })
         ));
         assert!(load_manifest(&empty.path().join("nope")).is_err());
+    }
+
+    #[test]
+    fn checksums_summary_and_warning() {
+        let report = |shard: &str, sums: Option<bool>| ShardReport {
+            shard: shard.into(),
+            member_checksums: sums,
+            ..ShardReport::default()
+        };
+        let all = [report("a.tar", Some(true)), report("b.tar", None)];
+        assert_eq!(Checksums::of(&all), Checksums::Present);
+        assert_eq!(checksums_warning(&all), None);
+        let none = [report("a.tar", Some(false)), report("b.tar", Some(false))];
+        assert_eq!(Checksums::of(&none), Checksums::Absent);
+        let w = checksums_warning(&none).unwrap();
+        assert_eq!(
+            (w.shard.as_str(), w.severity),
+            (MANIFEST_NAME, Severity::Warning)
+        );
+        assert!(w.what.contains("all 2 shards record none"), "{w}");
+        let some: Vec<ShardReport> = (0..6)
+            .map(|i| report(&format!("s{i}.tar"), Some(i % 3 == 0)))
+            .collect();
+        assert_eq!(Checksums::of(&some), Checksums::Partial);
+        let w = checksums_warning(&some).unwrap();
+        assert!(
+            w.what
+                .contains("the indexes of 4 of 6 shards record none (s1.tar, s2.tar, s4.tar, ...)"),
+            "{w}"
+        );
+        // The pack fixture's indexes record checksums: no warning, and the report says so.
+        let dir = tempfile::tempdir().unwrap();
+        let m = dataset(dir.path(), Compression::None);
+        let r = check_shard(dir.path(), &m.shards[0], Level::Quick, &mut ());
+        assert_eq!(r.member_checksums, Some(true));
+    }
+
+    #[test]
+    fn name_rules_follow_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = dataset(dir.path(), Compression::None);
+        assert!(!NameRules::for_manifest(&m).renamed_splits);
+        m.created_by.command = "index".into();
+        m.created_by.options = serde_json::json!({ "rename_split": true });
+        assert!(NameRules::for_manifest(&m).renamed_splits);
+        m.created_by.command = "pack".into();
+        assert!(!NameRules::for_manifest(&m).renamed_splits);
+        let r = NameRules {
+            renamed_splits: true,
+        };
+        assert!(r.key_matches("a", "a") && r.key_matches("a~10", "a"));
+        assert!(
+            !r.key_matches("a~02", "a") && !r.key_matches("a~", "a") && !r.key_matches("ab~2", "a")
+        );
     }
 
     #[test]

@@ -25,24 +25,23 @@ pub struct Cli {
 }
 
 /// The commands.
+///
+/// The variants carry no doc comments on purpose: clap would take a variant's
+/// doc comment as the command's `about` and `long_about`, hiding the Args
+/// struct's. Each command's help is its Args struct's doc comment: the first
+/// paragraph is the one-line summary `bale --help` lists, the whole text is
+/// what `bale <cmd> --help` prints. clap joins the lines of each paragraph,
+/// so examples that must keep their lines go in `#[command(after_long_help =
+/// ...)]` (as in `verify.rs`).
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Pack a tree of files into tar shards with an index and a manifest.
     Pack(pack::PackArgs),
-    /// Join the outputs of `bale pack --part I/N` into one dataset.
     Merge(merge::MergeArgs),
-    /// Check a dataset: every shard, index and member checksum.
     Verify(verify::VerifyArgs),
-    /// Summarize a dataset or a plain file tree.
     Stat(stat::StatArgs),
-    /// List the samples of a dataset.
     Ls(ls::LsArgs),
-    /// Write a sample's members to stdout or a directory.
     Get(get::GetArgs),
-    /// Index existing WebDataset tars in place (no repacking): indexes and a manifest that point at them.
     Index(index::IndexArgs),
-    /// Copy a dataset to RAM-backed storage (tmpfs) for training.
     Stage(stage::StageArgs),
-    /// Remove a staged copy made by `bale stage`.
     Unstage(stage::UnstageArgs),
 }

@@ -7,11 +7,16 @@
 //!
 //! ```json
 //! { "ok": false, "dataset": "ds", "level": "full", "decode": false,
+//!   "checksums": "present",
 //!   "shards_checked": 4, "samples_checked": 1000, "members_checked": 2000,
 //!   "bytes_read": 123456, "errors": 1, "warnings": 0,
 //!   "problems": [ { "shard": "shard-000001.tar", "key": "cat/0001", "member": "jpg",
 //!                   "offset": 1536, "what": "checksum mismatch: ...", "severity": "error" } ] }
 //! ```
+//!
+//! `checksums` is `"present"`, `"absent"` (indexes made by `bale index`
+//! without `--checksum`: member bytes cannot be checked, and one warning says
+//! so) or `"partial"`, and `null` when no index could be read.
 
 use std::io::Write;
 use std::path::Path;
@@ -19,7 +24,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use bale_format::verify::{self, Level, Problem, ShardReport, Visitor};
+use bale_format::verify::{self, Checksums, Level, NameRules, Problem, ShardReport, Visitor};
 use indicatif::{HumanBytes, HumanCount, ProgressBar};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -34,6 +39,7 @@ struct Report<'a> {
     dataset: String,
     level: Level,
     decode: bool,
+    checksums: Option<Checksums>,
     shards_checked: u64,
     samples_checked: u64,
     members_checked: u64,
@@ -81,6 +87,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let mut reports: Vec<ShardReport> = Vec::new();
     if let Some(m) = &manifest {
         problems.extend(verify::check_manifest(dir, m));
+        let rules = NameRules::for_manifest(m);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(args.jobs.unwrap_or(0))
             .build()
@@ -102,7 +109,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
                         decode: args.decode,
                         bytes_progress,
                     };
-                    let r = verify::check_shard(dir, entry, level, &mut v);
+                    let r = verify::check_shard_with(dir, entry, level, rules, &mut v);
                     if !bytes_progress {
                         pb.inc(1);
                     }
@@ -115,6 +122,11 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     for r in &reports {
         problems.extend(r.problems.iter().cloned());
     }
+    let checksums = reports
+        .iter()
+        .any(|r| r.member_checksums.is_some())
+        .then(|| Checksums::of(&reports));
+    problems.extend(verify::checksums_warning(&reports));
     let errors = problems.iter().filter(|p| p.is_error()).count() as u64;
     let warnings = problems.len() as u64 - errors;
     let sum = |f: fn(&ShardReport) -> u64| reports.iter().map(f).sum::<u64>();
@@ -123,6 +135,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         dataset: dir.display().to_string(),
         level,
         decode: args.decode,
+        checksums,
         shards_checked: reports.len() as u64,
         samples_checked: sum(|r| r.samples_checked),
         members_checked: sum(|r| r.members_checked),
@@ -157,6 +170,11 @@ fn summary(dir: &Path, r: &Report<'_>, secs: f64) -> String {
         Level::Full => "full check",
         Level::Quick => "quick check",
     };
+    let note = match (r.level, r.checksums) {
+        (Level::Full, Some(Checksums::Absent)) => "; no member checksums: structure only",
+        (Level::Full, Some(Checksums::Partial)) => "; some shards without member checksums",
+        _ => "",
+    };
     let verdict = if r.ok {
         "ok".to_string()
     } else {
@@ -181,7 +199,7 @@ fn summary(dir: &Path, r: &Report<'_>, secs: f64) -> String {
         "shards"
     };
     format!(
-        "{}: {verdict}{warn} ({what} of {} {shards}, {} samples, {} read in {secs:.1}s)",
+        "{}: {verdict}{warn} ({what} of {} {shards}, {} samples, {} read in {secs:.1}s{note})",
         dir.display(),
         r.shards_checked,
         HumanCount(r.samples_checked),
