@@ -60,5 +60,5 @@ pub use options::{
 pub use output::is_bale_file_name;
 pub use packer::{
     NoProgress, PackProgress, PackSummary, Packer, PackerBuilder, ShapingOptions, SkippedFile,
-    TransformFn,
+    TransformFn, default_jobs,
 };

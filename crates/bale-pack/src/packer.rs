@@ -40,6 +40,13 @@ pub trait PackProgress {
     fn warning(&self, _message: &str) {}
 }
 
+/// The default number of reader threads: 4 per core. Reads wait on the disk
+/// more than on the CPU (measured: 8 threads on 2 cores read a cold tree
+/// 1.6x faster than 2), and on a warm cache the extra threads cost nothing.
+pub fn default_jobs() -> usize {
+    4 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// A [`PackProgress`] that ignores every report.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoProgress;
@@ -304,7 +311,7 @@ impl PackerBuilder {
         self
     }
 
-    /// Reader threads (default: 0, one per core).
+    /// Reader threads (default: 0, meaning [`default_jobs`]: 4 per core).
     pub fn jobs(mut self, n: usize) -> Self {
         self.jobs = n;
         self
@@ -435,13 +442,12 @@ impl Packer {
         let never = AtomicBool::new(false);
         let cancel: &AtomicBool = o.cancel.as_deref().unwrap_or(&never);
         let mut out = Output::prepare(&self.output, o.force)?;
+        let jobs = if o.jobs == 0 { default_jobs() } else { o.jobs };
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(o.jobs)
+            .num_threads(jobs)
             .thread_name(|i| format!("bale-pack-{i}"))
             .build()
-            .map_err(|e| {
-                PackError::Option(format!("cannot start {} reader threads: {e}", o.jobs))
-            })?;
+            .map_err(|e| PackError::Option(format!("cannot start {jobs} reader threads: {e}")))?;
 
         // Discover.
         let report = |n: u64| progress.discovering(n);

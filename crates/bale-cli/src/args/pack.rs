@@ -75,7 +75,7 @@ pub struct PackArgs {
     #[arg(long, value_name = "ALGO", default_value = "none")]
     pub compress: CompressSpec,
 
-    /// Reader threads (default: one per core).
+    /// Reader threads (default: 4 per core, as reads mostly wait on the disk).
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
 
