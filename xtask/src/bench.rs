@@ -43,13 +43,19 @@ struct Bench {
 const BENCHES: &[Bench] = &[
     Bench {
         name: "pack",
-        about: "packing the tree into shards",
-        runs: &[],
+        about: "packing the tree into shards, against GNU tar (warm and cold cache)",
+        runs: &[Run::Cargo {
+            package: "bale-pack",
+            bench: "pack",
+        }],
     },
     Bench {
         name: "read",
-        about: "random and sequential reads of a packed dataset",
-        runs: &[],
+        about: "random and sequential reads of a packed dataset, against loose files and raw reads",
+        runs: &[Run::Cargo {
+            package: "bale-reader",
+            bench: "read",
+        }],
     },
     Bench {
         name: "image",
@@ -58,8 +64,11 @@ const BENCHES: &[Bench] = &[
     },
     Bench {
         name: "index",
-        about: "writing, loading and looking up shard indexes",
-        runs: &[],
+        about: "`bale index`: header scan of existing tars, against `tar tf`",
+        runs: &[Run::Cargo {
+            package: "bale-format",
+            bench: "scan",
+        }],
     },
     Bench {
         name: "python",
