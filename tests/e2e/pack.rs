@@ -584,3 +584,66 @@ fn ctrl_c_leaves_no_dataset_and_says_so() {
     );
     assert!(!out.exists(), "left behind: {:?}", files(&out).keys());
 }
+
+#[test]
+fn merge_across_filesystems_needs_copy_and_then_keeps_the_parts() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    tree(&input, 12);
+    let mut parts = Vec::new();
+    for i in 0..2 {
+        let dir = t.path().join(format!("p{i}"));
+        let part = format!("{i}/2");
+        ok(&bale(
+            &["pack", "-q", "--shard-samples", "4", "--part", &part, "-o"],
+            &[&dir, &input],
+        ));
+        parts.push(dir);
+    }
+    let mnt = t.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let m = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(
+        m.status.success(),
+        "this test mounts a tmpfs (needs root): {}",
+        text(&m)
+    );
+    let _guard = SmallFs(mnt.clone());
+    let merged = mnt.join("merged");
+    let o = bale(&["merge", "-o"], &[&merged, &parts[0], &parts[1]]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--copy"),
+        "{}",
+        text(&o)
+    );
+    assert!(!merged.join("bale.json").exists());
+    assert!(
+        parts.iter().all(|p| p.join("bale.json").exists()),
+        "nothing moved"
+    );
+
+    let o = bale(
+        &["merge", "--copy", "--json", "-o"],
+        &[&merged, &parts[0], &parts[1]],
+    );
+    ok(&o);
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (s["renamed"].as_u64(), s["samples"].as_u64()),
+        (Some(0), Some(12))
+    );
+    assert!(
+        parts.iter().all(|p| p.join("bale.json").exists()),
+        "copied parts stay whole"
+    );
+    let keys: Vec<String> = samples(&merged).into_iter().map(|s| s.0).collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    assert_eq!(keys.len(), 12);
+}
