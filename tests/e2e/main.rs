@@ -2,8 +2,8 @@
 
 mod format_interop;
 mod index;
-mod pack;
 mod ls_get;
+mod pack;
 mod stage;
 mod stat;
 mod verify;

@@ -28,7 +28,10 @@ impl AtomicFile {
     /// I/O errors creating the file, naming it.
     pub fn create(dest: impl Into<PathBuf>) -> Result<Self> {
         let dest = dest.into();
-        let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp = dest.with_file_name(format!("{TEMP_PREFIX}{}-{name}", std::process::id()));
         let file = OpenOptions::new()
             .write(true)
@@ -92,7 +95,11 @@ impl Drop for AtomicFile {
 /// Syncs the directory holding `path` so a rename in it is durable (best effort).
 pub fn sync_dir(path: &Path) {
     if let Some(dir) = path.parent() {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
         if let Ok(d) = File::open(dir) {
             let _ = d.sync_all();
         }

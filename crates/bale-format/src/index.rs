@@ -47,7 +47,9 @@ const LOOKUP_LEN: usize = 16;
 const FOOTER_LEN: usize = 8;
 
 /// How a shard's bytes are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     /// A plain tar file.
@@ -212,14 +214,25 @@ impl IndexBuilder {
     pub fn to_bytes(&self, shard_len: u64, tar_len: u64) -> Vec<u8> {
         let s = self.samples.len();
         let m = self.members.len();
-        let total =
-            HEADER_LEN + SAMPLE_LEN * s + MEMBER_LEN * m + LOOKUP_LEN * s + self.strings.len() + FOOTER_LEN;
+        let total = HEADER_LEN
+            + SAMPLE_LEN * s
+            + MEMBER_LEN * m
+            + LOOKUP_LEN * s
+            + self.strings.len()
+            + FOOTER_LEN;
         let mut out = Vec::with_capacity(total);
         out.extend_from_slice(&INDEX_MAGIC);
         out.extend_from_slice(&INDEX_MAJOR.to_le_bytes());
         out.extend_from_slice(&INDEX_MINOR.to_le_bytes());
         out.extend_from_slice(&self.flags.to_le_bytes());
-        for v in [s as u64, m as u64, self.strings.len() as u64, shard_len, tar_len, 0] {
+        for v in [
+            s as u64,
+            m as u64,
+            self.strings.len() as u64,
+            shard_len,
+            tar_len,
+            0,
+        ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         for e in &self.samples {
@@ -344,7 +357,10 @@ impl ShardIndex {
         let b: &[u8] = &bytes;
         let len = b.len() as u64;
         if b.len() < 8 || b[..8] != INDEX_MAGIC {
-            return Err(FormatError::BadMagic { path, what: "index" });
+            return Err(FormatError::BadMagic {
+                path,
+                what: "index",
+            });
         }
         if b.len() < HEADER_LEN + FOOTER_LEN {
             return Err(FormatError::Truncated {
@@ -366,7 +382,11 @@ impl ShardIndex {
         }
         let flags = u32_at(b, 12);
         if flags & !(FLAG_ZSTD | FLAG_CHECKSUMS) != 0 {
-            return Err(FormatError::corrupt(path, 12, format!("unknown index flags {flags:#x}")));
+            return Err(FormatError::corrupt(
+                path,
+                12,
+                format!("unknown index flags {flags:#x}"),
+            ));
         }
         let samples = u64_at(b, 16);
         let members = u64_at(b, 24);
@@ -380,8 +400,15 @@ impl ShardIndex {
                 .checked_add(strings)?
                 .checked_add((HEADER_LEN + FOOTER_LEN) as u64)
         })();
-        if samples > u64::from(u32::MAX) || members > u64::from(u32::MAX) || strings > u64::from(u32::MAX) {
-            return Err(FormatError::corrupt(path, 16, "record counts exceed the format's limits"));
+        if samples > u64::from(u32::MAX)
+            || members > u64::from(u32::MAX)
+            || strings > u64::from(u32::MAX)
+        {
+            return Err(FormatError::corrupt(
+                path,
+                16,
+                "record counts exceed the format's limits",
+            ));
         }
         match expected {
             Some(e) if e == len => {}
@@ -437,7 +464,8 @@ impl ShardIndex {
         let b: &[u8] = &self.bytes;
         let strings = &b[self.strings_at..self.strings_at + strings_len];
         let compressed = self.flags & FLAG_ZSTD != 0;
-        let bad = |at: usize, what: String| Err(FormatError::corrupt(self.path.clone(), at as u64, what));
+        let bad =
+            |at: usize, what: String| Err(FormatError::corrupt(self.path.clone(), at as u64, what));
         // The writers' string tables are UTF-8 throughout: check that once,
         // then only char boundaries per string (else check each string).
         let table = std::str::from_utf8(strings).ok();
@@ -456,7 +484,10 @@ impl ShardIndex {
             let at = HEADER_LEN + SAMPLE_LEN * i;
             let e = self.sample_raw(i);
             let Some(key) = str_at(e.key_off, e.key_len) else {
-                return bad(at + 32, format!("sample {i}: key outside the string table or not UTF-8"));
+                return bad(
+                    at + 32,
+                    format!("sample {i}: key outside the string table or not UTF-8"),
+                );
             };
             if !key_is_valid_fast(key.as_bytes())
                 && let Err(err) = validate_key(key)
@@ -464,23 +495,38 @@ impl ShardIndex {
                 return bad(at + 32, format!("sample {i}: {err}"));
             }
             if u64::from(e.member_start) != next_member || e.member_count == 0 {
-                return bad(at + 40, format!("sample {i}: member range does not follow the previous sample's"));
+                return bad(
+                    at + 40,
+                    format!("sample {i}: member range does not follow the previous sample's"),
+                );
             }
             next_member += u64::from(e.member_count);
             if next_member > self.members as u64 {
-                return bad(at + 44, format!("sample {i}: member range past the member table"));
+                return bad(
+                    at + 44,
+                    format!("sample {i}: member range past the member table"),
+                );
             }
             let tar_end = e.tar_offset.checked_add(e.tar_len);
             if e.tar_offset < prev_end || tar_end.is_none_or(|end| end > self.tar_len) {
-                return bad(at + 16, format!("sample {i}: tar range out of order or past the tar's end"));
+                return bad(
+                    at + 16,
+                    format!("sample {i}: tar range out of order or past the tar's end"),
+                );
             }
             let tar_end = tar_end.unwrap_or_default();
             prev_end = tar_end;
-            if e.file_offset.checked_add(e.file_len).is_none_or(|end| end > self.shard_len) {
+            if e.file_offset
+                .checked_add(e.file_len)
+                .is_none_or(|end| end > self.shard_len)
+            {
                 return bad(at, format!("sample {i}: byte range past the shard's end"));
             }
             if !compressed && (e.file_offset != e.tar_offset || e.file_len != e.tar_len) {
-                return bad(at, format!("sample {i}: file and tar ranges differ in an uncompressed shard"));
+                return bad(
+                    at,
+                    format!("sample {i}: file and tar ranges differ in an uncompressed shard"),
+                );
             }
             let mut prev_member_end = e.tar_offset;
             for j in e.member_start as usize..(e.member_start + e.member_count) as usize {
@@ -491,27 +537,41 @@ impl ShardIndex {
                 if !good_exts.contains(&ext_ref) {
                     let ext = str_at(ext_ref.0, ext_ref.1);
                     if ext.is_none_or(|x| validate_ext(x).is_err()) {
-                        return bad(mat + 24, format!("member {j}: extension outside the string table or invalid"));
+                        return bad(
+                            mat + 24,
+                            format!("member {j}: extension outside the string table or invalid"),
+                        );
                     }
                     if good_exts.len() < 64 {
                         good_exts.push(ext_ref);
                     }
                 }
-                if offset < prev_member_end || offset.checked_add(size).is_none_or(|end| end > tar_end) {
+                if offset < prev_member_end
+                    || offset.checked_add(size).is_none_or(|end| end > tar_end)
+                {
                     return bad(mat, format!("member {j}: data range outside its sample"));
                 }
                 prev_member_end = offset + size;
             }
         }
         if next_member != self.members as u64 {
-            return bad(24, format!("{} members in the table, samples use {next_member}", self.members));
+            return bad(
+                24,
+                format!(
+                    "{} members in the table, samples use {next_member}",
+                    self.members
+                ),
+            );
         }
         let mut prev = (0u64, 0u64);
         for k in 0..self.samples {
             let at = self.lookup_at + LOOKUP_LEN * k;
             let entry = (u64_at(b, at), u64_at(b, at + 8));
             if entry.1 >= self.samples as u64 || (k > 0 && entry <= prev) {
-                return bad(at, "key lookup table is unsorted or points past the samples".into());
+                return bad(
+                    at,
+                    "key lookup table is unsorted or points past the samples".into(),
+                );
             }
             prev = entry;
         }
@@ -555,7 +615,11 @@ impl ShardIndex {
 
     /// How the shard is stored.
     pub fn compression(&self) -> Compression {
-        if self.flags & FLAG_ZSTD != 0 { Compression::Zstd } else { Compression::None }
+        if self.flags & FLAG_ZSTD != 0 {
+            Compression::Zstd
+        } else {
+            Compression::None
+        }
     }
 
     /// Whether member checksums were recorded.
@@ -588,7 +652,11 @@ impl ShardIndex {
     /// # Panics
     /// If `i >= self.len()`.
     pub fn sample(&self, i: usize) -> SampleEntry {
-        assert!(i < self.samples, "sample {i} out of range ({} samples)", self.samples);
+        assert!(
+            i < self.samples,
+            "sample {i} out of range ({} samples)",
+            self.samples
+        );
         self.sample_raw(i)
     }
 
@@ -612,7 +680,11 @@ impl ShardIndex {
     /// # Panics
     /// If `j >= self.member_count()`.
     pub fn member(&self, j: usize) -> MemberEntry<'_> {
-        assert!(j < self.members, "member {j} out of range ({} members)", self.members);
+        assert!(
+            j < self.members,
+            "member {j} out of range ({} members)",
+            self.members
+        );
         let b: &[u8] = &self.bytes;
         let at = self.members_at + MEMBER_LEN * j;
         MemberEntry {
@@ -629,7 +701,8 @@ impl ShardIndex {
     /// If `i >= self.len()`.
     pub fn members(&self, i: usize) -> impl ExactSizeIterator<Item = MemberEntry<'_>> + '_ {
         let e = self.sample(i);
-        (e.member_start as usize..(e.member_start + e.member_count) as usize).map(move |j| self.member(j))
+        (e.member_start as usize..(e.member_start + e.member_count) as usize)
+            .map(move |j| self.member(j))
     }
 
     /// Finds a sample by key (binary search of the lookup table).
@@ -644,7 +717,11 @@ impl ShardIndex {
         let (mut lo, mut hi) = (0usize, self.samples);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if entry(mid).0 < h { lo = mid + 1 } else { hi = mid }
+            if entry(mid).0 < h {
+                lo = mid + 1
+            } else {
+                hi = mid
+            }
         }
         while lo < self.samples {
             let (hash, i) = entry(lo);
@@ -666,7 +743,14 @@ mod tests {
 
     fn sample_index() -> Vec<u8> {
         let mut b = IndexBuilder::new(Compression::None);
-        b.push_sample("a/0", 0, 2048, 0, 2048, &[("jpg", 512, 10, 1), ("cls", 1536, 1, 2)]);
+        b.push_sample(
+            "a/0",
+            0,
+            2048,
+            0,
+            2048,
+            &[("jpg", 512, 10, 1), ("cls", 1536, 1, 2)],
+        );
         b.push_sample("a/1", 2048, 1024, 2048, 1024, &[("jpg", 2560, 100, 3)]);
         b.to_bytes(4096, 4096)
     }
@@ -677,7 +761,10 @@ mod tests {
         assert_eq!(idx.len(), 2);
         assert_eq!(idx.key(0), "a/0");
         assert_eq!(idx.key(1), "a/1");
-        let m: Vec<_> = idx.members(0).map(|m| (m.ext, m.offset, m.size, m.checksum)).collect();
+        let m: Vec<_> = idx
+            .members(0)
+            .map(|m| (m.ext, m.offset, m.size, m.checksum))
+            .collect();
         assert_eq!(m, vec![("jpg", 512, 10, 1), ("cls", 1536, 1, 2)]);
         assert_eq!(idx.find("a/1"), Some(1));
         assert_eq!(idx.find("a/2"), None);
@@ -689,13 +776,19 @@ mod tests {
     fn every_truncation_and_bit_flip_is_an_error() {
         let bytes = sample_index();
         for cut in 0..bytes.len() {
-            assert!(ShardIndex::from_bytes(bytes[..cut].to_vec(), "x").is_err(), "cut {cut}");
+            assert!(
+                ShardIndex::from_bytes(bytes[..cut].to_vec(), "x").is_err(),
+                "cut {cut}"
+            );
         }
         for i in 0..bytes.len() {
             for bit in 0..8 {
                 let mut b = bytes.clone();
                 b[i] ^= 1 << bit;
-                assert!(ShardIndex::from_bytes(b, "x").is_err(), "byte {i} bit {bit}");
+                assert!(
+                    ShardIndex::from_bytes(b, "x").is_err(),
+                    "byte {i} bit {bit}"
+                );
             }
         }
     }
@@ -705,7 +798,10 @@ mod tests {
         let mut bytes = sample_index();
         bytes[8] = 2;
         let err = ShardIndex::from_bytes(bytes, "x.idx").unwrap_err();
-        assert!(matches!(err, FormatError::UnsupportedVersion { major: 2, .. }), "{err}");
+        assert!(
+            matches!(err, FormatError::UnsupportedVersion { major: 2, .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("x.idx"));
     }
 }

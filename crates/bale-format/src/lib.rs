@@ -55,5 +55,7 @@ pub use index::{Compression, IndexBuilder, MemberEntry, SampleEntry, ShardIndex,
 pub use manifest::{CreatedBy, FieldStats, MANIFEST_NAME, Manifest, ShardEntry};
 pub use name::{split_member_name, validate_ext, validate_key};
 pub use read::{Sample, SampleBuf, ShardReader};
-pub use shard::{Member, ShardFileWriter, ShardSummary, ShardWriter, index_file_name, shard_file_name};
+pub use shard::{
+    Member, ShardFileWriter, ShardSummary, ShardWriter, index_file_name, shard_file_name,
+};
 pub use stream::{SampleStream, StreamMember, StreamSample, open_shard_stream};

@@ -121,7 +121,11 @@ pub struct Manifest {
 
 impl Manifest {
     /// A manifest over `shards`, with totals and fields summed from them.
-    pub fn new(shards: Vec<ShardEntry>, labels: Option<Vec<String>>, created_by: CreatedBy) -> Self {
+    pub fn new(
+        shards: Vec<ShardEntry>,
+        labels: Option<Vec<String>>,
+        created_by: CreatedBy,
+    ) -> Self {
         let mut fields: BTreeMap<String, FieldStats> = BTreeMap::new();
         for s in &shards {
             for (k, v) in &s.fields {
@@ -157,14 +161,19 @@ impl Manifest {
         let meta = match std::fs::metadata(&path) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(FormatError::Incomplete { dir: dir.to_path_buf() });
+                return Err(FormatError::Incomplete {
+                    dir: dir.to_path_buf(),
+                });
             }
             Err(e) => return Err(FormatError::io(&path, e)),
         };
         if meta.len() > MAX_MANIFEST_BYTES {
             return Err(FormatError::Manifest {
                 path,
-                what: format!("{} bytes is larger than any manifest bale writes", meta.len()),
+                what: format!(
+                    "{} bytes is larger than any manifest bale writes",
+                    meta.len()
+                ),
             });
         }
         let bytes = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
@@ -176,14 +185,18 @@ impl Manifest {
     /// # Errors
     /// As [`Manifest::read`].
     pub fn from_slice(bytes: &[u8], path: &Path) -> Result<Self> {
-        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| json_error(path, bytes, &e))?;
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| json_error(path, bytes, &e))?;
         if value.get("format").and_then(|v| v.as_str()) != Some(MANIFEST_FORMAT) {
             return Err(FormatError::BadMagic {
                 path: path.to_path_buf(),
                 what: "manifest (no \"format\": \"bale\" field)",
             });
         }
-        let version = value.get("format_version").and_then(|v| v.as_str()).unwrap_or("");
+        let version = value
+            .get("format_version")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
         let (major, minor) = parse_version(version).ok_or_else(|| FormatError::Manifest {
             path: path.to_path_buf(),
             what: format!("format_version {version:?} is not \"<major>.<minor>\""),
@@ -212,19 +225,35 @@ impl Manifest {
             })
         };
         // Checked: the counts come from the file, and their sum must not overflow.
-        let total = self.shards.iter().try_fold(0u64, |t, s| t.checked_add(s.samples));
+        let total = self
+            .shards
+            .iter()
+            .try_fold(0u64, |t, s| t.checked_add(s.samples));
         if total != Some(self.samples) {
             let total = total.map_or_else(|| "more than 2^64".to_owned(), |t| t.to_string());
-            return bad(format!("samples is {}, the shards hold {total}", self.samples));
+            return bad(format!(
+                "samples is {}, the shards hold {total}",
+                self.samples
+            ));
         }
         for (i, s) in self.shards.iter().enumerate() {
-            if s.file.is_empty() || s.index.is_empty() || s.file.contains('\0') || s.index.contains('\0') {
+            if s.file.is_empty()
+                || s.index.is_empty()
+                || s.file.contains('\0')
+                || s.index.contains('\0')
+            {
                 return bad(format!("shard {i}: empty or invalid file name"));
             }
             if parse_hex64(&s.index_xxh3).is_none() {
-                return bad(format!("shard {i}: index_xxh3 {:?} is not 16 hex digits", s.index_xxh3));
+                return bad(format!(
+                    "shard {i}: index_xxh3 {:?} is not 16 hex digits",
+                    s.index_xxh3
+                ));
             }
-            if s.shard_xxh3.as_deref().is_some_and(|h| parse_hex64(h).is_none()) {
+            if s.shard_xxh3
+                .as_deref()
+                .is_some_and(|h| parse_hex64(h).is_none())
+            {
                 return bad(format!("shard {i}: shard_xxh3 is not 16 hex digits"));
             }
         }
@@ -249,7 +278,11 @@ impl Manifest {
     /// Resolves a path from the manifest (a shard or index file) against the dataset directory.
     pub fn resolve(dir: &Path, file: &str) -> PathBuf {
         let p = Path::new(file);
-        if p.is_absolute() { p.to_path_buf() } else { dir.join(p) }
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            dir.join(p)
+        }
     }
 }
 
@@ -289,7 +322,14 @@ mod tests {
             compression: Compression::None,
             index_xxh3: hex64(42),
             shard_xxh3: Some(hex64(7)),
-            fields: [("jpg".to_string(), FieldStats { count: 2, bytes: 10 })].into(),
+            fields: [(
+                "jpg".to_string(),
+                FieldStats {
+                    count: 2,
+                    bytes: 10,
+                },
+            )]
+            .into(),
         };
         Manifest::new(
             vec![shard],
@@ -321,7 +361,10 @@ mod tests {
         let mut v: serde_json::Value = serde_json::from_slice(&manifest().to_bytes()).unwrap();
         v["format_version"] = "2.0".into();
         let err = Manifest::from_slice(v.to_string().as_bytes(), p).unwrap_err();
-        assert!(matches!(err, FormatError::UnsupportedVersion { major: 2, .. }), "{err}");
+        assert!(
+            matches!(err, FormatError::UnsupportedVersion { major: 2, .. }),
+            "{err}"
+        );
         let mut v: serde_json::Value = serde_json::from_slice(&manifest().to_bytes()).unwrap();
         v["samples"] = 3.into();
         let err = Manifest::from_slice(v.to_string().as_bytes(), p).unwrap_err();

@@ -145,12 +145,20 @@ mod tests {
                 .flat_map(|k| alphabet.iter().map(move |c| format!("{k}{c}")))
                 .collect();
             for k in &keys {
-                assert_eq!(key_is_valid_fast(k.as_bytes()), validate_key(k).is_ok(), "{k:?}");
+                assert_eq!(
+                    key_is_valid_fast(k.as_bytes()),
+                    validate_key(k).is_ok(),
+                    "{k:?}"
+                );
             }
             keys = next;
         }
         for k in &keys {
-            assert_eq!(key_is_valid_fast(k.as_bytes()), validate_key(k).is_ok(), "{k:?}");
+            assert_eq!(
+                key_is_valid_fast(k.as_bytes()),
+                validate_key(k).is_ok(),
+                "{k:?}"
+            );
         }
     }
 

@@ -36,10 +36,13 @@ impl SampleBuf {
 /// # Errors
 /// I/O errors and short files, naming `path` and the offset.
 pub fn read_exact_at(file: &File, path: &Path, offset: u64, len: u64) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; usize::try_from(len).map_err(|_| FormatError::Limit {
-        path: path.to_path_buf(),
-        what: format!("a read of {len} bytes does not fit in memory"),
-    })?];
+    let mut buf = vec![
+        0u8;
+        usize::try_from(len).map_err(|_| FormatError::Limit {
+            path: path.to_path_buf(),
+            what: format!("a read of {len} bytes does not fit in memory"),
+        })?
+    ];
     file.read_exact_at(&mut buf, offset).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             FormatError::Truncated {
@@ -63,7 +66,12 @@ thread_local! {
 ///
 /// # Errors
 /// A frame that does not decompress to `tar_len` bytes, naming `path` and `file_offset`.
-pub fn decompress_frame(path: &Path, file_offset: u64, frame: &[u8], tar_len: u64) -> Result<Vec<u8>> {
+pub fn decompress_frame(
+    path: &Path,
+    file_offset: u64,
+    frame: &[u8],
+    tar_len: u64,
+) -> Result<Vec<u8>> {
     // A zstd block takes at least 3 bytes and decompresses to at most 128 KiB:
     // a size beyond that bound comes from a corrupt index, and is refused
     // before the output buffer is allocated.
@@ -95,7 +103,11 @@ pub fn decompress_frame(path: &Path, file_offset: u64, frame: &[u8], tar_len: u6
             file_offset,
             format!("zstd frame decompresses to {n} bytes, the index says {tar_len}"),
         )),
-        Err(e) => Err(FormatError::corrupt(path, file_offset, format!("bad zstd frame: {e}"))),
+        Err(e) => Err(FormatError::corrupt(
+            path,
+            file_offset,
+            format!("bad zstd frame: {e}"),
+        )),
     }
 }
 
@@ -104,7 +116,12 @@ pub fn decompress_frame(path: &Path, file_offset: u64, frame: &[u8], tar_len: u6
 ///
 /// # Errors
 /// I/O errors, truncation, bad frames, naming the shard and offset.
-pub fn read_sample(file: &File, path: &Path, compression: Compression, e: &SampleEntry) -> Result<SampleBuf> {
+pub fn read_sample(
+    file: &File,
+    path: &Path,
+    compression: Compression,
+    e: &SampleEntry,
+) -> Result<SampleBuf> {
     let raw = read_exact_at(file, path, e.file_offset, e.file_len)?;
     let data = match compression {
         Compression::None => raw,
@@ -125,7 +142,10 @@ pub fn verify_member(path: &Path, key: &str, m: &MemberEntry<'_>, data: &[u8]) -
     if actual != m.checksum || data.len() as u64 != m.size {
         return Err(FormatError::ChecksumMismatch {
             path: path.to_path_buf(),
-            location: format!(" for key {key:?} member {:?} at tar offset {}", m.ext, m.offset),
+            location: format!(
+                " for key {key:?} member {:?} at tar offset {}",
+                m.ext, m.offset
+            ),
             expected: m.checksum,
             actual,
         });
@@ -153,7 +173,10 @@ pub struct Sample {
 impl Sample {
     /// The bytes of the member with extension `ext`.
     pub fn get(&self, ext: &str) -> Option<&[u8]> {
-        self.members.iter().find(|(e, _)| e == ext).map(|(_, d)| d.as_slice())
+        self.members
+            .iter()
+            .find(|(e, _)| e == ext)
+            .map(|(_, d)| d.as_slice())
     }
 }
 
@@ -167,7 +190,10 @@ impl ShardReader {
         let path = shard.as_ref().to_path_buf();
         let index = ShardIndex::open(index)?;
         let file = File::open(&path).map_err(|e| FormatError::io(&path, e))?;
-        let len = file.metadata().map_err(|e| FormatError::io(&path, e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| FormatError::io(&path, e))?
+            .len();
         if len != index.shard_len() {
             return Err(FormatError::Truncated {
                 path,
@@ -210,7 +236,12 @@ impl ShardReader {
                 what: format!("sample {i} out of range ({} samples)", self.index.len()),
             });
         }
-        read_sample(&self.file, &self.path, self.index.compression(), &self.index.sample(i))
+        read_sample(
+            &self.file,
+            &self.path,
+            self.index.compression(),
+            &self.index.sample(i),
+        )
     }
 
     /// Sample `i`, its members copied out; with `verify`, every member's checksum is checked.

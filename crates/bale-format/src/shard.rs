@@ -117,19 +117,31 @@ impl<W: Write> ShardWriter<W> {
     ///
     /// # Errors
     /// A bad zstd level.
-    pub fn new(out: W, path: impl Into<PathBuf>, compression: Compression, zstd_level: i32) -> Result<Self> {
+    pub fn new(
+        out: W,
+        path: impl Into<PathBuf>,
+        compression: Compression,
+        zstd_level: i32,
+    ) -> Result<Self> {
         let path = path.into();
         let zenc = match compression {
             Compression::None => None,
             Compression::Zstd => {
-                let level = if zstd_level == 0 { DEFAULT_ZSTD_LEVEL } else { zstd_level };
+                let level = if zstd_level == 0 {
+                    DEFAULT_ZSTD_LEVEL
+                } else {
+                    zstd_level
+                };
                 if !(1..=22).contains(&level) {
                     return Err(FormatError::Limit {
                         path,
                         what: format!("zstd level {level} is outside 1..=22"),
                     });
                 }
-                Some(zstd::stream::raw::Encoder::new(level).map_err(|e| FormatError::io(&path, e))?)
+                Some(
+                    zstd::stream::raw::Encoder::new(level)
+                        .map_err(|e| FormatError::io(&path, e))?,
+                )
             }
         };
         Ok(Self {
@@ -190,7 +202,9 @@ impl<W: Write> ShardWriter<W> {
         };
         loop {
             let mut out = zstd::stream::raw::OutBuffer::around(&mut self.zbuf[..]);
-            let remaining = enc.finish(&mut out, true).map_err(|e| FormatError::io(&self.path, e))?;
+            let remaining = enc
+                .finish(&mut out, true)
+                .map_err(|e| FormatError::io(&self.path, e))?;
             let n = out.pos();
             self.sink.write(&self.zbuf[..n])?;
             if remaining == 0 {
@@ -282,7 +296,13 @@ impl<W: Write> ShardWriter<W> {
     /// As [`ShardWriter::add_member`]; and when `reader` ends before `size`
     /// bytes (the source shrank), an error naming `source`. The shard is then
     /// unusable and must be discarded.
-    pub fn add_member_from(&mut self, ext: &str, size: u64, reader: &mut dyn Read, source: &Path) -> Result<()> {
+    pub fn add_member_from(
+        &mut self,
+        ext: &str,
+        size: u64,
+        reader: &mut dyn Read,
+        source: &Path,
+    ) -> Result<()> {
         self.member_header(ext, size)?;
         let offset = self.tar_pos;
         let mut hasher = Xxh3::new();
@@ -296,7 +316,10 @@ impl<W: Write> ShardWriter<W> {
                         path: source.to_path_buf(),
                         source: io::Error::new(
                             io::ErrorKind::UnexpectedEof,
-                            format!("file shrank while being read: {} of {size} bytes", size - left),
+                            format!(
+                                "file shrank while being read: {} of {size} bytes",
+                                size - left
+                            ),
                         ),
                     });
                 }
@@ -330,8 +353,11 @@ impl<W: Write> ShardWriter<W> {
             });
         }
         self.end_frame()?;
-        let members: Vec<(&str, u64, u64, u64)> =
-            cur.members.iter().map(|(e, o, s, c)| (e.as_str(), *o, *s, *c)).collect();
+        let members: Vec<(&str, u64, u64, u64)> = cur
+            .members
+            .iter()
+            .map(|(e, o, s, c)| (e.as_str(), *o, *s, *c))
+            .collect();
         self.index.push_sample(
             &cur.key,
             cur.file_offset,
@@ -343,7 +369,8 @@ impl<W: Write> ShardWriter<W> {
         if self.index.over_limits() {
             return Err(FormatError::Limit {
                 path: self.path.clone(),
-                what: "shard exceeds the index's limits (2^32-1 samples, members or key bytes)".into(),
+                what: "shard exceeds the index's limits (2^32-1 samples, members or key bytes)"
+                    .into(),
             });
         }
         Ok(())
@@ -443,10 +470,20 @@ impl ShardFileWriter {
     ///
     /// # Errors
     /// I/O errors creating the temporary file; a bad zstd level.
-    pub fn create(dir: &Path, file_name: &str, compression: Compression, zstd_level: i32) -> Result<Self> {
+    pub fn create(
+        dir: &Path,
+        file_name: &str,
+        compression: Compression,
+        zstd_level: i32,
+    ) -> Result<Self> {
         let dest = dir.join(file_name);
         let file = AtomicFile::create(&dest)?;
-        let writer = ShardWriter::new(io::BufWriter::with_capacity(1 << 20, file), dest, compression, zstd_level)?;
+        let writer = ShardWriter::new(
+            io::BufWriter::with_capacity(1 << 20, file),
+            dest,
+            compression,
+            zstd_level,
+        )?;
         Ok(Self {
             writer,
             dir: dir.to_path_buf(),
@@ -468,11 +505,15 @@ impl ShardFileWriter {
         let path = self.dir.join(&self.file_name);
         let compression = self.writer.compression;
         let (buf, index, summary) = self.writer.finish()?;
-        let file = buf.into_inner().map_err(|e| FormatError::io(&path, e.into_error()))?;
+        let file = buf
+            .into_inner()
+            .map_err(|e| FormatError::io(&path, e.into_error()))?;
         let index_name = index_file_name(&self.file_name);
         let index_path = self.dir.join(&index_name);
         let mut idx_file = AtomicFile::create(&index_path)?;
-        idx_file.write_all(&index).map_err(|e| FormatError::io(&index_path, e))?;
+        idx_file
+            .write_all(&index)
+            .map_err(|e| FormatError::io(&index_path, e))?;
         // Shard first: an index never names a shard that is not in place.
         file.commit()?;
         idx_file.commit()?;

@@ -45,7 +45,10 @@ pub fn encode_member_header(name: &str, size: u64, out: &mut Vec<u8>) -> usize {
         finish_checksum(&mut h);
         out.extend_from_slice(&h);
         out.extend_from_slice(&records);
-        out.resize(out.len() + (padded(records.len() as u64) as usize - records.len()), 0);
+        out.resize(
+            out.len() + (padded(records.len() as u64) as usize - records.len()),
+            0,
+        );
     }
     let short = &name_bytes[..name_bytes.len().min(100)];
     let mut h = blank_header(short, size, b'0');
@@ -149,12 +152,24 @@ pub fn parse_header(block: &[u8; 512]) -> std::result::Result<Option<RawHeader>,
     let unsigned: u64 = block
         .iter()
         .enumerate()
-        .map(|(i, &b)| if (148..156).contains(&i) { 32 } else { u64::from(b) })
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u64::from(b)
+            }
+        })
         .sum();
     let signed: i64 = block
         .iter()
         .enumerate()
-        .map(|(i, &b)| if (148..156).contains(&i) { 32 } else { i64::from(b as i8) })
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                i64::from(b as i8)
+            }
+        })
         .sum();
     if stored != unsigned && stored as i64 != signed {
         return Err(format!(
@@ -205,18 +220,30 @@ pub fn parse_number(field: &[u8]) -> std::result::Result<u64, String> {
         return Ok(v);
     }
     let s: &[u8] = {
-        let start = field.iter().position(|&b| b != b' ' && b != 0).unwrap_or(field.len());
+        let start = field
+            .iter()
+            .position(|&b| b != b' ' && b != 0)
+            .unwrap_or(field.len());
         let rest = &field[start..];
-        let end = rest.iter().position(|&b| b == b' ' || b == 0).unwrap_or(rest.len());
+        let end = rest
+            .iter()
+            .position(|&b| b == b' ' || b == 0)
+            .unwrap_or(rest.len());
         if rest[end..].iter().any(|&b| b != b' ' && b != 0) {
-            return Err(format!("not an octal number: {:?}", String::from_utf8_lossy(field)));
+            return Err(format!(
+                "not an octal number: {:?}",
+                String::from_utf8_lossy(field)
+            ));
         }
         &rest[..end]
     };
     let mut v: u64 = 0;
     for &b in s {
         if !(b'0'..=b'7').contains(&b) {
-            return Err(format!("not an octal number: {:?}", String::from_utf8_lossy(field)));
+            return Err(format!(
+                "not an octal number: {:?}",
+                String::from_utf8_lossy(field)
+            ));
         }
         v = v
             .checked_mul(8)
@@ -246,8 +273,13 @@ pub fn parse_pax(data: &[u8]) -> std::result::Result<Vec<(String, Vec<u8>)>, Str
             return Err(format!("pax record length {len} out of range"));
         }
         let rec = &rest[sp + 1..len];
-        let rec = rec.strip_suffix(b"\n").ok_or("pax record does not end in a newline")?;
-        let eq = rec.iter().position(|&b| b == b'=').ok_or("pax record without '='")?;
+        let rec = rec
+            .strip_suffix(b"\n")
+            .ok_or("pax record does not end in a newline")?;
+        let eq = rec
+            .iter()
+            .position(|&b| b == b'=')
+            .ok_or("pax record without '='")?;
         let key = String::from_utf8(rec[..eq].to_vec()).map_err(|_| "pax key is not UTF-8")?;
         out.push((key, rec[eq + 1..].to_vec()));
         rest = &rest[len..];
@@ -346,7 +378,13 @@ impl<R: Read> TarReader<R> {
                 }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(FormatError::io_at(self.path.clone(), self.pos + got as u64, e)),
+                Err(e) => {
+                    return Err(FormatError::io_at(
+                        self.path.clone(),
+                        self.pos + got as u64,
+                        e,
+                    ));
+                }
             }
         }
         self.pos += buf.len() as u64;
@@ -403,7 +441,11 @@ impl<R: Read> TarReader<R> {
             if !self.fill(&mut block, "a tar header")? {
                 self.done = true;
                 if header_offset.is_some() {
-                    return Err(FormatError::tar(self.path.clone(), at, "archive ends after an extended header"));
+                    return Err(FormatError::tar(
+                        self.path.clone(),
+                        at,
+                        "archive ends after an extended header",
+                    ));
                 }
                 return Err(FormatError::Truncated {
                     path: self.path.clone(),
@@ -412,9 +454,15 @@ impl<R: Read> TarReader<R> {
                     len: at,
                 });
             }
-            let Some(h) = parse_header(&block).map_err(|e| FormatError::tar(self.path.clone(), at, e))? else {
+            let Some(h) =
+                parse_header(&block).map_err(|e| FormatError::tar(self.path.clone(), at, e))?
+            else {
                 if header_offset.is_some() {
-                    return Err(FormatError::tar(self.path.clone(), at, "zero block after an extended header"));
+                    return Err(FormatError::tar(
+                        self.path.clone(),
+                        at,
+                        "zero block after an extended header",
+                    ));
                 }
                 // End of archive: a second zero block normally follows; tolerate its absence.
                 self.done = true;
@@ -427,7 +475,10 @@ impl<R: Read> TarReader<R> {
                         return Err(FormatError::tar(
                             self.path.clone(),
                             at,
-                            format!("extended header of {} bytes is larger than the 1 MiB allowed", h.size),
+                            format!(
+                                "extended header of {} bytes is larger than the 1 MiB allowed",
+                                h.size
+                            ),
                         ));
                     }
                     let mut data = vec![0u8; h.size as usize];
@@ -435,14 +486,22 @@ impl<R: Read> TarReader<R> {
                     self.discard(padded(h.size) - h.size, "extended header padding")?;
                     match h.typeflag {
                         b'x' => {
-                            let recs = parse_pax(&data).map_err(|e| FormatError::tar(self.path.clone(), at, e))?;
+                            let recs = parse_pax(&data)
+                                .map_err(|e| FormatError::tar(self.path.clone(), at, e))?;
                             for (k, v) in recs {
                                 match k.as_str() {
                                     "path" => long_name = Some(v),
                                     "size" => {
-                                        let s = std::str::from_utf8(&v).ok().and_then(|s| s.parse().ok()).ok_or_else(
-                                            || FormatError::tar(self.path.clone(), at, "pax size record is not a number"),
-                                        )?;
+                                        let s = std::str::from_utf8(&v)
+                                            .ok()
+                                            .and_then(|s| s.parse().ok())
+                                            .ok_or_else(|| {
+                                                FormatError::tar(
+                                                    self.path.clone(),
+                                                    at,
+                                                    "pax size record is not a number",
+                                                )
+                                            })?;
                                         pax_size = Some(s);
                                     }
                                     k if k.starts_with("GNU.sparse") => {
@@ -488,7 +547,11 @@ impl<R: Read> TarReader<R> {
                         ));
                     }
                     // Links, devices and FIFOs carry no data whatever the size field says.
-                    let size = if matches!(t, b'1' | b'2' | b'3' | b'4' | b'6') { 0 } else { size };
+                    let size = if matches!(t, b'1' | b'2' | b'3' | b'4' | b'6') {
+                        0
+                    } else {
+                        size
+                    };
                     let name = long_name.unwrap_or(h.name);
                     self.pending = size;
                     self.pending_pad = padded(size) - size;
@@ -568,10 +631,15 @@ mod tests {
         let mut out = Vec::new();
         encode_member_header("big.bin", size, &mut out);
         assert_eq!(out.len(), 3 * 512);
-        let e = TarReader::new(&out[..], "mem").next_entry().unwrap().unwrap();
+        let e = TarReader::new(&out[..], "mem")
+            .next_entry()
+            .unwrap()
+            .unwrap();
         assert_eq!(e.size, size);
         // The ustar header alone also carries the size, in base-256.
-        let h = parse_header(out[1024..1536].try_into().unwrap()).unwrap().unwrap();
+        let h = parse_header(out[1024..1536].try_into().unwrap())
+            .unwrap()
+            .unwrap();
         assert_eq!(h.size, size);
     }
 
