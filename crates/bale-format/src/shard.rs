@@ -180,6 +180,13 @@ impl<W: Write> ShardWriter<W> {
         self.sink.pos
     }
 
+    /// The output, for what the writer does not do itself (such as starting
+    /// the disk writeback of what was written so far). Writing through it
+    /// corrupts the shard.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.sink.out
+    }
+
     fn emit(&mut self, bytes: &[u8]) -> Result<()> {
         self.tar_pos += bytes.len() as u64;
         let Some(enc) = self.zenc.as_mut() else {
