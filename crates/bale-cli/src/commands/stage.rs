@@ -379,8 +379,9 @@ pub fn run(args: StageArgs) -> anyhow::Result<ExitCode> {
         })?;
         pb.finish_and_clear();
         // Shards without a whole-file checksum: check every member against the index.
+        let rules = verify::NameRules::for_manifest(&manifest);
         for e in manifest.shards.iter().filter(|e| e.shard_xxh3.is_none()) {
-            let r = verify::check_shard(&target, e, Level::Full, &mut ());
+            let r = verify::check_shard_with(&target, e, Level::Full, rules, &mut ());
             if let Some(p) = r.problems.iter().find(|p| p.is_error()) {
                 bail!(
                     "the staged copy is damaged: {p}\nhint: run `bale verify {}`",
