@@ -668,6 +668,16 @@ fn check_index_against_manifest(
             ),
         ));
     }
+    // Opening an index checks its structure and UTF-8, not the key syntax the
+    // writers guarantee (that would double the cost of every open): check it here.
+    for i in 0..idx.len() {
+        if crate::name::key_is_valid_fast(idx.key(i).as_bytes()) {
+            continue;
+        }
+        if let Err(e) = crate::name::validate_key(idx.key(i)) {
+            r.push(Problem::new(&name, format!("index sample {i}: {e}")).key(idx.key(i)));
+        }
+    }
     let mut mismatch = |what: &str, index: u64, manifest: u64| {
         if index != manifest {
             r.push(Problem::new(
@@ -1286,6 +1296,36 @@ mod tests {
             }
             let r = check_shard(dir.path(), &m.shards[0], Level::Full, &mut ());
             assert_eq!(r.bytes_read, m.shards[0].bytes);
+        }
+    }
+
+    #[test]
+    fn invalid_keys_in_an_index_are_found_by_verify_not_by_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = dataset(dir.path(), Compression::None);
+        let idx_path = dir.path().join(&m.shards[0].index);
+        let mut b = std::fs::read(&idx_path).unwrap();
+        let at = b
+            .windows(7)
+            .position(|w| w == b"c0/0000")
+            .expect("key in the string table");
+        b[at..at + 7].copy_from_slice(b"../0000");
+        let body = b.len() - 8;
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..body]);
+        b[body..].copy_from_slice(&sum.to_le_bytes());
+        std::fs::write(&idx_path, &b).unwrap();
+        m.shards[0].index_xxh3 = hex64(sum);
+        m.write(dir.path()).unwrap();
+        // Opening stays cheap: it checks structure, not key syntax.
+        let idx = ShardIndex::open(&idx_path).unwrap();
+        assert_eq!(idx.key(0), "../0000");
+        for level in [Level::Quick, Level::Full] {
+            let p = all(dir.path(), level);
+            assert!(
+                p.iter()
+                    .any(|p| p.what.contains("index sample 0") && p.what.contains("'..'")),
+                "{level:?}: {p:?}"
+            );
         }
     }
 
