@@ -72,7 +72,7 @@ use crate::error::{FormatError, Result};
 use crate::index::{Compression, IndexBuilder, ShardIndex};
 use crate::manifest::{FieldStats, ShardEntry, hex64};
 use crate::name::{split_member_name, validate_ext, validate_key};
-use crate::tar::{BLOCK, EntryKind, padded, parse_header, parse_pax};
+use crate::tar::{BLOCK, EntryKind, Extended, padded, parse_header, sparse_error};
 
 /// Largest pax or GNU long-name record accepted (1 MiB, as [`crate::tar::TarReader`]).
 const MAX_META: u64 = 1 << 20;
@@ -512,8 +512,7 @@ fn next_entry(
     end: u64,
     bound: Bound,
 ) -> Result<Step> {
-    let mut long_name: Option<Vec<u8>> = None;
-    let mut pax_size: Option<u64> = None;
+    let mut ext = Extended::default();
     let mut first: Option<u64> = None;
     loop {
         let at = pos;
@@ -569,46 +568,16 @@ fn next_entry(
                 let mut data = vec![0u8; h.size as usize];
                 src.read_at(pos, &mut data)?;
                 pos += padded(h.size);
-                match h.typeflag {
-                    b'x' => {
-                        for (k, v) in parse_pax(&data).map_err(|e| FormatError::tar(path, at, e))? {
-                            match k.as_str() {
-                                "path" => long_name = Some(v),
-                                "size" => {
-                                    let s = std::str::from_utf8(&v)
-                                        .ok()
-                                        .and_then(|s| s.parse().ok())
-                                        .ok_or_else(|| {
-                                            FormatError::tar(
-                                                path,
-                                                at,
-                                                "pax size record is not a number",
-                                            )
-                                        })?;
-                                    pax_size = Some(s);
-                                }
-                                k if k.starts_with("GNU.sparse") => return Err(sparse(path, at)),
-                                _ => {}
-                            }
-                        }
-                    }
-                    b'L' => {
-                        let stop = data.iter().position(|&b| b == 0).unwrap_or(data.len());
-                        data.truncate(stop);
-                        long_name = Some(data);
-                    }
-                    // Global pax headers and GNU long link names do not change member names.
-                    _ => {}
-                }
+                ext.apply(h.typeflag, data, path, at)?;
             }
-            b'S' => return Err(sparse(path, at)),
+            b'S' => return Err(sparse_error(path, at)),
             t => {
                 let kind = match t {
                     b'0' | 0 | b'7' => EntryKind::File,
                     b'5' => EntryKind::Directory,
                     _ => EntryKind::Other,
                 };
-                let size = pax_size.unwrap_or(h.size);
+                let size = ext.size.unwrap_or(h.size);
                 if size > MAX_MEMBER_SIZE {
                     return Err(FormatError::tar(
                         path,
@@ -627,8 +596,8 @@ fn next_entry(
                 }
                 let prefixed = &block[257..263] == b"ustar\0" && block[345] != 0;
                 return Ok(Step::Entry(RawEntry {
-                    long_name: long_name.is_some() || prefixed,
-                    name: long_name.unwrap_or(h.name),
+                    long_name: ext.name.is_some() || prefixed,
+                    name: ext.name.unwrap_or(h.name),
                     size,
                     kind,
                     header_offset,
@@ -637,14 +606,6 @@ fn next_entry(
             }
         }
     }
-}
-
-fn sparse(path: &Path, at: u64) -> FormatError {
-    FormatError::tar(
-        path,
-        at,
-        "GNU sparse files are not supported; recreate the archive without --sparse",
-    )
 }
 
 // ---------------------------------------------------------------------------

@@ -316,6 +316,65 @@ const MAX_META: u64 = 1 << 20;
 /// beyond it, rounding up to whole blocks would overflow.
 const MAX_MEMBER_SIZE: u64 = i64::MAX as u64;
 
+/// What the extended headers before an entry (pax `x`, GNU long name `L`)
+/// say about it. Both tar parsers (the streaming [`TarReader`] and the
+/// seeking scanner of `bale index`) collect them through this one type.
+#[derive(Debug, Default)]
+pub struct Extended {
+    /// The name from a pax `path` record or a GNU long-name header.
+    pub name: Option<Vec<u8>>,
+    /// The size from a pax `size` record.
+    pub size: Option<u64>,
+}
+
+impl Extended {
+    /// Takes in the data of one extended header of type `typeflag` (`x`, `g`,
+    /// `L` or `K`) whose header block is at offset `at` of `path`. Global pax
+    /// headers and GNU long link names do not change member names.
+    ///
+    /// # Errors
+    /// Bad pax records, a pax size that is not a number, and GNU sparse
+    /// records (not supported), naming `path` and `at`.
+    pub fn apply(&mut self, typeflag: u8, mut data: Vec<u8>, path: &Path, at: u64) -> Result<()> {
+        match typeflag {
+            b'x' => {
+                for (k, v) in parse_pax(&data).map_err(|e| FormatError::tar(path, at, e))? {
+                    match k.as_str() {
+                        "path" => self.name = Some(v),
+                        "size" => {
+                            let s = std::str::from_utf8(&v)
+                                .ok()
+                                .and_then(|s| s.parse().ok())
+                                .ok_or_else(|| {
+                                    FormatError::tar(path, at, "pax size record is not a number")
+                                })?;
+                            self.size = Some(s);
+                        }
+                        k if k.starts_with("GNU.sparse") => return Err(sparse_error(path, at)),
+                        _ => {}
+                    }
+                }
+            }
+            b'L' => {
+                let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+                data.truncate(end);
+                self.name = Some(data);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The error for a GNU sparse member, which bale does not support.
+pub fn sparse_error(path: &Path, at: u64) -> FormatError {
+    FormatError::tar(
+        path,
+        at,
+        "GNU sparse files are not supported; recreate the archive without --sparse",
+    )
+}
+
 /// Reads the headers of a tar stream one entry at a time.
 ///
 /// Call [`TarReader::next_entry`], then either read the data with
@@ -432,8 +491,7 @@ impl<R: Read> TarReader<R> {
             return Ok(None);
         }
         self.skip_data()?;
-        let mut long_name: Option<Vec<u8>> = None;
-        let mut pax_size: Option<u64> = None;
+        let mut ext = Extended::default();
         let mut header_offset = None;
         loop {
             let at = self.pos;
@@ -484,61 +542,17 @@ impl<R: Read> TarReader<R> {
                     let mut data = vec![0u8; h.size as usize];
                     self.fill_exact(&mut data, "an extended header")?;
                     self.discard(padded(h.size) - h.size, "extended header padding")?;
-                    match h.typeflag {
-                        b'x' => {
-                            let recs = parse_pax(&data)
-                                .map_err(|e| FormatError::tar(self.path.clone(), at, e))?;
-                            for (k, v) in recs {
-                                match k.as_str() {
-                                    "path" => long_name = Some(v),
-                                    "size" => {
-                                        let s = std::str::from_utf8(&v)
-                                            .ok()
-                                            .and_then(|s| s.parse().ok())
-                                            .ok_or_else(|| {
-                                                FormatError::tar(
-                                                    self.path.clone(),
-                                                    at,
-                                                    "pax size record is not a number",
-                                                )
-                                            })?;
-                                        pax_size = Some(s);
-                                    }
-                                    k if k.starts_with("GNU.sparse") => {
-                                        return Err(FormatError::tar(
-                                            self.path.clone(),
-                                            at,
-                                            "GNU sparse files are not supported; recreate the archive without --sparse",
-                                        ));
-                                    }
-                                    _ => {}
-                                }
-                            }
-                        }
-                        b'L' => {
-                            let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
-                            data.truncate(end);
-                            long_name = Some(data);
-                        }
-                        // Global pax headers and GNU long link names do not change member names.
-                        _ => {}
-                    }
+                    ext.apply(h.typeflag, data, &self.path, at)?;
                     header_offset = Some(first);
                 }
-                b'S' => {
-                    return Err(FormatError::tar(
-                        self.path.clone(),
-                        at,
-                        "GNU sparse files are not supported; recreate the archive without --sparse",
-                    ));
-                }
+                b'S' => return Err(sparse_error(&self.path, at)),
                 t => {
                     let kind = match t {
                         b'0' | 0 | b'7' => EntryKind::File,
                         b'5' => EntryKind::Directory,
                         _ => EntryKind::Other,
                     };
-                    let size = pax_size.unwrap_or(h.size);
+                    let size = ext.size.unwrap_or(h.size);
                     if size > MAX_MEMBER_SIZE {
                         return Err(FormatError::tar(
                             self.path.clone(),
@@ -552,7 +566,7 @@ impl<R: Read> TarReader<R> {
                     } else {
                         size
                     };
-                    let name = long_name.unwrap_or(h.name);
+                    let name = ext.name.unwrap_or(h.name);
                     self.pending = size;
                     self.pending_pad = padded(size) - size;
                     return Ok(Some(Entry {
