@@ -1,0 +1,653 @@
+//! `bale._native`: the Rust half of the Python package `bale`.
+//!
+//! The Python package (`python/bale/__init__.py`) re-exports [`PyDataset`] as
+//! `bale.Dataset` and the exceptions, and builds `bale.IterableDataset` (which
+//! must subclass `torch.utils.data.IterableDataset` when torch is installed)
+//! on [`PyDataset::epoch`].
+//!
+//! Everything goes through `bale-reader`, so every shard kind it reads (tar,
+//! tar.zst, ...) reads here too. Reads run with the GIL released
+//! ([`Python::detach`]); the GIL is taken only to build the sample dict.
+//!
+//! Zero-copy: a `.npy` field comes back as a read-only NumPy array that is a
+//! view of the sample's bytes ([`SampleBuffer`] is its base object and keeps
+//! them alive): the shard's memory map for plain tar shards opened with the
+//! default `mmap` backing, else the one buffer the sample was read or
+//! decompressed into. Other fields are `bytes` (one copy).
+#![deny(missing_docs)]
+
+mod npy;
+
+use std::ffi::{c_int, c_void};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use bale_reader::{
+    Backing, Dataset, DatasetOptions, EpochPlan, Partition, ReaderError, Sample, SampleIter,
+};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyIndexError, PyKeyError, PyValueError};
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+create_exception!(
+    bale,
+    BaleError,
+    PyException,
+    "Base class of the errors bale raises (besides IndexError, KeyError, ValueError and OSError)."
+);
+create_exception!(
+    bale,
+    FormatError,
+    BaleError,
+    "Bad bytes on disk: a missing or corrupt manifest, index or shard, a truncated file, \
+     a checksum mismatch, a malformed .npy member. The message names the file and offset."
+);
+
+/// Converts a reader error to the Python exception the package documents.
+fn to_py(e: ReaderError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        ReaderError::IndexOutOfRange { .. } => PyIndexError::new_err(msg),
+        ReaderError::UnknownKey { .. } => PyKeyError::new_err(msg),
+        ReaderError::InvalidPartition { .. }
+        | ReaderError::InvalidOption { .. }
+        | ReaderError::StartPastEnd { .. } => PyValueError::new_err(msg),
+        ReaderError::Prefetch { .. } => BaleError::new_err(msg),
+        _ => FormatError::new_err(msg),
+    }
+}
+
+/// How fields become Python values.
+#[derive(Debug)]
+enum Decode {
+    /// `.npy` fields as NumPy arrays, the rest as bytes (`decode=None`).
+    Numpy,
+    /// Every field as bytes (`decode="bytes"`).
+    Bytes,
+    /// `f(ext, value)` on what [`Decode::Numpy`] gives.
+    Call(Py<PyAny>),
+}
+
+/// What reopening a dataset needs: the arguments of `bale.Dataset(...)`.
+#[derive(Debug)]
+struct Spec {
+    path: PathBuf,
+    fields: Option<Vec<String>>,
+    decode: Decode,
+    verify_on_read: bool,
+    backing: Backing,
+}
+
+/// `bale.Dataset`: map-style random access to a bale dataset.
+#[pyclass(module = "bale", name = "Dataset", frozen, subclass)]
+#[derive(Debug)]
+pub struct PyDataset {
+    ds: Dataset,
+    spec: Spec,
+}
+
+fn parse_backing(s: &str) -> PyResult<Backing> {
+    match s {
+        "mmap" => Ok(Backing::Mmap),
+        "pread" => Ok(Backing::Pread),
+        _ => Err(PyValueError::new_err(format!(
+            "backing must be \"mmap\" or \"pread\", not {s:?}"
+        ))),
+    }
+}
+
+fn parse_plan(plan: &str, seed: u64, epoch: u64, buffer: usize) -> PyResult<EpochPlan> {
+    match plan {
+        "sequential" => Ok(EpochPlan::sequential()),
+        "shuffled" => Ok(EpochPlan::shuffled(seed, epoch)),
+        "shard_shuffled" => Ok(EpochPlan::shard_shuffled(seed, epoch, buffer)),
+        _ => Err(PyValueError::new_err(format!(
+            "plan must be \"sequential\", \"shuffled\" or \"shard_shuffled\", not {plan:?}"
+        ))),
+    }
+}
+
+/// Reads one byte of every page of a mapped sample, so that page faults
+/// happen here (without the GIL) rather than while copying into Python objects.
+fn populate(s: &Sample) {
+    if s.is_mapped() {
+        let mut acc = 0u8;
+        for (_, bytes) in s.fields() {
+            for b in bytes.iter().step_by(4096) {
+                acc ^= *b;
+            }
+        }
+        std::hint::black_box(acc);
+    }
+}
+
+/// Whether a field holds a `.npy` array (`npy`, or `<name>.npy`).
+fn is_npy(ext: &str) -> bool {
+    ext == "npy" || ext.ends_with(".npy")
+}
+
+fn want(fields: Option<&[String]>, ext: &str) -> bool {
+    fields.is_none_or(|f| f.iter().any(|x| x == ext))
+}
+
+impl PyDataset {
+    fn index(&self, i: i64) -> PyResult<u64> {
+        let n = self.ds.len();
+        let j = if i < 0 {
+            i128::from(n) + i128::from(i)
+        } else {
+            i128::from(i)
+        };
+        u64::try_from(j).ok().filter(|&j| j < n).ok_or_else(|| {
+            PyIndexError::new_err(format!(
+                "sample {i} out of range: the dataset {} holds {n} samples",
+                self.ds.dir().display()
+            ))
+        })
+    }
+
+    fn read(&self, py: Python<'_>, i: u64) -> PyResult<Sample> {
+        py.detach(|| {
+            let s = self.ds.get(i)?;
+            populate(&s);
+            Ok(s)
+        })
+        .map_err(to_py)
+    }
+
+    /// The sample as the dict `bale.Dataset` documents.
+    fn to_dict<'py>(&self, py: Python<'py>, s: &Sample) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "__key__"), s.key())?;
+        d.set_item(intern!(py, "__index__"), s.index())?;
+        let fields = self.spec.fields.as_deref();
+        if let Some(label) = s.label()
+            && want(fields, "cls")
+        {
+            d.set_item(intern!(py, "cls"), label)?;
+        }
+        for (ext, bytes) in s.fields() {
+            if (ext == "cls" && s.label().is_some()) || !want(fields, ext) {
+                continue;
+            }
+            let value = match &self.spec.decode {
+                Decode::Bytes => PyBytes::new(py, bytes).into_any(),
+                Decode::Numpy | Decode::Call(_) if is_npy(ext) => self.npy(py, s, ext, bytes)?,
+                _ => PyBytes::new(py, bytes).into_any(),
+            };
+            let value = match &self.spec.decode {
+                Decode::Call(f) => f.bind(py).call1((ext, value))?,
+                _ => value,
+            };
+            d.set_item(PyString::new(py, ext), value)?;
+        }
+        Ok(d)
+    }
+
+    /// A `.npy` field as a read-only NumPy array: a view of the sample's
+    /// bytes when the header is a plain dtype, else NumPy's own parse (a copy).
+    fn npy<'py>(
+        &self,
+        py: Python<'py>,
+        s: &Sample,
+        ext: &str,
+        bytes: &[u8],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        static FROMBUFFER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        static EMPTY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let context = |what: &dyn std::fmt::Display| {
+            FormatError::new_err(format!(
+                "{}: sample {:?} (index {}): field {ext}: {what}",
+                self.ds.dir().display(),
+                s.key(),
+                s.index()
+            ))
+        };
+        let header = npy::parse(bytes).map_err(|e| context(&e))?;
+        let npy::Header::Simple {
+            descr,
+            fortran_order,
+            shape,
+            data_offset,
+        } = header
+        else {
+            let io = py.import(intern!(py, "io"))?;
+            let np = py.import(intern!(py, "numpy"))?;
+            let file = io.call_method1(intern!(py, "BytesIO"), (PyBytes::new(py, bytes),))?;
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(intern!(py, "allow_pickle"), false)?;
+            let arr = np
+                .call_method(intern!(py, "load"), (file,), Some(&kwargs))
+                .map_err(|e| context(&e))?;
+            arr.getattr(intern!(py, "flags"))?
+                .setattr(intern!(py, "writeable"), false)?;
+            return Ok(arr);
+        };
+        let count = shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| context(&"the shape overflows"))?;
+        let shape_t = PyTuple::new(py, &shape)?;
+        let order = if fortran_order { "F" } else { "C" };
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "dtype"), &descr)?;
+        if count == 0 {
+            let empty = EMPTY.import(py, "numpy", "empty")?;
+            kwargs.set_item(intern!(py, "order"), order)?;
+            let arr = empty
+                .call((shape_t,), Some(&kwargs))
+                .map_err(|e| context(&e))?;
+            arr.getattr(intern!(py, "flags"))?
+                .setattr(intern!(py, "writeable"), false)?;
+            return Ok(arr);
+        }
+        let buffer = Bound::new(
+            py,
+            SampleBuffer {
+                sample: s.clone(),
+                ext: ext.to_owned(),
+            },
+        )?;
+        kwargs.set_item(intern!(py, "count"), count)?;
+        kwargs.set_item(intern!(py, "offset"), data_offset)?;
+        let flat = FROMBUFFER
+            .import(py, "numpy", "frombuffer")?
+            .call((buffer,), Some(&kwargs))
+            .map_err(|e| context(&e))?;
+        if shape.len() == 1 {
+            return Ok(flat);
+        }
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "order"), order)?;
+        flat.call_method(intern!(py, "reshape"), (shape_t,), Some(&kwargs))
+    }
+
+    fn order_of(
+        &self,
+        plan: &str,
+        seed: u64,
+        epoch: u64,
+        buffer: usize,
+        partition: Partition,
+    ) -> PyResult<bale_reader::Order> {
+        let plan = parse_plan(plan, seed, epoch, buffer)?;
+        self.ds.order(plan, partition).map_err(to_py)
+    }
+}
+
+#[pymethods]
+impl PyDataset {
+    /// Opens the dataset in `path` (a directory holding `bale.json`).
+    #[new]
+    #[pyo3(signature = (path, *, fields=None, decode=None, verify_on_read=false, backing="mmap"))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        fields: Option<Vec<String>>,
+        decode: Option<Bound<'_, PyAny>>,
+        verify_on_read: bool,
+        backing: &str,
+    ) -> PyResult<Self> {
+        let decode = match decode {
+            None => Decode::Numpy,
+            Some(d) if d.is_callable() => Decode::Call(d.unbind()),
+            Some(d) => match d.extract::<String>().ok().as_deref() {
+                Some("numpy") => Decode::Numpy,
+                Some("bytes") => Decode::Bytes,
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "decode must be None, \"numpy\", \"bytes\" or a callable (ext, value) -> value, not {}",
+                        d.repr()?
+                    )));
+                }
+            },
+        };
+        let backing = parse_backing(backing)?;
+        if !path.exists() {
+            return Err(PyFileNotFoundError::new_err(format!(
+                "no such dataset directory: {}",
+                path.display()
+            )));
+        }
+        let options = DatasetOptions::new()
+            .verify_on_read(verify_on_read)
+            .backing(backing);
+        let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
+        Ok(PyDataset {
+            ds,
+            spec: Spec {
+                path,
+                fields,
+                decode,
+                verify_on_read,
+                backing,
+            },
+        })
+    }
+
+    /// The arguments that reopen this dataset in another process (pickling).
+    fn __getnewargs_ex__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("fields", &self.spec.fields)?;
+        match &self.spec.decode {
+            Decode::Numpy => kwargs.set_item("decode", py.None())?,
+            Decode::Bytes => kwargs.set_item("decode", "bytes")?,
+            Decode::Call(f) => kwargs.set_item("decode", f)?,
+        }
+        kwargs.set_item("verify_on_read", self.spec.verify_on_read)?;
+        let backing = match self.spec.backing {
+            Backing::Pread => "pread",
+            _ => "mmap",
+        };
+        kwargs.set_item("backing", backing)?;
+        Ok((PyTuple::new(py, [&self.spec.path])?, kwargs))
+    }
+
+    fn __len__(&self) -> usize {
+        usize::try_from(self.ds.len()).unwrap_or(usize::MAX)
+    }
+
+    fn __getitem__<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
+        let i = self.index(i)?;
+        let s = self.read(py, i)?;
+        self.to_dict(py, &s)
+    }
+
+    /// Reads several samples with one release of the GIL (PyTorch's
+    /// DataLoader calls this for a batch of indices).
+    fn __getitems__<'py>(
+        &self,
+        py: Python<'py>,
+        indices: Vec<i64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let idx = indices
+            .iter()
+            .map(|&i| self.index(i))
+            .collect::<PyResult<Vec<u64>>>()?;
+        let samples = py
+            .detach(|| {
+                idx.iter()
+                    .map(|&i| {
+                        let s = self.ds.get(i)?;
+                        populate(&s);
+                        Ok(s)
+                    })
+                    .collect::<Result<Vec<_>, ReaderError>>()
+            })
+            .map_err(to_py)?;
+        let out = PyList::empty(py);
+        for s in &samples {
+            out.append(self.to_dict(py, s)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Every sample in dataset order (large sequential reads).
+    fn __iter__(slf: Bound<'_, Self>) -> PyResult<PyIter> {
+        let it = slf
+            .get()
+            .ds
+            .iter(EpochPlan::sequential(), Partition::ALL)
+            .map_err(to_py)?
+            .prefetch(1, 64, 64 << 20);
+        Ok(PyIter {
+            ds: slf.unbind(),
+            it: Mutex::new(it),
+        })
+    }
+
+    /// The sample with key `key`.
+    fn get_by_key<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyDict>> {
+        let s = py
+            .detach(|| {
+                let s = self.ds.get_by_key(key)?;
+                populate(&s);
+                Ok(s)
+            })
+            .map_err(to_py)?;
+        self.to_dict(py, &s)
+    }
+
+    /// The key of sample `i`, without reading it.
+    fn key(&self, i: i64) -> PyResult<String> {
+        let i = self.index(i)?;
+        self.ds.key(i).map(str::to_owned).map_err(to_py)
+    }
+
+    /// The index of the sample with key `key`, or None.
+    fn find(&self, key: &str) -> Option<u64> {
+        self.ds.find(key)
+    }
+
+    /// The dataset directory, as given.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.spec.path.clone()
+    }
+
+    /// The class names (index = label), or None for an unlabelled dataset.
+    #[getter]
+    fn classes(&self) -> Option<Vec<String>> {
+        self.ds.labels().map(<[String]>::to_vec)
+    }
+
+    /// The field extensions the manifest lists, sorted.
+    #[getter]
+    fn extensions(&self) -> Vec<String> {
+        self.ds.fields().to_vec()
+    }
+
+    /// Number of samples in each shard.
+    #[getter]
+    fn shard_sizes(&self) -> Vec<u64> {
+        self.ds.shard_sizes()
+    }
+
+    /// The global indices one partition yields in one epoch, in order.
+    #[pyo3(signature = (plan="sequential", *, seed=0, epoch=0, buffer=1024, rank=0, world_size=1, worker=0, num_workers=1, even=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn order(
+        &self,
+        plan: &str,
+        seed: u64,
+        epoch: u64,
+        buffer: usize,
+        rank: u64,
+        world_size: u64,
+        worker: u64,
+        num_workers: u64,
+        even: bool,
+    ) -> PyResult<Vec<u64>> {
+        let part = Partition::new(rank, world_size)
+            .with_workers(worker, num_workers)
+            .with_even(even);
+        Ok(self
+            .order_of(plan, seed, epoch, buffer, part)?
+            .iter()
+            .collect())
+    }
+
+    /// Number of samples one partition yields per epoch (the same for every plan).
+    #[pyo3(signature = (*, rank=0, world_size=1, worker=0, num_workers=1, even=false))]
+    fn partition_len(
+        &self,
+        rank: u64,
+        world_size: u64,
+        worker: u64,
+        num_workers: u64,
+        even: bool,
+    ) -> PyResult<u64> {
+        let part = Partition::new(rank, world_size)
+            .with_workers(worker, num_workers)
+            .with_even(even);
+        Ok(self.order_of("sequential", 0, 0, 1, part)?.len())
+    }
+
+    /// An iterator over the samples one partition yields in one epoch,
+    /// resumed after `start` samples, reading ahead on `prefetch` threads.
+    #[pyo3(signature = (plan="sequential", *, seed=0, epoch=0, buffer=1024, rank=0, world_size=1, worker=0, num_workers=1, even=false, start=0, prefetch=1))]
+    #[allow(clippy::too_many_arguments)]
+    fn epoch(
+        slf: Bound<'_, Self>,
+        plan: &str,
+        seed: u64,
+        epoch: u64,
+        buffer: usize,
+        rank: u64,
+        world_size: u64,
+        worker: u64,
+        num_workers: u64,
+        even: bool,
+        start: u64,
+        prefetch: usize,
+    ) -> PyResult<PyIter> {
+        let this = slf.get();
+        let part = Partition::new(rank, world_size)
+            .with_workers(worker, num_workers)
+            .with_even(even);
+        let plan = parse_plan(plan, seed, epoch, buffer)?;
+        let it = this
+            .ds
+            .iter(plan, part)
+            .and_then(|it| it.start_at(start))
+            .map_err(to_py)?
+            .prefetch(prefetch, 64, 64 << 20);
+        Ok(PyIter {
+            ds: slf.unbind(),
+            it: Mutex::new(it),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "bale.Dataset({:?}, samples={}, shards={})",
+            self.spec.path.display().to_string(),
+            self.ds.len(),
+            self.ds.shard_count()
+        )
+    }
+}
+
+/// An iterator over the samples of one epoch (`Dataset.epoch(...)`).
+#[pyclass(module = "bale", name = "SampleIterator")]
+#[derive(Debug)]
+pub struct PyIter {
+    ds: Py<PyDataset>,
+    it: Mutex<SampleIter>,
+}
+
+impl PyIter {
+    fn lock(&self) -> MutexGuard<'_, SampleIter> {
+        self.it.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[pymethods]
+impl PyIter {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let next = py.detach(|| {
+            let s = self.lock().next();
+            if let Some(Ok(s)) = &s {
+                populate(s);
+            }
+            s
+        });
+        match next {
+            None => Ok(None),
+            Some(Err(e)) => Err(to_py(e)),
+            Some(Ok(s)) => self.ds.get().to_dict(py, &s).map(Some),
+        }
+    }
+
+    /// Number of samples this partition yields in the epoch (from its start).
+    fn __len__(&self) -> usize {
+        usize::try_from(self.lock().len()).unwrap_or(usize::MAX)
+    }
+
+    /// Samples yielded so far, counted from the start of the epoch (pass it
+    /// as `start` to resume).
+    #[getter]
+    fn position(&self) -> u64 {
+        self.lock().position()
+    }
+}
+
+/// The bytes of one field of a sample, exposed through the buffer protocol
+/// (read-only): the base object of the NumPy arrays bale returns.
+#[pyclass(module = "bale", name = "SampleBuffer", frozen)]
+#[derive(Debug)]
+pub struct SampleBuffer {
+    sample: Sample,
+    ext: String,
+}
+
+impl SampleBuffer {
+    fn bytes(&self) -> &[u8] {
+        self.sample.field(&self.ext).unwrap_or_default()
+    }
+}
+
+#[pymethods]
+impl SampleBuffer {
+    /// # Safety
+    /// Called by Python with a valid `view`.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let bytes = slf.get().bytes();
+        let len = ffi::Py_ssize_t::try_from(bytes.len())
+            .map_err(|_| PyValueError::new_err("field too large for a buffer"))?;
+        // SAFETY: `view` is valid (the caller's contract); the bytes live as
+        // long as `slf`, which the view holds a reference to; readonly = 1.
+        let r = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                bytes.as_ptr().cast_mut().cast::<c_void>(),
+                len,
+                1,
+                flags,
+            )
+        };
+        if r != 0 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    fn __len__(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// Whether the bytes are a slice of the shard's memory map (zero-copy).
+    #[getter]
+    fn mapped(&self) -> bool {
+        self.sample.is_mapped()
+    }
+}
+
+/// The module `bale._native`.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyDataset>()?;
+    m.add_class::<PyIter>()?;
+    m.add_class::<SampleBuffer>()?;
+    m.add("BaleError", py.get_type::<BaleError>())?;
+    m.add("FormatError", py.get_type::<FormatError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
