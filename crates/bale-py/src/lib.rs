@@ -82,7 +82,40 @@ struct Spec {
     backing: Backing,
 }
 
-/// `bale.Dataset`: map-style random access to a bale dataset.
+/// Map-style random access to a bale dataset.
+///
+/// `ds[i]` is a dict `{"__key__": str, "__index__": int, "cls": int (labelled
+/// datasets), "<ext>": bytes | numpy.ndarray}`. `.npy` fields are read-only
+/// NumPy arrays viewing the sample's bytes (zero-copy from the page cache with
+/// `backing="mmap"` on tar shards; from the read or decompression buffer
+/// otherwise); other fields are `bytes`.
+///
+/// Example:
+///
+///     import bale
+///     from torch.utils.data import DataLoader
+///
+///     ds = bale.Dataset("/data/train", fields=["jpg", "cls"])
+///     loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4,
+///                         collate_fn=lambda batch: batch)
+///     for batch in loader:
+///         labels = [s["cls"] for s in batch]
+///
+/// Args:
+///     path: the dataset directory (holding `bale.json`).
+///     fields: only these fields (extensions, "cls" included); default all.
+///     decode: None or "numpy": `.npy` fields as arrays, the rest as bytes;
+///         "bytes": every field as bytes; a callable `f(ext, value) -> object`
+///         applied to each field after that.
+///     verify_on_read: check each member's checksum on every read.
+///     backing: "mmap" (default, zero-copy) or "pread" (one read per sample;
+///         errors instead of SIGBUS if a shard is truncated in place).
+///
+/// Pickles as its arguments: an unpickled copy (a DataLoader worker) reopens
+/// the dataset from its path. Reads release the GIL.
+///
+/// Raises FileNotFoundError (no such path), bale.FormatError (not a complete,
+/// valid dataset) or ValueError (a bad option).
 #[pyclass(module = "bale", name = "Dataset", frozen, subclass)]
 #[derive(Debug)]
 pub struct PyDataset {
@@ -428,8 +461,8 @@ impl PyDataset {
 
     /// The dataset directory, as given.
     #[getter]
-    fn path(&self) -> PathBuf {
-        self.spec.path.clone()
+    fn path(&self) -> String {
+        self.spec.path.display().to_string()
     }
 
     /// The class names (index = label), or None for an unlabelled dataset.

@@ -1,0 +1,150 @@
+"""Type stubs of bale._native, the Rust extension behind the bale package."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+__version__: str
+
+Sample = dict[str, Any]
+"""``{"__key__": str, "__index__": int, "cls": int, "<ext>": bytes | numpy.ndarray}``."""
+
+class BaleError(Exception):
+    """Base class of bale's own errors."""
+
+class FormatError(BaleError):
+    """Bad bytes on disk (manifest, index, shard, checksum, .npy header); names the file and offset."""
+
+class Dataset:
+    """Map-style random access to a bale dataset.
+
+    ``ds[i]`` is a dict ``{"__key__": str, "__index__": int, "cls": int (labelled
+    datasets), "<ext>": bytes | numpy.ndarray}``. ``.npy`` fields are read-only
+    NumPy arrays viewing the sample's bytes (zero-copy from the page cache with
+    ``backing="mmap"`` on tar shards; from the read or decompression buffer
+    otherwise); other fields are ``bytes``.
+
+    Example::
+
+        import bale
+        from torch.utils.data import DataLoader
+
+        ds = bale.Dataset("/data/train", fields=["jpg", "cls"])
+        loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4,
+                            collate_fn=lambda batch: batch)
+        for batch in loader:
+            labels = [s["cls"] for s in batch]
+
+    Args:
+        path: the dataset directory (holding ``bale.json``).
+        fields: only these fields (extensions, ``"cls"`` included); default all.
+        decode: ``None`` or ``"numpy"``: ``.npy`` fields as arrays, the rest as
+            bytes; ``"bytes"``: every field as bytes; a callable
+            ``f(ext, value) -> object`` applied to each field after that.
+        verify_on_read: check each member's checksum on every read.
+        backing: ``"mmap"`` (default, zero-copy) or ``"pread"`` (a read per
+            sample; errors instead of SIGBUS if shards are truncated in place).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        FormatError: ``path`` is not a complete, valid bale dataset.
+        ValueError: a bad option.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fields: Sequence[str] | None = None,
+        decode: None | str | Callable[[str, bytes | np.ndarray], Any] = None,
+        verify_on_read: bool = False,
+        backing: str = "mmap",
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> Sample:
+        """Sample ``i`` (negative counts from the end). IndexError when out of range."""
+    def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
+        """Several samples, read with one release of the GIL (DataLoader batches)."""
+    def __iter__(self) -> SampleIterator:
+        """Every sample in dataset order, with large sequential reads."""
+    def get_by_key(self, key: str) -> Sample:
+        """The sample with this key. KeyError when there is none."""
+    def key(self, i: int) -> str:
+        """The key of sample ``i`` without reading it."""
+    def find(self, key: str) -> int | None:
+        """The index of the sample with this key, or None."""
+    @property
+    def path(self) -> str:
+        """The dataset directory, as given."""
+    @property
+    def classes(self) -> list[str] | None:
+        """Class names (``cls`` values index them), or None when unlabelled."""
+    @property
+    def extensions(self) -> list[str]:
+        """The field extensions the manifest lists, sorted."""
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Samples per shard."""
+    def order(
+        self,
+        plan: str = "sequential",
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        buffer: int = 1024,
+        rank: int = 0,
+        world_size: int = 1,
+        worker: int = 0,
+        num_workers: int = 1,
+        even: bool = False,
+    ) -> list[int]:
+        """Global indices one partition yields in one epoch of ``plan``, in order."""
+    def partition_len(
+        self,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        worker: int = 0,
+        num_workers: int = 1,
+        even: bool = False,
+    ) -> int:
+        """Samples one partition yields per epoch."""
+    def epoch(
+        self,
+        plan: str = "sequential",
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        buffer: int = 1024,
+        rank: int = 0,
+        world_size: int = 1,
+        worker: int = 0,
+        num_workers: int = 1,
+        even: bool = False,
+        start: int = 0,
+        prefetch: int = 1,
+    ) -> SampleIterator:
+        """Iterates one partition's samples of one epoch, from sample ``start`` on."""
+
+class SampleIterator(Iterator[Sample]):
+    """The samples of one epoch for one partition."""
+
+    def __iter__(self) -> SampleIterator: ...
+    def __next__(self) -> Sample: ...
+    def __len__(self) -> int:
+        """Samples the partition yields in the whole epoch."""
+    @property
+    def position(self) -> int:
+        """Samples yielded so far, counted from the start of the epoch."""
+
+class SampleBuffer:
+    """Read-only buffer over one field's bytes: the base of returned NumPy arrays."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    @property
+    def mapped(self) -> bool:
+        """Whether the bytes are the shard's memory map (zero-copy)."""
