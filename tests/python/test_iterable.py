@@ -1,0 +1,159 @@
+"""bale.IterableDataset: plans, splitting by rank and worker, epochs, resume."""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+
+import pytest
+
+import bale
+from conftest import N, Packed, assert_sample
+
+PLANS = ["sequential", "shuffled", "shard_shuffled"]
+
+
+def indices(it) -> list[int]:
+    return [s["__index__"] for s in it]
+
+
+@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("world,workers", [(1, 1), (2, 1), (3, 2), (4, 3), (2, 4)])
+def test_split_covers_every_sample_exactly_once(tar_ds: Packed, plan: str, world: int, workers: int) -> None:
+    seen: Counter[int] = Counter()
+    for rank in range(world):
+        per_rank = 0
+        for worker in range(workers):
+            it = bale.IterableDataset(
+                tar_ds.path,
+                plan=plan,
+                seed=7,
+                epoch=1,
+                buffer=5,
+                rank=rank,
+                world_size=world,
+                worker=worker,
+                num_workers=workers,
+            )
+            got = list(it)
+            for s in got:
+                assert_sample(s, s["__key__"], tar_ds)
+            seen.update(s["__index__"] for s in got)
+            per_rank += len(got)
+        assert per_rank == len(bale.IterableDataset(tar_ds.path, rank=rank, world_size=world))
+    assert seen == Counter(range(N))
+
+
+def test_even_gives_every_rank_the_same_count(zst_ds: Packed) -> None:
+    world = 3  # 40 samples: ranks of 14, the first 2 samples of the epoch list repeat
+    counts, seen = [], Counter()
+    for rank in range(world):
+        got = indices(bale.IterableDataset(zst_ds.path, shuffle=True, seed=1, rank=rank, world_size=world, even=True))
+        counts.append(len(got))
+        seen.update(got)
+    assert counts == [14, 14, 14]
+    assert set(seen) == set(range(N)) and sum(seen.values()) == 42
+
+
+def test_plans_order(tar_ds: Packed) -> None:
+    ds = bale.Dataset(tar_ds.path)
+    assert indices(bale.IterableDataset(tar_ds.path)) == list(range(N))
+    shuffled = indices(bale.IterableDataset(tar_ds.path, shuffle=True, seed=5))
+    assert sorted(shuffled) == list(range(N)) and shuffled != list(range(N))
+    assert shuffled == ds.order("shuffled", seed=5)
+    # The same seed and epoch: the same order; another epoch: another order.
+    assert shuffled == indices(bale.IterableDataset(tar_ds.path, plan="shuffled", seed=5))
+    it = bale.IterableDataset(tar_ds.path, shuffle=True, seed=5)
+    it.set_epoch(1)
+    assert indices(it) != shuffled and sorted(indices(it)) == list(range(N))
+    seq = bale.IterableDataset(tar_ds.path)
+    seq.set_epoch(3)
+    assert indices(seq) == list(range(N))
+    with pytest.raises(ValueError, match="plan"):
+        bale.IterableDataset(tar_ds.path, plan="random")
+
+
+def test_rank_from_environment(tar_ds: Packed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    union = []
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        it = bale.IterableDataset(tar_ds.path, shuffle=True, seed=2)
+        assert it.rank_world() == (rank, 2)
+        got = indices(it)
+        assert got == indices(bale.IterableDataset(tar_ds.path, shuffle=True, seed=2, rank=rank, world_size=2))
+        union += got
+    assert sorted(union) == list(range(N))
+    # Explicit arguments win over the environment.
+    monkeypatch.setenv("RANK", "1")
+    assert bale.IterableDataset(tar_ds.path, rank=0, world_size=1).rank_world() == (0, 1)
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(ValueError, match="RANK"):
+        bale.IterableDataset(tar_ds.path).rank_world()
+    monkeypatch.delenv("RANK")
+    with pytest.raises(ValueError, match="together"):
+        bale.IterableDataset(tar_ds.path).rank_world()
+    monkeypatch.delenv("WORLD_SIZE")
+    assert bale.IterableDataset(tar_ds.path).rank_world() == (0, 1)
+
+
+def test_pickled_iterable_rereads_the_same_partition(tar_ds: Packed, monkeypatch: pytest.MonkeyPatch) -> None:
+    it = bale.IterableDataset(tar_ds.path, plan="shard_shuffled", seed=4, buffer=8, rank=1, world_size=2, worker=1, num_workers=2)
+    want = indices(it)
+    back = pickle.loads(pickle.dumps(it))
+    assert back._ds is None  # reopened lazily, from the path
+    assert indices(back) == want
+    # The environment of the unpickling process decides the rank when none is given.
+    it = bale.IterableDataset(tar_ds.path)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert indices(pickle.loads(pickle.dumps(it))) == bale.Dataset(tar_ds.path).order(rank=1, world_size=4)
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_resume_from_a_sample_offset(zst_ds: Packed, plan: str) -> None:
+    kw = dict(plan=plan, seed=9, epoch=2, buffer=6, rank=1, world_size=2, worker=0, num_workers=2)
+    full = indices(bale.IterableDataset(zst_ds.path, **kw))
+    for k in (0, 1, 4, len(full)):
+        assert indices(bale.IterableDataset(zst_ds.path, start=k, **kw)) == full[k:]
+    with pytest.raises(ValueError, match="cannot start"):
+        list(bale.IterableDataset(zst_ds.path, start=len(full) + 1, **kw))
+    # The native iterator reports its position for a checkpoint.
+    ds = bale.Dataset(zst_ds.path)
+    it = ds.epoch(plan, seed=9, epoch=2, buffer=6, rank=1, world_size=2, num_workers=2)
+    for _ in range(3):
+        next(it)
+    assert it.position == 3
+    assert indices(ds.epoch(plan, seed=9, epoch=2, buffer=6, rank=1, world_size=2, num_workers=2, start=it.position)) == full[3:]
+
+
+def test_per_worker_offsets(tar_ds: Packed) -> None:
+    workers, batch = 3, 2
+    full = [indices(bale.IterableDataset(tar_ds.path, worker=w, num_workers=workers)) for w in range(workers)]
+    # After 4 batches, DataLoader took batches from workers 0, 1, 2, 0.
+    offsets = bale.worker_offsets(4, batch, workers)
+    assert offsets == [4, 2, 2]
+    for w in range(workers):
+        it = bale.IterableDataset(tar_ds.path, worker=w, num_workers=workers, start=offsets)
+        assert indices(it) == full[w][offsets[w]:]
+    # set_epoch clears the resume offset.
+    it = bale.IterableDataset(tar_ds.path, start=5)
+    it.set_epoch(1)
+    assert len(indices(it)) == N
+    with pytest.raises(ValueError):
+        bale.worker_offsets(1, 0, 2)
+
+
+def test_bad_arguments(tar_ds: Packed) -> None:
+    with pytest.raises(ValueError, match="rank"):
+        list(bale.IterableDataset(tar_ds.path, rank=2, world_size=2))
+    with pytest.raises(ValueError, match="both"):
+        bale.IterableDataset(tar_ds.path, rank=1)
+    with pytest.raises(ValueError, match="num_workers"):
+        list(bale.IterableDataset(tar_ds.path, worker=0, num_workers=0))
+    with pytest.raises(ValueError, match="epoch"):
+        bale.IterableDataset(tar_ds.path).set_epoch(-1)
+    with pytest.raises(FileNotFoundError):
+        bale.IterableDataset(tar_ds.path / "nope")
+    with pytest.raises(ValueError, match="start has 1"):
+        list(bale.IterableDataset(tar_ds.path, worker=1, num_workers=2, start=[0]))
