@@ -227,3 +227,17 @@ def test_repr_len_and_path(tar_ds: Packed) -> None:
     assert len(ds) == N
     assert ds.path == os.fspath(tar_ds.path)
     assert "samples=40" in repr(ds)
+
+
+def test_decode_memoryview_is_zero_copy(tar_ds: Packed, zst_ds: Packed) -> None:
+    for packed in (tar_ds, zst_ds):
+        ds = bale.Dataset(packed.path, decode="memoryview")
+        s = ds[6]
+        del ds
+        gc.collect()
+        mv = s["bin"]
+        assert isinstance(mv, memoryview) and mv.readonly
+        assert bytes(mv) == packed.expected[s["__key__"]]["bin"]
+        assert isinstance(mv.obj, bale.SampleBuffer)
+        assert mv.obj.mapped == (packed is tar_ds)
+        np.testing.assert_array_equal(np.load(__import__("io").BytesIO(s["npy"])), packed.expected[s["__key__"]]["npy"])

@@ -11,7 +11,8 @@
 //!    run a fresh `bale`), then `cargo test --workspace --all-features`;
 //! 6. `cargo check` of `fuzz/`, if it exists;
 //! 7. `pytest -q tests/python`, if it holds `test_*.py` files (exit code 5, no tests
-//!    collected, counts as success), with `BALE_BIN` set to `target/debug/bale`.
+//!    collected, counts as success), with `BALE_BIN` set to `target/debug/bale`, after
+//!    `maturin develop` has built the Python package (crates/bale-py) into the venv.
 //!
 //! Steps 3..7 see `BALE_TEST_PYTHON` set to the venv's interpreter.
 
@@ -137,6 +138,7 @@ impl Ci {
                 return Ok(Outcome::Skipped("no tests/python/test_*.py"));
             }
             let python = ci.python.clone().context("the venv step did not run")?;
+            install_python_package(ci, &python)?;
             let mut cmd = ci.command(python);
             cmd.args(["-m", "pytest", "-q", "tests/python"]);
             // The binary the test step built, for the Python tests to run.
@@ -213,6 +215,22 @@ impl Ci {
         }
         cmd
     }
+}
+
+/// Builds the Python package (crates/bale-py) into the venv with the venv's pinned
+/// maturin: debug profile (dependencies optimised), target/ shared with cargo.
+fn install_python_package(ci: &Ci, python: &Path) -> Result<()> {
+    let bin = python
+        .parent()
+        .context("the venv's python has no directory")?;
+    let venv = bin.parent().context("the venv's bin has no parent")?;
+    let mut cmd = ci.command(bin.join("maturin"));
+    cmd.args(["develop", "--quiet", "-m", "crates/bale-py/Cargo.toml"]);
+    cmd.env("VIRTUAL_ENV", venv);
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let paths = std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path));
+    cmd.env("PATH", std::env::join_paths(paths)?);
+    util::run(&mut cmd).context("building the Python package (crates/bale-py) failed")
 }
 
 fn has_python_tests(dir: &Path) -> Result<bool> {

@@ -31,7 +31,7 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
 
 create_exception!(
     bale,
@@ -68,6 +68,9 @@ enum Decode {
     Numpy,
     /// Every field as bytes (`decode="bytes"`).
     Bytes,
+    /// Every field as a read-only memoryview of the sample's bytes: no copy
+    /// (`decode="memoryview"`).
+    View,
     /// `f(ext, value)` on what [`Decode::Numpy`] gives.
     Call(Py<PyAny>),
 }
@@ -105,8 +108,10 @@ struct Spec {
 ///     path: the dataset directory (holding `bale.json`).
 ///     fields: only these fields (extensions, "cls" included); default all.
 ///     decode: None or "numpy": `.npy` fields as arrays, the rest as bytes;
-///         "bytes": every field as bytes; a callable `f(ext, value) -> object`
-///         applied to each field after that.
+///         "bytes": every field as bytes; "memoryview": every field as a
+///         read-only memoryview of the sample's bytes (no copy; zero-copy from
+///         the page cache with the mmap backing on tar shards); a callable
+///         `f(ext, value) -> object` applied to each field after the default.
 ///     verify_on_read: check each member's checksum on every read.
 ///     backing: "mmap" (default, zero-copy) or "pread" (one read per sample;
 ///         errors instead of SIGBUS if a shard is truncated in place).
@@ -209,6 +214,16 @@ impl PyDataset {
             }
             let value = match &self.spec.decode {
                 Decode::Bytes => PyBytes::new(py, bytes).into_any(),
+                Decode::View => {
+                    let buffer = Bound::new(
+                        py,
+                        SampleBuffer {
+                            sample: s.clone(),
+                            ext: ext.to_owned(),
+                        },
+                    )?;
+                    PyMemoryView::from(&buffer.into_any())?.into_any()
+                }
                 Decode::Numpy | Decode::Call(_) if is_npy(ext) => self.npy(py, s, ext, bytes)?,
                 _ => PyBytes::new(py, bytes).into_any(),
             };
@@ -331,9 +346,10 @@ impl PyDataset {
             Some(d) => match d.extract::<String>().ok().as_deref() {
                 Some("numpy") => Decode::Numpy,
                 Some("bytes") => Decode::Bytes,
+                Some("memoryview") => Decode::View,
                 _ => {
                     return Err(PyValueError::new_err(format!(
-                        "decode must be None, \"numpy\", \"bytes\" or a callable (ext, value) -> value, not {}",
+                        "decode must be None, \"numpy\", \"bytes\", \"memoryview\" or a callable (ext, value) -> value, not {}",
                         d.repr()?
                     )));
                 }
@@ -372,6 +388,7 @@ impl PyDataset {
         match &self.spec.decode {
             Decode::Numpy => kwargs.set_item("decode", py.None())?,
             Decode::Bytes => kwargs.set_item("decode", "bytes")?,
+            Decode::View => kwargs.set_item("decode", "memoryview")?,
             Decode::Call(f) => kwargs.set_item("decode", f)?,
         }
         kwargs.set_item("verify_on_read", self.spec.verify_on_read)?;

@@ -42,8 +42,10 @@ class Dataset:
         path: the dataset directory (holding ``bale.json``).
         fields: only these fields (extensions, ``"cls"`` included); default all.
         decode: ``None`` or ``"numpy"``: ``.npy`` fields as arrays, the rest as
-            bytes; ``"bytes"``: every field as bytes; a callable
-            ``f(ext, value) -> object`` applied to each field after that.
+            bytes; ``"bytes"``: every field as bytes; ``"memoryview"``: every
+            field as a read-only memoryview of the sample's bytes (no copy);
+            a callable ``f(ext, value) -> object`` applied to each field after
+            the default decoding.
         verify_on_read: check each member's checksum on every read.
         backing: ``"mmap"`` (default, zero-copy) or ``"pread"`` (a read per
             sample; errors instead of SIGBUS if shards are truncated in place).
