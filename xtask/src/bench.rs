@@ -23,6 +23,11 @@ enum Run {
     },
     /// `<venv python> <script>`, with the script path relative to the repository root.
     Python { script: &'static str },
+    /// A function that builds what it needs and runs its own commands:
+    /// `run(root, tree, venv python, extra args)`.
+    Custom {
+        run: fn(&Path, &Path, &Path, &[String]) -> Result<()>,
+    },
 }
 
 /// A named group of benchmark runs, selected by `cargo xtask bench <name>`.
@@ -73,7 +78,9 @@ const BENCHES: &[Bench] = &[
     Bench {
         name: "python",
         about: "the Python reader and its peers (webdataset, h5py, ...)",
-        runs: &[],
+        runs: &[Run::Custom {
+            run: crate::bench_python::run,
+        }],
     },
 ];
 
@@ -134,7 +141,7 @@ pub fn main(mut args: Args) -> Result<()> {
 
     let needs_python = selected
         .iter()
-        .any(|b| b.runs.iter().any(|r| matches!(r, Run::Python { .. })));
+        .any(|b| b.runs.iter().any(|r| !matches!(r, Run::Cargo { .. })));
     let python = if needs_python {
         Some(crate::ci::ensure_venv(&root)?)
     } else {
@@ -150,6 +157,11 @@ pub fn main(mut args: Args) -> Result<()> {
             );
         }
         for run in bench.runs {
+            if let Run::Custom { run } = run {
+                let python = python.as_deref().unwrap_or(Path::new("python3"));
+                run(&root, &tree, python, &extra)?;
+                continue;
+            }
             let mut cmd = match run {
                 Run::Cargo { package, bench } => {
                     let mut cmd = util::cargo();
@@ -166,6 +178,7 @@ pub fn main(mut args: Args) -> Result<()> {
                     cmd.env("BALE_TEST_PYTHON", python);
                     cmd
                 }
+                Run::Custom { .. } => continue,
             };
             cmd.current_dir(&root).env("BALE_BENCH_TREE", &tree);
             eprintln!("$ {}", util::display(&cmd));

@@ -4,6 +4,7 @@
 //! `util` holds what they share. Messages and progress go to stderr.
 
 mod bench;
+mod bench_python;
 mod ci;
 mod demo;
 mod gen_tree;

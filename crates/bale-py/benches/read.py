@@ -1,0 +1,158 @@
+"""Python read benchmark: bale.Dataset random access against loose files and webdataset.
+
+Run by `cargo xtask bench python` (which builds the package in release, packs the
+trees and passes the paths); by hand:
+
+    .venv/bin/python crates/bale-py/benches/read.py --tree TREE --dataset DATASET [--reps 3]
+
+DATASET is TREE packed by `bale pack` (plain tar shards, which webdataset reads as
+they are). Every reader runs once to warm the page cache, then --reps timed runs;
+the median counts. Every side reads every byte of every sample into a Python
+object (bytes), in the same order for the random-access rows:
+
+- bale random: bale.Dataset(DATASET)[i] over a seeded random permutation;
+- loose files: open(path, "rb").read() of the same samples' files, same order;
+- webdataset: iterating webdataset.WebDataset(shards) (sequential, its best case);
+- for information: bale sequential (IterableDataset), bale random with
+  decode="memoryview" (no copy), and bale random on 2 threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import bale
+
+
+def timed(fn, reps: int) -> tuple[float, int]:
+    fn()  # warm the page cache and the code paths
+    times, n = [], 0
+    for _ in range(reps):
+        t = time.perf_counter()
+        n = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tree", required=True, type=Path)
+    ap.add_argument("--dataset", required=True, type=Path)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    ds = bale.Dataset(args.dataset, decode="bytes")
+    n = len(ds)
+    order = list(range(n))
+    random.Random(args.seed).shuffle(order)
+
+    # The loose files of each sample, from the tree (keys are paths up to the first dot).
+    by_key: dict[str, list[str]] = {}
+    for dirpath, _, files in os.walk(args.tree):
+        for f in files:
+            if f.startswith("."):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, f), args.tree)
+            stem = rel[: len(rel) - len(f)] + f.split(".", 1)[0]
+            by_key.setdefault(stem, []).append(os.path.join(dirpath, f))
+    paths = [by_key[ds.key(i)] for i in order]
+    total_bytes = sum(os.path.getsize(p) for ps in paths for p in ps)
+
+    def bale_random() -> int:
+        got = 0
+        for i in order:
+            s = ds[i]
+            for k, v in s.items():
+                if k[0] != "_" and k != "cls":
+                    got += len(v)
+        return got
+
+    def loose() -> int:
+        got = 0
+        for ps in paths:
+            for p in ps:
+                with open(p, "rb") as f:
+                    got += len(f.read())
+        return got
+
+    shards = sorted(str(p) for p in args.dataset.glob("*.tar"))
+
+    def wds_seq() -> int:
+        import webdataset as wds
+
+        got = 0
+        for s in wds.WebDataset(shards, shardshuffle=False, empty_check=False):
+            for k, v in s.items():
+                if k[0] != "_" and k != "cls" and isinstance(v, bytes):
+                    got += len(v)
+        return got
+
+    def bale_seq() -> int:
+        got = 0
+        for s in bale.IterableDataset(args.dataset, decode="bytes"):
+            for k, v in s.items():
+                if k[0] != "_" and k != "cls":
+                    got += len(v)
+        return got
+
+    view = bale.Dataset(args.dataset, decode="memoryview")
+
+    def bale_view() -> int:
+        got = 0
+        for i in order:
+            for k, v in view[i].items():
+                if k[0] != "_" and k != "cls":
+                    got += len(v)
+        return got
+
+    def bale_threads() -> int:
+        halves = [order[0::2], order[1::2]]
+
+        def part(idx: list[int]) -> int:
+            got = 0
+            for i in idx:
+                for k, v in ds[i].items():
+                    if k[0] != "_" and k != "cls":
+                        got += len(v)
+            return got
+
+        with ThreadPoolExecutor(2) as pool:
+            return sum(pool.map(part, halves))
+
+    rows = {}
+    for name, fn in [
+        ("bale random", bale_random),
+        ("loose files, same order", loose),
+        ("webdataset sequential", wds_seq),
+        ("bale sequential (IterableDataset)", bale_seq),
+        ('bale random, decode="memoryview"', bale_view),
+        ("bale random, 2 threads", bale_threads),
+    ]:
+        secs, got = timed(fn, args.reps)
+        if got != total_bytes:
+            print(f"{name}: read {got} bytes, expected {total_bytes}", file=sys.stderr)
+            return 1
+        rows[name] = n / secs
+        print(f"{name:<36} {n / secs:>10,.0f} samples/s  {total_bytes / secs / 1e6:>8,.0f} MB/s", flush=True)
+
+    r_loose = rows["bale random"] / rows["loose files, same order"]
+    r_wds = rows["bale random"] / rows["webdataset sequential"]
+    print(f"\n{n} samples, {total_bytes / n / 1e3:.1f} KB each on average, {args.reps} reps (median), warm cache")
+    print(f"bale random / loose files:           {r_loose:5.2f}x  (target >= 5x)")
+    print(f"bale random / webdataset sequential: {r_wds:5.2f}x  (target >= 1x)")
+    print(json.dumps({"samples": n, "bytes": total_bytes, "samples_per_s": rows,
+                      "ratio_loose": r_loose, "ratio_webdataset": r_wds}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
