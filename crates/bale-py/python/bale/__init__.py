@@ -130,6 +130,16 @@ def worker_offsets(batches: int, batch_size: int, num_workers: int) -> list[int]
 class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
     """Epochs over a bale dataset, split by rank and DataLoader worker.
 
+    Example::
+
+        it = bale.IterableDataset("/data/train", shuffle=True, seed=1)
+        loader = torch.utils.data.DataLoader(it, batch_size=64, num_workers=4,
+                                             collate_fn=list)
+        for epoch in range(10):
+            it.set_epoch(epoch)
+            for batch in loader:  # every sample once per epoch, across workers and ranks
+                ...
+
     Args:
         path: the dataset directory (holding ``bale.json``).
         shuffle: ``False`` (default) reads shard by shard in order;
