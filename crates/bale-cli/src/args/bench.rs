@@ -8,7 +8,7 @@ Examples:
   bale bench imagenet/                        a plain tree: loose files
   bale bench ds --decode --target 2400        a dataset; can it feed 2,400 samples/s?
   bale bench imagenet/ --compare ds --compare /dev/shm/bale/ds-0123456789ab \\
-      --plot bench.svg                        loose vs shards vs staged, side by side
+      --plot bench.svg --plot bench.png       loose vs shards vs staged, side by side
   bale bench ds --json | jq '.sources[0].diagnosis'
 
 The target is what the training step consumes: batch size / step time
@@ -72,9 +72,9 @@ pub struct BenchArgs {
     /// Print one JSON object on stdout (schema above) instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Draw the comparison to FILE.svg or FILE.png.
+    /// Draw the comparison to FILE.svg or FILE.png; repeatable (one run, several files).
     #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
+    pub plot: Vec<PathBuf>,
     /// No progress messages on stderr.
     #[arg(short, long)]
     pub quiet: bool,

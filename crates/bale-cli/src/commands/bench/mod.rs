@@ -32,7 +32,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         decode: args.decode,
     };
-    if let Some(p) = &args.plot {
+    for p in &args.plot {
         let ext = p
             .extension()
             .map(|e| e.to_string_lossy().to_ascii_lowercase());
@@ -69,7 +69,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         elapsed_secs: start.elapsed().as_secs_f64(),
         sources,
     };
-    if let Some(p) = &args.plot {
+    for p in &args.plot {
         plot::write_plot(p, &r)?;
     }
     let mut out = std::io::stdout().lock();

@@ -16,7 +16,7 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::diagnose::fmt_rate;
+use super::diagnose::{fmt_count, fmt_rate};
 use super::report::{Report, label};
 
 /// The embedded font (see the module docs and `font/LICENSE`).
@@ -125,7 +125,8 @@ where
             (FAMILY, 22).into_font(),
         )
         .map_err(err)?;
-    let (body, foot) = title.split_vertically(SIZE.1 - 60);
+    let foot_height = 26 + 14 * r.sources.len() as u32;
+    let (body, foot) = title.split_vertically(SIZE.1 - 30 - foot_height);
     let mut threads = vec![1];
     if r.threads > 1 {
         threads.push(r.threads);
@@ -138,7 +139,7 @@ where
             .flat_map(|s| (0..GROUPS.len()).map(move |g| (s, g)))
             .map(|(s, g)| value(r, s, g, t))
             .fold(0.0f64, f64::max);
-        let ymax = if max > 0.0 { max * 1.18 } else { 1.0 };
+        let ymax = if max > 0.0 { max * 1.3 } else { 1.0 };
         let caption = if t == 1 {
             "1 thread".to_owned()
         } else {
@@ -163,7 +164,13 @@ where
                     String::new()
                 }
             })
-            .y_label_formatter(&|y| fmt_rate(*y))
+            .y_label_formatter(&|y| {
+                if ymax >= 10.0 {
+                    fmt_count(y.round().max(0.0) as u64)
+                } else {
+                    format!("{y:.1}")
+                }
+            })
             .y_desc("samples/s")
             .label_style((FAMILY, 12))
             .draw()
@@ -209,7 +216,7 @@ where
             .map_err(err)?;
     }
     let note = format!(
-        "{} s budget per figure; cold = after posix_fadvise(DONTNEED) on every file read; every byte counted is read and checksummed (xxh3)",
+        "{} s budget per pass; cold = after posix_fadvise(DONTNEED) on every file read; every byte counted is read and checksummed (xxh3)",
         r.budget_secs
     );
     foot.draw(&Text::new(
@@ -219,20 +226,20 @@ where
     ))
     .map_err(err)?;
     for (i, s) in r.sources.iter().enumerate() {
-        let line = format!(
-            "{}: {}",
-            labels[i],
-            s.diagnosis.line.chars().take(150).collect::<String>()
-        );
+        let d = &s.diagnosis;
+        let mut line = format!("{}: bound by {}", labels[i], d.bound.describe());
+        if !d.remedy.is_empty() {
+            line.push_str(&format!("; relieve it with {}", d.remedy));
+        }
+        if line.chars().count() > 160 {
+            line = line.chars().take(157).chain("...".chars()).collect();
+        }
         foot.draw(&Text::new(
             line,
             (14, 24 + 14 * i as i32),
-            (FAMILY, 11).into_font().color(&BLACK.mix(0.7)),
+            (FAMILY, 11).into_font().color(&BLACK.mix(0.75)),
         ))
         .map_err(err)?;
-        if i >= 1 {
-            break;
-        }
     }
     Ok(())
 }
