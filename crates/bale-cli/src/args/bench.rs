@@ -16,7 +16,7 @@ The target is what the training step consumes: batch size / step time
 
 /// Measure how fast samples can be read (and decoded) here, and say what bounds it.
 ///
-/// Answers \"why is my GPU at 30%?\" for your data on your machine, before and
+/// Answers "why is my GPU at 30%?" for your data on your machine, before and
 /// after packing. On a plain tree (loose files) or a bale dataset (shards),
 /// measures samples/s and MB/s for sequential and random order, with a warm
 /// page cache and a cold one (pages evicted with posix_fadvise DONTNEED;
