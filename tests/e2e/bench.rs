@@ -210,7 +210,7 @@ fn text_report_and_plots() {
     );
     for label in [
         "random cold",
-        "sequential warm",
+        "seq. warm",
         "tree (loose)",
         "ds (shards)",
         "samples/s",

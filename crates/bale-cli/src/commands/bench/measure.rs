@@ -17,7 +17,9 @@
 //!   worker share of a sequential epoch (`Dataset::iter`, large reads), as
 //!   loader workers do. Before a cold pass the dataset is closed (unmapping
 //!   shards), the manifest, shards and indexes are evicted, and the dataset
-//!   reopened (the open time is reported apart).
+//!   reopened (the open time is reported apart). It is reopened before the
+//!   warm pass too, so that both passes map the shards afresh (as a new
+//!   loader worker does) and differ only in what the page cache holds.
 //!
 //! Memory: the list of files (a tree) or the open dataset's mapped indexes,
 //! one permutation of `u64` per sample, and one sample's bytes per thread.
@@ -398,9 +400,12 @@ impl Opened {
                     _ => Cap::Total(warmup.rate.samples),
                 };
                 say(&format!("{} {threads} thread(s): warm", order.name()));
+                // A dataset is reopened before both passes, so that both map
+                // their shards afresh and differ only in the page cache.
+                self.refresh(list, warmup.rate.samples, false)?;
                 let warm = self.pass(order, list, threads, &cap, s, false)?;
                 say(&format!("{} {threads} thread(s): evicting", order.name()));
-                let open_secs = self.evict(list, warmup.rate.samples)?;
+                let open_secs = self.refresh(list, warmup.rate.samples, true)?;
                 say(&format!("{} {threads} thread(s): cold", order.name()));
                 let mut cold = self.pass(order, list, threads, &cap, s, false)?;
                 cold.open_secs = open_secs;
@@ -422,19 +427,24 @@ impl Opened {
         Ok(Measured { figures, decode })
     }
 
-    /// Evicts what a pass over `order[..n]` read; for a dataset, closes it,
-    /// evicts all its files and reopens it, returning the open time.
-    fn evict(&mut self, order: &[u64], n: u64) -> anyhow::Result<Option<f64>> {
+    /// With `evict`, evicts what a pass over `order[..n]` read. A dataset is
+    /// closed (unmapping its shards), evicted (all its files) with `evict`,
+    /// and reopened: the open time is returned.
+    fn refresh(&mut self, order: &[u64], n: u64, evict_pages: bool) -> anyhow::Result<Option<f64>> {
         match &mut self.source {
             Source::Tree(tree) => {
-                let files: Vec<&Path> = tree.files_of(order, n as usize).collect();
-                files.par_iter().try_for_each(|p| evict(p))?;
+                if evict_pages {
+                    let files: Vec<&Path> = tree.files_of(order, n as usize).collect();
+                    files.par_iter().try_for_each(|p| evict(p))?;
+                }
                 Ok(None)
             }
             Source::Dataset(ds) => {
                 *ds = None;
-                for f in dataset_files(&self.path)? {
-                    evict(&f)?;
+                if evict_pages {
+                    for f in dataset_files(&self.path)? {
+                        evict(&f)?;
+                    }
                 }
                 let t = Instant::now();
                 let opened = Dataset::open(&self.path)

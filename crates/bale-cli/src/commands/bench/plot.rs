@@ -35,8 +35,8 @@ const COLORS: [RGBColor; 6] = [
 
 /// The figure groups: (order, cache, axis label).
 const GROUPS: [(&str, &str, &str); 4] = [
-    ("sequential", "warm", "sequential warm"),
-    ("sequential", "cold", "sequential cold"),
+    ("sequential", "warm", "seq. warm"),
+    ("sequential", "cold", "seq. cold"),
     ("random", "warm", "random warm"),
     ("random", "cold", "random cold"),
 ];
@@ -103,11 +103,24 @@ fn write_png(path: &Path, w: u32, h: u32, rgb: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// samples/s of source `s` for a group at `threads`.
+/// The axis label of group `g`: the four read figures, then (with
+/// `--decode`) read + decode, random order, warm cache.
+fn group_label(g: usize) -> &'static str {
+    GROUPS.get(g).map_or("+decode", |x| x.2)
+}
+
+/// samples/s of source `s` for group `g` at `threads`.
 fn value(r: &Report, s: usize, g: usize, threads: usize) -> f64 {
-    let (order, cache, _) = GROUPS[g];
-    r.sources[s]
-        .runs
+    let src = &r.sources[s];
+    let Some(&(order, cache, _)) = GROUPS.get(g) else {
+        return src.decode.as_ref().map_or(0.0, |d| {
+            d.runs
+                .iter()
+                .find(|x| x.threads == threads)
+                .map_or(0.0, |x| x.samples_per_sec)
+        });
+    };
+    src.runs
         .iter()
         .find(|x| x.order == order && x.cache == cache && x.threads == threads)
         .map_or(0.0, |x| x.samples_per_sec)
@@ -134,9 +147,10 @@ where
     let panels = body.split_evenly((1, threads.len()));
     let labels: Vec<String> = r.sources.iter().map(label).collect();
     let ns = r.sources.len().max(1);
+    let groups = GROUPS.len() + usize::from(r.decode);
     for (panel, &t) in panels.iter().zip(&threads) {
         let max = (0..r.sources.len())
-            .flat_map(|s| (0..GROUPS.len()).map(move |g| (s, g)))
+            .flat_map(|s| (0..groups).map(move |g| (s, g)))
             .map(|(s, g)| value(r, s, g, t))
             .fold(0.0f64, f64::max);
         let ymax = if max > 0.0 { max * 1.3 } else { 1.0 };
@@ -150,16 +164,16 @@ where
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(64)
-            .build_cartesian_2d(-0.5f64..(GROUPS.len() as f64 - 0.5), 0f64..ymax)
+            .build_cartesian_2d(-0.5f64..(groups as f64 - 0.5), 0f64..ymax)
             .map_err(err)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(GROUPS.len() * 2 + 1)
+            .x_labels(groups * 2 + 1)
             .x_label_formatter(&|x| {
                 let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < GROUPS.len() {
-                    GROUPS[i as usize].2.to_owned()
+                if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < groups {
+                    group_label(i as usize).to_owned()
                 } else {
                     String::new()
                 }
@@ -172,13 +186,13 @@ where
                 }
             })
             .y_desc("samples/s")
-            .label_style((FAMILY, 12))
+            .label_style((FAMILY, 11))
             .draw()
             .map_err(err)?;
         let width = 0.8 / ns as f64;
         for (s, name) in labels.iter().enumerate() {
             let color = COLORS[s % COLORS.len()];
-            let bars = (0..GROUPS.len()).map(|g| {
+            let bars = (0..groups).map(|g| {
                 let x0 = g as f64 - 0.4 + s as f64 * width;
                 Rectangle::new(
                     [(x0 + 0.01, 0.0), (x0 + width - 0.01, value(r, s, g, t))],
@@ -192,7 +206,7 @@ where
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
                 });
-            let texts = (0..GROUPS.len()).map(|g| {
+            let texts = (0..groups).map(|g| {
                 let x = g as f64 - 0.4 + (s as f64 + 0.5) * width;
                 let v = value(r, s, g, t);
                 Text::new(

@@ -43,7 +43,7 @@ pub struct SourceReport {
     pub path: String,
     /// "tree" or "dataset".
     pub kind: &'static str,
-    /// On tmpfs or ramfs: the cold figures are warm ones (eviction does nothing there).
+    /// On tmpfs or ramfs: eviction does nothing there, cold figures are warm ones.
     pub ram_backed: bool,
     /// Samples in the source.
     pub samples: u64,
@@ -234,7 +234,7 @@ pub fn print_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             fmt_count(s.files),
             human_bytes(s.bytes),
             if s.ram_backed {
-                " (RAM-backed: cold = warm)"
+                " (RAM-backed: eviction does nothing here)"
             } else {
                 ""
             }
