@@ -1,5 +1,6 @@
 //! End-to-end tests: one binary, a module per area.
 
+mod bench;
 mod format_interop;
 mod index;
 mod ls_get;

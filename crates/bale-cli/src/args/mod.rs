@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+pub mod bench;
 pub mod get;
 pub mod index;
 pub mod ls;
@@ -44,4 +45,5 @@ pub enum Command {
     Index(index::IndexArgs),
     Stage(stage::StageArgs),
     Unstage(stage::UnstageArgs),
+    Bench(bench::BenchArgs),
 }

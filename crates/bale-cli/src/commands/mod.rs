@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use crate::args::{Cli, Command};
 
+pub mod bench;
 pub mod get;
 pub mod index;
 pub mod ls;
@@ -25,5 +26,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Index(a) => index::run(a),
         Command::Stage(a) => stage::run(a),
         Command::Unstage(a) => stage::run_unstage(a),
+        Command::Bench(a) => bench::run(a),
     }
 }

@@ -1,0 +1,150 @@
+//! What `--decode` pays per member: a full image decode, or for a raw `.npy`
+//! array the header parse and a pass over the array bytes (what a loader pays
+//! for pre-decoded pixels).
+//!
+//! [`decode_member`] is the one place that calls the image code: when
+//! bale-image gains its decode + resize API, switch the image branch here.
+
+use anyhow::{Context, bail, ensure};
+
+/// What decoding one member did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoded {
+    /// An image (or `.npy` array) decoded: its width and height (for `.npy`,
+    /// the first two dimensions, 1 when absent).
+    Image(u32, u32),
+    /// Not an image member (labels, JSON, text): nothing to decode.
+    Skipped,
+}
+
+/// Decodes one member as a loader would.
+///
+/// # Errors
+/// When the bytes do not decode as the format `ext` names, naming what is wrong.
+pub fn decode_member(ext: &str, bytes: &[u8]) -> anyhow::Result<Decoded> {
+    let last = ext.rsplit('.').next().unwrap_or(ext);
+    if last.eq_ignore_ascii_case("npy") {
+        return touch_npy(bytes);
+    }
+    if !bale_image::is_image_ext(ext) {
+        return Ok(Decoded::Skipped);
+    }
+    // Merge point: the bale-image decode + resize API replaces this call.
+    let (w, h) = bale_image::decode_check(ext, bytes)?;
+    Ok(Decoded::Image(w, h))
+}
+
+/// Parses a `.npy` header (format 1.0, 2.0 or 3.0), checks the array bytes
+/// are all there, and reads every one of them (a checksum), as a loader that
+/// copies the array into a tensor does.
+fn touch_npy(bytes: &[u8]) -> anyhow::Result<Decoded> {
+    ensure!(
+        bytes.len() >= 10 && &bytes[..6] == b"\x93NUMPY",
+        "not a .npy array (no \\x93NUMPY magic)"
+    );
+    let major = bytes[6];
+    let (header_len, start) = match major {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
+        2 | 3 => {
+            ensure!(bytes.len() >= 12, ".npy header truncated");
+            (
+                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+                12,
+            )
+        }
+        v => bail!(".npy format version {v} is not supported"),
+    };
+    let end = start
+        .checked_add(header_len)
+        .filter(|e| *e <= bytes.len())
+        .context(".npy header runs past the end of the member")?;
+    let header = std::str::from_utf8(&bytes[start..end]).context(".npy header is not text")?;
+    let itemsize = npy_itemsize(header).context(".npy header has no usable 'descr'")?;
+    let shape = npy_shape(header).context(".npy header has no usable 'shape'")?;
+    let count = shape
+        .iter()
+        .try_fold(1u64, |a, d| a.checked_mul(*d))
+        .and_then(|n| n.checked_mul(itemsize))
+        .context(".npy shape overflows")?;
+    let data = &bytes[end..];
+    ensure!(
+        data.len() as u64 >= count,
+        ".npy array needs {count} bytes, the member holds {}",
+        data.len()
+    );
+    std::hint::black_box(xxhash_rust::xxh3::xxh3_64(&data[..count as usize]));
+    let dim = |i: usize| shape.get(i).map_or(1, |d| (*d).min(u32::MAX as u64) as u32);
+    Ok(Decoded::Image(dim(1), dim(0)))
+}
+
+/// The item size of `'descr': '<f4'` (the digits after the type letter).
+fn npy_itemsize(header: &str) -> Option<u64> {
+    let rest = &header[header.find("'descr'")? + 7..];
+    let rest = &rest[rest.find('\'')? + 1..];
+    let descr = &rest[..rest.find('\'')?];
+    let digits: String = descr
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().filter(|n| *n > 0)
+}
+
+/// The dimensions of `'shape': (224, 224, 3)`.
+fn npy_shape(header: &str) -> Option<Vec<u64>> {
+    let rest = &header[header.find("'shape'")? + 7..];
+    let rest = &rest[rest.find('(')? + 1..];
+    let inner = &rest[..rest.find(')')?];
+    inner
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+        let mut header =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn npy_arrays_are_parsed_and_their_bytes_checked() {
+        let a = npy("|u1", "(2, 3, 3)", &[7; 18]);
+        assert_eq!(decode_member("npy", &a).unwrap(), Decoded::Image(3, 2));
+        let f = npy("<f4", "(4,)", &[0; 16]);
+        assert_eq!(decode_member("x.npy", &f).unwrap(), Decoded::Image(1, 4));
+        let scalar = npy("<i8", "()", &[0; 8]);
+        assert_eq!(decode_member("npy", &scalar).unwrap(), Decoded::Image(1, 1));
+        // One byte short.
+        let short = npy("<f4", "(4,)", &[0; 15]);
+        let e = decode_member("npy", &short).unwrap_err().to_string();
+        assert!(e.contains("needs 16 bytes"), "{e}");
+        assert!(decode_member("npy", b"\x93NUMPY").is_err());
+        assert!(decode_member("npy", b"not an array at all").is_err());
+        let mut bad_len = npy("|u1", "(1,)", &[0]);
+        bad_len[8] = 0xff;
+        bad_len[9] = 0xff;
+        assert!(decode_member("npy", &bad_len).is_err());
+    }
+
+    #[test]
+    fn non_images_are_skipped_and_bad_images_are_errors() {
+        assert_eq!(decode_member("cls", b"3").unwrap(), Decoded::Skipped);
+        assert_eq!(decode_member("json", b"{}").unwrap(), Decoded::Skipped);
+        assert!(decode_member("jpg", b"not a jpeg").is_err());
+    }
+}
