@@ -595,10 +595,11 @@ impl Dataset {
         let start = first.file_offset;
         let len = (last.file_offset + last.file_len).saturating_sub(start);
         match self.handle(s) {
-            Ok(Handle { map: Some(map), .. }) => {
-                if map_slice(map, &self.inner.shards[s].path, start, len).is_ok() {
-                    will_need(map, start, len);
-                }
+            // Only ranges inside the map (a corrupt index is the read's error).
+            Ok(Handle { map: Some(map), .. })
+                if map_slice(map, &self.inner.shards[s].path, start, len).is_ok() =>
+            {
+                will_need(map, start, len);
             }
             Ok(Handle {
                 file: Some(file), ..

@@ -7,6 +7,14 @@
 //! them itself, with prefetch a pool of threads runs them ahead and the
 //! iterator puts their results back in order. Shard-shuffled plans then mix
 //! the samples through the bounded reservoir of [`crate::plan`].
+//!
+//! Reads in flight hide storage latency: a batch of single-sample reads is
+//! first hinted to the kernel as a whole (`MADV_WILLNEED` /
+//! `POSIX_FADV_WILLNEED`: the I/O starts, nothing is held in memory), then
+//! read one by one; without prefetch threads the iterator also hints the
+//! next job while its caller consumes the current one. So a cold shuffled
+//! epoch keeps tens of reads in flight even on the caller's thread alone
+//! (docs/benchmarks.md has the figures).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -491,6 +499,9 @@ impl SampleIter {
     /// read larger than the budget still proceeds, alone. Samples come out
     /// in plan order. `threads == 0` turns prefetch off; budgets of 0 count
     /// as 1. Shard-shuffled plans hold their reservoir on top of this.
+    /// Single-sample reads (shuffled plans) go to the threads in batches of
+    /// at most 32 and at most `max_samples / threads`, so that every thread
+    /// has reads to wait on.
     ///
     /// Applies from the current position on (read-ahead so far is discarded).
     pub fn prefetch(mut self, threads: usize, max_samples: usize, max_bytes: u64) -> Self {
