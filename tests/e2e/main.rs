@@ -5,6 +5,7 @@ mod format_interop;
 mod index;
 mod ls_get;
 mod pack;
+mod reader;
 mod stage;
 mod stat;
 mod verify;

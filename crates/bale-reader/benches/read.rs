@@ -11,6 +11,15 @@
 //!   both were read once. Every byte is checksummed (xxh3) on both sides.
 //! - **Random, cold**: the same, after `posix_fadvise(DONTNEED)` on every
 //!   shard and every loose file (residency checked with `mincore`), one thread.
+//! - **Random, caches dropped**: the same cold reads after
+//!   `sync; echo 3 > /proc/sys/vm/drop_caches` before every measurement, so
+//!   the loose files' inodes and directory entries must be read from storage
+//!   too (as in a real first epoch); and the reader's own prefetch over a
+//!   shuffled epoch on 8, 16 and 32 threads against the loose files on as
+//!   many threads and on one. Each measurement is repeated
+//!   (`BALE_BENCH_RUNS`, default 3, sides interleaved) and the median shown.
+//!   Skipped, with the reason printed, when `drop_caches` cannot be written
+//!   (not root, or a read-only `/proc`).
 //! - **Sequential**: a sequential epoch, checksumming every field, vs reading
 //!   the shard files raw with the same buffer size (4 MiB), checksumming every
 //!   buffer. MB/s are shard bytes per second on both sides.
@@ -22,7 +31,8 @@
 //! Environment: `BALE_BENCH_TREE` (the tree; default
 //! `target/bench/imagenet-like`), `BALE_BENCH_COLD_SAMPLES` (samples per cold
 //! measurement; default all), `BALE_BENCH_ONLY` (a comma-separated subset of
-//! `warm,cold,seq,open`; default all). Relative paths are taken from the workspace root.
+//! `warm,cold,dropped,seq,open`; default all), `BALE_BENCH_RUNS` (repeats of
+//! each caches-dropped measurement; default 3). Relative paths are taken from the workspace root.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -331,6 +341,86 @@ fn evict_all(paths: &[&Path]) -> Result<f64> {
     Ok(checked.iter().sum::<f64>() / checked.len() as f64)
 }
 
+/// Writes back dirty pages and drops the page cache, dentries and inodes of
+/// the whole machine (`sync; echo 3 > /proc/sys/vm/drop_caches`).
+///
+/// # Errors
+/// Why it cannot (usually: not root); the caller skips what needs it.
+fn drop_caches() -> std::result::Result<(), String> {
+    // SAFETY: a plain syscall without arguments.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3")
+        .map_err(|e| format!("cannot write /proc/sys/vm/drop_caches: {e}"))
+}
+
+/// A measurement after dropping every cache, repeated: the median and the range.
+struct Dropped {
+    /// Seconds of each run, sorted.
+    secs: Vec<f64>,
+    /// Bytes read from storage in each run, in run order.
+    io: Vec<u64>,
+    sum: u64,
+}
+
+impl Dropped {
+    fn median(&self) -> f64 {
+        self.secs[self.secs.len() / 2]
+    }
+
+    fn describe(&self, n: usize) -> String {
+        let mut io = self.io.clone();
+        io.sort_unstable();
+        format!(
+            "{}/s (runs {}-{}/s), {:.0} KB from storage per sample",
+            fmt_rate(n as f64 / self.median()),
+            fmt_rate(n as f64 / self.secs[self.secs.len() - 1]),
+            fmt_rate(n as f64 / self.secs[0]),
+            io[io.len() / 2] as f64 / n as f64 / 1e3,
+        )
+    }
+}
+
+/// Runs every measurement `runs` times, interleaved (all of round 1, then
+/// all of round 2, ...), dropping the caches before each.
+fn dropped_runs(
+    runs: usize,
+    measures: &[(&str, &dyn Fn() -> Result<u64>)],
+) -> Result<Vec<Dropped>> {
+    let mut out: Vec<Dropped> = measures
+        .iter()
+        .map(|_| Dropped {
+            secs: Vec::new(),
+            io: Vec::new(),
+            sum: 0,
+        })
+        .collect();
+    for round in 0..runs {
+        for ((name, f), d) in measures.iter().zip(&mut out) {
+            drop_caches().map_err(anyhow::Error::msg)?;
+            let before = storage_read_bytes();
+            let t = timed(f)?;
+            let io = storage_read_bytes() - before;
+            eprintln!(
+                "  caches dropped, round {}: {name}: {:.2} s, {:.0} MB from storage",
+                round + 1,
+                t.secs,
+                io as f64 / 1e6
+            );
+            ensure!(
+                round == 0 || t.sum == d.sum,
+                "{name}: another checksum than in round 1"
+            );
+            d.sum = t.sum;
+            d.secs.push(t.secs);
+            d.io.push(io);
+        }
+    }
+    for d in &mut out {
+        d.secs.sort_by(f64::total_cmp);
+    }
+    Ok(out)
+}
+
 // ---------------------------------------------------------------- measurements
 
 /// Seconds, and a checksum of everything read (so no read can be skipped).
@@ -427,11 +517,15 @@ fn iter_sequential(ds: &Dataset, prefetch: usize) -> Result<u64> {
     Ok(black_box(sum))
 }
 
+/// Read-ahead budget of the prefetching iterator in this benchmark.
+const PREFETCH_SAMPLES: usize = 256;
+const PREFETCH_BYTES: u64 = 64 << 20;
+
 fn iter_shuffled(ds: &Dataset, prefetch: usize, take: usize) -> Result<u64> {
     let mut sum = 0u64;
     let it = ds
         .iter(EpochPlan::shuffled(7, 0), Partition::ALL)?
-        .prefetch(prefetch, 256, 64 << 20);
+        .prefetch(prefetch, PREFETCH_SAMPLES, PREFETCH_BYTES);
     for s in it.take(take) {
         for (ext, bytes) in s?.fields() {
             if ext != "cls" {
@@ -440,6 +534,111 @@ fn iter_shuffled(ds: &Dataset, prefetch: usize, take: usize) -> Result<u64> {
         }
     }
     Ok(black_box(sum))
+}
+
+/// The caches-dropped rows: random `get()` on one thread, and a shuffled
+/// epoch with prefetch on 8, 16 and 32 threads, each against the loose files.
+fn dropped_rows(out: &Path, files: &[LooseFile], order: &[u64], n: usize) -> Result<Vec<Row>> {
+    let runs = std::env::var("BALE_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3usize)
+        .max(1);
+    let epoch: Vec<u64> = Dataset::open(out)?
+        .order(EpochPlan::shuffled(7, 0), Partition::ALL)?
+        .iter()
+        .take(n)
+        .collect();
+    let epoch = epoch.as_slice();
+    let want = loose_random(files, order)?;
+    let epoch_want = loose_random(files, epoch)?;
+    let get = |backing: Backing| {
+        move || {
+            let ds = Dataset::options().backing(backing).open(out)?;
+            get_random(&ds, order)
+        }
+    };
+    let (get_mmap, get_pread) = (get(Backing::Mmap), get(Backing::Pread));
+    let loose_1 = || loose_random(files, order);
+    let loose_epoch_1 = || loose_random(files, epoch);
+    const THREADS: [usize; 3] = [8, 16, 32];
+    let loose_n: Vec<_> = THREADS
+        .iter()
+        .map(|&t| move || loose_parallel(files, epoch, t))
+        .collect();
+    let bale_n: Vec<_> = THREADS
+        .iter()
+        .map(|&t| {
+            move || {
+                let ds = Dataset::open(out)?;
+                iter_shuffled(&ds, t, n)
+            }
+        })
+        .collect();
+    let inline = || {
+        let ds = Dataset::open(out)?;
+        iter_shuffled(&ds, 0, n)
+    };
+    let mut measures: Vec<(String, &dyn Fn() -> Result<u64>)> = vec![
+        ("loose, 1 thread, get order".into(), &loose_1),
+        ("get() mmap, 1 thread".into(), &get_mmap),
+        ("get() pread, 1 thread".into(), &get_pread),
+        ("loose, 1 thread, epoch order".into(), &loose_epoch_1),
+        ("iterator, no prefetch threads".into(), &inline),
+    ];
+    for (i, &t) in THREADS.iter().enumerate() {
+        measures.push((format!("loose, {t} threads"), &loose_n[i]));
+        measures.push((format!("prefetch, {t} threads"), &bale_n[i]));
+    }
+    eprintln!(
+        "caches dropped: {} measurements x {runs} runs of {n} samples",
+        measures.len()
+    );
+    let named: Vec<(&str, &dyn Fn() -> Result<u64>)> =
+        measures.iter().map(|(s, f)| (s.as_str(), *f)).collect();
+    let d = dropped_runs(runs, &named)?;
+    ensure!(d[0].sum == want && d[1].sum == want && d[2].sum == want);
+    ensure!(d[3..].iter().all(|x| x.sum == epoch_want));
+    let mut rows = Vec::new();
+    let base = |x: &Dropped, what: &str| format!("loose{what} {}", x.describe(n));
+    for (i, name) in [(1, "mmap"), (2, "pread")] {
+        rows.push(Row {
+            what: format!("random get(), caches dropped, 1 thread ({name})"),
+            baseline: base(&d[0], ", 1 thread"),
+            bale: d[i].describe(n),
+            ratio: d[0].median() / d[i].median(),
+            target: ">= 3x".into(),
+        });
+    }
+    rows.push(Row {
+        what: "shuffled epoch, caches dropped, no prefetch threads (the iterator hints each batch of 32 reads at once; mmap)".into(),
+        baseline: base(&d[3], ", 1 thread"),
+        bale: d[4].describe(n),
+        ratio: d[3].median() / d[4].median(),
+        target: "-".into(),
+    });
+    for (i, &t) in THREADS.iter().enumerate() {
+        let (loose, bale) = (&d[5 + 2 * i], &d[6 + 2 * i]);
+        let what = format!(
+            "shuffled epoch, caches dropped, prefetch {t} threads, {PREFETCH_SAMPLES} samples / {} MiB ahead (mmap)",
+            PREFETCH_BYTES >> 20
+        );
+        rows.push(Row {
+            what: format!("{what} vs loose on {t} threads"),
+            baseline: base(loose, &format!(", {t} threads")),
+            bale: bale.describe(n),
+            ratio: loose.median() / bale.median(),
+            target: "-".into(),
+        });
+        rows.push(Row {
+            what: format!("{what} vs loose on 1 thread"),
+            baseline: base(&d[3], ", 1 thread"),
+            bale: bale.describe(n),
+            ratio: d[3].median() / bale.median(),
+            target: "-".into(),
+        });
+    }
+    Ok(rows)
 }
 
 // ---------------------------------------------------------------- open cost
@@ -755,6 +954,15 @@ fn main() -> Result<()> {
                 ratio: loose_par.t.secs / bale_par.t.secs,
                 target: "-".into(),
             });
+        }
+    }
+
+    // Random reads with every cache dropped (page cache, dentries, inodes):
+    // what a first epoch over files not read since boot pays.
+    if run("dropped") {
+        match drop_caches() {
+            Err(why) => println!("skipping the caches-dropped measurements: {why}"),
+            Ok(()) => rows.extend(dropped_rows(&out, &files, cold_order, cold_n)?),
         }
     }
 

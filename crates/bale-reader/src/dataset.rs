@@ -581,6 +581,40 @@ impl Dataset {
         })
     }
 
+    /// Asks the kernel to start reading samples `local..local + count` of
+    /// shard `s` from storage, without waiting (`MADV_WILLNEED` on the map,
+    /// `POSIX_FADV_WILLNEED` on the file). Only a hint: errors are left to
+    /// the read itself.
+    pub(crate) fn will_read(&self, s: usize, local: usize, count: usize) {
+        let index = &self.inner.shards[s].index;
+        if count == 0 || local + count > index.len() {
+            return;
+        }
+        let first = index.sample(local);
+        let last = index.sample(local + count - 1);
+        let start = first.file_offset;
+        let len = (last.file_offset + last.file_len).saturating_sub(start);
+        match self.handle(s) {
+            // Only ranges inside the map (a corrupt index is the read's error).
+            Ok(Handle { map: Some(map), .. })
+                if map_slice(map, &self.inner.shards[s].path, start, len).is_ok() =>
+            {
+                will_need(map, start, len);
+            }
+            Ok(Handle {
+                file: Some(file), ..
+            }) => {
+                if let (Ok(o), Ok(l)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) {
+                    // SAFETY: a plain syscall on an open descriptor; a failure only loses the hint.
+                    unsafe {
+                        libc::posix_fadvise(file.as_raw_fd(), o, l, libc::POSIX_FADV_WILLNEED)
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Bytes to budget for reading sample `local` of shard `s` (its uncompressed size).
     pub(crate) fn sample_cost(&self, s: usize, local: usize) -> u64 {
         self.inner.shards[s].index.sample(local).tar_len

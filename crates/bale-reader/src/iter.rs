@@ -7,6 +7,14 @@
 //! them itself, with prefetch a pool of threads runs them ahead and the
 //! iterator puts their results back in order. Shard-shuffled plans then mix
 //! the samples through the bounded reservoir of [`crate::plan`].
+//!
+//! Reads in flight hide storage latency: a batch of single-sample reads is
+//! first hinted to the kernel as a whole (`MADV_WILLNEED` /
+//! `POSIX_FADV_WILLNEED`: the I/O starts, nothing is held in memory), then
+//! read one by one; without prefetch threads the iterator also hints the
+//! next job while its caller consumes the current one. So a cold shuffled
+//! epoch keeps tens of reads in flight even on the caller's thread alone
+//! (docs/benchmarks.md has the figures).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -20,8 +28,9 @@ use crate::error::{ReaderError, Result};
 use crate::plan::{Order, Reservoir};
 use crate::sample::Sample;
 
-/// Single-sample reads batched into one job (so prefetch threads hand
-/// samples over in groups, not one by one).
+/// Most single-sample reads batched into one job (so prefetch threads hand
+/// samples over in groups, not one by one). With prefetch, a batch is also
+/// at most the sample budget over the thread count, so every thread gets work.
 const BATCH: u64 = 32;
 
 /// A run of consecutive samples of one shard: `count` samples from
@@ -56,6 +65,8 @@ struct JobGen {
     end: u64,
     max_samples: u64,
     max_bytes: u64,
+    /// Most single-sample reads in one job.
+    batch: u64,
 }
 
 impl JobGen {
@@ -69,6 +80,7 @@ impl JobGen {
             end: self.end,
             max_samples: self.max_samples,
             max_bytes: self.max_bytes,
+            batch: self.batch,
         };
         self.pos = self.end;
         rest
@@ -86,7 +98,7 @@ impl JobGen {
                 break;
             };
             // A run is a job of its own; single reads batch up to BATCH samples.
-            if job.count > 0 && (run > 1 || job.count as u64 >= self.max_samples.min(BATCH)) {
+            if job.count > 0 && (run > 1 || job.count as u64 >= self.batch) {
                 break;
             }
             let piece = self.piece_at(g, run);
@@ -133,7 +145,20 @@ impl JobGen {
     }
 }
 
+/// Asks the kernel to start reading every sample of `job` (see [`Dataset::will_read`]).
+fn hint_job(ds: &Dataset, job: &Job) {
+    for p in &job.pieces {
+        ds.will_read(p.shard, p.local, p.count);
+    }
+}
+
 fn run_job(ds: &Dataset, job: &Job, populate: bool) -> Vec<Result<Sample>> {
+    // A batch of single-sample reads: ask the kernel for all of them first,
+    // so their I/O is in flight at once instead of one read after another
+    // (runs already ask for themselves and for the run after them).
+    if job.pieces.len() > 1 {
+        hint_job(ds, job);
+    }
     let mut out = Vec::with_capacity(job.count);
     for p in &job.pieces {
         if p.count == 1 {
@@ -145,20 +170,35 @@ fn run_job(ds: &Dataset, job: &Job, populate: bool) -> Vec<Result<Sample>> {
     out
 }
 
-/// Runs jobs on the calling thread.
+/// Runs jobs on the calling thread, one job ahead: while the caller
+/// consumes a job's samples, the next job's reads are already in flight
+/// (hinted to the kernel, not read: no memory is held for them).
 #[derive(Debug)]
 struct Inline {
     jobs: JobGen,
     queue: VecDeque<Result<Sample>>,
+    ahead: Option<Job>,
 }
 
 impl Inline {
+    fn new(jobs: JobGen) -> Self {
+        Inline {
+            jobs,
+            queue: VecDeque::new(),
+            ahead: None,
+        }
+    }
+
     fn next(&mut self) -> Option<Result<Sample>> {
         loop {
             if let Some(x) = self.queue.pop_front() {
                 return Some(x);
             }
-            let job = self.jobs.next_job()?;
+            let job = self.ahead.take().or_else(|| self.jobs.next_job())?;
+            self.ahead = self.jobs.next_job();
+            if let Some(next) = &self.ahead {
+                hint_job(&self.jobs.ds, next);
+            }
             self.queue.extend(run_job(&self.jobs.ds, &job, false));
         }
     }
@@ -459,6 +499,9 @@ impl SampleIter {
     /// read larger than the budget still proceeds, alone. Samples come out
     /// in plan order. `threads == 0` turns prefetch off; budgets of 0 count
     /// as 1. Shard-shuffled plans hold their reservoir on top of this.
+    /// Single-sample reads (shuffled plans) go to the threads in batches of
+    /// at most 32 and at most `max_samples / threads`, so that every thread
+    /// has reads to wait on.
     ///
     /// Applies from the current position on (read-ahead so far is discarded).
     pub fn prefetch(mut self, threads: usize, max_samples: usize, max_bytes: u64) -> Self {
@@ -507,13 +550,11 @@ impl SampleIter {
                 max_bytes: ds
                     .read_chunk()
                     .min(prefetch.map_or(u64::MAX, |p| p.max_bytes)),
+                batch: prefetch.map_or(BATCH, |p| {
+                    (p.max_samples / p.threads as u64).clamp(1, BATCH)
+                }),
             };
-            let inline = |jobs| {
-                Source::Inline(Inline {
-                    jobs,
-                    queue: VecDeque::new(),
-                })
-            };
+            let inline = |jobs| Source::Inline(Inline::new(jobs));
             let source = match prefetch {
                 None => inline(jobs),
                 Some(p) => match Prefetcher::start(jobs, p.threads, p.max_samples, p.max_bytes) {

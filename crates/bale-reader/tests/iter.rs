@@ -21,6 +21,10 @@ fn prefetch_configs() -> Vec<Option<(usize, usize, u64)>> {
         Some((1, 4, 1 << 20)),
         Some((3, 1, 1)),
         Some((2, 64, 64 << 20)),
+        // More threads than the sample budget fills with full batches:
+        // batches of 5 single reads (40 / 8), and of 1 (20 / 16).
+        Some((8, 40, 1 << 20)),
+        Some((16, 20, 1 << 20)),
     ]
 }
 
