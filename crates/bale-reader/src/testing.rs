@@ -98,23 +98,37 @@ impl TestDataset {
         let mut i = 0u64;
         for (s, &size) in self.shard_sizes.iter().enumerate() {
             let name = shard_file_name("shard", s as u64, self.compression);
+            let mut sample =
+                |i: u64, write: &mut dyn FnMut(&str, &[Member<'_>]) -> Result<(), FormatError>| {
+                    let data = self.payload(i);
+                    let cls = self.label(i).to_string();
+                    write(
+                        &self.key(i),
+                        &[
+                            Member {
+                                ext: "bin",
+                                data: &data,
+                            },
+                            Member {
+                                ext: "cls",
+                                data: cls.as_bytes(),
+                            },
+                        ],
+                    )
+                };
+            if self.compression == Compression::H5 {
+                // HDF5 shards need the `hdf5` feature; without it `create` says so.
+                let mut w = bale_format::h5::H5ShardWriter::create(dir, &name)?;
+                for _ in 0..size {
+                    sample(i, &mut |k, m| w.write_sample(k, m))?;
+                    i += 1;
+                }
+                entries.push(w.finish()?);
+                continue;
+            }
             let mut w = ShardFileWriter::create(dir, &name, self.compression, 0)?;
             for _ in 0..size {
-                let data = self.payload(i);
-                let cls = self.label(i).to_string();
-                w.writer().write_sample(
-                    &self.key(i),
-                    &[
-                        Member {
-                            ext: "bin",
-                            data: &data,
-                        },
-                        Member {
-                            ext: "cls",
-                            data: cls.as_bytes(),
-                        },
-                    ],
-                )?;
+                sample(i, &mut |k, m| w.writer().write_sample(k, m))?;
                 i += 1;
             }
             entries.push(w.finish()?);
