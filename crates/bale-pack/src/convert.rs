@@ -244,15 +244,14 @@ fn to_shards(
             .iter()
             .map(|(ext, d)| member_bytes(key, ext, d.len() as u64))
             .sum();
-        if let Some((_, tar_bytes, n)) = &cur {
-            let over = tar_bytes + tar + end_blocks > opts.shard_size
-                || opts.shard_samples.is_some_and(|m| *n >= m);
-            if over {
-                let (w, _, _) = cur.take().expect("checked above");
-                let entry = w.finish()?;
-                progress.shard_finished(&entry);
-                shards.push(entry);
-            }
+        let full = cur.as_ref().is_some_and(|(_, tar_bytes, n)| {
+            tar_bytes + tar + end_blocks > opts.shard_size
+                || opts.shard_samples.is_some_and(|m| *n >= m)
+        });
+        if full && let Some((w, _, _)) = cur.take() {
+            let entry = w.finish()?;
+            progress.shard_finished(&entry);
+            shards.push(entry);
         }
         if cur.is_none() {
             let name = shard_file_name("shard", shards.len() as u64, compression);

@@ -450,7 +450,7 @@ impl Dataset {
                             })?;
                         at += len;
                     }
-                    Ok(())
+                    Ok::<(), ReaderError>(())
                 })?;
                 self.build(s, local, e, buf, 0, Some(&starts))?
             }

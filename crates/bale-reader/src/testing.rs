@@ -98,7 +98,7 @@ impl TestDataset {
         let mut i = 0u64;
         for (s, &size) in self.shard_sizes.iter().enumerate() {
             let name = shard_file_name("shard", s as u64, self.compression);
-            let mut sample =
+            let sample =
                 |i: u64, write: &mut dyn FnMut(&str, &[Member<'_>]) -> Result<(), FormatError>| {
                     let data = self.payload(i);
                     let cls = self.label(i).to_string();
