@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::{Xxh3, xxh3_64};
@@ -598,6 +598,7 @@ impl H5ShardWriter {
     /// `/dense/<ext>` for each `.npy` field whose members are all uint8 arrays of one 3-D shape.
     #[cfg(feature = "hdf5")]
     fn write_dense(&self, file: &hdf5::File, path: &Path, buf: &mut [u8]) -> Result<()> {
+        use std::io::{Seek, SeekFrom};
         let e = |err: hdf5::Error| h5err(path, err);
         let n = self.samples.len();
         let mut group: Option<hdf5::Group> = None;

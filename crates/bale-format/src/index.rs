@@ -893,7 +893,14 @@ mod tests {
     fn scattered_index() -> Vec<u8> {
         let mut b = IndexBuilder::new(Compression::H5);
         // Members anywhere in the file, in any order.
-        b.push_sample("a/0", 0, 0, 0, 0, &[("jpg", 900, 10, 1), ("cls", 100, 1, 2)]);
+        b.push_sample(
+            "a/0",
+            0,
+            0,
+            0,
+            0,
+            &[("jpg", 900, 10, 1), ("cls", 100, 1, 2)],
+        );
         b.push_sample("a/1", 0, 0, 0, 0, &[("jpg", 910, 0, 3)]);
         b.to_bytes(1000, 0)
     }
@@ -914,10 +921,7 @@ mod tests {
         assert_eq!(u32_at(&tar, 12), FLAG_CHECKSUMS);
         let h5 = scattered_index();
         assert_eq!(&h5[8..12], &[1, 0, 1, 0]);
-        assert_eq!(
-            u32_at(&h5, 12),
-            FLAG_CHECKSUMS | FLAG_SCATTERED | FLAG_H5
-        );
+        assert_eq!(u32_at(&h5, 12), FLAG_CHECKSUMS | FLAG_SCATTERED | FLAG_H5);
     }
 
     #[test]
@@ -972,7 +976,9 @@ mod tests {
         // What a reader of this version does with a future flag, as a 1.0
         // reader does with bit 2: refuse, never misread.
         let bad = patched(sample_index(), 12, &(FLAG_CHECKSUMS | 16).to_le_bytes());
-        let err = ShardIndex::from_bytes(bad, "x.idx").unwrap_err().to_string();
+        let err = ShardIndex::from_bytes(bad, "x.idx")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("unknown index flags 0x12") && err.contains("newer bale"),
             "{err}"
