@@ -424,9 +424,11 @@ impl ShardIndex {
             ));
         }
         let scattered = flags & FLAG_SCATTERED != 0;
-        let bad_combination = (flags & FLAG_H5 != 0 && !scattered)
-            || (scattered && flags & FLAG_ZSTD != 0)
-            || (scattered && minor < INDEX_MINOR_SCATTERED);
+        let bad_combination = if scattered {
+            flags & FLAG_ZSTD != 0 || minor < INDEX_MINOR_SCATTERED
+        } else {
+            flags & FLAG_H5 != 0
+        };
         if bad_combination {
             return Err(FormatError::corrupt(
                 path,

@@ -238,7 +238,7 @@ impl Sink<'_, '_> {
             self.join_finishing()?;
             let h = std::thread::Builder::new()
                 .name("bale-pack-finish".into())
-                .spawn(move || cur.writer.finish().map_err(PackError::from))
+                .spawn(move || cur.writer.finish())
                 .map_err(|e| PackError::io(&self.out.dir, e))?;
             self.finishing = Some(h);
         }

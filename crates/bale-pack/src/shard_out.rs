@@ -14,9 +14,9 @@ use crate::error::Result;
 #[derive(Debug)]
 pub(crate) enum ShardOut {
     /// A tar or `.tar.zst` shard.
-    Tar(ShardFileWriter),
+    Tar(Box<ShardFileWriter>),
     /// An HDF5 shard.
-    H5(H5ShardWriter),
+    H5(Box<H5ShardWriter>),
 }
 
 impl ShardOut {
@@ -24,8 +24,8 @@ impl ShardOut {
     /// shard is an error that says how to build with it.
     pub fn create(dir: &Path, name: &str, compression: Compression, level: i32) -> Result<Self> {
         Ok(match compression {
-            Compression::H5 => ShardOut::H5(H5ShardWriter::create(dir, name)?),
-            c => ShardOut::Tar(ShardFileWriter::create(dir, name, c, level)?),
+            Compression::H5 => ShardOut::H5(Box::new(H5ShardWriter::create(dir, name)?)),
+            c => ShardOut::Tar(Box::new(ShardFileWriter::create(dir, name, c, level)?)),
         })
     }
 
@@ -70,8 +70,8 @@ impl ShardOut {
     /// Finishes the shard: renames shard and index into place.
     pub fn finish(self) -> Result<ShardEntry> {
         Ok(match self {
-            ShardOut::Tar(w) => w.finish()?,
-            ShardOut::H5(w) => w.finish()?,
+            ShardOut::Tar(w) => (*w).finish()?,
+            ShardOut::H5(w) => (*w).finish()?,
         })
     }
 }

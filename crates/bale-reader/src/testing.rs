@@ -98,24 +98,23 @@ impl TestDataset {
         let mut i = 0u64;
         for (s, &size) in self.shard_sizes.iter().enumerate() {
             let name = shard_file_name("shard", s as u64, self.compression);
-            let sample =
-                |i: u64, write: &mut dyn FnMut(&str, &[Member<'_>]) -> Result<(), FormatError>| {
-                    let data = self.payload(i);
-                    let cls = self.label(i).to_string();
-                    write(
-                        &self.key(i),
-                        &[
-                            Member {
-                                ext: "bin",
-                                data: &data,
-                            },
-                            Member {
-                                ext: "cls",
-                                data: cls.as_bytes(),
-                            },
-                        ],
-                    )
-                };
+            let sample = |i: u64, write: &mut WriteSample<'_>| {
+                let data = self.payload(i);
+                let cls = self.label(i).to_string();
+                write(
+                    &self.key(i),
+                    &[
+                        Member {
+                            ext: "bin",
+                            data: &data,
+                        },
+                        Member {
+                            ext: "cls",
+                            data: cls.as_bytes(),
+                        },
+                    ],
+                )
+            };
             if self.compression == Compression::H5 {
                 // HDF5 shards need the `hdf5` feature; without it `create` says so.
                 let mut w = bale_format::h5::H5ShardWriter::create(dir, &name)?;
@@ -145,6 +144,9 @@ impl TestDataset {
         Ok(manifest)
     }
 }
+
+/// Writes one sample into a shard writer.
+type WriteSample<'a> = dyn FnMut(&str, &[Member<'_>]) -> Result<(), FormatError> + 'a;
 
 /// Deterministic pseudo-random bytes for sample `i`, of a length in `min..=max`.
 pub fn payload(i: u64, min: usize, max: usize) -> Vec<u8> {

@@ -26,7 +26,7 @@ impl ConvertProgress for Bar {
     fn sample_written(&self, samples: u64, bytes: u64) {
         if let Some(b) = self.bar.get() {
             b.set_position(bytes);
-            if samples % 256 == 0 {
+            if samples.is_multiple_of(256) {
                 b.set_message(format!("{samples} samples"));
             }
         }
