@@ -652,7 +652,7 @@ impl H5ShardWriter {
 }
 
 /// The message for `.h5` work in a build without the `hdf5` feature.
-pub const NO_HDF5: &str = "this bale was built without HDF5 support; build it with `cargo build --release --features hdf5` (needs the system HDF5 library: `apt-get install libhdf5-dev pkg-config`)";
+pub const NO_HDF5: &str = "this bale was built without HDF5 support; build it with `cargo build --release -p bale-cli --features hdf5` (needs the system HDF5 library: `apt-get install libhdf5-dev pkg-config`)";
 
 /// A `.cls` member's integer value.
 fn parse_cls(ext: &str, data: &[u8]) -> Option<i64> {
@@ -732,6 +732,15 @@ mod tests {
         assert!(parse_npy_u8(&f, f.len() as u64).is_none());
         assert!(parse_npy_u8(b"\x93NUMPY", 6).is_none());
         assert!(parse_npy_u8(b"", 0).is_none());
+    }
+
+    #[cfg(not(feature = "hdf5"))]
+    #[test]
+    fn without_the_feature_creating_a_shard_says_how_to_build() {
+        let d = tempfile::tempdir().unwrap();
+        let err = H5ShardWriter::create(d.path(), "shard-000000.h5").unwrap_err();
+        assert!(err.to_string().contains("--features hdf5"), "{err}");
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
     }
 
     #[cfg(feature = "hdf5")]
