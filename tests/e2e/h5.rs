@@ -254,3 +254,29 @@ fn h5_datasets_serve_ls_get_and_stat() {
     let stat: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(stat["compression"], "h5", "{}", text(&o));
 }
+
+#[test]
+fn h5_parts_merge_into_one_dataset() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    tree(&input, 14);
+    let whole = t.path().join("whole");
+    ok(&bale(&["pack", "--format", "h5", "-o"], &[&whole, &input]));
+    let parts: Vec<_> = (0..2).map(|i| t.path().join(format!("p{i}"))).collect();
+    for (i, p) in parts.iter().enumerate() {
+        let part = format!("{i}/2");
+        ok(&bale(
+            &["pack", "--format", "h5", "--part", &part, "-o"],
+            &[p, &input],
+        ));
+    }
+    let merged = t.path().join("merged");
+    ok(&bale(&["merge", "-o"], &[&merged, &parts[0], &parts[1]]));
+    let m = Manifest::read(&merged).unwrap();
+    assert_eq!(
+        m.shards.iter().map(|s| s.file.as_str()).collect::<Vec<_>>(),
+        ["shard-000000.h5", "shard-000001.h5"]
+    );
+    ok(&bale(&["verify"], &[&merged]));
+    assert_eq!(samples(&merged), samples(&whole));
+}

@@ -10,7 +10,7 @@
 //!
 //! Memory: one sample's bytes (read with the index, member checksums
 //! checked), plus for an HDF5 output the per-member bookkeeping of the open
-//! shard (about 40 bytes a member; its bytes are spooled to disk).
+//! shard (under 100 bytes a member; its bytes are spooled to disk).
 
 use std::fs;
 use std::io;
