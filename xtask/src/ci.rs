@@ -30,7 +30,9 @@ usage: cargo xtask ci
 
 Runs every check and test in order, stopping at the first failure:
   tools, venv, fmt, clippy, test, fuzz (if fuzz/ exists), pytest (if tests/python has tests).
-Missing tools (python3-venv, tar, zstd) are installed with apt-get when run as root.";
+Missing tools (python3-venv, tar, zstd, and libhdf5-dev + pkg-config for the `hdf5`
+feature that --all-features builds) are installed with apt-get when run as root;
+otherwise ci stops with the apt-get command to run.";
 
 /// Requirements of the Python tests, relative to the repository root.
 const REQUIREMENTS: &str = "tests/python/requirements.txt";
