@@ -113,6 +113,9 @@ fn build_bale(profile_dir: &Path) {
     let mut cmd = Command::new(cargo);
     cmd.current_dir(repo_root())
         .args(["build", "--quiet", "-p", "bale-cli"]);
+    if cfg!(feature = "hdf5") {
+        cmd.args(["--features", "hdf5"]);
+    }
     match profile_dir.file_name().and_then(OsStr::to_str) {
         Some("debug") | None => {}
         Some(profile) => {

@@ -1,7 +1,10 @@
 //! End-to-end tests: one binary, a module per area.
 
 mod bench;
+mod convert;
 mod format_interop;
+#[cfg(feature = "hdf5")]
+mod h5;
 mod index;
 mod ls_get;
 mod pack;

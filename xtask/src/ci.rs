@@ -1,7 +1,8 @@
 //! `cargo xtask ci`: the one command that runs every check and test.
 //!
 //! Steps, in order, stopping at the first failure:
-//! 1. tools: `python3` with `venv`, GNU `tar`, the `zstd` CLI; installed with apt-get
+//! 1. tools: `python3` with `venv`, GNU `tar`, the `zstd` CLI, the HDF5 development
+//!    files (`libhdf5-dev`, `pkg-config`, for the `hdf5` feature); installed with apt-get
 //!    when missing and we are root, else a message naming the apt-get command;
 //! 2. the Python venv at `.venv` with `tests/python/requirements.txt` installed
 //!    (skipped when `.venv` records that file's sha256);
@@ -30,7 +31,9 @@ usage: cargo xtask ci
 
 Runs every check and test in order, stopping at the first failure:
   tools, venv, fmt, clippy, test, fuzz (if fuzz/ exists), pytest (if tests/python has tests).
-Missing tools (python3-venv, tar, zstd) are installed with apt-get when run as root.";
+Missing tools (python3-venv, tar, zstd, and libhdf5-dev + pkg-config for the `hdf5`
+feature that --all-features builds) are installed with apt-get when run as root;
+otherwise ci stops with the apt-get command to run.";
 
 /// Requirements of the Python tests, relative to the repository root.
 const REQUIREMENTS: &str = "tests/python/requirements.txt";
@@ -293,8 +296,10 @@ fn gnu_tar_present() -> bool {
 
 fn check_tools() -> Result<()> {
     let missing: Vec<&Tool> = TOOLS.iter().filter(|t| !(t.present)()).collect();
-    // TODO(hdf5): once the `hdf5` feature lands, call `ensure_hdf5_dev(&mut apt)` from
-    // here (one `Apt` for both, so `apt-get update` runs once): `--all-features` builds it.
+    // One `Apt` for both, so `apt-get update` runs at most once. `--all-features`
+    // builds the `hdf5` feature, which links the system HDF5 library.
+    let mut apt = Apt::default();
+    ensure_hdf5_dev(&mut apt)?;
     if missing.is_empty() {
         eprintln!("ci: tools: all present");
         return Ok(());
@@ -303,7 +308,6 @@ fn check_tools() -> Result<()> {
     packages.dedup();
     let whats: Vec<&str> = missing.iter().map(|t| t.what).collect();
     eprintln!("ci: tools: missing {}", whats.join(", "));
-    let mut apt = Apt::default();
     apt.install(&packages, &whats.join(", "))?;
     let still: Vec<&str> = missing
         .iter()
@@ -320,12 +324,12 @@ fn check_tools() -> Result<()> {
     Ok(())
 }
 
-/// The HDF5 C library's development files, needed by the future `hdf5` feature.
+/// The HDF5 C library's development files, needed by the `hdf5` feature
+/// (`--all-features` builds it).
 ///
 /// Present when `pkg-config --exists hdf5` succeeds or Debian's serial header exists;
-/// else installed with apt-get (libhdf5-dev and pkg-config) like the other tools.
-// TODO(hdf5): not called yet; see the TODO(hdf5) in `check_tools`.
-#[allow(dead_code)]
+/// else installed with apt-get (libhdf5-dev and pkg-config) like the other tools, or,
+/// when not root, the step stops with the exact apt-get command.
 fn ensure_hdf5_dev(apt: &mut Apt) -> Result<()> {
     let present = || {
         Path::new("/usr/include/hdf5/serial/hdf5.h").exists()

@@ -136,6 +136,14 @@ pub enum FormatError {
         /// The key.
         key: String,
     },
+    /// The HDF5 library failed on a shard (feature `hdf5`), or this build has no HDF5 support.
+    #[error("{}: hdf5: {what}", path.display())]
+    Hdf5 {
+        /// The shard file.
+        path: PathBuf,
+        /// The library's message.
+        what: String,
+    },
     /// A value does not fit the format's limits.
     #[error("{}: {what}", path.display())]
     Limit {

@@ -6,8 +6,8 @@
 //! | --- | --- | --- |
 //! | 0 | 8 | magic `BALEIDX\0` |
 //! | 8 | 2 | major version (1) |
-//! | 10 | 2 | minor version (0) |
-//! | 12 | 4 | flags: bit 0 zstd shard, bit 1 checksums present |
+//! | 10 | 2 | minor version (0; 1 when bit 2 is set) |
+//! | 12 | 4 | flags: bit 0 zstd shard, bit 1 checksums present, bit 2 scattered members, bit 3 HDF5 shard |
 //! | 16 | 8 | sample count S |
 //! | 24 | 8 | member count M |
 //! | 32 | 8 | string table length L |
@@ -33,12 +33,23 @@ use crate::name::validate_ext;
 pub const INDEX_MAGIC: [u8; 8] = *b"BALEIDX\0";
 /// Major version of the index layout this crate writes and reads.
 pub const INDEX_MAJOR: u16 = 1;
-/// Minor version of the index layout this crate writes.
+/// Minor version of the index layout this crate writes for contiguous
+/// samples (tar and `.tar.zst` shards): their indexes stay byte-identical to 1.0.
 pub const INDEX_MINOR: u16 = 0;
+/// Minor version written when [`FLAG_SCATTERED`] is set (index layout 1.1).
+pub const INDEX_MINOR_SCATTERED: u16 = 1;
 /// Flag: the shard is a `.tar.zst` with one zstd frame per sample.
 pub const FLAG_ZSTD: u32 = 1;
 /// Flag: member checksums are present (else the checksum fields are 0 and meaningless).
 pub const FLAG_CHECKSUMS: u32 = 2;
+/// Flag (index 1.1): members are scattered. Each member record's `offset` is
+/// the absolute offset of its data in the shard file, stored uncompressed and
+/// read on its own; sample records' four byte-range fields are 0 and the
+/// header's tar length is 0.
+pub const FLAG_SCATTERED: u32 = 4;
+/// Flag (index 1.1): the shard is an HDF5 file (docs/format.md); requires [`FLAG_SCATTERED`].
+pub const FLAG_H5: u32 = 8;
+const KNOWN_FLAGS: u32 = FLAG_ZSTD | FLAG_CHECKSUMS | FLAG_SCATTERED | FLAG_H5;
 
 const HEADER_LEN: usize = 64;
 const SAMPLE_LEN: usize = 48;
@@ -57,6 +68,10 @@ pub enum Compression {
     None,
     /// A `.tar.zst`: one zstd frame per sample and one for the end-of-archive blocks.
     Zstd,
+    /// An HDF5 file (`.h5`): each field's bytes in one dataset, members read
+    /// one at a time at the absolute offsets the index records (index 1.1).
+    #[serde(rename = "h5")]
+    H5,
 }
 
 impl Compression {
@@ -65,6 +80,7 @@ impl Compression {
         match self {
             Compression::None => "tar",
             Compression::Zstd => "tar.zst",
+            Compression::H5 => "h5",
         }
     }
 
@@ -73,7 +89,14 @@ impl Compression {
         match self {
             Compression::None => "none",
             Compression::Zstd => "zstd",
+            Compression::H5 => "h5",
         }
+    }
+
+    /// Whether the shard is a tar stream (plain or zstd-framed), which
+    /// sequential tar readers can stream.
+    pub fn is_tar(self) -> bool {
+        !matches!(self, Compression::H5)
     }
 }
 
@@ -133,10 +156,11 @@ impl IndexBuilder {
 
     /// A new builder; `checksums` says whether member checksums will be recorded.
     pub fn with_checksums(compression: Compression, checksums: bool) -> Self {
-        let mut flags = 0;
-        if compression == Compression::Zstd {
-            flags |= FLAG_ZSTD;
-        }
+        let mut flags = match compression {
+            Compression::None => 0,
+            Compression::Zstd => FLAG_ZSTD,
+            Compression::H5 => FLAG_H5 | FLAG_SCATTERED,
+        };
         if checksums {
             flags |= FLAG_CHECKSUMS;
         }
@@ -163,7 +187,8 @@ impl IndexBuilder {
     }
 
     /// Adds a sample. `members` gives, for each member, its extension, data
-    /// offset and size in the tar stream, and checksum.
+    /// offset and size in the tar stream (for a scattered index: the absolute
+    /// offset in the shard file; the four sample ranges must then be 0), and checksum.
     ///
     /// The caller (the shard writer, or an indexer of existing tars) is
     /// responsible for the positions; the builder only records them.
@@ -223,7 +248,12 @@ impl IndexBuilder {
         let mut out = Vec::with_capacity(total);
         out.extend_from_slice(&INDEX_MAGIC);
         out.extend_from_slice(&INDEX_MAJOR.to_le_bytes());
-        out.extend_from_slice(&INDEX_MINOR.to_le_bytes());
+        let minor = if self.flags & FLAG_SCATTERED != 0 {
+            INDEX_MINOR_SCATTERED
+        } else {
+            INDEX_MINOR
+        };
+        out.extend_from_slice(&minor.to_le_bytes());
         out.extend_from_slice(&self.flags.to_le_bytes());
         for v in [
             s as u64,
@@ -384,11 +414,28 @@ impl ShardIndex {
             });
         }
         let flags = u32_at(b, 12);
-        if flags & !(FLAG_ZSTD | FLAG_CHECKSUMS) != 0 {
+        if flags & !KNOWN_FLAGS != 0 {
             return Err(FormatError::corrupt(
                 path,
                 12,
-                format!("unknown index flags {flags:#x}"),
+                format!(
+                    "unknown index flags {flags:#x} (index version {major}.{minor}; this bale knows flags {KNOWN_FLAGS:#x} of version {INDEX_MAJOR}.{INDEX_MINOR_SCATTERED}): written by a newer bale?"
+                ),
+            ));
+        }
+        let scattered = flags & FLAG_SCATTERED != 0;
+        let bad_combination = if scattered {
+            flags & FLAG_ZSTD != 0 || minor < INDEX_MINOR_SCATTERED
+        } else {
+            flags & FLAG_H5 != 0
+        };
+        if bad_combination {
+            return Err(FormatError::corrupt(
+                path,
+                12,
+                format!(
+                    "index flags {flags:#x} are not a valid combination for version {major}.{minor}"
+                ),
             ));
         }
         let samples = u64_at(b, 16);
@@ -467,6 +514,7 @@ impl ShardIndex {
         let b: &[u8] = &self.bytes;
         let strings = &b[self.strings_at..self.strings_at + strings_len];
         let compressed = self.flags & FLAG_ZSTD != 0;
+        let scattered = self.flags & FLAG_SCATTERED != 0;
         let bad =
             |at: usize, what: String| Err(FormatError::corrupt(self.path.clone(), at as u64, what));
         // The writers' string tables are UTF-8 throughout: check that once,
@@ -509,6 +557,32 @@ impl ShardIndex {
                     at + 44,
                     format!("sample {i}: member range past the member table"),
                 );
+            }
+            if scattered {
+                if (e.file_offset, e.file_len, e.tar_offset, e.tar_len) != (0, 0, 0, 0) {
+                    return bad(
+                        at,
+                        format!("sample {i}: byte ranges must be 0 in a scattered index"),
+                    );
+                }
+                for j in e.member_start as usize..(e.member_start + e.member_count) as usize {
+                    let mat = self.members_at + MEMBER_LEN * j;
+                    let (offset, size) = (u64_at(b, mat), u64_at(b, mat + 8));
+                    let ext = str_at(u32_at(b, mat + 24), u32_at(b, mat + 28));
+                    if ext.is_none_or(|x| validate_ext(x).is_err()) {
+                        return bad(
+                            mat + 24,
+                            format!("member {j}: extension outside the string table or invalid"),
+                        );
+                    }
+                    if offset
+                        .checked_add(size)
+                        .is_none_or(|end| end > self.shard_len)
+                    {
+                        return bad(mat, format!("member {j}: data range past the shard's end"));
+                    }
+                }
+                continue;
             }
             let tar_end = e.tar_offset.checked_add(e.tar_len);
             if e.tar_offset < prev_end || tar_end.is_none_or(|end| end > self.tar_len) {
@@ -618,10 +692,32 @@ impl ShardIndex {
 
     /// How the shard is stored.
     pub fn compression(&self) -> Compression {
-        if self.flags & FLAG_ZSTD != 0 {
+        if self.flags & FLAG_H5 != 0 {
+            Compression::H5
+        } else if self.flags & FLAG_ZSTD != 0 {
             Compression::Zstd
         } else {
             Compression::None
+        }
+    }
+
+    /// Whether members are scattered (index 1.1, [`FLAG_SCATTERED`]): each
+    /// member's `offset` is an absolute offset in the shard file, and a
+    /// sample is read member by member rather than as one byte range.
+    pub fn is_scattered(&self) -> bool {
+        self.flags & FLAG_SCATTERED != 0
+    }
+
+    /// Bytes of sample `i`'s data: its tar range, or for a scattered index
+    /// the sum of its members' sizes.
+    ///
+    /// # Panics
+    /// If `i >= self.len()`.
+    pub fn sample_bytes(&self, i: usize) -> u64 {
+        if self.is_scattered() {
+            self.members(i).map(|m| m.size).sum()
+        } else {
+            self.sample(i).tar_len
         }
     }
 
@@ -794,6 +890,101 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn scattered_index() -> Vec<u8> {
+        let mut b = IndexBuilder::new(Compression::H5);
+        // Members anywhere in the file, in any order.
+        b.push_sample(
+            "a/0",
+            0,
+            0,
+            0,
+            0,
+            &[("jpg", 900, 10, 1), ("cls", 100, 1, 2)],
+        );
+        b.push_sample("a/1", 0, 0, 0, 0, &[("jpg", 910, 0, 3)]);
+        b.to_bytes(1000, 0)
+    }
+
+    /// Rewrites header fields of an index and fixes its footer.
+    fn patched(mut bytes: Vec<u8>, at: usize, value: &[u8]) -> Vec<u8> {
+        bytes[at..at + value.len()].copy_from_slice(value);
+        let body = bytes.len() - FOOTER_LEN;
+        let sum = xxh3_64(&bytes[..body]);
+        bytes[body..].copy_from_slice(&sum.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn tar_indexes_stay_version_1_0_and_scattered_ones_are_1_1() {
+        let tar = sample_index();
+        assert_eq!(&tar[8..12], &[1, 0, 0, 0]);
+        assert_eq!(u32_at(&tar, 12), FLAG_CHECKSUMS);
+        let h5 = scattered_index();
+        assert_eq!(&h5[8..12], &[1, 0, 1, 0]);
+        assert_eq!(u32_at(&h5, 12), FLAG_CHECKSUMS | FLAG_SCATTERED | FLAG_H5);
+    }
+
+    #[test]
+    fn scattered_index_round_trips() {
+        let idx = ShardIndex::from_bytes(scattered_index(), "h.idx").unwrap();
+        assert!(idx.is_scattered());
+        assert_eq!(idx.compression(), Compression::H5);
+        assert_eq!(idx.tar_len(), 0);
+        let m: Vec<_> = idx.members(0).map(|m| (m.ext, m.offset, m.size)).collect();
+        assert_eq!(m, vec![("jpg", 900, 10), ("cls", 100, 1)]);
+        assert_eq!(idx.sample_bytes(0), 11);
+        assert_eq!(idx.find("a/1"), Some(1));
+        let bytes = scattered_index();
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x10;
+            assert!(ShardIndex::from_bytes(b, "x").is_err(), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn scattered_indexes_are_checked() {
+        let bytes = scattered_index();
+        let members_at = HEADER_LEN + 2 * SAMPLE_LEN;
+        // A member past the shard's end.
+        let bad = patched(bytes.clone(), members_at, &995u64.to_le_bytes());
+        let err = ShardIndex::from_bytes(bad, "x").unwrap_err().to_string();
+        assert!(err.contains("past the shard's end"), "{err}");
+        // A sample range that is not 0.
+        let bad = patched(bytes.clone(), HEADER_LEN + 8, &5u64.to_le_bytes());
+        let err = ShardIndex::from_bytes(bad, "x").unwrap_err().to_string();
+        assert!(err.contains("must be 0"), "{err}");
+        // Scattered with minor version 0, HDF5 without scattered, scattered with zstd.
+        for (at, value) in [
+            (10, 0u32.to_le_bytes()[..2].to_vec()),
+            (12, (FLAG_CHECKSUMS | FLAG_H5).to_le_bytes().to_vec()),
+            (
+                12,
+                (FLAG_CHECKSUMS | FLAG_SCATTERED | FLAG_ZSTD)
+                    .to_le_bytes()
+                    .to_vec(),
+            ),
+        ] {
+            let bad = patched(bytes.clone(), at, &value);
+            let err = ShardIndex::from_bytes(bad, "x").unwrap_err().to_string();
+            assert!(err.contains("not a valid combination"), "{err}");
+        }
+    }
+
+    #[test]
+    fn unknown_flags_are_refused_naming_the_version() {
+        // What a reader of this version does with a future flag, as a 1.0
+        // reader does with bit 2: refuse, never misread.
+        let bad = patched(sample_index(), 12, &(FLAG_CHECKSUMS | 16).to_le_bytes());
+        let err = ShardIndex::from_bytes(bad, "x.idx")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown index flags 0x12") && err.contains("newer bale"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -39,6 +39,7 @@
 
 pub mod atomic;
 mod error;
+pub mod h5;
 pub mod index;
 pub mod manifest;
 mod name;

@@ -134,7 +134,12 @@ impl Manifest {
         }
         Manifest {
             format: MANIFEST_FORMAT.to_owned(),
-            format_version: format!("{MANIFEST_MAJOR}.{MANIFEST_MINOR}"),
+            // 1.1 only where it matters (HDF5 shards): tar datasets keep 1.0 manifests.
+            format_version: if shards.iter().any(|s| s.compression == Compression::H5) {
+                format!("{MANIFEST_MAJOR}.1")
+            } else {
+                format!("{MANIFEST_MAJOR}.{MANIFEST_MINOR}")
+            },
             samples: shards.iter().map(|s| s.samples).sum(),
             bytes: shards.iter().map(|s| s.bytes).sum(),
             shards,

@@ -112,25 +112,45 @@ pub fn decompress_frame(
 }
 
 /// Reads sample `e` of a shard with one positioned read (decompressing its
-/// frame for `.tar.zst`).
+/// frame for `.tar.zst`). Samples of a scattered index (HDF5 shards) have no
+/// byte range: read their members with [`read_member`].
 ///
 /// # Errors
-/// I/O errors, truncation, bad frames, naming the shard and offset.
+/// I/O errors, truncation, bad frames, naming the shard and offset; an HDF5
+/// shard (its samples are not one range).
 pub fn read_sample(
     file: &File,
     path: &Path,
     compression: Compression,
     e: &SampleEntry,
 ) -> Result<SampleBuf> {
-    let raw = read_exact_at(file, path, e.file_offset, e.file_len)?;
     let data = match compression {
-        Compression::None => raw,
-        Compression::Zstd => decompress_frame(path, e.file_offset, &raw, e.tar_len)?,
+        Compression::None => read_exact_at(file, path, e.file_offset, e.file_len)?,
+        Compression::Zstd => {
+            let raw = read_exact_at(file, path, e.file_offset, e.file_len)?;
+            decompress_frame(path, e.file_offset, &raw, e.tar_len)?
+        }
+        Compression::H5 => {
+            return Err(FormatError::Limit {
+                path: path.to_path_buf(),
+                what: "the samples of an HDF5 shard are read member by member, not as one range"
+                    .into(),
+            });
+        }
     };
     Ok(SampleBuf {
         data,
         tar_offset: e.tar_offset,
     })
+}
+
+/// Reads one member of a scattered index (HDF5 shard) at its absolute
+/// offset, with one positioned read.
+///
+/// # Errors
+/// I/O errors and truncation, naming the shard and offset.
+pub fn read_member(file: &File, path: &Path, m: &MemberEntry<'_>) -> Result<Vec<u8>> {
+    read_exact_at(file, path, m.offset, m.size)
 }
 
 /// Checks a member's bytes against the checksum in the index.
@@ -249,6 +269,9 @@ impl ShardReader {
     /// # Errors
     /// As [`ShardReader::read_raw`], and checksum mismatches naming key and member.
     pub fn read(&self, i: usize, verify: bool) -> Result<Sample> {
+        if self.index.is_scattered() {
+            return self.read_scattered(i, verify);
+        }
         let buf = self.read_raw(i)?;
         let key = self.index.key(i);
         let mut members = Vec::with_capacity(self.index.sample(i).member_count as usize);
@@ -258,6 +281,28 @@ impl ShardReader {
                 verify_member(&self.path, key, &m, data)?;
             }
             members.push((m.ext.to_owned(), data.to_vec()));
+        }
+        Ok(Sample {
+            key: key.to_owned(),
+            members,
+        })
+    }
+
+    fn read_scattered(&self, i: usize, verify: bool) -> Result<Sample> {
+        if i >= self.index.len() {
+            return Err(FormatError::Limit {
+                path: self.path.clone(),
+                what: format!("sample {i} out of range ({} samples)", self.index.len()),
+            });
+        }
+        let key = self.index.key(i);
+        let mut members = Vec::with_capacity(self.index.sample(i).member_count as usize);
+        for m in self.index.members(i) {
+            let data = read_member(&self.file, &self.path, &m)?;
+            if verify && self.index.has_checksums() {
+                verify_member(&self.path, key, &m, &data)?;
+            }
+            members.push((m.ext.to_owned(), data));
         }
         Ok(Sample {
             key: key.to_owned(),

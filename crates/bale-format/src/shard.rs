@@ -116,7 +116,7 @@ impl<W: Write> ShardWriter<W> {
     /// used for [`Compression::Zstd`] (1-22; 0 means the default, 3).
     ///
     /// # Errors
-    /// A bad zstd level.
+    /// A bad zstd level; [`Compression::H5`] (see [`crate::h5::H5ShardWriter`]).
     pub fn new(
         out: W,
         path: impl Into<PathBuf>,
@@ -126,6 +126,13 @@ impl<W: Write> ShardWriter<W> {
         let path = path.into();
         let zenc = match compression {
             Compression::None => None,
+            Compression::H5 => {
+                return Err(FormatError::Limit {
+                    path,
+                    what: "a tar shard writer cannot write an HDF5 shard (use h5::H5ShardWriter)"
+                        .into(),
+                });
+            }
             Compression::Zstd => {
                 let level = if zstd_level == 0 {
                     DEFAULT_ZSTD_LEVEL
@@ -446,7 +453,7 @@ impl<W: Write> ShardWriter<W> {
     }
 }
 
-/// The file name of shard number `n`: `<prefix>-<n:06>.<tar|tar.zst>`.
+/// The file name of shard number `n`: `<prefix>-<n:06>.<tar|tar.zst|h5>`.
 pub fn shard_file_name(prefix: &str, n: u64, compression: Compression) -> String {
     format!("{prefix}-{n:06}.{}", compression.extension())
 }
@@ -456,6 +463,7 @@ pub fn index_file_name(shard_file: &str) -> String {
     let stem = shard_file
         .strip_suffix(".tar.zst")
         .or_else(|| shard_file.strip_suffix(".tar"))
+        .or_else(|| shard_file.strip_suffix(".h5"))
         .unwrap_or(shard_file);
     format!("{stem}.idx")
 }

@@ -177,7 +177,7 @@ impl<R: Read> Iterator for SampleStream<R> {
 /// decompressing `.tar.zst` on the fly.
 ///
 /// # Errors
-/// I/O errors opening the file.
+/// I/O errors opening the file; an HDF5 shard.
 pub fn open_shard_stream(
     path: &Path,
     compression: Compression,
@@ -191,6 +191,12 @@ pub fn open_shard_stream(
             zstd::stream::read::Decoder::with_buffer(buffered)
                 .map_err(|e| FormatError::io(path, e))?,
         )),
+        Compression::H5 => {
+            return Err(FormatError::Limit {
+                path: path.to_path_buf(),
+                what: "an HDF5 shard is not a tar stream: read it through its index".into(),
+            });
+        }
     };
     Ok(SampleStream::new(reader, path))
 }

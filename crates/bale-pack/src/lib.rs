@@ -12,7 +12,9 @@
 //! removes every shard and temporary file it wrote. The output is
 //! byte-identical for the same input and options, whatever the thread count.
 //!
-//! [`merge`] joins the outputs of `--part I/N` packs. docs/pack.md describes
+//! [`merge`] joins the outputs of `--part I/N` packs; [`convert`] turns a
+//! dataset into another form (tar, `.tar.zst`, HDF5 with feature `hdf5`, or
+//! a directory of files). docs/pack.md describes
 //! every behaviour for users.
 //!
 //! ```
@@ -41,6 +43,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod convert;
 mod discover;
 mod error;
 mod merge;
@@ -49,7 +52,9 @@ mod output;
 mod packer;
 mod pipeline;
 mod plan;
+mod shard_out;
 
+pub use convert::{ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert};
 pub use discover::{FileList, IGNORED_EXAMPLES, Ignored, IgnoredKind};
 pub use error::{PackError, Result, TransformError};
 pub use merge::{MergeOptions, MergeSummary, merge};

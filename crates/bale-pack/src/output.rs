@@ -14,7 +14,10 @@ pub fn is_bale_file_name(name: &str) -> bool {
     name == MANIFEST_NAME
         || name.starts_with(TEMP_PREFIX)
         || ((name.starts_with("shard-") || name.starts_with("part-"))
-            && (name.ends_with(".tar") || name.ends_with(".tar.zst") || name.ends_with(".idx")))
+            && (name.ends_with(".tar")
+                || name.ends_with(".tar.zst")
+                || name.ends_with(".h5")
+                || name.ends_with(".idx")))
 }
 
 /// An output directory being written. Dropped without [`Output::commit`], it

@@ -16,13 +16,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bale_format::tar::{BLOCK, member_header_len, padded};
-use bale_format::{Compression, ShardEntry, ShardFileWriter, shard_file_name};
+use bale_format::{Compression, ShardEntry, shard_file_name};
 use crossbeam_channel::RecvTimeoutError;
 
 use crate::error::{PackError, Result};
 use crate::options::OnError;
 use crate::output::Output;
 use crate::plan::Sample;
+use crate::shard_out::ShardOut;
 use crate::{PackProgress, SkippedFile, TransformFn};
 
 /// The end-of-archive blocks every tar ends with.
@@ -150,7 +151,7 @@ enum Src<'a> {
 }
 
 struct Current {
-    writer: ShardFileWriter,
+    writer: ShardOut,
     tar_bytes: u64,
     samples: u64,
     /// Bytes of the shard file whose writeback was started.
@@ -167,9 +168,9 @@ impl Current {
     /// on the 20,000-JPEG tree: about 10% faster with a warm cache.
     fn start_writeback(&mut self) {
         #[cfg(target_os = "linux")]
-        {
+        if let ShardOut::Tar(w) = &mut self.writer {
             use std::os::fd::AsRawFd;
-            let w = self.writer.writer();
+            let w = w.writer();
             let written = w.bytes_written();
             let out = w.get_mut();
             let in_file = written.saturating_sub(out.buffer().len() as u64);
@@ -237,7 +238,7 @@ impl Sink<'_, '_> {
             self.join_finishing()?;
             let h = std::thread::Builder::new()
                 .name("bale-pack-finish".into())
-                .spawn(move || cur.writer.finish().map_err(PackError::from))
+                .spawn(move || cur.writer.finish())
                 .map_err(|e| PackError::io(&self.out.dir, e))?;
             self.finishing = Some(h);
         }
@@ -269,8 +270,7 @@ impl Sink<'_, '_> {
             self.out.track(self.out.dir.join(&name));
             self.out
                 .track(self.out.dir.join(bale_format::index_file_name(&name)));
-            let writer =
-                ShardFileWriter::create(&self.out.dir, &name, ctx.compression, ctx.zstd_level)?;
+            let writer = ShardOut::create(&self.out.dir, &name, ctx.compression, ctx.zstd_level)?;
             self.cur = Some(Current {
                 writer,
                 tar_bytes: 0,
@@ -346,7 +346,7 @@ impl Sink<'_, '_> {
         let Some(cur) = self.cur.as_mut() else {
             unreachable!("room_for opens a shard")
         };
-        let w = cur.writer.writer();
+        let w = &mut cur.writer;
         w.begin_sample(&s.key)?;
         let mut input_bytes = 0;
         for (ext, src, size) in list.iter_mut() {

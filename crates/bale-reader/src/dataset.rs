@@ -373,6 +373,9 @@ impl Dataset {
         let e = shard.index.sample(local);
         let h = self.handle(s)?;
         let compression = shard.index.compression();
+        if shard.index.is_scattered() {
+            return self.read_scattered(s, local, &e, h, populate);
+        }
         let (buf, base) = match (&h.map, &h.file, compression) {
             (Some(map), _, Compression::None) => {
                 map_slice(map, &shard.path, e.file_offset, e.file_len)?;
@@ -388,16 +391,71 @@ impl Dataset {
             (None, Some(file), _) => {
                 let raw = self.pread(file, &shard.path, e.file_offset, e.file_len)?;
                 match compression {
-                    Compression::None => (raw, 0),
                     Compression::Zstd => {
                         let data = decompress_frame(&shard.path, e.file_offset, &raw, e.tar_len)?;
                         (Buf::owned(data), 0)
                     }
+                    _ => (raw, 0),
                 }
             }
             (None, None, _) => unreachable_handle(&shard.path)?,
+            (Some(_), _, Compression::H5) => unreachable_handle(&shard.path)?,
         };
-        let sample = self.build(s, local, &e, buf, base)?;
+        let sample = self.build(s, local, &e, buf, base, None)?;
+        if populate {
+            sample.populate();
+        }
+        Ok(sample)
+    }
+
+    /// A sample of a scattered index (HDF5 shard): each member at its own
+    /// absolute offset. Mapped: the members are slices of the map. Pread:
+    /// one positioned read per member into one buffer.
+    fn read_scattered(
+        &self,
+        s: usize,
+        local: usize,
+        e: &SampleEntry,
+        h: &Handle,
+        populate: bool,
+    ) -> Result<Sample> {
+        let shard = &self.inner.shards[s];
+        let sample = match (&h.map, &h.file) {
+            (Some(map), _) => {
+                for m in shard.index.members(local) {
+                    map_slice(map, &shard.path, m.offset, m.size)?;
+                    will_need(map, m.offset, m.size);
+                }
+                self.build(s, local, e, Buf::Map(Arc::clone(map)), 0, None)?
+            }
+            (None, Some(file)) => {
+                let total = shard.index.sample_bytes(local);
+                let n = usize::try_from(total).map_err(|_| FormatError::Limit {
+                    path: shard.path.clone(),
+                    what: format!("a sample of {total} bytes does not fit in memory"),
+                })?;
+                let mut starts = Vec::with_capacity(e.member_count as usize);
+                let buf = self.inner.pool.filled(n, |buf| {
+                    let mut at = 0usize;
+                    for m in shard.index.members(local) {
+                        let len = m.size as usize;
+                        starts.push(at);
+                        file.read_exact_at(&mut buf[at..at + len], m.offset)
+                            .map_err(|err| {
+                                ReaderError::from(FormatError::IoAt {
+                                    path: shard.path.clone(),
+                                    offset: m.offset,
+                                    source: err,
+                                })
+                            })?;
+                        at += len;
+                    }
+                    Ok::<(), ReaderError>(())
+                })?;
+                self.build(s, local, e, buf, 0, Some(&starts))?
+            }
+            (None, None) => unreachable_handle(&shard.path)?,
+        };
         if populate {
             sample.populate();
         }
@@ -414,6 +472,11 @@ impl Dataset {
         count: usize,
         populate: bool,
     ) -> Vec<Result<Sample>> {
+        if self.inner.shards[s].index.is_scattered() {
+            return (local..local + count)
+                .map(|l| self.read_local(s, l, populate))
+                .collect();
+        }
         match self.try_read_run(s, local, count, populate) {
             Ok(v) => v,
             Err(_) => (local..local + count)
@@ -477,7 +540,9 @@ impl Dataset {
             };
             let r = match (compression, at) {
                 (_, None) => Err(outside()),
-                (Compression::None, Some(at)) => self.build(s, l, &e, buf.clone(), at),
+                (Compression::None | Compression::H5, Some(at)) => {
+                    self.build(s, l, &e, buf.clone(), at, None)
+                }
                 (Compression::Zstd, Some(at)) => at
                     .checked_add(e.file_len as usize)
                     .and_then(|end| buf.get(at..end))
@@ -486,7 +551,7 @@ impl Dataset {
                         decompress_frame(&shard.path, e.file_offset, frame, e.tar_len)
                             .map_err(ReaderError::from)
                     })
-                    .and_then(|d| self.build(s, l, &e, Buf::owned(d), 0)),
+                    .and_then(|d| self.build(s, l, &e, Buf::owned(d), 0, None)),
             };
             if populate && let Ok(sample) = &r {
                 sample.populate();
@@ -497,7 +562,8 @@ impl Dataset {
     }
 
     /// Builds a sample whose tar bytes start at `buf[base]`: fields as ranges,
-    /// label parsed, checksums verified when asked.
+    /// label parsed, checksums verified when asked. `starts`, when given,
+    /// holds each member's start in `buf` (members read one by one).
     fn build(
         &self,
         s: usize,
@@ -505,6 +571,7 @@ impl Dataset {
         e: &SampleEntry,
         buf: Buf,
         base: usize,
+        starts: Option<&[usize]>,
     ) -> Result<Sample> {
         let shard = &self.inner.shards[s];
         let index = &shard.index;
@@ -512,8 +579,11 @@ impl Dataset {
         let verify = self.inner.options.verify_on_read && index.has_checksums();
         let mut fields = Vec::with_capacity(e.member_count as usize);
         let mut label = None;
-        for m in index.members(local) {
-            let start = m.offset.saturating_sub(e.tar_offset) as usize;
+        for (k, m) in index.members(local).enumerate() {
+            let start = match starts {
+                Some(v) => v.get(k).copied().unwrap_or(usize::MAX),
+                None => m.offset.saturating_sub(e.tar_offset) as usize,
+            };
             let len = m.size as usize;
             let range = (|| {
                 let a = base.checked_add(start)?;
@@ -617,7 +687,7 @@ impl Dataset {
 
     /// Bytes to budget for reading sample `local` of shard `s` (its uncompressed size).
     pub(crate) fn sample_cost(&self, s: usize, local: usize) -> u64 {
-        self.inner.shards[s].index.sample(local).tar_len
+        self.inner.shards[s].index.sample_bytes(local)
     }
 
     /// Largest read for a run of samples.

@@ -98,11 +98,10 @@ impl TestDataset {
         let mut i = 0u64;
         for (s, &size) in self.shard_sizes.iter().enumerate() {
             let name = shard_file_name("shard", s as u64, self.compression);
-            let mut w = ShardFileWriter::create(dir, &name, self.compression, 0)?;
-            for _ in 0..size {
+            let sample = |i: u64, write: &mut WriteSample<'_>| {
                 let data = self.payload(i);
                 let cls = self.label(i).to_string();
-                w.writer().write_sample(
+                write(
                     &self.key(i),
                     &[
                         Member {
@@ -114,7 +113,21 @@ impl TestDataset {
                             data: cls.as_bytes(),
                         },
                     ],
-                )?;
+                )
+            };
+            if self.compression == Compression::H5 {
+                // HDF5 shards need the `hdf5` feature; without it `create` says so.
+                let mut w = bale_format::h5::H5ShardWriter::create(dir, &name)?;
+                for _ in 0..size {
+                    sample(i, &mut |k, m| w.write_sample(k, m))?;
+                    i += 1;
+                }
+                entries.push(w.finish()?);
+                continue;
+            }
+            let mut w = ShardFileWriter::create(dir, &name, self.compression, 0)?;
+            for _ in 0..size {
+                sample(i, &mut |k, m| w.writer().write_sample(k, m))?;
                 i += 1;
             }
             entries.push(w.finish()?);
@@ -131,6 +144,9 @@ impl TestDataset {
         Ok(manifest)
     }
 }
+
+/// Writes one sample into a shard writer.
+type WriteSample<'a> = dyn FnMut(&str, &[Member<'_>]) -> Result<(), FormatError> + 'a;
 
 /// Deterministic pseudo-random bytes for sample `i`, of a length in `min..=max`.
 pub fn payload(i: u64, min: usize, max: usize) -> Vec<u8> {

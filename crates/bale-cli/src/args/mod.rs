@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod convert;
 pub mod get;
 pub mod index;
 pub mod ls;
@@ -38,6 +39,7 @@ pub struct Cli {
 pub enum Command {
     Pack(pack::PackArgs),
     Merge(merge::MergeArgs),
+    Convert(convert::ConvertArgs),
     Verify(verify::VerifyArgs),
     Stat(stat::StatArgs),
     Ls(ls::LsArgs),

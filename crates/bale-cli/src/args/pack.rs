@@ -75,6 +75,12 @@ pub struct PackArgs {
     #[arg(long, value_name = "ALGO", default_value = "none")]
     pub compress: CompressSpec,
 
+    /// Shard format: `tar` (WebDataset tar; .tar.zst with --compress zstd) or
+    /// `h5` (HDF5 files that h5py opens, layout in docs/format.md; needs a
+    /// bale built with `--features hdf5`).
+    #[arg(long, value_name = "FORMAT", default_value = "tar")]
+    pub format: PackFormat,
+
     /// Reader threads (default: 4 per core, as reads mostly wait on the disk).
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
@@ -104,4 +110,13 @@ pub struct PackArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The shard format of `bale pack --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PackFormat {
+    /// WebDataset tar shards (`.tar`, or `.tar.zst` with `--compress zstd`).
+    Tar,
+    /// HDF5 shards (`.h5`).
+    H5,
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use crate::args::{Cli, Command};
 
 pub mod bench;
+pub mod convert;
 pub mod get;
 pub mod index;
 pub mod ls;
@@ -19,6 +20,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Pack(a) => pack::run(a),
         Command::Merge(a) => merge::run(a),
+        Command::Convert(a) => convert::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Stat(a) => stat::run(a),
         Command::Ls(a) => ls::run(a),

@@ -196,6 +196,7 @@ fn failure(e: PackError, out: &Path) -> anyhow::Error {
 
 /// Runs `bale pack`.
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
+    let (compression, level) = shard_compression(&args)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
     let mut b = Packer::builder()
@@ -210,7 +211,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         } else {
             Order::Sorted
         })
-        .compression(args.compress.compression, args.compress.level)
+        .compression(compression, level)
         .jobs(args.jobs.unwrap_or(0))
         .in_flight_bytes(args.in_flight)
         .on_error(args.on_error)
@@ -271,4 +272,21 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "{}", summary_line(&summary))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The shard compression from `--format` and `--compress`.
+fn shard_compression(args: &PackArgs) -> anyhow::Result<(bale_format::Compression, i32)> {
+    use crate::args::pack::PackFormat;
+    match args.format {
+        PackFormat::Tar => Ok((args.compress.compression, args.compress.level)),
+        PackFormat::H5 if args.compress.compression != bale_format::Compression::None => {
+            anyhow::bail!(
+                "--format h5 takes no --compress: HDF5 shards store members uncompressed so the index can point at them"
+            )
+        }
+        PackFormat::H5 if cfg!(not(feature = "hdf5")) => {
+            anyhow::bail!("--format h5: {}", bale_format::h5::NO_HDF5)
+        }
+        PackFormat::H5 => Ok((bale_format::Compression::H5, 0)),
+    }
 }

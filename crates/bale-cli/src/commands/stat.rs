@@ -242,7 +242,10 @@ pub(crate) fn read_member(
         return Ok(None);
     };
     let data = match idx.compression() {
-        Compression::None => bale_format::read::read_exact_at(file, path, m.offset, m.size)?,
+        // HDF5 shards: the member's offset is absolute in the file.
+        Compression::None | Compression::H5 => {
+            bale_format::read::read_exact_at(file, path, m.offset, m.size)?
+        }
         Compression::Zstd => {
             let buf =
                 bale_format::read::read_sample(file, path, Compression::Zstd, &idx.sample(i))?;
@@ -274,7 +277,7 @@ fn shard_labels(
         },
     };
     match idx.compression() {
-        Compression::None => {
+        Compression::None | Compression::H5 => {
             let file =
                 File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
             for i in 0..idx.len() {
@@ -337,16 +340,16 @@ fn dataset_stat(dir: &Path, labels: bool) -> anyhow::Result<DatasetStat> {
             acc.unparsed += l.unparsed;
         }
     }
-    let any_zstd = m.shards.iter().any(|s| s.compression == Compression::Zstd);
-    let any_plain = m.shards.iter().any(|s| s.compression == Compression::None);
-    let compression = match (any_plain, any_zstd) {
-        (_, false) => "none",
-        (false, true) => "zstd",
-        (true, true) => "mixed",
+    let kinds: std::collections::BTreeSet<&'static str> =
+        m.shards.iter().map(|s| s.compression.as_str()).collect();
+    let compression = match kinds.len() {
+        0 => "none",
+        1 => kinds.first().copied().unwrap_or("none"),
+        _ => "mixed",
     };
     let labels = label_sum.map(|l| Labels {
         read: match compression {
-            "none" => "positioned",
+            "none" | "h5" => "positioned",
             "zstd" => "sequential",
             _ => "mixed",
         },

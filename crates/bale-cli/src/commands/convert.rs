@@ -1,0 +1,101 @@
+//! `bale convert`: a dataset to another form (tar, tar.zst, h5, dir).
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::anyhow;
+use bale_pack::{ConvertFormat, ConvertOptions, ConvertProgress, PackError, convert};
+use indicatif::ProgressBar;
+
+use crate::args::convert::{ConvertArgs, ConvertFormatArg};
+use crate::commands::pack::{EXIT_INTERRUPTED, human_bytes, install_ctrlc};
+use crate::progress;
+
+/// A byte bar over the member bytes to copy.
+struct Bar {
+    quiet: bool,
+    bar: std::sync::OnceLock<ProgressBar>,
+}
+
+impl ConvertProgress for Bar {
+    fn start(&self, _samples: u64, bytes: u64) {
+        let _ = self.bar.set(progress::byte_bar(bytes, self.quiet));
+    }
+    fn sample_written(&self, samples: u64, bytes: u64) {
+        if let Some(b) = self.bar.get() {
+            b.set_position(bytes);
+            if samples.is_multiple_of(256) {
+                b.set_message(format!("{samples} samples"));
+            }
+        }
+    }
+}
+
+/// Runs `bale convert`.
+pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
+    let format = match args.format {
+        ConvertFormatArg::Tar => ConvertFormat::Tar,
+        ConvertFormatArg::TarZst => {
+            if !(1..=22).contains(&args.level) {
+                anyhow::bail!("--level {}: expected 1-22", args.level);
+            }
+            ConvertFormat::TarZst(args.level)
+        }
+        ConvertFormatArg::H5 => ConvertFormat::H5,
+        ConvertFormatArg::Dir => ConvertFormat::Dir,
+    };
+    let opts = ConvertOptions {
+        format,
+        shard_size: args.shard_size,
+        shard_samples: args.shard_samples,
+        force: args.force,
+    };
+    let cancel = Arc::new(AtomicBool::new(false));
+    install_ctrlc(&cancel);
+    let bar = Bar {
+        quiet: args.quiet,
+        bar: std::sync::OnceLock::new(),
+    };
+    let result = convert(&args.source, &args.output, &opts, &bar, &cancel);
+    if let Some(b) = bar.bar.get() {
+        b.finish_and_clear();
+    }
+    let s = match result {
+        Ok(s) => s,
+        Err(PackError::Cancelled) => {
+            eprintln!(
+                "error: interrupted: nothing was written to {} (partial files were removed)",
+                args.output.display()
+            );
+            return Ok(ExitCode::from(EXIT_INTERRUPTED));
+        }
+        Err(e @ (PackError::Option(_) | PackError::OutputNotEmpty { .. })) => {
+            return Err(anyhow!("{e}"));
+        }
+        Err(e) => {
+            return Err(anyhow!(
+                "{e}\nnothing was written to {} (no manifest; partial shards and temporary files were removed)",
+                args.output.display()
+            ));
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
+    } else if !args.quiet {
+        writeln!(
+            out,
+            "converted {} samples ({} members, {}) to {} in {}: {} shards, {}",
+            s.samples,
+            s.members,
+            human_bytes(s.bytes),
+            s.format,
+            s.output.display(),
+            s.shards,
+            human_bytes(s.output_bytes)
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,502 @@
+//! `bale convert`: any bale dataset to any other form (tar, `.tar.zst`, HDF5,
+//! or a directory of files), streaming sample by sample.
+//!
+//! Keys, members (extensions, bytes and their order within a sample), sample
+//! order and label names are kept. Shard boundaries follow the same rule as
+//! `bale pack` whatever the output format: a shard takes samples while its
+//! tar-stream size (headers, padded data, end blocks) stays within
+//! `shard_size`, and at most `shard_samples` of them; so converting to tar
+//! with the pack's shard size gives back the pack's shards byte for byte.
+//!
+//! Memory: one sample's bytes (read with the index, member checksums
+//! checked), plus for an HDF5 output the per-member bookkeeping of the open
+//! shard (under 100 bytes a member; its bytes are spooled to disk).
+
+use std::fs;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bale_format::atomic::TEMP_PREFIX;
+use bale_format::tar::{BLOCK, member_header_len, padded};
+use bale_format::{
+    Compression, CreatedBy, Manifest, ShardEntry, ShardReader, index_file_name, shard_file_name,
+    validate_ext, validate_key,
+};
+use serde::Serialize;
+
+use crate::error::{PackError, Result};
+use crate::output::Output;
+use crate::shard_out::ShardOut;
+
+/// The form `bale convert` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConvertFormat {
+    /// Plain tar shards.
+    Tar,
+    /// `.tar.zst` shards at this zstd level (1-22).
+    TarZst(i32),
+    /// HDF5 shards (needs the `hdf5` feature).
+    H5,
+    /// A directory of files `<key>.<ext>`, no shards, no manifest.
+    Dir,
+}
+
+impl ConvertFormat {
+    fn compression(self) -> Option<(Compression, i32)> {
+        match self {
+            ConvertFormat::Tar => Some((Compression::None, 0)),
+            ConvertFormat::TarZst(l) => Some((Compression::Zstd, l)),
+            ConvertFormat::H5 => Some((Compression::H5, 0)),
+            ConvertFormat::Dir => None,
+        }
+    }
+
+    /// The name on the command line: `tar`, `tar.zst`, `h5` or `dir`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConvertFormat::Tar => "tar",
+            ConvertFormat::TarZst(_) => "tar.zst",
+            ConvertFormat::H5 => "h5",
+            ConvertFormat::Dir => "dir",
+        }
+    }
+}
+
+/// Options of a conversion.
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// The output form.
+    pub format: ConvertFormat,
+    /// Largest shard in tar-stream bytes (default [`crate::DEFAULT_SHARD_SIZE`]).
+    pub shard_size: u64,
+    /// Most samples in a shard (default: no limit).
+    pub shard_samples: Option<u64>,
+    /// Write into a non-empty output directory: for shard formats, bale's
+    /// files there are removed first (as `bale pack --force`); for `dir`,
+    /// new files go beside the existing ones, and a name that exists is an error.
+    pub force: bool,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        Self {
+            format: ConvertFormat::Tar,
+            shard_size: crate::DEFAULT_SHARD_SIZE,
+            shard_samples: None,
+            force: false,
+        }
+    }
+}
+
+/// Progress of a conversion; every method has an empty default.
+pub trait ConvertProgress: Sync {
+    /// The conversion starts: samples and member bytes to copy.
+    fn start(&self, _samples: u64, _bytes: u64) {}
+    /// Samples and member bytes copied so far.
+    fn sample_written(&self, _samples: u64, _bytes: u64) {}
+    /// A shard was finished.
+    fn shard_finished(&self, _entry: &ShardEntry) {}
+}
+
+impl ConvertProgress for crate::NoProgress {}
+
+/// What a conversion did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConvertSummary {
+    /// The output directory.
+    pub output: PathBuf,
+    /// The output form.
+    pub format: &'static str,
+    /// Samples copied.
+    pub samples: u64,
+    /// Members copied.
+    pub members: u64,
+    /// Member bytes copied.
+    pub bytes: u64,
+    /// Shards written (0 for `dir`).
+    pub shards: u64,
+    /// Bytes of the output's shard files (member bytes for `dir`).
+    pub output_bytes: u64,
+}
+
+/// Converts the dataset in `src` into `dst`.
+///
+/// Every member is checked against its index checksum as it is read. The
+/// output is atomic as a pack's is: shards and indexes under temporary names,
+/// the manifest last; on error or cancellation nothing that looks complete
+/// is left (see [`convert`]'s module docs for `dir`).
+///
+/// # Errors
+/// An unreadable or corrupt source (naming shard, key and offset), an output
+/// that is not empty (without `force`), I/O errors, cancellation, `h5`
+/// without the `hdf5` feature, and for `dir` any key or extension that
+/// would escape the output directory.
+pub fn convert(
+    src: &Path,
+    dst: &Path,
+    opts: &ConvertOptions,
+    progress: &dyn ConvertProgress,
+    cancel: &AtomicBool,
+) -> Result<ConvertSummary> {
+    if opts.shard_size == 0 {
+        return Err(PackError::Option(
+            "--shard-size must be at least 1 byte".into(),
+        ));
+    }
+    if opts.shard_samples == Some(0) {
+        return Err(PackError::Option(
+            "--shard-samples must be at least 1".into(),
+        ));
+    }
+    let manifest = Manifest::read(src)?;
+    if same_dir(src, dst) {
+        return Err(PackError::Option(format!(
+            "the output {} is the source dataset",
+            dst.display()
+        )));
+    }
+    let total_bytes = manifest.fields.values().map(|f| f.bytes).sum();
+    progress.start(manifest.samples, total_bytes);
+    let source = Source {
+        dir: src,
+        manifest: &manifest,
+    };
+    match opts.format.compression() {
+        Some((c, level)) => to_shards(&source, dst, opts, c, level, progress, cancel),
+        None => to_dir(&source, dst, opts, progress, cancel),
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+struct Source<'a> {
+    dir: &'a Path,
+    manifest: &'a Manifest,
+}
+
+impl Source<'_> {
+    /// Calls `f(key, members)` for every sample in dataset order.
+    fn for_each(
+        &self,
+        cancel: &AtomicBool,
+        mut f: impl FnMut(&str, &[(String, Vec<u8>)]) -> Result<()>,
+    ) -> Result<()> {
+        for (i, entry) in self.manifest.shards.iter().enumerate() {
+            let file = Manifest::resolve(self.dir, &entry.file);
+            let index = Manifest::resolve(self.dir, &entry.index);
+            let reader = ShardReader::open(&file, &index)?;
+            let recorded = bale_format::manifest::parse_hex64(&entry.index_xxh3);
+            if recorded != Some(reader.index().checksum()) || reader.len() as u64 != entry.samples {
+                return Err(PackError::Format(bale_format::FormatError::Manifest {
+                    path: Manifest::path_in(self.dir),
+                    what: format!(
+                        "shard {i} ({}): its index does not match the manifest (checksum or sample count); run `bale verify`",
+                        entry.file
+                    ),
+                }));
+            }
+            for s in 0..reader.len() {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+                let sample = reader.read(s, true)?;
+                f(&sample.key, &sample.members)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes a member takes in a tar stream: header(s) and padded data.
+fn member_bytes(key: &str, ext: &str, size: u64) -> u64 {
+    member_header_len(&format!("{key}.{ext}"), size) + padded(size)
+}
+
+fn to_shards(
+    src: &Source<'_>,
+    dst: &Path,
+    opts: &ConvertOptions,
+    compression: Compression,
+    level: i32,
+    progress: &dyn ConvertProgress,
+    cancel: &AtomicBool,
+) -> Result<ConvertSummary> {
+    if compression == Compression::H5 && cfg!(not(feature = "hdf5")) {
+        return Err(PackError::Option(format!(
+            "--format h5: {}",
+            bale_format::h5::NO_HDF5
+        )));
+    }
+    let mut out = Output::prepare(dst, opts.force)?;
+    let mut shards: Vec<ShardEntry> = Vec::new();
+    let mut cur: Option<(ShardOut, u64, u64)> = None;
+    let (mut samples, mut members, mut bytes) = (0u64, 0u64, 0u64);
+    let end_blocks = 2 * BLOCK;
+    src.for_each(cancel, |key, list| {
+        let tar: u64 = list
+            .iter()
+            .map(|(ext, d)| member_bytes(key, ext, d.len() as u64))
+            .sum();
+        let full = cur.as_ref().is_some_and(|(_, tar_bytes, n)| {
+            tar_bytes + tar + end_blocks > opts.shard_size
+                || opts.shard_samples.is_some_and(|m| *n >= m)
+        });
+        if full && let Some((w, _, _)) = cur.take() {
+            let entry = w.finish()?;
+            progress.shard_finished(&entry);
+            shards.push(entry);
+        }
+        if cur.is_none() {
+            let name = shard_file_name("shard", shards.len() as u64, compression);
+            out.track(dst.join(&name));
+            out.track(dst.join(index_file_name(&name)));
+            cur = Some((ShardOut::create(dst, &name, compression, level)?, 0, 0));
+        }
+        let (w, tar_bytes, n) = cur.as_mut().expect("opened above");
+        w.begin_sample(key)?;
+        for (ext, data) in list {
+            w.add_member(ext, data)?;
+            bytes += data.len() as u64;
+        }
+        w.end_sample()?;
+        *tar_bytes += tar;
+        *n += 1;
+        samples += 1;
+        members += list.len() as u64;
+        progress.sample_written(samples, bytes);
+        Ok(())
+    })?;
+    if let Some((w, _, _)) = cur.take() {
+        let entry = w.finish()?;
+        progress.shard_finished(&entry);
+        shards.push(entry);
+    }
+    let created_by = CreatedBy {
+        tool: "bale".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        command: "convert".into(),
+        options: serde_json::json!({
+            "format": opts.format.as_str(),
+            "shard_size": opts.shard_size,
+            "shard_samples": opts.shard_samples,
+            "zstd_level": match opts.format { ConvertFormat::TarZst(l) => Some(l), _ => None },
+        }),
+    };
+    let mut manifest = Manifest::new(shards, src.manifest.labels.clone(), created_by);
+    manifest.skipped = src.manifest.skipped;
+    manifest.write(dst)?;
+    out.commit();
+    Ok(ConvertSummary {
+        output: dst.to_path_buf(),
+        format: opts.format.as_str(),
+        samples,
+        members,
+        bytes,
+        shards: manifest.shards.len() as u64,
+        output_bytes: manifest.bytes,
+    })
+}
+
+/// Checks that `<key>.<ext>` is a relative path of plain components, and
+/// returns it.
+fn safe_relative(key: &str, ext: &str) -> Result<PathBuf> {
+    let name = format!("{key}.{ext}");
+    let refuse = |why: &str| {
+        PackError::Format(bale_format::FormatError::InvalidName {
+            name: name.clone(),
+            reason: if why == "key" {
+                "the key would escape the output directory (absolute, `..`, or not a plain relative path)"
+            } else {
+                "the extension would escape the output directory"
+            },
+        })
+    };
+    validate_key(key).map_err(|_| refuse("key"))?;
+    validate_ext(ext).map_err(|_| refuse("ext"))?;
+    let path = PathBuf::from(&name);
+    if !path.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(refuse("key"));
+    }
+    Ok(path)
+}
+
+/// Removes the staging directory (and the output directory if this run made it) on drop.
+struct Staging {
+    dir: PathBuf,
+    dst: PathBuf,
+    created_dst: bool,
+    done: bool,
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = fs::remove_dir_all(&self.dir);
+            if self.created_dst {
+                let _ = fs::remove_dir(&self.dst);
+            }
+        }
+    }
+}
+
+/// Makes the directories of `rel` under `root`, refusing any component that
+/// exists as something other than a real directory (a symlink above all).
+fn make_parents(root: &Path, rel: &Path) -> Result<()> {
+    let mut at = root.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    for c in &parts[..parts.len().saturating_sub(1)] {
+        at.push(c);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(PackError::Option(format!(
+                    "{} exists and is not a directory (a symlink or file): refusing to write through it",
+                    at.display()
+                )));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir(&at).map_err(|e| PackError::io(&at, e))?;
+            }
+            Err(e) => return Err(PackError::io(&at, e)),
+        }
+    }
+    Ok(())
+}
+
+fn to_dir(
+    src: &Source<'_>,
+    dst: &Path,
+    opts: &ConvertOptions,
+    progress: &dyn ConvertProgress,
+    cancel: &AtomicBool,
+) -> Result<ConvertSummary> {
+    let created_dst = match fs::symlink_metadata(dst) {
+        Ok(m) if m.is_dir() => {
+            let non_empty = fs::read_dir(dst)
+                .map_err(|e| PackError::io(dst, e))?
+                .next()
+                .is_some();
+            if non_empty && !opts.force {
+                return Err(PackError::OutputNotEmpty {
+                    dir: dst.to_path_buf(),
+                });
+            }
+            false
+        }
+        Ok(_) => {
+            return Err(PackError::Option(format!(
+                "output {} exists and is not a directory",
+                dst.display()
+            )));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(dst).map_err(|e| PackError::io(dst, e))?;
+            true
+        }
+        Err(e) => return Err(PackError::io(dst, e)),
+    };
+    // Everything is written into a fresh staging directory inside the output
+    // (no symlink can be there but ours: we make none), then moved in place.
+    let mut staging = Staging {
+        dir: dst.join(format!("{TEMP_PREFIX}{}-convert", std::process::id())),
+        dst: dst.to_path_buf(),
+        created_dst,
+        done: false,
+    };
+    fs::create_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))?;
+    let (mut samples, mut members, mut bytes) = (0u64, 0u64, 0u64);
+    src.for_each(cancel, |key, list| {
+        for (ext, data) in list {
+            let rel = safe_relative(key, ext)?;
+            make_parents(&staging.dir, &rel)?;
+            let path = staging.dir.join(&rel);
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| PackError::io(&path, e))?;
+            io::Write::write_all(&mut f, data).map_err(|e| PackError::io(&path, e))?;
+            bytes += data.len() as u64;
+        }
+        samples += 1;
+        members += list.len() as u64;
+        progress.sample_written(samples, bytes);
+        Ok(())
+    })?;
+    // Move the staged top-level entries into the output, never over an
+    // existing name (a file, a directory, or a symlink that could point
+    // anywhere): all are checked before the first is moved.
+    for pass in [false, true] {
+        for entry in fs::read_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))? {
+            let entry = entry.map_err(|e| PackError::io(&staging.dir, e))?;
+            let target = dst.join(entry.file_name());
+            if !pass {
+                if fs::symlink_metadata(&target).is_ok() {
+                    return Err(PackError::Option(format!(
+                        "{} already exists in the output: refusing to write over it or through it",
+                        target.display()
+                    )));
+                }
+                continue;
+            }
+            fs::rename(entry.path(), &target).map_err(|e| PackError::io(&target, e))?;
+        }
+    }
+    fs::remove_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))?;
+    staging.done = true;
+    bale_format::atomic::sync_dir(&dst.join("x"));
+    Ok(ConvertSummary {
+        output: dst.to_path_buf(),
+        format: opts.format.as_str(),
+        samples,
+        members,
+        bytes,
+        shards: 0,
+        output_bytes: bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_names_are_refused() {
+        for (key, ext) in [
+            ("../x", "bin"),
+            ("/etc/x", "bin"),
+            ("a/../../x", "bin"),
+            ("a\\..\\x", "bin"),
+            ("a/./b", "bin"),
+            ("x", "a/b"),
+            ("x", ".."),
+        ] {
+            assert!(safe_relative(key, ext).is_err(), "{key}.{ext}");
+        }
+        assert_eq!(
+            safe_relative("a/b/0001", "seg.png").unwrap(),
+            PathBuf::from("a/b/0001.seg.png")
+        );
+    }
+
+    #[test]
+    fn parents_that_are_symlinks_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        let root = d.path().join("root");
+        fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("a")).unwrap();
+        let err = make_parents(&root, Path::new("a/0001.bin")).unwrap_err();
+        assert!(err.to_string().contains("refusing"), "{err}");
+        make_parents(&root, Path::new("b/c/0001.bin")).unwrap();
+        assert!(root.join("b/c").is_dir());
+    }
+}

@@ -1,0 +1,77 @@
+//! The shard writer a pack or a conversion writes into: a tar / `.tar.zst`
+//! [`ShardFileWriter`] or an HDF5 [`H5ShardWriter`] (feature `hdf5`), behind
+//! one set of calls.
+
+use std::io::Read;
+use std::path::Path;
+
+use bale_format::h5::H5ShardWriter;
+use bale_format::{Compression, ShardEntry, ShardFileWriter};
+
+use crate::error::Result;
+
+/// One shard being written.
+#[derive(Debug)]
+pub(crate) enum ShardOut {
+    /// A tar or `.tar.zst` shard.
+    Tar(Box<ShardFileWriter>),
+    /// An HDF5 shard.
+    H5(Box<H5ShardWriter>),
+}
+
+impl ShardOut {
+    /// Starts shard `name` in `dir`. Without the `hdf5` feature, an `.h5`
+    /// shard is an error that says how to build with it.
+    pub fn create(dir: &Path, name: &str, compression: Compression, level: i32) -> Result<Self> {
+        Ok(match compression {
+            Compression::H5 => ShardOut::H5(Box::new(H5ShardWriter::create(dir, name)?)),
+            c => ShardOut::Tar(Box::new(ShardFileWriter::create(dir, name, c, level)?)),
+        })
+    }
+
+    pub fn begin_sample(&mut self, key: &str) -> Result<()> {
+        match self {
+            ShardOut::Tar(w) => w.writer().begin_sample(key)?,
+            ShardOut::H5(w) => w.begin_sample(key)?,
+        }
+        Ok(())
+    }
+
+    pub fn add_member(&mut self, ext: &str, data: &[u8]) -> Result<()> {
+        match self {
+            ShardOut::Tar(w) => w.writer().add_member(ext, data)?,
+            ShardOut::H5(w) => w.add_member(ext, data)?,
+        }
+        Ok(())
+    }
+
+    pub fn add_member_from(
+        &mut self,
+        ext: &str,
+        size: u64,
+        reader: &mut dyn Read,
+        source: &Path,
+    ) -> Result<()> {
+        match self {
+            ShardOut::Tar(w) => w.writer().add_member_from(ext, size, reader, source)?,
+            ShardOut::H5(w) => w.add_member_from(ext, size, reader, source)?,
+        }
+        Ok(())
+    }
+
+    pub fn end_sample(&mut self) -> Result<()> {
+        match self {
+            ShardOut::Tar(w) => w.writer().end_sample()?,
+            ShardOut::H5(w) => w.end_sample()?,
+        }
+        Ok(())
+    }
+
+    /// Finishes the shard: renames shard and index into place.
+    pub fn finish(self) -> Result<ShardEntry> {
+        Ok(match self {
+            ShardOut::Tar(w) => (*w).finish()?,
+            ShardOut::H5(w) => (*w).finish()?,
+        })
+    }
+}
