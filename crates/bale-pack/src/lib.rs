@@ -43,6 +43,7 @@
 
 mod discover;
 mod error;
+mod image;
 mod merge;
 mod options;
 mod output;
@@ -51,7 +52,7 @@ mod pipeline;
 mod plan;
 
 pub use discover::{FileList, IGNORED_EXAMPLES, Ignored, IgnoredKind};
-pub use error::{PackError, Result, TransformError};
+pub use error::{PackError, Result, SampleTransformError, TransformError};
 pub use merge::{MergeOptions, MergeSummary, merge};
 pub use options::{
     CompressSpec, DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError,
@@ -59,6 +60,6 @@ pub use options::{
 };
 pub use output::is_bale_file_name;
 pub use packer::{
-    NoProgress, PackProgress, PackSummary, Packer, PackerBuilder, ShapingOptions, SkippedFile,
-    TransformFn, default_jobs,
+    MemberData, NoProgress, PackProgress, PackSummary, Packer, PackerBuilder, SampleTransformFn,
+    ShapingOptions, SkippedFile, TransformFn, default_jobs,
 };
