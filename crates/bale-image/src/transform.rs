@@ -6,7 +6,7 @@ use std::io::Cursor;
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::metadata::Orientation;
-use image::{ColorType, DynamicImage, ImageDecoder, ImageFormat, ImageReader};
+use image::{ColorType, DynamicImage, ExtendedColorType, ImageDecoder, ImageFormat, ImageReader};
 
 use crate::npy;
 use crate::options::{ColorMode, DEFAULT_JPEG_QUALITY, ImageOptions, OutputFormat};
@@ -52,6 +52,28 @@ fn swaps_sides(o: Orientation) -> bool {
             | Orientation::Rotate90FlipH
             | Orientation::Rotate270FlipH
     )
+}
+
+/// The number of colour components of a JPEG's frame (4 for CMYK/YCCK),
+/// from its first SOF marker; the decoder reports CMYK as RGB.
+fn jpeg_components(bytes: &[u8]) -> Option<u8> {
+    let mut i = 2;
+    while i + 4 <= bytes.len() {
+        if bytes[i] != 0xff {
+            return None;
+        }
+        let marker = bytes[i + 1];
+        let len = usize::from(u16::from_be_bytes([bytes[i + 2], bytes[i + 3]]));
+        // SOF0..SOF15, but DHT (C4), JPG (C8) and DAC (CC).
+        if (0xc0..=0xcf).contains(&marker) && ![0xc4, 0xc8, 0xcc].contains(&marker) {
+            return bytes.get(i + 9).copied();
+        }
+        if marker == 0xda {
+            return None;
+        }
+        i += 2 + len;
+    }
+    None
 }
 
 /// The member name a transformed image is stored under.
@@ -281,7 +303,9 @@ pub fn transform(
     if opts.format == OutputFormat::Keep
         && target.is_none()
         && orientation == Orientation::NoTransforms
-        && (opts.mode == ColorMode::Keep || decoder.color_type() == ColorType::Rgb8)
+        && (opts.mode == ColorMode::Keep
+            || (decoder.original_color_type() == ExtendedColorType::Rgb8
+                && !(source == ImageFormat::Jpeg && jpeg_components(&bytes) == Some(4))))
     {
         drop(decoder);
         return Ok(Transformed {

@@ -366,6 +366,14 @@ fn cmyk_jpeg_becomes_rgb() {
             "{mode}: {px:?}"
         );
     }
+    // `keep` with `--mode rgb` re-encodes a CMYK JPEG as RGB; with `--mode keep` it stays.
+    let t = transform(&opts(None, OutputFormat::Keep), "jpg", src.clone()).unwrap();
+    assert!(!t.kept);
+    let o = ImageOptions {
+        mode: ColorMode::Keep,
+        ..opts(None, OutputFormat::Keep)
+    };
+    assert!(transform(&o, "jpg", src).unwrap().kept);
 }
 
 #[test]
@@ -531,4 +539,41 @@ fn output_is_deterministic() {
     .join()
     .unwrap();
     assert_eq!(a, b);
+}
+
+mod untrusted {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Damaged images (bytes flipped, cut short) give a result or an
+        /// error, never a panic, in every output format.
+        #[test]
+        fn damaged_images_never_panic(
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+            cut in any::<prop::sample::Index>(),
+            png in any::<bool>(),
+            format in 0usize..3,
+        ) {
+            let (ext, mut bytes) = if png {
+                ("png", encode(&card(24, 17), ImageFormat::Png))
+            } else {
+                ("jpg", jpeg_with_exif(&card(24, 17).into_rgb8(), Some(6)))
+            };
+            for (at, v) in flips {
+                let i = at.index(bytes.len());
+                bytes[i] ^= v;
+            }
+            let keep = cut.index(bytes.len() + 1).max(1);
+            bytes.truncate(keep);
+            let format = [OutputFormat::Raw, OutputFormat::Keep, OutputFormat::Jpeg { quality: 50 }][format];
+            // A flipped header may claim a large image: keep the test's memory small.
+            let o = ImageOptions { max_pixels: 1 << 20, ..opts(Some(Resize::Shorter(8)), format) };
+            if let Ok(t) = transform(&o, ext, bytes) {
+                prop_assert!(t.out_width <= 24 && t.out_height <= 24);
+            }
+        }
+    }
 }
