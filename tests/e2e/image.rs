@@ -504,6 +504,23 @@ fn image_flags_are_checked() {
         assert!(err.contains(want), "{flags:?}: {err}");
         assert!(!out.join("bale.json").exists());
     }
+    // Two images stored under one name (jpg and png both become npy).
+    fs::write(
+        input.join("dog/d.png"),
+        encode(&picture(4, 4, 0), ImageFormat::Png),
+    )
+    .unwrap();
+    let o = bale(
+        &["pack", "-q", "--image-format", "raw", "-o"],
+        &[&out, &input],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("dog/d.png") && err.contains("stored as .npy"),
+        "{err}"
+    );
+    fs::remove_file(input.join("dog/d.png")).unwrap();
     // A user member named orig.json clashes with the stage's: an input error.
     fs::write(input.join("cat/a.orig.json"), b"{}").unwrap();
     let o = bale(

@@ -57,6 +57,16 @@ fn apply(
             continue;
         }
         let t = bale_image::transform(opts, &m.ext, m.data).map_err(|e| fail(&m.ext, e))?;
+        if let Some(other) = out.iter().find(|o: &&MemberData| o.ext == t.ext) {
+            return Err(SampleTransformError {
+                ext: Some(m.ext.clone()),
+                source: format!(
+                    "the image would be stored as .{}, a member the sample already has; choose the images with --image-exts",
+                    other.ext
+                )
+                .into(),
+            });
+        }
         sizes.insert(
             t.ext.clone(),
             BTreeMap::from([("height", t.height), ("width", t.width)]),
