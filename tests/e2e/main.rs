@@ -5,6 +5,7 @@ mod convert;
 mod format_interop;
 #[cfg(feature = "hdf5")]
 mod h5;
+mod image;
 mod index;
 mod ls_get;
 mod pack;

@@ -64,8 +64,11 @@ const BENCHES: &[Bench] = &[
     },
     Bench {
         name: "image",
-        about: "pre-resize / re-encode / pre-decode transforms",
-        runs: &[],
+        about: "pre-resize / re-encode / pre-decode transforms, against Pillow per core",
+        runs: &[Run::Cargo {
+            package: "bale-image",
+            bench: "image",
+        }],
     },
     Bench {
         name: "index",

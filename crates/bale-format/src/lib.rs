@@ -53,7 +53,9 @@ pub mod verify;
 
 pub use error::{FormatError, Result};
 pub use index::{Compression, IndexBuilder, MemberEntry, SampleEntry, ShardIndex, checksum};
-pub use manifest::{CreatedBy, FieldStats, MANIFEST_NAME, Manifest, ShardEntry};
+pub use manifest::{
+    CreatedBy, FieldStats, ImageTransform, MANIFEST_NAME, Manifest, ORIGINAL_SIZE_EXT, ShardEntry,
+};
 pub use name::{split_member_name, validate_ext, validate_key};
 pub use read::{Sample, SampleBuf, ShardReader};
 pub use shard::{

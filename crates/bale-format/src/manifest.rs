@@ -93,6 +93,38 @@ pub struct CreatedBy {
     pub options: serde_json::Value,
 }
 
+/// Extension of the member `bale pack`'s image stage adds to every sample
+/// holding an image it transformed: a JSON object mapping each stored image
+/// member's extension to the original image's size as displayed (after EXIF
+/// orientation), e.g. `{"jpg":{"height":375,"width":500}}`. A sample that
+/// already holds a member with this extension is refused by the stage.
+pub const ORIGINAL_SIZE_EXT: &str = "orig.json";
+
+/// How `bale pack` transformed images, stored in the manifest at
+/// `created_by.options.image` (absent when no image stage ran). Read it with
+/// [`Manifest::image_transform`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageTransform {
+    /// The resize rule: `shorter:N`, `longer:N`, `fit:WxH`, or `None`.
+    pub resize: Option<String>,
+    /// Whether images smaller than the target were enlarged.
+    pub upscale: bool,
+    /// Stored format: `jpeg`, `png`, `keep` or `raw` (`.npy`).
+    pub format: String,
+    /// JPEG quality, with `jpeg`.
+    pub quality: Option<u8>,
+    /// Colour mode: `rgb` (8-bit RGB) or `keep`.
+    pub mode: String,
+    /// Images with more pixels were refused.
+    pub max_pixels: u64,
+    /// Extensions treated as images.
+    pub exts: Vec<String>,
+    /// Resampling filter (`lanczos3`).
+    pub filter: String,
+    /// Extension of the member holding original sizes ([`ORIGINAL_SIZE_EXT`]).
+    pub original_size: String,
+}
+
 /// The manifest of a dataset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -148,6 +180,14 @@ impl Manifest {
             skipped: 0,
             created_by,
         }
+    }
+
+    /// The image transform `bale pack` applied, if any (from
+    /// `created_by.options.image`; `None` for datasets packed without one,
+    /// or written before it was recorded).
+    pub fn image_transform(&self) -> Option<ImageTransform> {
+        let v = self.created_by.options.get("image")?;
+        serde_json::from_value(v.clone()).ok()
     }
 
     /// The manifest's path in `dir`.
@@ -354,6 +394,27 @@ mod tests {
         let back = Manifest::from_slice(&m.to_bytes(), Path::new("bale.json")).unwrap();
         assert_eq!(back, m);
         assert_eq!(back.fields["jpg"].count, 2);
+    }
+
+    #[test]
+    fn image_transform_record_round_trips_and_is_optional() {
+        let mut m = manifest();
+        assert_eq!(m.image_transform(), None, "old manifests have none");
+        let rec = ImageTransform {
+            resize: Some("shorter:256".into()),
+            upscale: false,
+            format: "jpeg".into(),
+            quality: Some(90),
+            mode: "rgb".into(),
+            max_pixels: 178_956_970,
+            exts: vec!["jpg".into(), "png".into()],
+            filter: "lanczos3".into(),
+            original_size: ORIGINAL_SIZE_EXT.into(),
+        };
+        m.created_by.options["image"] = serde_json::to_value(&rec).unwrap();
+        let back = Manifest::from_slice(&m.to_bytes(), Path::new("bale.json")).unwrap();
+        assert_eq!(back.image_transform(), Some(rec));
+        assert_eq!(back.created_by.options["image"]["resize"], "shorter:256");
     }
 
     #[test]

@@ -18,4 +18,36 @@ pub enum ImageError {
         /// The decoder's message.
         message: String,
     },
+    /// The image has more pixels than allowed (a decompression bomb, or just
+    /// too large): refused before its pixels are decoded.
+    #[error(
+        "{ext} image is {width}x{height} = {pixels} pixels, more than the limit of {max} (see --max-pixels)"
+    )]
+    TooLarge {
+        /// The member's extension.
+        ext: String,
+        /// Width from the header.
+        width: u32,
+        /// Height from the header.
+        height: u32,
+        /// `width * height`.
+        pixels: u64,
+        /// The limit in force.
+        max: u64,
+    },
+    /// The transformed image could not be encoded.
+    #[error("cannot encode {width}x{height} image as {format}: {message}")]
+    Encode {
+        /// The output format.
+        format: String,
+        /// Width of the image.
+        width: u32,
+        /// Height of the image.
+        height: u32,
+        /// The encoder's message.
+        message: String,
+    },
+    /// An option value that cannot be used (a bad `--resize`, `--image-format`, ...).
+    #[error("invalid image option: {0}")]
+    Option(String),
 }

@@ -1,41 +1,61 @@
-//! Image transforms for bale: bytes in, bytes out.
+//! Image transforms for bale: bytes in, bytes out, typed options.
 //!
-//! For now this crate holds the decode check behind `bale verify --decode`:
-//! [`decode_check`] fully decodes a member's bytes as the image format its
-//! extension names and returns the dimensions, or says why it does not decode.
-//! (The pre-resize / re-encode / pre-decode stage of `bale pack` will live here too.)
+//! [`transform`] is the pre-resize / re-encode / pre-decode stage of
+//! `bale pack`: it decodes one image member (after checking its header
+//! against a pixel limit), turns it upright by its EXIF orientation,
+//! converts its colours ([`ColorMode`]), resizes it with Lanczos3
+//! ([`Resize`], SIMD through `fast_image_resize`) and stores it as
+//! [`OutputFormat`]: JPEG, PNG, the original bytes, or decoded pixels as a
+//! NumPy `.npy` file. [`decode_check`] fully decodes a member and returns its
+//! dimensions (`bale verify --decode`).
 //!
 //! ```
-//! // A 1x1 grey PNG.
-//! let png = [
-//!     0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
-//!     0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, 0x00, 0x00, 0x00, 0x3a, 0x7e, 0x9b,
-//!     0x55, 0x00, 0x00, 0x00, 0x0a, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x68, 0x00, 0x00, 0x00,
-//!     0x82, 0x00, 0x81, 0x77, 0xcd, 0x72, 0xb6, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae,
-//!     0x42, 0x60, 0x82,
-//! ];
-//! assert_eq!(bale_image::decode_check("png", &png)?, (1, 1));
+//! use bale_image::{ImageOptions, OutputFormat, Resize};
+//! // A 4x2 grey PNG.
+//! let img = image::GrayImage::from_pixel(4, 2, image::Luma([128]));
+//! let mut png = std::io::Cursor::new(Vec::new());
+//! img.write_to(&mut png, image::ImageFormat::Png).unwrap();
+//!
+//! let opts = ImageOptions {
+//!     resize: Some(Resize::Shorter(1)),
+//!     format: OutputFormat::Raw,
+//!     ..ImageOptions::default()
+//! };
+//! let out = bale_image::transform(&opts, "png", png.into_inner())?;
+//! assert_eq!((out.ext.as_str(), out.width, out.height), ("npy", 4, 2));
+//! assert_eq!((out.out_width, out.out_height), (2, 1));
+//! assert!(out.data.starts_with(b"\x93NUMPY"));
 //! assert!(bale_image::decode_check("png", b"not a png").is_err());
 //! assert!(!bale_image::is_image_ext("cls"));
 //! # Ok::<(), bale_image::ImageError>(())
 //! ```
 
+#![deny(missing_docs)]
+
 mod error;
+mod npy;
+mod options;
+mod transform;
 
 pub use error::ImageError;
+pub use options::{
+    ColorMode, DEFAULT_IMAGE_EXTS, DEFAULT_JPEG_QUALITY, DEFAULT_MAX_PIXELS, ImageOptions,
+    OutputFormat, Resize,
+};
+pub use transform::{Transformed, transform};
 
 use image::ImageFormat;
 
 /// The image format an extension names, looking at its last dot-separated
 /// part (`seg.png` is a PNG), for the formats this build decodes.
-fn format_of(ext: &str) -> Option<ImageFormat> {
+pub(crate) fn format_of(ext: &str) -> Option<ImageFormat> {
     let last = ext.rsplit('.').next().unwrap_or(ext);
     let format = ImageFormat::from_extension(last)?;
     format.reading_enabled().then_some(format)
 }
 
 /// Whether members with this extension are images [`decode_check`] can decode
-/// (`jpg`, `jpeg`, `png`, `webp`, `gif`, `bmp`, and compound ones like `seg.png`).
+/// (`jpg`, `jpeg`, `png`, `webp`, `gif`, `bmp`, `tif`, `tiff`, and compound ones like `seg.png`).
 pub fn is_image_ext(ext: &str) -> bool {
     format_of(ext).is_some()
 }

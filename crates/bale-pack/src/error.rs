@@ -11,6 +11,19 @@ pub type Result<T, E = PackError> = std::result::Result<T, E>;
 /// The error of a transform hook (see [`crate::PackerBuilder::transform`]).
 pub type TransformError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The error of a sample transform (see [`crate::PackerBuilder::sample_transform`]):
+/// which member it concerns, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{source}", ext.as_deref().map(|e| format!(".{e}: ")).unwrap_or_default())]
+pub struct SampleTransformError {
+    /// Extension of the member at fault, if one is; the pack names that
+    /// member's file in its error (else the sample's first file).
+    pub ext: Option<String>,
+    /// Why.
+    #[source]
+    pub source: TransformError,
+}
+
 /// Everything that can go wrong packing or merging.
 ///
 /// Errors about one input file (the variants [`PackError::is_input_error`]

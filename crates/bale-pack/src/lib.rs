@@ -46,6 +46,7 @@
 mod convert;
 mod discover;
 mod error;
+mod image;
 mod merge;
 mod options;
 mod output;
@@ -56,7 +57,7 @@ mod shard_out;
 
 pub use convert::{ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert};
 pub use discover::{FileList, IGNORED_EXAMPLES, Ignored, IgnoredKind};
-pub use error::{PackError, Result, TransformError};
+pub use error::{PackError, Result, SampleTransformError, TransformError};
 pub use merge::{MergeOptions, MergeSummary, merge};
 pub use options::{
     CompressSpec, DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError,
@@ -64,6 +65,6 @@ pub use options::{
 };
 pub use output::is_bale_file_name;
 pub use packer::{
-    NoProgress, PackProgress, PackSummary, Packer, PackerBuilder, ShapingOptions, SkippedFile,
-    TransformFn, default_jobs,
+    MemberData, NoProgress, PackProgress, PackSummary, Packer, PackerBuilder, SampleTransformFn,
+    ShapingOptions, SkippedFile, TransformFn, default_jobs,
 };

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use bale_format::{Compression, CreatedBy, Manifest, ShardEntry};
+use bale_format::{Compression, CreatedBy, ImageTransform, Manifest, ShardEntry};
+use bale_image::ImageOptions;
 use serde::{Deserialize, Serialize};
 
 use crate::discover::{Discover, FileList, Filter, Ignored, dir_id};
-use crate::error::{PackError, Result, TransformError};
+use crate::error::{PackError, Result, SampleTransformError, TransformError};
 use crate::options::{
     DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError, Order, Part,
 };
@@ -18,10 +19,27 @@ use crate::output::Output;
 use crate::pipeline::{WriteCtx, write_all};
 use crate::plan::{apply_labels, group, stat_all};
 
-/// A per-member transform applied in the parallel read stage: takes the
+/// A per-member transform (see [`PackerBuilder::transform`]): takes the
 /// member's extension and bytes, returns the bytes to store.
 pub type TransformFn =
     dyn Fn(&str, Vec<u8>) -> std::result::Result<Vec<u8>, TransformError> + Send + Sync;
+
+/// One member of a sample, as a [`SampleTransformFn`] gets and returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberData {
+    /// The member's extension (`jpg`, `seg.png`, `cls`).
+    pub ext: String,
+    /// Its bytes.
+    pub data: Vec<u8>,
+}
+
+/// A per-sample transform applied in the parallel read stage (see
+/// [`PackerBuilder::sample_transform`]): takes the sample's key and its
+/// members (sorted by extension, labels not included), returns the members
+/// to store. It may change, rename, drop or add members.
+pub type SampleTransformFn = dyn Fn(&str, Vec<MemberData>) -> std::result::Result<Vec<MemberData>, SampleTransformError>
+    + Send
+    + Sync;
 
 /// Receives progress reports from a running pack. Every method has an empty
 /// default; all are called from the thread that called [`Packer::run`].
@@ -142,6 +160,9 @@ pub struct ShapingOptions {
     pub on_error: OnError,
     /// Name of the transform applied to members, if any.
     pub transform: Option<String>,
+    /// The image stage, if one ran (absent from older manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageTransform>,
     /// The part packed, if any.
     pub part: Option<Part>,
 }
@@ -177,7 +198,8 @@ pub struct PackerBuilder {
     part: Option<Part>,
     force: bool,
     cancel: Option<Arc<AtomicBool>>,
-    transform: Option<(String, Arc<TransformFn>)>,
+    transform: Option<(String, Arc<SampleTransformFn>)>,
+    image: Option<ImageOptions>,
 }
 
 impl fmt::Debug for PackerBuilder {
@@ -201,6 +223,7 @@ impl fmt::Debug for PackerBuilder {
             .field("part", &self.part)
             .field("force", &self.force)
             .field("transform", &self.transform.as_ref().map(|t| &t.0))
+            .field("image", &self.image)
             .finish_non_exhaustive()
     }
 }
@@ -227,6 +250,7 @@ impl Default for PackerBuilder {
             force: false,
             cancel: None,
             transform: None,
+            image: None,
         }
     }
 }
@@ -349,18 +373,59 @@ impl PackerBuilder {
         self
     }
 
-    /// A transform applied to every member read into memory, in the parallel
-    /// stage (default: none). `name` is recorded in the manifest. With a
-    /// transform, samples larger than the in-flight budget are still loaded
-    /// whole (one at a time).
-    pub fn transform<F>(mut self, name: impl Into<String>, f: F) -> Self
+    /// A transform applied to every member's bytes, in the parallel stage
+    /// (default: none): a [`PackerBuilder::sample_transform`] that keeps each
+    /// member's name. `name` is recorded in the manifest.
+    pub fn transform<F>(self, name: impl Into<String>, f: F) -> Self
     where
         F: Fn(&str, Vec<u8>) -> std::result::Result<Vec<u8>, TransformError>
             + Send
             + Sync
             + 'static,
     {
+        self.sample_transform(name, move |_key: &str, members: Vec<MemberData>| {
+            members
+                .into_iter()
+                .map(|m| match f(&m.ext, m.data) {
+                    Ok(data) => Ok(MemberData { ext: m.ext, data }),
+                    Err(source) => Err(SampleTransformError {
+                        ext: Some(m.ext),
+                        source,
+                    }),
+                })
+                .collect()
+        })
+    }
+
+    /// A transform applied to every sample, in the parallel stage (default:
+    /// none). It gets the sample's key and members and returns the members
+    /// to store: it may rename, drop or add members (a `.cls` label is added
+    /// after it). The members returned are stored sorted by extension; they
+    /// must have valid, distinct extensions. `name` is recorded in the
+    /// manifest. Its errors are input errors (`--on-error skip` skips the
+    /// sample), reported against the member whose extension the error names.
+    /// With a transform, samples larger than the in-flight budget are still
+    /// loaded whole (one at a time). It must be a function of its input for
+    /// the output to stay deterministic.
+    pub fn sample_transform<F>(mut self, name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&str, Vec<MemberData>) -> std::result::Result<Vec<MemberData>, SampleTransformError>
+            + Send
+            + Sync
+            + 'static,
+    {
         self.transform = Some((name.into(), Arc::new(f)));
+        self
+    }
+
+    /// The image stage: resize, re-encode or pre-decode image members
+    /// (default: none). Inactive options (no resize, format `keep`) are
+    /// ignored. Runs before any [`PackerBuilder::sample_transform`]; each
+    /// sample holding an image gets an `orig.json` member with the original
+    /// sizes ([`bale_format::ORIGINAL_SIZE_EXT`]); the options are recorded
+    /// in the manifest ([`bale_format::ImageTransform`]).
+    pub fn image(mut self, options: ImageOptions) -> Self {
+        self.image = options.is_active().then_some(options);
         self
     }
 
@@ -394,6 +459,10 @@ impl PackerBuilder {
                 "zstd level {} is outside 1..=22",
                 self.zstd_level
             )));
+        }
+        if let Some(img) = &self.image {
+            img.validate()
+                .map_err(|e| PackError::Option(e.to_string()))?;
         }
         let filter = Filter::new(&self.include, &self.exclude)?;
         Ok(Packer {
@@ -516,6 +585,7 @@ impl Packer {
         progress.planned(samples.len() as u64, planned_bytes);
 
         // Read and write.
+        let chain = crate::image::chain(o.image.clone(), o.transform.as_ref().map(|t| t.1.clone()));
         let prefix = o
             .part
             .map_or_else(|| "shard".to_owned(), |p| p.shard_prefix());
@@ -527,7 +597,7 @@ impl Packer {
             shard_samples: o.shard_samples,
             budget: o.in_flight,
             on_error: o.on_error,
-            transform: o.transform.as_ref().map(|t| &*t.1),
+            transform: chain.as_deref(),
             cancel,
             progress,
         };
@@ -568,6 +638,7 @@ impl Packer {
             follow_links: o.follow_links,
             on_error: o.on_error,
             transform: o.transform.as_ref().map(|t| t.0.clone()),
+            image: o.image.as_ref().map(crate::image::record),
             part: o.part,
         };
         let created_by = CreatedBy {

@@ -24,7 +24,7 @@ use crate::options::OnError;
 use crate::output::Output;
 use crate::plan::Sample;
 use crate::shard_out::ShardOut;
-use crate::{PackProgress, SkippedFile, TransformFn};
+use crate::{MemberData, PackProgress, SampleTransformFn, SkippedFile};
 
 /// The end-of-archive blocks every tar ends with.
 const END_BLOCKS: u64 = 2 * BLOCK;
@@ -37,11 +37,15 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// Bookkeeping bytes charged to the budget per sample on top of its data.
 const SAMPLE_OVERHEAD: u64 = 1024;
 
-/// A member's bytes, or a note that the writer streams it from its file.
+/// A member's bytes, or a note that the writer streams member `i` of the
+/// sample from its file.
 enum Data {
     Bytes(Vec<u8>),
-    Stream,
+    Stream(usize),
 }
+
+/// The members of a sample to write, by extension, sorted.
+type Loaded = Vec<(String, Data)>;
 
 /// What the write stage needs.
 pub(crate) struct WriteCtx<'a> {
@@ -52,7 +56,7 @@ pub(crate) struct WriteCtx<'a> {
     pub shard_samples: Option<u64>,
     pub budget: u64,
     pub on_error: OnError,
-    pub transform: Option<&'a TransformFn>,
+    pub transform: Option<&'a SampleTransformFn>,
     pub cancel: &'a AtomicBool,
     pub progress: &'a dyn PackProgress,
 }
@@ -125,23 +129,66 @@ fn check_eof(f: &mut File, path: &Path, size: u64) -> Result<()> {
     }
 }
 
-fn read_sample(s: &Sample, stream: bool, transform: Option<&TransformFn>) -> Result<Vec<Data>> {
-    let mut out = Vec::with_capacity(s.members.len());
-    for m in &s.members {
-        if stream {
-            out.push(Data::Stream);
-            continue;
-        }
-        let mut bytes = read_file(&m.path, m.size)?;
-        if let Some(t) = transform {
-            bytes = t(&m.ext, bytes).map_err(|source| PackError::Transform {
-                path: m.path.clone(),
-                source,
-            })?;
-        }
-        out.push(Data::Bytes(bytes));
+fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) -> Result<Loaded> {
+    if stream {
+        return Ok(s
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.ext.clone(), Data::Stream(i)))
+            .collect());
     }
-    Ok(out)
+    let mut members = Vec::with_capacity(s.members.len());
+    for m in &s.members {
+        members.push(MemberData {
+            ext: m.ext.clone(),
+            data: read_file(&m.path, m.size)?,
+        });
+    }
+    let Some(t) = transform else {
+        return Ok(members
+            .into_iter()
+            .map(|m| (m.ext, Data::Bytes(m.data)))
+            .collect());
+    };
+    // Errors name the member's file the transform blames, else the first.
+    let path_of = |ext: Option<&str>| {
+        ext.and_then(|e| s.members.iter().find(|m| m.ext == e))
+            .map_or_else(|| s.first_path().to_path_buf(), |m| m.path.clone())
+    };
+    let refuse = |ext: Option<&str>, what: String| PackError::Transform {
+        path: path_of(ext),
+        source: what.into(),
+    };
+    let mut out = t(&s.key, members).map_err(|e| PackError::Transform {
+        path: path_of(e.ext.as_deref()),
+        source: e.source,
+    })?;
+    out.sort_by(|a, b| a.ext.cmp(&b.ext));
+    for (i, m) in out.iter().enumerate() {
+        bale_format::validate_ext(&m.ext).map_err(|e| {
+            refuse(
+                None,
+                format!("the transform returned a member named {:?}: {e}", m.ext),
+            )
+        })?;
+        if i > 0 && out[i - 1].ext == m.ext {
+            return Err(refuse(
+                Some(&m.ext),
+                format!("the transform returned two .{} members", m.ext),
+            ));
+        }
+        if m.ext == "cls" && s.label.is_some() {
+            return Err(refuse(
+                Some(&m.ext),
+                "the transform returned a .cls member, but labels are added as .cls".into(),
+            ));
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|m| (m.ext, Data::Bytes(m.data)))
+        .collect())
 }
 
 /// One member ready to write.
@@ -312,18 +359,19 @@ impl Sink<'_, '_> {
         Ok(())
     }
 
-    fn write(&mut self, s: &Sample, data: Result<Vec<Data>>) -> Result<()> {
+    fn write(&mut self, s: &Sample, data: Result<Loaded>) -> Result<()> {
         let data = match data {
             Ok(d) => d,
             Err(e) => return self.fail(s, e),
         };
         // Members to write, in extension order, with the label slotted in.
         let label = s.label.map(|l| l.to_string());
-        let mut list: Vec<(&str, Src<'_>, u64)> = Vec::with_capacity(s.members.len() + 1);
-        for (m, d) in s.members.iter().zip(&data) {
+        let mut list: Vec<(&str, Src<'_>, u64)> = Vec::with_capacity(data.len() + 1);
+        for (ext, d) in &data {
             match d {
-                Data::Bytes(b) => list.push((&m.ext, Src::Bytes(b), b.len() as u64)),
-                Data::Stream => {
+                Data::Bytes(b) => list.push((ext, Src::Bytes(b), b.len() as u64)),
+                Data::Stream(i) => {
+                    let m = &s.members[*i];
                     let opened = File::open(&m.path)
                         .map_err(|e| PackError::read(&m.path, e))
                         .and_then(|f| check_open(&f, &m.path, m.size).map(|()| f));
@@ -348,7 +396,6 @@ impl Sink<'_, '_> {
         };
         let w = &mut cur.writer;
         w.begin_sample(&s.key)?;
-        let mut input_bytes = 0;
         for (ext, src, size) in list.iter_mut() {
             match src {
                 Src::Bytes(b) => w.add_member(ext, b)?,
@@ -357,9 +404,6 @@ impl Sink<'_, '_> {
                     check_eof(f, path, *size)?;
                 }
             }
-            if *ext != "cls" || label.is_none() {
-                input_bytes += *size;
-            }
         }
         w.end_sample()?;
         cur.tar_bytes += bytes;
@@ -367,7 +411,7 @@ impl Sink<'_, '_> {
         cur.start_writeback();
         self.done.samples += 1;
         self.done.members += list.len() as u64;
-        self.done.input_bytes += input_bytes;
+        self.done.input_bytes += s.members.iter().map(|m| m.size).sum::<u64>();
         self.ctx
             .progress
             .sample_written(self.done.samples, self.done.input_bytes);
@@ -418,7 +462,7 @@ pub(crate) fn write_all(
     let stream = &stream;
     let stop = AtomicBool::new(false);
     let stop = &stop;
-    let (tx, rx) = crossbeam_channel::unbounded::<(usize, Result<Vec<Data>>)>();
+    let (tx, rx) = crossbeam_channel::unbounded::<(usize, Result<Loaded>)>();
     let mut sink = Sink {
         ctx,
         out,
@@ -434,7 +478,7 @@ pub(crate) fn write_all(
             let mut held_bytes = 0u64;
             let mut held = 0usize;
             // Results read ahead of the writer: slot k is sample i + k.
-            let mut pending: VecDeque<Option<Result<Vec<Data>>>> = VecDeque::new();
+            let mut pending: VecDeque<Option<Result<Loaded>>> = VecDeque::new();
             for i in 0..n {
                 if ctx.cancel.load(Ordering::Relaxed) {
                     return Err(PackError::Cancelled);

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bale_format::{Compression, Manifest, ShardEntry, ShardReader};
 use bale_pack::{
-    FileList, LabelMode, MergeOptions, NoProgress, OnError, Order, PackError, PackProgress,
-    PackSummary, Packer, PackerBuilder, Part, merge,
+    FileList, LabelMode, MemberData, MergeOptions, NoProgress, OnError, Order, PackError,
+    PackProgress, PackSummary, Packer, PackerBuilder, Part, SampleTransformError, merge,
 };
 
 type Samples = Vec<(String, Vec<(String, Vec<u8>)>)>;
@@ -662,6 +662,122 @@ fn transform_hook_runs_on_members_and_its_errors_are_input_errors() {
     assert_eq!(
         Manifest::read(&out).unwrap().created_by.options["transform"],
         "upper"
+    );
+}
+
+#[test]
+fn sample_transform_renames_and_adds_members_in_extension_order() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    write_tree(
+        &input,
+        &[
+            ("c/1.jpg", b"one"),
+            ("c/1.txt", b"caption"),
+            ("c/2.jpg", b"two"),
+        ],
+    );
+    // jpg -> zzz (renamed, sorts last), plus a new "aaa" member (sorts first).
+    let f =
+        |key: &str, members: Vec<MemberData>| -> Result<Vec<MemberData>, SampleTransformError> {
+            let mut out: Vec<MemberData> = members
+                .into_iter()
+                .map(|m| MemberData {
+                    ext: if m.ext == "jpg" { "zzz".into() } else { m.ext },
+                    data: m.data,
+                })
+                .collect();
+            out.push(MemberData {
+                ext: "aaa".into(),
+                data: key.as_bytes().to_vec(),
+            });
+            Ok(out)
+        };
+    let out = t.path().join("out");
+    pack(
+        builder(&input, &out)
+            .labels(LabelMode::Dir)
+            .sample_transform("rename", f),
+    )
+    .unwrap();
+    let d = read_dataset(&out);
+    let exts: Vec<&str> = d[0].1.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(
+        exts,
+        ["aaa", "cls", "txt", "zzz"],
+        "sorted, label slotted in"
+    );
+    assert_eq!(member(&d, "c/1", "aaa"), Some(&b"c/1"[..]));
+    assert_eq!(member(&d, "c/2", "zzz"), Some(&b"two"[..]));
+    assert_eq!(member(&d, "c/2", "jpg"), None);
+    let m = Manifest::read(&out).unwrap();
+    assert_eq!(m.fields["aaa"].count, 2);
+    assert_eq!(m.created_by.options["transform"], "rename");
+    assert!(m.created_by.options.get("image").is_none());
+
+    // Two members with one name, a bad name, or a .cls beside labels: input
+    // errors naming a file of the sample.
+    let dup =
+        |_: &str, members: Vec<MemberData>| -> Result<Vec<MemberData>, SampleTransformError> {
+            Ok(members
+                .into_iter()
+                .map(|m| MemberData {
+                    ext: "x".into(),
+                    data: m.data,
+                })
+                .collect())
+        };
+    let bad = t.path().join("bad");
+    let err = pack(builder(&input, &bad).sample_transform("dup", dup)).unwrap_err();
+    assert!(err.to_string().contains("two .x members"), "{err}");
+    assert!(err.to_string().contains("c/1."), "{err}");
+    let slash = |_: &str, _: Vec<MemberData>| -> Result<Vec<MemberData>, SampleTransformError> {
+        Ok(vec![MemberData {
+            ext: "a/b".into(),
+            data: vec![],
+        }])
+    };
+    let err = pack(builder(&input, &bad).sample_transform("slash", slash)).unwrap_err();
+    assert!(err.to_string().contains("\"a/b\""), "{err}");
+    let cls = |_: &str, _: Vec<MemberData>| -> Result<Vec<MemberData>, SampleTransformError> {
+        Ok(vec![MemberData {
+            ext: "cls".into(),
+            data: b"9".to_vec(),
+        }])
+    };
+    let err = pack(
+        builder(&input, &bad)
+            .labels(LabelMode::Dir)
+            .sample_transform("cls", cls),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("labels are added as .cls"),
+        "{err}"
+    );
+    // Errors blame the member the transform names.
+    let blame =
+        |key: &str, members: Vec<MemberData>| -> Result<Vec<MemberData>, SampleTransformError> {
+            if key == "c/2" {
+                return Ok(members);
+            }
+            Err(SampleTransformError {
+                ext: Some("txt".into()),
+                source: "no".into(),
+            })
+        };
+    let summary = pack(
+        builder(&input, &bad)
+            .sample_transform("blame", blame)
+            .on_error(OnError::Skip)
+            .force(true),
+    )
+    .unwrap();
+    assert_eq!(summary.samples, 1);
+    assert!(
+        summary.skipped[0].path.ends_with("c/1.txt"),
+        "{:?}",
+        summary.skipped
     );
 }
 

@@ -2,11 +2,30 @@
 
 use std::path::PathBuf;
 
+use bale_image::{ColorMode, OutputFormat, Resize};
 use bale_pack::{CompressSpec, LabelMode, OnError, Part};
 
 fn size(s: &str) -> Result<u64, bale_pack::PackError> {
     bale_pack::parse_size(s)
 }
+
+/// Shown after the options by `bale pack --help` (verbatim).
+const EXAMPLES: &str = "\
+Examples:
+  bale pack data/train -o ds/train
+      ImageFolder tree -> 1 GiB tar shards, labels from class directories
+  bale pack data/train -o ds/train --resize shorter:256 --image-format jpeg:90
+      pre-resize JPEGs once, so loaders decode 256-pixel images every epoch
+  bale pack data/train -o ds/train --resize longer:512 --image-format raw
+      store decoded pixels (.npy, uint8 HxWxC): no decode at load time
+  bale pack data/masks -o ds/masks --image-exts jpg --resize fit:640x480
+      resize the .jpg members only (leave .png masks as they are)
+  bale pack data/train -o ds/train --resize shorter:256 --on-error skip
+      skip (and list) corrupt or oversized images instead of failing
+
+The image stage writes an orig.json member per sample with each image's
+original width and height, and records its options in bale.json
+(created_by.options.image). See docs/image.md.";
 
 /// Pack a tree of files into WebDataset-style tar shards with an index and a
 /// manifest.
@@ -18,7 +37,12 @@ fn size(s: &str) -> Result<u64, bale_pack::PackError> {
 /// interrupted leaves no manifest and removes the shards it wrote. The same
 /// input and options give byte-identical output, whatever `--jobs`.
 /// See docs/pack.md for every rule.
+///
+/// The image stage (--resize, --image-format) decodes, resizes and
+/// re-encodes or pre-decodes image members in the parallel stage, once,
+/// instead of in every epoch of every loader; see docs/image.md.
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = EXAMPLES)]
 pub struct PackArgs {
     /// Input directories; keys are relative to each. With --files-from, at
     /// most one: the directory the listed paths are relative to (default: the
@@ -90,10 +114,53 @@ pub struct PackArgs {
     pub in_flight: u64,
 
     /// On an input that cannot be packed (unreadable, vanished, changed,
-    /// broken symlink, FIFO, non-UTF-8 name): `fail` stops; `skip` drops its
+    /// broken symlink, FIFO, non-UTF-8 name; with the image stage, a
+    /// corrupt, truncated, mislabelled or oversized image): `fail` stops; `skip` drops its
     /// sample, lists it and counts it in the manifest.
     #[arg(long, value_name = "WHAT", default_value = "fail")]
     pub on_error: OnError,
+
+    /// Resize images, keeping the aspect ratio: `shorter:N` (shorter side N),
+    /// `longer:N` (longer side at most N), `fit:WxH` (inside a W x H box).
+    /// Lanczos3; never enlarges unless --upscale.
+    #[arg(long, value_name = "RULE", help_heading = "Image stage")]
+    pub resize: Option<Resize>,
+
+    /// Enlarge images smaller than the --resize target too.
+    #[arg(long, requires = "resize", help_heading = "Image stage")]
+    pub upscale: bool,
+
+    /// How to store images: `jpeg[:QUALITY]` (default quality 90), `png`,
+    /// `keep` (original bytes when unchanged, else re-encoded in their own
+    /// format), or `raw` (decoded pixels as .npy, uint8 H x W x C).
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "keep",
+        help_heading = "Image stage"
+    )]
+    pub image_format: OutputFormat,
+
+    /// Colours of transformed images: `rgb` (8-bit RGB: gray, alpha, palette,
+    /// CMYK and 16-bit converted) or `keep` (gray, alpha and 16 bits kept
+    /// where the format holds them) [default: rgb].
+    #[arg(long, value_name = "MODE", help_heading = "Image stage")]
+    pub mode: Option<ColorMode>,
+
+    /// Which members are images, by extension, comma-separated [default:
+    /// jpg,jpeg,png,webp,bmp,tif,tiff,gif]. `png` also matches `seg.png`.
+    #[arg(
+        long,
+        value_name = "EXTS",
+        value_delimiter = ',',
+        help_heading = "Image stage"
+    )]
+    pub image_exts: Option<Vec<String>>,
+
+    /// Refuse images with more pixels than N (decompression bombs), checked
+    /// from the header before decoding [default: 178956970, as Pillow].
+    #[arg(long, value_name = "N", help_heading = "Image stage")]
+    pub max_pixels: Option<u64>,
 
     /// Pack part I of N (I from 0) of the input, for `bale merge`.
     #[arg(long, value_name = "I/N")]

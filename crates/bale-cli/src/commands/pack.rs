@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use bale_format::ShardEntry;
+use bale_image::ImageOptions;
 use bale_pack::{
     FileList, Ignored, Order, PackError, PackProgress, PackSummary, Packer, SkippedFile,
 };
@@ -194,9 +195,51 @@ fn failure(e: PackError, out: &Path) -> anyhow::Error {
     }
 }
 
+/// The image options from the arguments; refuses image flags that would do
+/// nothing without --resize or a --image-format other than `keep`.
+fn image_options(args: &PackArgs) -> anyhow::Result<ImageOptions> {
+    let mut o = ImageOptions {
+        resize: args.resize,
+        upscale: args.upscale,
+        format: args.image_format,
+        ..ImageOptions::default()
+    };
+    if !o.is_active() {
+        let given: Vec<&str> = [
+            (args.mode.is_some(), "--mode"),
+            (args.image_exts.is_some(), "--image-exts"),
+            (args.max_pixels.is_some(), "--max-pixels"),
+        ]
+        .into_iter()
+        .filter_map(|(on, flag)| on.then_some(flag))
+        .collect();
+        if !given.is_empty() {
+            anyhow::bail!(
+                "{} only apply to the image stage, which is off\nhint: add --resize RULE or --image-format jpeg|png|raw",
+                given.join(", ")
+            );
+        }
+    }
+    if let Some(m) = args.mode {
+        o.mode = m;
+    }
+    if let Some(exts) = &args.image_exts {
+        o.exts = exts
+            .iter()
+            .map(|e| e.trim().trim_start_matches('.').to_owned())
+            .collect();
+    }
+    if let Some(n) = args.max_pixels {
+        o.max_pixels = n;
+    }
+    o.validate().map_err(|e| anyhow!("{e}"))?;
+    Ok(o)
+}
+
 /// Runs `bale pack`.
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     let (compression, level) = shard_compression(&args)?;
+    let image = image_options(&args)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
     let mut b = Packer::builder()
@@ -217,6 +260,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         .on_error(args.on_error)
         .part(args.part)
         .force(args.force)
+        .image(image)
         .cancel_flag(cancel.clone());
     for g in &args.include {
         b = b.include(g);

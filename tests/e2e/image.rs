@@ -1,0 +1,536 @@
+//! The image stage of `bale pack` (issue 4) through the real binary: sizes
+//! and `orig.json`, `.npy` read back by numpy and the Python `webdataset`
+//! library, corrupt and oversized images under `--on-error`, determinism
+//! across `--jobs`, and `bale verify` on the output.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Cursor;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use bale_format::{Manifest, ShardReader};
+use bale_tests::{bale_bin, run_python};
+use image::{DynamicImage, ImageFormat};
+
+fn bale(args: &[&str], paths: &[&Path]) -> Output {
+    let mut cmd = Command::new(bale_bin());
+    cmd.args(args);
+    for p in paths {
+        cmd.arg(p);
+    }
+    cmd.output().expect("run bale")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", text(o));
+}
+
+/// A colourful RGB picture.
+fn picture(w: u32, h: u32, seed: u32) -> DynamicImage {
+    DynamicImage::ImageRgb8(image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([
+            ((x * 255) / w + seed) as u8,
+            ((y * 255) / h) as u8,
+            ((x + y + seed * 7) % 256) as u8,
+        ])
+    }))
+}
+
+fn encode(img: &DynamicImage, format: ImageFormat) -> Vec<u8> {
+    let mut out = Cursor::new(Vec::new());
+    img.write_to(&mut out, format).unwrap();
+    out.into_inner()
+}
+
+/// Sizes of the images in [`tree`], by key.
+const SIZES: &[(&str, u32, u32)] = &[
+    ("cat/a", 300, 200),
+    ("cat/b", 90, 120),
+    ("cat/c", 257, 255),
+    ("dog/d", 640, 480),
+    ("dog/e", 31, 17),
+    ("dog/f", 128, 512),
+];
+
+/// An ImageFolder tree: JPEGs of the sizes in [`SIZES`], a PNG mask beside
+/// one, a user `.json` beside another.
+fn tree(root: &Path) {
+    for (i, (key, w, h)) in SIZES.iter().enumerate() {
+        let p = root.join(format!("{key}.jpg"));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, encode(&picture(*w, *h, i as u32), ImageFormat::Jpeg)).unwrap();
+    }
+    fs::write(
+        root.join("cat/a.seg.png"),
+        encode(&picture(300, 200, 9), ImageFormat::Png),
+    )
+    .unwrap();
+    fs::write(root.join("dog/d.json"), br#"{"caption": "a dog"}"#).unwrap();
+}
+
+type Samples = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
+
+fn samples(dir: &Path) -> Samples {
+    let m = Manifest::read(dir).unwrap();
+    let mut out = BTreeMap::new();
+    for s in &m.shards {
+        let r = ShardReader::open(
+            Manifest::resolve(dir, &s.file),
+            Manifest::resolve(dir, &s.index),
+        )
+        .unwrap();
+        for i in 0..r.len() {
+            let smp = r.read(i, true).unwrap();
+            out.insert(smp.key.clone(), smp.members.iter().cloned().collect());
+        }
+    }
+    out
+}
+
+fn dims(ext: &str, bytes: &[u8]) -> (u32, u32) {
+    bale_image::decode_check(ext, bytes).unwrap()
+}
+
+fn orig(sample: &BTreeMap<String, Vec<u8>>) -> serde_json::Value {
+    serde_json::from_slice(&sample["orig.json"]).unwrap()
+}
+
+#[test]
+fn resize_modes_give_their_sizes_and_keep_original_sizes() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    tree(&input);
+    // (flags, expected stored size of a WxH image)
+    type Rule = fn(u32, u32) -> (u32, u32);
+    let shorter: Rule = |w, h| {
+        let s = w.min(h);
+        if s <= 64 {
+            (w, h)
+        } else if w <= h {
+            (64, (h * 64 + w / 2) / w)
+        } else {
+            ((w * 64 + h / 2) / h, 64)
+        }
+    };
+    let longer: Rule = |w, h| {
+        let l = w.max(h);
+        if l <= 100 {
+            (w, h)
+        } else if w >= h {
+            (100, (h * 100 + w / 2) / w)
+        } else {
+            ((w * 100 + h / 2) / h, 100)
+        }
+    };
+    let cases: [(&[&str], Rule); 2] = [
+        (
+            &["--resize", "shorter:64", "--image-format", "jpeg:85"],
+            shorter,
+        ),
+        (&["--resize", "longer:100", "--image-format", "png"], longer),
+    ];
+    for (flags, rule) in cases {
+        let out = t.path().join(flags[1].replace(':', "-"));
+        let mut args = vec!["pack", "-q", "-o"];
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(flags);
+        ok(&bale(&args, &[&input]));
+        let s = samples(&out);
+        let ext = if flags[3].starts_with("jpeg") {
+            "jpg"
+        } else {
+            "png"
+        };
+        for (key, w, h) in SIZES {
+            let sample = &s[*key];
+            assert_eq!(dims(ext, &sample[ext]), rule(*w, *h), "{flags:?} {key}");
+            assert_eq!(
+                orig(sample)[ext],
+                serde_json::json!({"width": w, "height": h}),
+                "{key}"
+            );
+            assert!(!sample.contains_key("jpg") || ext == "jpg");
+        }
+        // The mask is an image too, the user's json is kept as it was.
+        let a = &s["cat/a"];
+        let mask_ext = if ext == "jpg" { "seg.jpg" } else { "seg.png" };
+        assert_eq!(dims(mask_ext, &a[mask_ext]), rule(300, 200));
+        assert_eq!(orig(a)[mask_ext]["width"], 300);
+        assert_eq!(s["dog/d"]["json"], br#"{"caption": "a dog"}"#);
+        let m = Manifest::read(&out).unwrap();
+        let rec = m.image_transform().expect("image transform recorded");
+        assert_eq!(rec.resize.as_deref(), Some(flags[1]));
+        assert_eq!(rec.original_size, "orig.json");
+        assert_eq!(m.fields["orig.json"].count, SIZES.len() as u64);
+        let v = bale(&["verify", "--decode"], &[&out]);
+        ok(&v);
+    }
+    // --upscale: small images grow; --image-exts jpg leaves the mask alone.
+    let out = t.path().join("up");
+    ok(&bale(
+        &[
+            "pack",
+            "-q",
+            "--resize",
+            "fit:200x200",
+            "--upscale",
+            "--image-format",
+            "jpeg",
+            "--image-exts",
+            "jpg",
+            "-o",
+        ],
+        &[&out, &input],
+    ));
+    let s = samples(&out);
+    assert_eq!(dims("jpg", &s["dog/e"]["jpg"]), (200, 110));
+    assert_eq!(dims("jpg", &s["cat/b"]["jpg"]), (150, 200));
+    assert_eq!(
+        s["cat/a"]["seg.png"],
+        encode(&picture(300, 200, 9), ImageFormat::Png),
+        "not an image by --image-exts: untouched"
+    );
+    assert!(orig(&s["cat/a"]).get("seg.png").is_none());
+}
+
+#[test]
+fn raw_npy_reads_back_in_numpy_and_webdataset() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    // Lossless sources, so the pixels can be compared exactly with Pillow's.
+    let imgs = [
+        ("k/0", picture(23, 11, 1)),
+        (
+            "k/1",
+            DynamicImage::ImageLuma8(image::GrayImage::from_fn(5, 7, |x, y| {
+                image::Luma([(x * 40 + y) as u8])
+            })),
+        ),
+        (
+            "k/2",
+            DynamicImage::ImageRgba8(image::RgbaImage::from_fn(4, 3, |x, y| {
+                image::Rgba([x as u8 * 60, y as u8 * 80, 5, 128])
+            })),
+        ),
+    ];
+    for (key, img) in &imgs {
+        let p = input.join(format!("{key}.png"));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, encode(img, ImageFormat::Png)).unwrap();
+    }
+    let out = t.path().join("raw");
+    ok(&bale(
+        &[
+            "pack",
+            "-q",
+            "--labels",
+            "none",
+            "--image-format",
+            "raw",
+            "-o",
+        ],
+        &[&out, &input],
+    ));
+    let s = samples(&out);
+    assert!(s["k/0"].contains_key("npy") && !s["k/0"].contains_key("png"));
+    let shard = out.join("shard-000000.tar");
+    let script = r#"
+import io, json, sys, tarfile
+import numpy as np
+import webdataset as wds
+from PIL import Image
+shard, src = sys.argv[1], sys.argv[2]
+# numpy.load on the members as GNU tar would extract them.
+with tarfile.open(shard) as tf:
+    loaded = {m.name: np.load(io.BytesIO(tf.extractfile(m).read())) for m in tf if m.name.endswith(".npy")}
+seen = 0
+for sample in wds.WebDataset(shard, shardshuffle=False).decode():
+    arr = sample["npy"]
+    key = sample["__key__"]
+    want = np.asarray(Image.open(f"{src}/{key}.png").convert("RGB"))
+    assert isinstance(arr, np.ndarray), type(arr)
+    assert arr.dtype == np.uint8 and arr.flags["C_CONTIGUOUS"], (arr.dtype, arr.flags)
+    assert arr.shape == want.shape, (key, arr.shape, want.shape)
+    assert (arr == want).all(), key
+    assert (loaded[f"{key}.npy"] == arr).all()
+    assert sample["orig.json"] == {"npy": {"width": want.shape[1], "height": want.shape[0]}}, sample["orig.json"]
+    seen += 1
+print(seen)
+"#;
+    let got = run_python(script, &[shard.as_os_str(), input.as_os_str()]).unwrap();
+    assert_eq!(got.trim(), "3");
+    // --mode keep: gray stays one channel, alpha stays.
+    let keep = t.path().join("keep");
+    ok(&bale(
+        &[
+            "pack",
+            "-q",
+            "--labels",
+            "none",
+            "--image-format",
+            "raw",
+            "--mode",
+            "keep",
+            "-o",
+        ],
+        &[&keep, &input],
+    ));
+    let script = r#"
+import sys
+import webdataset as wds
+for s in wds.WebDataset(sys.argv[1], shardshuffle=False).decode():
+    print(s["__key__"], s["npy"].shape, s["npy"].dtype)
+"#;
+    let shard = keep.join("shard-000000.tar");
+    let got = run_python(script, &[shard.as_os_str()]).unwrap();
+    assert_eq!(
+        got,
+        "k/0 (11, 23, 3) uint8\nk/1 (7, 5, 1) uint8\nk/2 (3, 4, 4) uint8\n"
+    );
+    ok(&bale(&["verify"], &[&keep]));
+}
+
+/// A PNG whose header claims `w` x `h` pixels.
+fn png_bomb(w: u32, h: u32) -> Vec<u8> {
+    let mut png = encode(&picture(1, 1, 0), ImageFormat::Png);
+    // IHDR data starts at byte 16; its CRC covers bytes 12..29.
+    png[16..20].copy_from_slice(&w.to_be_bytes());
+    png[20..24].copy_from_slice(&h.to_be_bytes());
+    let crc = crc32(&png[12..29]);
+    png[29..33].copy_from_slice(&crc.to_be_bytes());
+    png
+}
+
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = 0xffff_ffffu32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn corrupt_mislabelled_and_bomb_images_follow_on_error() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    tree(&input);
+    let good = encode(&picture(50, 40, 3), ImageFormat::Jpeg);
+    fs::write(input.join("cat/trunc.jpg"), &good[..good.len() / 3]).unwrap();
+    fs::write(
+        input.join("cat/mislabelled.jpg"),
+        encode(&picture(5, 5, 0), ImageFormat::Png),
+    )
+    .unwrap();
+    fs::write(input.join("dog/bomb.png"), png_bomb(20_000, 20_000)).unwrap();
+    fs::write(input.join("dog/bomb.txt"), b"a caption").unwrap();
+    let out = t.path().join("fail");
+    let flags = [
+        "pack",
+        "-q",
+        "--resize",
+        "shorter:32",
+        "--image-format",
+        "jpeg",
+        "-o",
+    ];
+    let o = bale(&flags, &[&out, &input]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cat/mislabelled.jpg"), "{err}");
+    assert!(!out.join("bale.json").exists(), "no dataset on failure");
+
+    let out = t.path().join("skip");
+    let mut args = flags[..flags.len() - 1].to_vec();
+    args.extend(["--on-error", "skip", "--json", "-o"]);
+    let o = bale(&args, &[&out, &input]);
+    ok(&o);
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["samples"], SIZES.len() as u64);
+    let skipped: BTreeMap<String, String> = summary["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let p = f["path"].as_str().unwrap();
+            let rel = p.rsplit_once("/in/").unwrap().1.to_owned();
+            (rel, f["error"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert_eq!(
+        skipped.keys().collect::<Vec<_>>(),
+        [
+            "cat/mislabelled.jpg",
+            "cat/trunc.jpg",
+            "dog/bomb.png",
+            "dog/bomb.txt"
+        ]
+    );
+    assert!(
+        skipped["dog/bomb.png"]
+            .contains("20000x20000 = 400000000 pixels, more than the limit of 178956970"),
+        "{skipped:?}"
+    );
+    assert!(skipped["dog/bomb.txt"].contains("dropped"), "{skipped:?}");
+    assert!(
+        skipped["cat/trunc.jpg"].contains("does not decode"),
+        "{skipped:?}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("skipped 4 files"), "{err}");
+    assert_eq!(Manifest::read(&out).unwrap().skipped, 4);
+    ok(&bale(&["verify", "--decode"], &[&out]));
+
+    // The limit is configurable.
+    let out = t.path().join("max");
+    let o = bale(
+        &[
+            "pack",
+            "-q",
+            "--image-format",
+            "raw",
+            "--max-pixels",
+            "100",
+            "--include",
+            "bomb.*",
+            "-o",
+        ],
+        &[&out, &input],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("more than the limit of 100"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn output_is_byte_identical_across_jobs() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    tree(&input);
+    for i in 0..40u32 {
+        let p = input.join(format!("many/{i:03}.jpg"));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(
+            p,
+            encode(&picture(100 + i * 7, 80 + i * 3, i), ImageFormat::Jpeg),
+        )
+        .unwrap();
+    }
+    for format in ["jpeg:90", "raw"] {
+        let mut outs = Vec::new();
+        for jobs in ["1", "4"] {
+            let out = t.path().join(format!("{}-{jobs}", format.replace(':', "")));
+            ok(&bale(
+                &[
+                    "pack",
+                    "-q",
+                    "--resize",
+                    "shorter:48",
+                    "--image-format",
+                    format,
+                    "--shard-size",
+                    "200kB",
+                    "--jobs",
+                    jobs,
+                    "-o",
+                ],
+                &[&out, &input],
+            ));
+            let mut files = BTreeMap::new();
+            for e in fs::read_dir(&out).unwrap().flatten() {
+                files.insert(e.file_name(), fs::read(e.path()).unwrap());
+            }
+            outs.push(files);
+        }
+        assert!(outs[0].len() > 3, "several shards");
+        assert_eq!(outs[0], outs[1], "{format}: --jobs 1 and 4 differ");
+    }
+}
+
+#[test]
+fn image_flags_are_checked() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    tree(&input);
+    let out = t.path().join("out");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--resize", "short:5"],
+            "expected shorter:N, longer:N or fit:WxH",
+        ),
+        (&["--resize", "fit:0x5"], "width \"0\""),
+        (&["--image-format", "jpeg:101"], "1..=100"),
+        (
+            &["--image-format", "gif"],
+            "expected jpeg, jpeg:QUALITY, png, keep or raw",
+        ),
+        (&["--mode", "keep"], "hint: add --resize"),
+        (&["--max-pixels", "5"], "only apply to the image stage"),
+        (&["--upscale"], "--resize"),
+        (
+            &["--image-format", "raw", "--image-exts", "txt"],
+            "names no format",
+        ),
+        (
+            &["--image-format", "raw", "--max-pixels", "0"],
+            "more than 0",
+        ),
+    ];
+    for (flags, want) in cases {
+        let mut args = vec!["pack", "-o", out.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        let o = bale(&args, &[&input]);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{flags:?}: {err}");
+        assert!(!out.join("bale.json").exists());
+    }
+    // Two images stored under one name (jpg and png both become npy).
+    fs::write(
+        input.join("dog/d.png"),
+        encode(&picture(4, 4, 0), ImageFormat::Png),
+    )
+    .unwrap();
+    let o = bale(
+        &["pack", "-q", "--image-format", "raw", "-o"],
+        &[&out, &input],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("dog/d.png") && err.contains("stored as .npy"),
+        "{err}"
+    );
+    fs::remove_file(input.join("dog/d.png")).unwrap();
+    // A user member named orig.json clashes with the stage's: an input error.
+    fs::write(input.join("cat/a.orig.json"), b"{}").unwrap();
+    let o = bale(
+        &["pack", "-q", "--image-format", "png", "-o"],
+        &[&out, &input],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cat/a.orig.json"),
+        "{}",
+        text(&o)
+    );
+}
