@@ -28,8 +28,9 @@ pub enum Backing {
     ///
     /// The map is advised `MADV_RANDOM` (no read-around on page faults) and
     /// every read asks for exactly its bytes with `MADV_WILLNEED` (one I/O
-    /// request per sample, or per run of samples in sequential plans), so a
-    /// cold random read fetches from storage only the sample's pages.
+    /// request per sample, or per run of samples in sequential plans; not for
+    /// a sample within one 4 KiB block, whose page fault is that one read), so
+    /// a cold random read fetches from storage only the sample's pages.
     ///
     /// **Trade-off**: if a shard file is truncated while it is mapped (bale
     /// never does that: it replaces files by renaming), touching the lost
