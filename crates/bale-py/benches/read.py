@@ -8,7 +8,9 @@ trees and passes the paths); by hand:
 DATASET is TREE packed by `bale pack` (plain tar shards, which webdataset reads as
 they are). Every reader runs once to warm the page cache, then --reps timed runs;
 the median counts. Every side reads every byte of every sample into a Python
-object (bytes), in the same order for the random-access rows:
+object (bytes), in the same order for the random-access rows, and takes the
+len() of each payload object (a sample dict's fields by name, a loose sample's
+files by path):
 
 - bale random: bale.Dataset(DATASET)[i] over a seeded random permutation;
 - loose files: open(path, "rb").read() of the same samples' files, same order;
@@ -67,12 +69,17 @@ def main() -> int:
     paths = [by_key[ds.key(i)] for i in order]
     total_bytes = sum(os.path.getsize(p) for ps in paths for p in ps)
 
+    # The payload fields (what the loose files hold), looked up in each sample
+    # dict the way the loose side opens each of a sample's files.
+    exts = [e for e in ds.extensions if e != "cls"]
+
     def bale_random() -> int:
         got = 0
         for i in order:
             s = ds[i]
-            for k, v in s.items():
-                if k[0] != "_" and k != "cls":
+            for e in exts:
+                v = s.get(e)
+                if v is not None:
                     got += len(v)
         return got
 
@@ -99,8 +106,9 @@ def main() -> int:
     def bale_seq() -> int:
         got = 0
         for s in bale.IterableDataset(args.dataset, decode="bytes"):
-            for k, v in s.items():
-                if k[0] != "_" and k != "cls":
+            for e in exts:
+                v = s.get(e)
+                if v is not None:
                     got += len(v)
         return got
 
@@ -109,8 +117,10 @@ def main() -> int:
     def bale_view() -> int:
         got = 0
         for i in order:
-            for k, v in view[i].items():
-                if k[0] != "_" and k != "cls":
+            s = view[i]
+            for e in exts:
+                v = s.get(e)
+                if v is not None:
                     got += len(v)
         return got
 
@@ -120,8 +130,10 @@ def main() -> int:
         def part(idx: list[int]) -> int:
             got = 0
             for i in idx:
-                for k, v in ds[i].items():
-                    if k[0] != "_" and k != "cls":
+                s = ds[i]
+                for e in exts:
+                    v = s.get(e)
+                    if v is not None:
                         got += len(v)
             return got
 

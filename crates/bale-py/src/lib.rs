@@ -126,6 +126,10 @@ struct Spec {
 pub struct PyDataset {
     ds: Dataset,
     spec: Spec,
+    /// The manifest's field extensions as Python strings, made once: the
+    /// dict keys of every sample (a field the manifest does not list gets a
+    /// new string).
+    names: Vec<(String, Py<PyString>)>,
 }
 
 fn parse_backing(s: &str) -> PyResult<Backing> {
@@ -231,7 +235,10 @@ impl PyDataset {
                 Decode::Call(f) => f.bind(py).call1((ext, value))?,
                 _ => value,
             };
-            d.set_item(PyString::new(py, ext), value)?;
+            match self.names.iter().find(|(n, _)| n == ext) {
+                Some((_, name)) => d.set_item(name.bind(py), value)?,
+                None => d.set_item(PyString::new(py, ext), value)?,
+            }
         }
         Ok(d)
     }
@@ -366,8 +373,14 @@ impl PyDataset {
             .verify_on_read(verify_on_read)
             .backing(backing);
         let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
+        let names = ds
+            .fields()
+            .iter()
+            .map(|f| (f.clone(), PyString::intern(py, f).unbind()))
+            .collect();
         Ok(PyDataset {
             ds,
+            names,
             spec: Spec {
                 path,
                 fields,

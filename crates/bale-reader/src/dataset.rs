@@ -28,8 +28,9 @@ pub enum Backing {
     ///
     /// The map is advised `MADV_RANDOM` (no read-around on page faults) and
     /// every read asks for exactly its bytes with `MADV_WILLNEED` (one I/O
-    /// request per sample, or per run of samples in sequential plans), so a
-    /// cold random read fetches from storage only the sample's pages.
+    /// request per sample, or per run of samples in sequential plans; not for
+    /// a sample within one 4 KiB block, whose page fault is that one read), so
+    /// a cold random read fetches from storage only the sample's pages.
     ///
     /// **Trade-off**: if a shard file is truncated while it is mapped (bale
     /// never does that: it replaces files by renaming), touching the lost
@@ -704,7 +705,15 @@ impl Dataset {
 /// Asks the kernel to start reading `len` bytes of the map at `offset` (one
 /// request for the whole range) unless they are cached; pages are then
 /// faulted in without further I/O. A failure only loses the hint.
+///
+/// A range within one 4 KiB block is left alone: faulting its page in does
+/// the same one-page read the hint would start (the maps are `MADV_RANDOM`:
+/// no read-ahead either way), and the system call would cost more than the
+/// read of a small cached sample.
 fn will_need(map: &Mmap, offset: u64, len: u64) {
+    if len == 0 || offset / 4096 == offset.saturating_add(len - 1) / 4096 {
+        return;
+    }
     if let (Ok(o), Ok(l)) = (usize::try_from(offset), usize::try_from(len))
         && l > 0
     {
