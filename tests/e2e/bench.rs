@@ -260,3 +260,36 @@ fn missing_path_and_bad_plot_name_are_errors() {
     );
     assert_eq!(src["diagnosis"]["bound"], "unknown");
 }
+
+#[test]
+fn decode_with_resize_decodes_every_image_and_needs_decode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_tree, ds) = tree_and_dataset(tmp.path());
+    let v = bench_json(&[s(&ds), "--decode", "--resize", "shorter:4"]);
+    let d = &v["sources"][0]["decode"];
+    let samples: u64 = d["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["samples"].as_u64().unwrap())
+        .sum();
+    assert!(samples > 0, "{d}");
+    assert_eq!(d["images"].as_u64().unwrap(), samples, "{d}");
+    assert_eq!(d["errors"], 0, "{d}");
+    // --resize alone would measure nothing it names: refused.
+    let out = bale(&["bench", s(&ds), "--resize", "shorter:4"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--decode"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A malformed spec is refused by the parser, naming it.
+    let out = bale(&["bench", s(&ds), "--decode", "--resize", "shorter"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("shorter"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -57,6 +57,10 @@ pub struct BenchArgs {
     /// Also measure the image decode cost per sample (jpg, png, webp, gif, bmp; .npy arrays).
     #[arg(long)]
     pub decode: bool,
+    /// With --decode, also resize each decoded image as a loader would
+    /// (`shorter:N`, `longer:N` or `fit:WxH`, Lanczos3; as `bale pack --resize`).
+    #[arg(long, value_name = "SPEC", requires = "decode", value_parser = parse_resize)]
+    pub resize: Option<bale_image::Resize>,
     /// Samples per second the training step consumes (batch size / step time).
     #[arg(long, value_name = "SAMPLES_PER_SEC", value_parser = positive_f64)]
     pub target: Option<f64>,
@@ -78,6 +82,10 @@ pub struct BenchArgs {
     /// No progress messages on stderr.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+fn parse_resize(s: &str) -> Result<bale_image::Resize, String> {
+    s.parse().map_err(|e: bale_image::ImageError| e.to_string())
 }
 
 fn positive_f64(s: &str) -> Result<f64, String> {

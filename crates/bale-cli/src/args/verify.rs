@@ -54,7 +54,7 @@ pub struct VerifyArgs {
     /// Quick check: sizes, tar headers and index checksums only (no member checksums).
     #[arg(long, conflicts_with = "decode")]
     pub quick: bool,
-    /// Also decode every image member (jpg, jpeg, png, webp, gif, bmp).
+    /// Also decode every image member (jpg, jpeg, png, webp, gif, bmp, tif, tiff).
     #[arg(long)]
     pub decode: bool,
     /// Print the result as one JSON object on stdout.

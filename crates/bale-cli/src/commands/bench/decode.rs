@@ -2,10 +2,23 @@
 //! array the header parse and a pass over the array bytes (what a loader pays
 //! for pre-decoded pixels).
 //!
-//! [`decode_member`] is the one place that calls the image code: when
-//! bale-image gains its decode + resize API, switch the image branch here.
+//! [`decode_member`] is the one place that calls the image code: the image
+//! stage's own decoder (`bale_image::transform` to raw pixels, the work a
+//! loader does to get a tensor), with the `--resize` of [`set_resize`].
+
+use std::sync::OnceLock;
 
 use anyhow::{Context, bail, ensure};
+use bale_image::{ImageOptions, OutputFormat, Resize};
+
+/// The resize `--decode` adds after decoding (`bale bench --resize`); set
+/// once per process before measuring, `None` when never set.
+static RESIZE: OnceLock<Option<Resize>> = OnceLock::new();
+
+/// Sets the resize every later [`decode_member`] applies; the first call wins.
+pub fn set_resize(resize: Option<Resize>) {
+    let _ = RESIZE.set(resize);
+}
 
 /// What decoding one member did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,9 +42,13 @@ pub fn decode_member(ext: &str, bytes: &[u8]) -> anyhow::Result<Decoded> {
     if !bale_image::is_image_ext(ext) {
         return Ok(Decoded::Skipped);
     }
-    // Merge point: the bale-image decode + resize API replaces this call.
-    let (w, h) = bale_image::decode_check(ext, bytes)?;
-    Ok(Decoded::Image(w, h))
+    let opts = ImageOptions {
+        resize: RESIZE.get().copied().flatten(),
+        format: OutputFormat::Raw,
+        ..ImageOptions::default()
+    };
+    let t = bale_image::transform(&opts, ext, bytes.to_vec())?;
+    Ok(Decoded::Image(t.out_width, t.out_height))
 }
 
 /// Parses a `.npy` header (format 1.0, 2.0 or 3.0), checks the array bytes

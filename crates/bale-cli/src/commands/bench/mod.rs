@@ -26,6 +26,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         usize::from,
     );
+    decode::set_resize(args.resize);
     let settings = measure::Settings {
         budget: Duration::from_secs_f64(args.budget),
         threads,
