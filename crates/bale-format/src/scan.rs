@@ -1705,6 +1705,10 @@ mod tests {
             );
             assert_eq!(got[1].1.len(), 2);
             assert_eq!(got[2].1, vec![("jpg".to_owned(), b"4".to_vec())]);
+            // No sample of the shard is one byte range any more.
+            let r = ShardReader::open(&s.path, dir.path().join("t.idx")).unwrap();
+            let err = r.read_raw(1).unwrap_err().to_string();
+            assert!(err.contains("member by member"), "{err}");
         }
     }
 
