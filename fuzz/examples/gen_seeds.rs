@@ -83,6 +83,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
+    // A scattered (1.1) index of a plain tar: `bale index --allow-split` over
+    // a tar whose key "a" reappears after "b".
+    // (The writer refuses a repeated key: join one-sample tars, each without its end blocks but the last.)
+    let mut tar = Vec::new();
+    for (key, ext, data) in [
+        ("a", "jpg", b"A1"),
+        ("b", "jpg", b"B1"),
+        ("a", "cls", b"3 "),
+    ] {
+        let (t, _) = shard(&[(key, vec![Member { ext, data }])], Compression::None);
+        tar.truncate(tar.len().saturating_sub(1024));
+        tar.extend_from_slice(&t);
+    }
+    let tmp = std::env::temp_dir().join(format!("bale-fuzz-split-{}.tar", std::process::id()));
+    fs::write(&tmp, &tar)?;
+    let opts = bale_format::scan::ScanOptions {
+        checksums: true,
+        split: bale_format::scan::SplitPolicy::Regroup,
+    };
+    let scanned = bale_format::scan::scan_shard(&tmp, &opts);
+    fs::remove_file(&tmp)?;
+    fs::write(index_dir.join("split-none.idx"), scanned?.index_bytes())?;
+
     // A manifest over two real shards.
     let dir = std::env::temp_dir().join(format!("bale-fuzz-seeds-{}", std::process::id()));
     fs::create_dir_all(&dir)?;

@@ -3,7 +3,8 @@
 //! webdataset's `TarWriter` are indexed in place; random access afterwards
 //! returns the bytes tar extracts; `bale verify` passes with and without
 //! `--checksum`; wids opens the `--wids-json` index; compressed tars that
-//! cannot be read at random are refused; split keys are refused or renamed.
+//! cannot be read at random are refused; split keys are refused, renamed or
+//! regrouped (`--allow-split`, a scattered 1.1 index).
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use bale_format::{Manifest, ShardIndex, ShardReader, checksum, split_member_name};
+use bale_reader::{Backing, Dataset};
 use bale_tests::{bale_bin, gnu_tar, run_python, zstd_cli};
 
 fn bale<S: AsRef<OsStr>>(args: &[S]) -> Output {
@@ -496,9 +498,20 @@ fn split_keys_are_refused_naming_both_places_or_renamed() {
     );
     assert!(!ds.join("bale.json").exists() && !ds.join("split.idx").exists());
 
-    let o = bale(&["index", "--allow-split", "-o", p(&ds), p(&shard)]);
+    let o = bale(&[
+        "index",
+        "--allow-split",
+        "--rename-split",
+        "-o",
+        p(&ds),
+        p(&shard),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("one contiguous byte range per sample"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot be used with"),
+        "{}",
+        show(&o)
+    );
 
     let o = bale(&["index", "--rename-split", "-o", p(&ds), p(&shard)]);
     ok(&o);
@@ -512,6 +525,291 @@ fn split_keys_are_refused_naming_both_places_or_renamed() {
     let o = bale(&["get", p(&ds), "a~2", "--ext", "cls"]);
     ok(&o);
     assert_eq!(o.stdout, b"A2");
+}
+
+/// The index file of `shard` in `ds`, as bytes.
+fn index_bytes_of(ds: &Path, stem: &str) -> Vec<u8> {
+    fs::read(ds.join(format!("{stem}.idx"))).unwrap()
+}
+
+#[test]
+fn allow_split_regroups_split_keys_into_a_scattered_index() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let a_jpg = bytes(3, 5);
+    fs::write(src.join("a.jpg"), &a_jpg).unwrap();
+    fs::write(src.join("b.jpg"), bytes(4, 1)).unwrap();
+    fs::write(src.join("b.cls"), "1").unwrap();
+    fs::write(src.join("a.cls"), "7").unwrap();
+    let shards = t.path().join("shards");
+    fs::create_dir_all(&shards).unwrap();
+    // GNU tar, in the order given: a, b, then a again with another extension.
+    let split = shards.join("split.tar");
+    tar(&[
+        "-cf",
+        p(&split),
+        "-C",
+        p(&src),
+        "a.jpg",
+        "b.jpg",
+        "b.cls",
+        "a.cls",
+    ]);
+    // Python tarfile (pax, a long name), two keys split, one of them twice.
+    let script = r#"
+import io, sys, tarfile
+long = "p/" + "q" * 120
+with tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT) as tf:
+    for name, data in [("k1.jpg", b"J1" * 700), (long + ".jpg", b"L"), ("k1.txt", b"T1"),
+                       ("k3.jpg", b"J3"), (long + ".cls", b"2"), ("k1.json", b"{}")]:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+"#;
+    let py = shards.join("py.tar");
+    run_python(script, &[py.as_os_str()]).unwrap();
+    // A tar in sorted order: no split sample.
+    let sorted = shards.join("sorted.tar");
+    tar(&["--sort=name", "-cf", p(&sorted), "-C", p(&src), "."]);
+    let long = format!("p/{}", "q".repeat(120));
+
+    // The sorted tar's index without --allow-split, for comparison.
+    let plain_ds = t.path().join("plain");
+    ok(&bale(&["index", "-q", "-o", p(&plain_ds), p(&sorted)]));
+    let ds = t.path().join("ds");
+    for with_sums in [false, true] {
+        let mut args = vec!["index", "--allow-split", "--json", "--force", "-o", p(&ds)];
+        if with_sums {
+            args.push("--checksum");
+        }
+        args.extend([p(&split), p(&py), p(&sorted)]);
+        let o = bale(&args);
+        ok(&o);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let scattered: Vec<bool> = (0..3)
+            .map(|i| v["shards"][i]["scattered"].as_bool().unwrap())
+            .collect();
+        assert_eq!(scattered, [true, true, false], "{v}");
+        assert_eq!(v["shards"][0]["regrouped"], 1, "{v}");
+        assert_eq!(v["shards"][1]["regrouped"], 3, "{v}");
+        assert_eq!(v["samples"], 2 + 3 + 2, "{v}");
+
+        // Index versions: 1.1 where samples were regrouped, 1.0 (and the
+        // very bytes `bale index` gives without --allow-split) elsewhere.
+        for (stem, minor) in [("split", 1u8), ("py", 1), ("sorted", 0)] {
+            let b = index_bytes_of(&ds, stem);
+            assert_eq!(&b[8..12], &[1, 0, minor, 0], "{stem}");
+            let idx = ShardIndex::open(ds.join(format!("{stem}.idx"))).unwrap();
+            assert_eq!(idx.is_scattered(), minor == 1);
+            assert_eq!(idx.has_checksums(), with_sums);
+        }
+        if !with_sums {
+            assert_eq!(
+                index_bytes_of(&ds, "sorted"),
+                index_bytes_of(&plain_ds, "sorted")
+            );
+        }
+        let m = Manifest::read(&ds).unwrap();
+        assert_eq!(m.created_by.options["allow_split"], true);
+        assert_eq!(m.shards[0].tar_bytes, 0);
+        assert_ne!(m.shards[2].tar_bytes, 0);
+
+        // Samples in the order of first appearance, members in tar order.
+        let all = samples(&ds);
+        let shape: Vec<(&str, Vec<&str>)> = all
+            .iter()
+            .map(|(k, ms)| (k.as_str(), ms.iter().map(|m| m.0.as_str()).collect()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("a", vec!["jpg", "cls"]),
+                ("b", vec!["jpg", "cls"]),
+                ("k1", vec!["jpg", "txt", "json"]),
+                (long.as_str(), vec!["jpg", "cls"]),
+                ("k3", vec!["jpg"]),
+                ("a", vec!["cls", "jpg"]),
+                ("b", vec!["cls", "jpg"]),
+            ]
+        );
+        assert_eq!(all[0].1[0].1, a_jpg);
+        assert_eq!(all[2].1[0].1, b"J1".repeat(700));
+        // Every member is the bytes GNU tar extracts; `bale get` agrees.
+        matches_extraction(&ds, t.path());
+        verify_passes(&ds);
+
+        let o = bale(&["get", p(&ds), "a", "--key", "--ext", "cls"]);
+        ok(&o);
+        assert_eq!(o.stdout, b"7");
+        let o = bale(&["get", p(&ds), "k1", "--key", "--ext", "json"]);
+        ok(&o);
+        assert_eq!(o.stdout, b"{}");
+        let o = bale(&["ls", p(&ds)]);
+        ok(&o);
+        let ls = String::from_utf8_lossy(&o.stdout);
+        let first = ls.lines().next().unwrap();
+        assert_eq!(first, format!("0\ta\t7\tjpg:{},cls:1", a_jpg.len()), "{ls}");
+
+        // The reader, mapped and with positioned reads, checksums checked when present.
+        for backing in [Backing::Mmap, Backing::Pread] {
+            let d = Dataset::options()
+                .backing(backing)
+                .verify_on_read(true)
+                .open(&ds)
+                .unwrap();
+            assert_eq!(d.len(), 7);
+            let s = d.get(0).unwrap();
+            assert_eq!(s.key(), "a");
+            let fields: Vec<(&str, &[u8])> = s.fields().collect();
+            assert_eq!(fields, [("jpg", &a_jpg[..]), ("cls", &b"7"[..])]);
+            let s = d.get_by_key(&long).unwrap();
+            assert_eq!(s.field("jpg"), Some(&b"L"[..]));
+            assert_eq!(s.field("cls"), Some(&b"2"[..]));
+            assert_eq!(s.label(), Some(2));
+            assert_eq!(d.get_by_key("k3").unwrap().index(), 4);
+        }
+    }
+
+    // `bale verify --checksum`-indexed shards: a changed member byte is found.
+    let mut b = fs::read(&split).unwrap();
+    let idx = ShardIndex::open(ds.join("split.idx")).unwrap();
+    let cls = idx.members(0).nth(1).unwrap();
+    assert_eq!(cls.ext, "cls");
+    b[cls.offset as usize] = b'8';
+    fs::write(&split, &b).unwrap();
+    let o = bale(&["verify", p(&ds)]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("do not match the index checksum"),
+        "{}",
+        show(&o)
+    );
+    // A tar rewritten with other names (same sizes, same length): the quick
+    // check compares its headers with the index.
+    fs::rename(src.join("a.cls"), src.join("a.txt")).unwrap();
+    tar(&[
+        "-cf",
+        p(&split),
+        "-C",
+        p(&src),
+        "a.jpg",
+        "b.jpg",
+        "b.cls",
+        "a.txt",
+    ]);
+    assert_eq!(fs::read(&split).unwrap().len(), b.len());
+    let o = bale(&["verify", "--quick", p(&ds)]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("split.tar") && out.contains("members (extension, offset, size) differ"),
+        "{}",
+        show(&o)
+    );
+}
+
+#[test]
+fn allow_split_refuses_repeated_extensions_zstd_and_wids() {
+    let t = tempfile::tempdir().unwrap();
+    let (one, two) = (t.path().join("one"), t.path().join("two"));
+    fs::create_dir_all(&one).unwrap();
+    fs::create_dir_all(&two).unwrap();
+    fs::write(one.join("a.jpg"), "A1").unwrap();
+    fs::write(one.join("b.jpg"), "B1").unwrap();
+    fs::write(two.join("a.jpg"), "A2").unwrap();
+    fs::write(one.join("a.cls"), "3").unwrap();
+    let ds = t.path().join("ds");
+    // a.jpg, b.jpg, a.jpg: regrouping would give "a" two jpg members.
+    let dup = t.path().join("dup.tar");
+    tar(&[
+        "-cf",
+        p(&dup),
+        "-C",
+        p(&one),
+        "a.jpg",
+        "b.jpg",
+        "-C",
+        p(&two),
+        "a.jpg",
+    ]);
+    let o = bale(&["index", "--allow-split", "-o", p(&ds), p(&dup)]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(p(&dup))
+            && err.contains("member a.jpg at offset 2048")
+            && err.contains("at offset 0 has it already"),
+        "{err}"
+    );
+    assert!(!ds.join("bale.json").exists() && !ds.join("dup.idx").exists());
+
+    // .tar.zst shards cannot be regrouped: refused by name, and by content.
+    let split = t.path().join("split.tar");
+    tar(&["-cf", p(&split), "-C", p(&one), "a.jpg", "b.jpg", "a.cls"]);
+    ok(&bale(&[
+        "pack",
+        "-q",
+        "--compress",
+        "zstd",
+        p(&one),
+        "-o",
+        p(&t.path().join("packed")),
+    ]));
+    let zst = fs::read_dir(t.path().join("packed"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|f| f.to_string_lossy().ends_with(".tar.zst"))
+        .unwrap();
+    let disguised = t.path().join("disguised.tar");
+    fs::copy(&zst, &disguised).unwrap();
+    for shard in [&zst, &disguised] {
+        let o = bale(&["index", "--allow-split", "-o", p(&ds), p(&split), p(shard)]);
+        assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(p(shard)) && err.contains("--allow-split") && err.contains("zstd frame"),
+            "{err}"
+        );
+        assert!(!ds.join("bale.json").exists() && !ds.join("split.idx").exists());
+    }
+    // Without --allow-split the .tar.zst is indexed.
+    ok(&bale(&["index", "-q", "-o", p(&ds), p(&zst)]));
+    fs::remove_dir_all(&ds).unwrap();
+
+    // wids needs contiguous samples: refused when a sample was regrouped.
+    let wids = t.path().join("wids.json");
+    let o = bale(&[
+        "index",
+        "--allow-split",
+        "--wids-json",
+        p(&wids),
+        "-o",
+        p(&ds),
+        p(&split),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--wids-json") && err.contains("regrouped by --allow-split"),
+        "{err}"
+    );
+    assert!(!wids.exists() && !ds.join("bale.json").exists());
+    // A shard without split samples is fine with both.
+    let sorted = t.path().join("sorted.tar");
+    tar(&["--sort=name", "-cf", p(&sorted), "-C", p(&one), "."]);
+    ok(&bale(&[
+        "index",
+        "-q",
+        "--allow-split",
+        "--wids-json",
+        p(&wids),
+        "-o",
+        p(&ds),
+        p(&sorted),
+    ]));
+    assert!(wids.exists());
 }
 
 #[test]

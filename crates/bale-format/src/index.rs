@@ -170,6 +170,24 @@ impl IndexBuilder {
         }
     }
 
+    /// Makes the index scattered (layout 1.1, [`FLAG_SCATTERED`]): each
+    /// member's offset is then an absolute offset in the shard file, and the
+    /// samples' byte ranges and the tar length passed to
+    /// [`IndexBuilder::to_bytes`] must be 0. For plain tars (whose members lie
+    /// apart: `bale index --allow-split`) and HDF5 shards; a `.tar.zst` cannot
+    /// be scattered (its members are compressed), so this does nothing for one.
+    pub fn scattered(mut self) -> Self {
+        if self.flags & FLAG_ZSTD == 0 {
+            self.flags |= FLAG_SCATTERED;
+        }
+        self
+    }
+
+    /// Whether the index is scattered (see [`IndexBuilder::scattered`]).
+    pub fn is_scattered(&self) -> bool {
+        self.flags & FLAG_SCATTERED != 0
+    }
+
     /// Number of samples so far.
     pub fn len(&self) -> usize {
         self.samples.len()

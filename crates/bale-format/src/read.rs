@@ -248,12 +248,20 @@ impl ShardReader {
     /// The raw bytes of sample `i` (one positioned read).
     ///
     /// # Errors
-    /// As [`read_sample`]; `i` out of range.
+    /// As [`read_sample`]; `i` out of range; a scattered index (its samples
+    /// are no byte range: use [`ShardReader::read`]).
     pub fn read_raw(&self, i: usize) -> Result<SampleBuf> {
         if i >= self.index.len() {
             return Err(FormatError::Limit {
                 path: self.path.clone(),
                 what: format!("sample {i} out of range ({} samples)", self.index.len()),
+            });
+        }
+        if self.index.is_scattered() {
+            return Err(FormatError::Limit {
+                path: self.path.clone(),
+                what: "the samples of a scattered index (layout 1.1) are read member by member, not as one range"
+                    .into(),
             });
         }
         read_sample(

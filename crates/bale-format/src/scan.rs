@@ -28,10 +28,18 @@
 //! long-name headers included) to the end of its last member's padding; the
 //! headers of skipped entries between members of one sample lie inside it. A
 //! key that reappears after another sample breaks WebDataset's contiguity
-//! rule: by default that is an error naming both places. The index (one
-//! contiguous byte range per sample) cannot express a sample whose members
-//! are apart, so they cannot be regrouped; with [`SplitPolicy::Rename`] each
-//! later run becomes a sample of its own, keyed `<key>~2`, `<key>~3`, ...
+//! rule: by default that is an error naming both places. With
+//! [`SplitPolicy::Rename`] each later run becomes a sample of its own, keyed
+//! `<key>~2`, `<key>~3`, ... With [`SplitPolicy::Regroup`] (plain tars only)
+//! the later runs join the sample of the key's first run: the sample keeps the
+//! place of its first appearance, its members stay in tar order, and a shard
+//! that has such a sample gets a scattered index (layout 1.1, flag bit 2: one
+//! absolute offset per member, every sample of the shard read member by
+//! member) instead of one byte range per sample. Shards without split samples
+//! get the same 1.0 index as with the other policies. Regrouping keeps the
+//! shard's sample list in memory until the end of the scan (about what the
+//! index itself takes: under 100 bytes per member plus the key and
+//! extension strings), since any key may still reappear.
 //!
 //! Member checksums are computed only with [`ScanOptions::checksums`], which
 //! reads every byte (and also gives the whole file's xxh3 for the manifest);
@@ -99,6 +107,12 @@ pub enum SplitPolicy {
     /// smallest `N >= 2` that is free in the shard. (WebDataset itself yields
     /// such runs as separate samples with the same key.)
     Rename,
+    /// Regroup the later runs into the sample of the key's first run (plain
+    /// tars only; a `.tar.zst` is refused). A shard with at least one such
+    /// sample gets a scattered index (layout 1.1; see the module docs); a
+    /// member whose extension the sample already has is an error naming both
+    /// header offsets.
+    Regroup,
 }
 
 /// Options of [`scan_shard`].
@@ -124,6 +138,18 @@ pub struct Renamed {
     pub tar_offset: u64,
 }
 
+/// A run of members joined to the sample of its key's first run
+/// ([`SplitPolicy::Regroup`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Regrouped {
+    /// The sample's key.
+    pub key: String,
+    /// Offset in the tar of the sample's first header (its first run).
+    pub first_offset: u64,
+    /// Offset in the tar of this run's first header.
+    pub tar_offset: u64,
+}
+
 /// Counts of what the scan saw and skipped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanStats {
@@ -142,6 +168,8 @@ pub struct ScanStats {
     pub long_names: u64,
     /// Samples indexed under a new key ([`SplitPolicy::Rename`]).
     pub renamed: Vec<Renamed>,
+    /// Later runs of a key joined to its first run ([`SplitPolicy::Regroup`]).
+    pub regrouped: Vec<Regrouped>,
     /// Bytes read from the shard file.
     pub bytes_read: u64,
 }
@@ -173,6 +201,12 @@ pub struct ScannedShard {
 }
 
 impl ScannedShard {
+    /// Whether the index is scattered (layout 1.1): the shard has samples
+    /// regrouped by [`SplitPolicy::Regroup`].
+    pub fn is_scattered(&self) -> bool {
+        self.index.is_scattered()
+    }
+
     /// The serialized index.
     pub fn index_bytes(&self) -> Vec<u8> {
         self.index.to_bytes(self.shard_len, self.tar_len)
@@ -231,8 +265,10 @@ pub fn normalize_member_name(name: &str) -> &str {
 /// Every problem names the file and, where known, the offset: I/O errors,
 /// compressed tars that cannot be read at random, truncation, bad headers,
 /// sparse files, member names bale cannot store, a key that reappears apart
-/// (with [`SplitPolicy::Refuse`]), a repeated extension within a sample, and
-/// `.tar.zst` files not compressed one frame per sample.
+/// (with [`SplitPolicy::Refuse`]), a repeated extension within a sample
+/// (with [`SplitPolicy::Regroup`], also across its runs), `.tar.zst` files not
+/// compressed one frame per sample, and any `.tar.zst` with
+/// [`SplitPolicy::Regroup`].
 pub fn scan_shard(path: impl AsRef<Path>, opts: &ScanOptions) -> Result<ScannedShard> {
     let path = path.as_ref();
     let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
@@ -263,6 +299,15 @@ pub fn scan_shard(path: impl AsRef<Path>, opts: &ScanOptions) -> Result<ScannedS
         (magic.len() >= 4).then(|| u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]));
     let mut shard = match word {
         Some(w) if w == ZSTD_MAGIC || w & 0xFFFF_FFF0 == SKIPPABLE_MAGIC => {
+            if opts.split == SplitPolicy::Regroup {
+                return Err(FormatError::tar(
+                    path,
+                    0,
+                    "a .tar.zst cannot have its split samples regrouped (--allow-split): each sample is one \
+                     zstd frame, and a member cannot be read on its own; index it without --allow-split \
+                     (or with --rename-split), or decompress it and index the plain .tar",
+                ));
+            }
             scan_zstd(&file, path, len, opts)?
         }
         _ => scan_plain(&file, path, len, opts)?,
@@ -630,6 +675,8 @@ struct Grouper<'a> {
     members: u64,
     stats: ScanStats,
     last_tar_key: Option<String>,
+    /// [`SplitPolicy::Regroup`]: the samples, held until the end of the scan.
+    held: Vec<OpenSample>,
 }
 
 /// A member found by the scan, already split into key and extension.
@@ -653,6 +700,7 @@ impl<'a> Grouper<'a> {
             members: 0,
             stats: ScanStats::default(),
             last_tar_key: None,
+            held: Vec::new(),
         }
     }
 
@@ -726,11 +774,15 @@ impl<'a> Grouper<'a> {
     /// Records a finished sample; `file` is its byte range in the shard file
     /// (the tar range for a plain tar, the frame for `.tar.zst`).
     fn close(&mut self, s: OpenSample, file: Option<(u64, u64)>) -> Result<()> {
+        if self.opts.split == SplitPolicy::Regroup {
+            return self.hold(s);
+        }
         let number = self.index.len();
         let key = match self.tar_keys.get(&s.tar_key) {
             None => s.tar_key.clone(),
             Some(&(first, sample)) => match self.opts.split {
-                SplitPolicy::Refuse => {
+                // (Regroup never gets here: `close` holds its samples.)
+                SplitPolicy::Refuse | SplitPolicy::Regroup => {
                     return Err(FormatError::tar(
                         self.path,
                         s.tar_offset,
@@ -785,6 +837,87 @@ impl<'a> Grouper<'a> {
         self.index_keys.insert(key);
         self.last_tar_key = Some(s.tar_key);
         Ok(())
+    }
+
+    /// [`SplitPolicy::Regroup`]: keeps a finished run, joined to its key's
+    /// first run if the key was seen before.
+    fn hold(&mut self, s: OpenSample) -> Result<()> {
+        let Some(&(first, number)) = self.tar_keys.get(&s.tar_key) else {
+            if self.held.len() >= u32::MAX as usize - 1 {
+                return Err(FormatError::Limit {
+                    path: self.path.to_path_buf(),
+                    what: "the shard exceeds the index's limits (2^32-1 samples)".into(),
+                });
+            }
+            self.tar_keys
+                .insert(s.tar_key.clone(), (s.tar_offset, self.held.len()));
+            self.held.push(s);
+            return Ok(());
+        };
+        let sample = &mut self.held[number];
+        for m in &s.members {
+            if let Some(prev) = sample.members.iter().find(|p| p.0 == m.0) {
+                return Err(FormatError::tar(
+                    self.path,
+                    m.4,
+                    format!(
+                        "member {key}.{ext} at offset {} repeats extension {ext:?} of sample {key:?}, whose member \
+                         at offset {} has it already: the key reappears after other samples, and regrouping \
+                         (--allow-split) would give the sample two {ext:?} members",
+                        m.4,
+                        prev.4,
+                        key = s.tar_key,
+                        ext = m.0,
+                    ),
+                ));
+            }
+        }
+        self.stats.regrouped.push(Regrouped {
+            key: s.tar_key,
+            first_offset: first,
+            tar_offset: s.tar_offset,
+        });
+        sample.members.extend(s.members);
+        Ok(())
+    }
+
+    /// [`SplitPolicy::Regroup`]: builds the index from the held samples, at
+    /// the end of the scan. Without regrouped samples it is the index the
+    /// other policies give; with them, a scattered one. Returns whether it is
+    /// scattered.
+    fn release(&mut self) -> Result<bool> {
+        let scattered = !self.stats.regrouped.is_empty();
+        if scattered {
+            self.index = std::mem::take(&mut self.index).scattered();
+        }
+        for s in std::mem::take(&mut self.held) {
+            let members: Vec<(&str, u64, u64, u64)> = s
+                .members
+                .iter()
+                .map(|m| (m.0.as_str(), m.1, m.2, m.3))
+                .collect();
+            let (offset, len) = if scattered {
+                (0, 0)
+            } else {
+                (s.tar_offset, s.end - s.tar_offset)
+            };
+            self.index
+                .push_sample(&s.tar_key, offset, len, offset, len, &members);
+            if self.index.over_limits() {
+                return Err(FormatError::Limit {
+                    path: self.path.to_path_buf(),
+                    what: "the shard exceeds the index's limits (2^32-1 samples, members or key bytes)"
+                        .into(),
+                });
+            }
+            for m in &s.members {
+                let f = self.fields.entry(m.0.clone()).or_default();
+                f.count += 1;
+                f.bytes += m.2;
+            }
+            self.members += s.members.len() as u64;
+        }
+        Ok(scattered)
     }
 
     fn free_key(&self, base: &str) -> String {
@@ -884,6 +1017,8 @@ fn scan_plain(file: &File, path: &Path, len: u64, opts: &ScanOptions) -> Result<
     if let Some(done) = open.take() {
         g.close(done, None)?;
     }
+    // A scattered index records no tar length (its samples have no tar range).
+    let tar_len = if g.release()? { 0 } else { tar_len };
     let (shard_checksum, bytes_read) = match seq {
         Some(s) => {
             let (sum, read) = s.finish()?;
@@ -1495,6 +1630,151 @@ mod tests {
             .map(|s| s.0)
             .collect();
         assert_eq!(keys, ["a", "b", "a~2", "a~2~2"]);
+    }
+
+    fn regroup(checksums: bool) -> ScanOptions {
+        ScanOptions {
+            checksums,
+            split: SplitPolicy::Regroup,
+        }
+    }
+
+    #[test]
+    fn split_keys_are_regrouped_into_a_scattered_index() {
+        let jpg = [9u8; 700];
+        let bytes = tar(
+            &[
+                ("a.jpg", b'0', &jpg),
+                ("b.jpg", b'0', b"2"),
+                ("b.cls", b'0', b"5"),
+                ("d/", b'5', b""),
+                ("a.cls", b'0', b"3"),
+                ("c.jpg", b'0', b"4"),
+                ("a.txt", b'0', b"text"),
+            ],
+            0,
+        );
+        for checksums in [false, true] {
+            let (dir, _, r) = scan(&bytes, regroup(checksums));
+            let s = r.unwrap();
+            assert!(s.is_scattered());
+            assert_eq!((s.samples, s.members), (3, 6));
+            assert_eq!(s.tar_len, 0);
+            assert_eq!(s.fields["jpg"].count, 3);
+            assert_eq!(
+                s.stats.regrouped,
+                vec![
+                    Regrouped {
+                        key: "a".into(),
+                        first_offset: 0,
+                        tar_offset: 4096,
+                    },
+                    Regrouped {
+                        key: "a".into(),
+                        first_offset: 0,
+                        tar_offset: 6144,
+                    },
+                ]
+            );
+            let idx = ShardIndex::from_bytes(s.index_bytes(), "t.idx").unwrap();
+            assert_eq!(&idx.as_bytes()[8..12], &[1, 0, 1, 0], "version 1.1");
+            assert!(idx.is_scattered());
+            assert_eq!(idx.compression(), Compression::None);
+            assert_eq!(idx.has_checksums(), checksums);
+            // Samples in the order of first appearance, members in tar order,
+            // offsets absolute in the file.
+            let keys: Vec<&str> = (0..idx.len()).map(|i| idx.key(i)).collect();
+            assert_eq!(keys, ["a", "b", "c"]);
+            let a: Vec<(&str, u64, u64)> =
+                idx.members(0).map(|m| (m.ext, m.offset, m.size)).collect();
+            assert_eq!(a, [("jpg", 512, 700), ("cls", 4608, 1), ("txt", 6656, 4)]);
+            for i in 0..3 {
+                assert_eq!(idx.sample(i).file_len, 0);
+            }
+            let got = read_back(&s, dir.path());
+            assert_eq!(
+                got[0],
+                (
+                    "a".to_owned(),
+                    vec![
+                        ("jpg".to_owned(), jpg.to_vec()),
+                        ("cls".to_owned(), b"3".to_vec()),
+                        ("txt".to_owned(), b"text".to_vec()),
+                    ]
+                )
+            );
+            assert_eq!(got[1].1.len(), 2);
+            assert_eq!(got[2].1, vec![("jpg".to_owned(), b"4".to_vec())]);
+            // No sample of the shard is one byte range any more.
+            let r = ShardReader::open(&s.path, dir.path().join("t.idx")).unwrap();
+            let err = r.read_raw(1).unwrap_err().to_string();
+            assert!(err.contains("member by member"), "{err}");
+        }
+    }
+
+    #[test]
+    fn regrouping_without_split_samples_gives_the_1_0_index() {
+        let bytes = tar(
+            &[
+                ("a.jpg", b'0', b"1"),
+                ("a.cls", b'0', b"3"),
+                ("x", b'0', b"no extension"),
+                ("b.jpg", b'0', b"2"),
+            ],
+            1536,
+        );
+        for checksums in [false, true] {
+            let (_d, _, plain) = scan(
+                &bytes,
+                ScanOptions {
+                    checksums,
+                    ..Default::default()
+                },
+            );
+            let (_d, _, regrouped) = scan(&bytes, regroup(checksums));
+            let (plain, regrouped) = (plain.unwrap(), regrouped.unwrap());
+            assert!(!regrouped.is_scattered());
+            assert_eq!(regrouped.index_bytes(), plain.index_bytes());
+            assert_eq!(regrouped.tar_len, plain.tar_len);
+            assert_eq!(regrouped.fields, plain.fields);
+            assert_eq!(regrouped.shard_checksum, plain.shard_checksum);
+        }
+    }
+
+    #[test]
+    fn regrouping_a_repeated_extension_names_both_offsets() {
+        let bytes = tar(
+            &[
+                ("a.jpg", b'0', b"1"),
+                ("b.jpg", b'0', b"2"),
+                ("a.cls", b'0', b"3"),
+                ("a.jpg", b'0', b"4"),
+            ],
+            0,
+        );
+        let (_d, _, r) = scan(&bytes, regroup(false));
+        let err = r.unwrap_err().to_string();
+        assert!(
+            err.contains("t.tar")
+                && err.contains("member a.jpg at offset 3072")
+                && err.contains("at offset 0 has it already"),
+            "{err}"
+        );
+        // Within one run, as without regrouping.
+        let bytes = tar(&[("a.jpg", b'0', b"1"), ("a.jpg", b'0', b"2")], 0);
+        let (_d, _, r) = scan(&bytes, regroup(false));
+        assert!(r.unwrap_err().to_string().contains("repeats extension"));
+    }
+
+    #[test]
+    fn regrouping_a_zstd_shard_is_refused() {
+        let (_d, _, r) = scan(&bale_zst(&[("a", b"1")]), regroup(false));
+        let err = r.unwrap_err().to_string();
+        assert!(
+            err.contains("t.tar")
+                && err.contains(".tar.zst cannot have its split samples regrouped"),
+            "{err}"
+        );
     }
 
     #[test]

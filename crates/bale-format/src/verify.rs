@@ -1239,13 +1239,96 @@ fn full_pass(
     }
 }
 
+/// A scattered index of a plain tar (`bale index --allow-split`): scans the
+/// tar's headers again, regrouping split samples as the index did, and checks
+/// that they give the index's samples (keys, in order) and members
+/// (extension, data offset, size).
+fn check_regrouped_tar(
+    r: &mut ShardReport,
+    path: &Path,
+    idx: &ShardIndex,
+    visitor: &mut dyn Visitor,
+) {
+    use crate::scan::{ScanOptions, SplitPolicy, scan_shard};
+    let name = r.shard.clone();
+    let opts = ScanOptions {
+        checksums: false,
+        split: SplitPolicy::Regroup,
+    };
+    let scanned = match scan_shard(path, &opts) {
+        Ok(s) => s,
+        Err(e) => {
+            let mut p = Problem::new(&name, format!("tar headers cannot be read: {e}"));
+            if let Some(o) = error_offset(&e) {
+                p = p.offset(o);
+            }
+            r.push(p);
+            return;
+        }
+    };
+    r.bytes_read += scanned.stats.bytes_read;
+    visitor.progress(scanned.stats.bytes_read);
+    let tar = match ShardIndex::from_bytes(scanned.index_bytes(), path) {
+        Ok(t) => t,
+        Err(e) => {
+            r.push(Problem::new(
+                &name,
+                format!("tar headers give no valid index: {e}"),
+            ));
+            return;
+        }
+    };
+    if tar.len() != idx.len() {
+        r.push(Problem::new(
+            &name,
+            format!(
+                "the tar's headers give {} samples (split samples regrouped), the index lists {}",
+                tar.len(),
+                idx.len()
+            ),
+        ));
+    }
+    for i in 0..tar.len().min(idx.len()) {
+        let key = idx.key(i);
+        if tar.key(i) != key {
+            r.push(
+                Problem::new(
+                    &name,
+                    format!(
+                        "index sample {i} is {key:?}, the tar's headers give {:?} there",
+                        tar.key(i)
+                    ),
+                )
+                .key(key),
+            );
+            continue;
+        }
+        let want: Vec<(&str, u64, u64)> =
+            idx.members(i).map(|m| (m.ext, m.offset, m.size)).collect();
+        let got: Vec<(&str, u64, u64)> =
+            tar.members(i).map(|m| (m.ext, m.offset, m.size)).collect();
+        if want != got {
+            r.push(
+                Problem::new(
+                    &name,
+                    format!(
+                        "members (extension, offset, size) differ: the index lists {want:?}, the tar's headers give {got:?}"
+                    ),
+                )
+                .key(key),
+            );
+        }
+    }
+}
+
 /// The HDF5 file signature, at offset 0 of every `.h5` shard bale writes.
 const HDF5_SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
 
-/// Checks a shard whose index is scattered (HDF5): at `Quick`, the HDF5
-/// signature; at `Full`, also the whole file against the manifest's
-/// checksum and every member's bytes, read at its offset, against its
-/// checksum in the index.
+/// Checks a shard whose index is scattered: at `Quick`, the HDF5 signature
+/// (HDF5 shards) or the tar's headers against the index (plain tars whose
+/// split samples `bale index --allow-split` regrouped); at `Full`, also the
+/// whole file against the manifest's checksum and every member's bytes, read
+/// at its offset, against its checksum in the index.
 fn check_scattered(
     r: &mut ShardReport,
     path: &Path,
@@ -1267,6 +1350,11 @@ fn check_scattered(
         && (file.read_exact(&mut sig).is_err() || &sig != HDF5_SIGNATURE)
     {
         r.push(Problem::new(&name, "shard does not start with the HDF5 signature").offset(0));
+    }
+    if entry.compression == Compression::None
+        && let Some(idx) = idx
+    {
+        check_regrouped_tar(r, path, idx, visitor);
     }
     if level == Level::Quick {
         return;

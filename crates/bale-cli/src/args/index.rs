@@ -2,6 +2,19 @@
 
 use std::path::PathBuf;
 
+const EXAMPLES: &str = "\
+Examples:
+  bale index 'shards/train-{000000..000999}.tar' -o train
+                                 headers only; then `bale verify train`
+  bale index 'shards/*.tar' -o ds --checksum
+                                 also read every byte and record checksums
+  bale index x.tar -o ds --rename-split
+                                 a.jpg b.jpg a.cls: samples a, b, a~2
+  bale index x.tar -o ds --allow-split
+                                 a.jpg b.jpg a.cls: samples a (jpg, cls), b;
+                                 x.idx is a scattered 1.1 index (one read
+                                 per member for every sample of x.tar)";
+
 /// Index existing WebDataset tars in place, without repacking them.
 ///
 /// Scans each tar's headers (seeking over member data) and writes a bale
@@ -26,6 +39,7 @@ use std::path::PathBuf;
 /// manifest is written last; a failed run writes none and removes the
 /// indexes it created.
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = EXAMPLES)]
 pub struct IndexArgs {
     /// The tar files: paths, brace patterns or globs.
     #[arg(value_name = "SHARD", required = true)]
@@ -54,12 +68,21 @@ pub struct IndexArgs {
 
     /// When a key reappears after other samples, index each later run as a
     /// sample of its own, keyed KEY~2, KEY~3, ... (default: refuse the tar).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "allow_split")]
     pub rename_split: bool,
 
-    /// Regroup a sample whose members are apart into one sample. Index format
-    /// 1.0 holds one contiguous byte range per sample, so this is refused with
-    /// an explanation; see --rename-split.
+    /// When a key reappears after other samples, regroup all its members into
+    /// one sample (plain tars only).
+    ///
+    /// The sample keeps the place of the key's first appearance and its
+    /// members stay in tar order; a member whose extension the sample already
+    /// has is an error naming both offsets. A shard with such a sample gets a
+    /// scattered index (layout 1.1): every sample of that shard is then read
+    /// member by member, one positioned read per member instead of one per
+    /// sample. Shards without split samples keep the usual 1.0 index. Refused
+    /// with .tar.zst shards (a frame per sample cannot be regrouped) and,
+    /// when a sample was regrouped, with --wids-json (wids needs contiguous
+    /// samples).
     #[arg(long)]
     pub allow_split: bool,
 

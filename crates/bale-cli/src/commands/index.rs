@@ -50,6 +50,10 @@ struct ShardSummary {
     skipped_no_extension: u64,
     stripped_dot_slash: u64,
     renamed: usize,
+    /// Later runs of a key joined to its first run (`--allow-split`).
+    regrouped: usize,
+    /// The index is scattered (layout 1.1): the shard has regrouped samples.
+    scattered: bool,
     long_names: u64,
 }
 
@@ -68,14 +72,6 @@ struct Summary {
 
 /// Runs `bale index`.
 pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
-    if args.allow_split {
-        bail!(
-            "--allow-split cannot be honoured: a bale index (format 1.0) records one contiguous byte range per \
-             sample, so members that lie apart in a tar cannot form one sample without rewriting the tar\n\
-             hint: --rename-split indexes each later run of a key as a sample of its own (KEY~2, KEY~3, ...); \
-             extracting the tar and running `bale pack` regroups them"
-        );
-    }
     let started = Instant::now();
     let paths = expand_all(&args.shards)?;
     let existed = args.output.exists();
@@ -99,11 +95,24 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
             p.given.display()
         );
     }
+    if args.allow_split
+        && let Some(p) = plan.iter().find(|p| !is_plain_name(&p.given))
+    {
+        // Checked again by the scan, by content; this catches the obvious case early.
+        bail!(
+            "--allow-split: {} is not a plain .tar; a .tar.zst stores each sample as one zstd frame, so the \
+             members of a split sample cannot be regrouped\n\
+             hint: index it without --allow-split (or with --rename-split), or decompress it and index the plain .tar",
+            p.given.display()
+        );
+    }
 
     let opts = ScanOptions {
         checksums: args.checksum,
         split: if args.rename_split {
             SplitPolicy::Rename
+        } else if args.allow_split {
+            SplitPolicy::Regroup
         } else {
             SplitPolicy::Refuse
         },
@@ -147,6 +156,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
                 "checksum": args.checksum,
                 "absolute": args.absolute,
                 "rename_split": args.rename_split,
+                "allow_split": args.allow_split,
             }),
         };
         let entries = done.iter().map(|(e, _)| e.clone()).collect();
@@ -191,6 +201,8 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
                 skipped_no_extension: s.stats.skipped_no_extension,
                 stripped_dot_slash: s.stats.stripped_dot_slash,
                 renamed: s.stats.renamed.len(),
+                regrouped: s.stats.regrouped.len(),
+                scattered: s.is_scattered(),
                 long_names: s.stats.long_names,
             })
             .collect(),
@@ -229,8 +241,8 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
 /// Adds a `hint:` line to the scan errors that have an obvious way out.
 fn with_hint(msg: String) -> anyhow::Error {
     let hint = if msg.contains("are not contiguous") {
-        "\nhint: --rename-split indexes each later run of the key as a sample of its own (KEY~2, ...); \
-         the index cannot regroup members that lie apart"
+        "\nhint: --allow-split regroups the key's members into one sample (plain tars; that shard's index \
+         is then read member by member), --rename-split indexes each later run as a sample of its own (KEY~2, ...)"
     } else {
         ""
     };
@@ -267,6 +279,18 @@ fn notes(s: &Summary, done: &[(ShardEntry, ScannedShard)], wids: bool) -> Vec<St
                 r.tar_key,
                 r.tar_offset,
                 r.key
+            ));
+        }
+        if let Some(r) = sc.stats.regrouped.first() {
+            out.push(format!(
+                "note: {}: {} later runs of keys regrouped into their first run's sample (first: {:?} at offset {} \
+                 joined to offset {}); its index is scattered (layout 1.1), so every sample of this shard is read \
+                 member by member",
+                e.file,
+                sc.stats.regrouped.len(),
+                r.key,
+                r.tar_offset,
+                r.first_offset
             ));
         }
         if wids && sc.stats.long_names > 0 {
@@ -377,6 +401,18 @@ fn write_wids(
         bail!(
             "--wids-json: {} is a .tar.zst, and wids reads only plain tars",
             e.file
+        );
+    }
+    if let Some((e, s)) = done.iter().find(|(_, s)| s.is_scattered()) {
+        let r = &s.stats.regrouped[0];
+        bail!(
+            "--wids-json: {} has samples regrouped by --allow-split (first: {:?} at offsets {} and {}); wids reads \
+             a sample as one run of consecutive members, so it would not see the regrouped sample bale indexes\n\
+             hint: drop --wids-json, or use --rename-split (the samples wids sees, later runs keyed KEY~2)",
+            e.file,
+            r.key,
+            r.first_offset,
+            r.tar_offset
         );
     }
     let parent = match dest.parent() {
