@@ -280,3 +280,61 @@ fn h5_parts_merge_into_one_dataset() {
     ok(&bale(&["verify"], &[&merged]));
     assert_eq!(samples(&merged), samples(&whole));
 }
+
+/// Writes `N` PNGs of 12x8 pixels (RGB, grey, palette and RGBA, so the
+/// conversion to 8-bit RGB is exercised) in two class directories.
+const WRITE_PNG_TREE: &str = r#"
+import os, sys
+import numpy as np
+from PIL import Image
+root, n = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(7)
+for i in range(n):
+    d = os.path.join(root, ["cat", "dog"][i % 2])
+    os.makedirs(d, exist_ok=True)
+    px = rng.integers(0, 256, (8, 12, 3), dtype=np.uint8)
+    img = Image.fromarray(px, "RGB")
+    img = [img, img.convert("L"), img.convert("P"), img.convert("RGBA")][i % 4]
+    img.save(os.path.join(d, f"{i:04d}.png"))
+"#;
+
+/// Compares `dense/npy` of every shard with Pillow's decoding of the
+/// original PNGs, converted to RGB.
+const DENSE_EQUALS_PILLOW: &str = r#"
+import json, os, sys
+import h5py, numpy as np
+from PIL import Image
+out, tree = sys.argv[1], sys.argv[2]
+m = json.load(open(os.path.join(out, "bale.json")))
+n = 0
+for s in m["shards"]:
+    with h5py.File(os.path.join(out, s["file"]), "r") as f:
+        d = f["dense/npy"]
+        assert d.dtype == np.uint8 and d.shape[1:] == (8, 12, 3), d
+        for i, k in enumerate(f["keys"].asstr()[:]):
+            want = np.asarray(Image.open(os.path.join(tree, k + ".png")).convert("RGB"))
+            assert np.array_equal(d[i], want), k
+            n += 1
+print(n)
+"#;
+
+#[test]
+fn a_raw_packed_dataset_converts_to_h5_with_a_dense_array_of_the_decoded_images() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    run_python(WRITE_PNG_TREE, &[os(&input), OsStr::new("10")]).unwrap();
+    let raw = t.path().join("raw");
+    ok(&bale(
+        &["pack", "--image-format", "raw", "--labels", "dir", "-o"],
+        &[&raw, &input],
+    ));
+    let h5 = t.path().join("h5");
+    ok(&bale(
+        &["convert", "--format", "h5", "--shard-samples", "4"],
+        &[&raw, Path::new("-o"), &h5],
+    ));
+    assert_eq!(Manifest::read(&h5).unwrap().shards.len(), 3);
+    let printed = run_python(DENSE_EQUALS_PILLOW, &[os(&h5), os(&input)]).unwrap();
+    assert_eq!(printed.trim(), "10");
+    ok(&bale(&["verify"], &[&h5]));
+}
