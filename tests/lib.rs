@@ -12,7 +12,7 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use anyhow::{Context, Result, bail};
@@ -73,10 +73,9 @@ pub fn run_python(script: &str, args: &[&OsStr]) -> Result<String> {
 /// The `bale` binary under test: `$BALE_BIN` if set, else `target/<profile>/bale`
 /// beside this test executable.
 ///
-/// When that file is absent, it is built once per test process with
-/// `cargo build -p bale-cli` (in the test executable's profile). An existing binary is
-/// used as it is: after editing bale-cli, rebuild it (`cargo xtask ci` does) or the
-/// tests run the old one.
+/// It is brought up to date once per test process with `cargo build -p bale-cli`
+/// (in the test executable's profile, with `hdf5` when the tests have it; a no-op
+/// when nothing changed), so the tests never run a stale binary after an edit.
 ///
 /// # Panics
 ///
@@ -94,14 +93,12 @@ pub fn bale_bin() -> PathBuf {
             .and_then(Path::parent)
             .expect("test executable is not in target/<profile>/deps");
         let bin = profile_dir.join(format!("bale{}", std::env::consts::EXE_SUFFIX));
-        if !bin.exists() {
-            build_bale(profile_dir);
-            assert!(
-                bin.exists(),
-                "`cargo build -p bale-cli` did not produce {}",
-                bin.display()
-            );
-        }
+        build_bale(profile_dir);
+        assert!(
+            bin.exists(),
+            "`cargo build -p bale-cli` did not produce {}",
+            bin.display()
+        );
         bin
     })
     .clone()
@@ -176,4 +173,35 @@ fn which(name: &str) -> Option<PathBuf> {
             p.metadata()
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
+}
+
+/// Runs the `bale` binary with `args` followed by `paths` and returns what it did.
+///
+/// # Panics
+/// When the binary cannot be started.
+pub fn run_bale(args: &[&str], paths: &[&Path]) -> Output {
+    let mut cmd = Command::new(bale_bin());
+    cmd.args(args);
+    for p in paths {
+        cmd.arg(p);
+    }
+    cmd.output().expect("run bale")
+}
+
+/// A command's exit status, stdout and stderr, for assertion messages.
+pub fn describe(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Asserts that a command succeeded, showing its output when it did not.
+///
+/// # Panics
+/// When it did not succeed.
+pub fn assert_success(o: &Output) {
+    assert!(o.status.success(), "{}", describe(o));
 }

@@ -4,35 +4,12 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use bale_format::tar::{BLOCK, encode_member_header, padded};
 use bale_format::{
     Compression, CreatedBy, IndexBuilder, Manifest, ShardEntry, ShardReader, checksum,
 };
-use bale_tests::bale_bin;
-
-pub(crate) fn bale(args: &[&str], paths: &[&Path]) -> Output {
-    let mut cmd = Command::new(bale_bin());
-    cmd.args(args);
-    for p in paths {
-        cmd.arg(p);
-    }
-    cmd.output().expect("run bale")
-}
-
-pub(crate) fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-pub(crate) fn ok(o: &Output) {
-    assert!(o.status.success(), "{}", text(o));
-}
+pub(crate) use bale_tests::{assert_success as ok, describe as text, run_bale as bale};
 
 /// Samples in order: (key, [(ext, bytes)]).
 pub(crate) type Samples = Vec<(String, Vec<(String, Vec<u8>)>)>;

@@ -7,33 +7,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Cursor;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use bale_format::{Manifest, ShardReader};
-use bale_tests::{bale_bin, run_python};
+use bale_tests::run_python;
+use bale_tests::{assert_success as ok, describe as text, run_bale as bale};
 use image::{DynamicImage, ImageFormat};
-
-fn bale(args: &[&str], paths: &[&Path]) -> Output {
-    let mut cmd = Command::new(bale_bin());
-    cmd.args(args);
-    for p in paths {
-        cmd.arg(p);
-    }
-    cmd.output().expect("run bale")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn ok(o: &Output) {
-    assert!(o.status.success(), "{}", text(o));
-}
 
 /// A colourful RGB picture.
 fn picture(w: u32, h: u32, seed: u32) -> DynamicImage {

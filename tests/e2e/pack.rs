@@ -6,33 +6,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bale_format::{Manifest, ShardReader};
+use bale_tests::{assert_success as ok, describe as text, run_bale as bale};
 use bale_tests::{bale_bin, gnu_tar, zstd_cli};
-
-fn bale(args: &[&str], paths: &[&Path]) -> Output {
-    let mut cmd = Command::new(bale_bin());
-    cmd.args(args);
-    for p in paths {
-        cmd.arg(p);
-    }
-    cmd.output().expect("run bale")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn ok(o: &Output) {
-    assert!(o.status.success(), "{}", text(o));
-}
 
 /// A small ImageFolder-like tree: 3 classes, `n` files of varied sizes, every 4th with a `.json`.
 fn tree(root: &Path, n: usize) {

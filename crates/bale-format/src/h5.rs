@@ -394,22 +394,7 @@ impl H5ShardWriter {
     /// # Errors
     /// As [`H5ShardWriter::begin_sample`] and [`H5ShardWriter::add_member`].
     pub fn write_sample(&mut self, key: &str, members: &[Member<'_>]) -> Result<()> {
-        validate_key(key)?;
-        if members.is_empty() {
-            return Err(FormatError::InvalidName {
-                name: key.to_owned(),
-                reason: "a sample needs at least one member",
-            });
-        }
-        for (i, m) in members.iter().enumerate() {
-            validate_ext(m.ext)?;
-            if members[..i].iter().any(|p| p.ext == m.ext) {
-                return Err(FormatError::InvalidName {
-                    name: format!("{key}.{}", m.ext),
-                    reason: "two members of one sample share an extension",
-                });
-            }
-        }
+        crate::shard::check_sample_names(key, members)?;
         self.begin_sample(key)?;
         for m in members {
             self.add_member(m.ext, m.data)?;

@@ -399,22 +399,7 @@ impl<W: Write> ShardWriter<W> {
     pub fn write_sample(&mut self, key: &str, members: &[Member<'_>]) -> Result<()> {
         // Check every name first, so that a refused sample leaves nothing
         // behind: no bytes written, no sample left open, its key still free.
-        validate_key(key)?;
-        if members.is_empty() {
-            return Err(FormatError::InvalidName {
-                name: key.to_owned(),
-                reason: "a sample needs at least one member",
-            });
-        }
-        for (i, m) in members.iter().enumerate() {
-            validate_ext(m.ext)?;
-            if members[..i].iter().any(|p| p.ext == m.ext) {
-                return Err(FormatError::InvalidName {
-                    name: format!("{key}.{}", m.ext),
-                    reason: "two members of one sample share an extension",
-                });
-            }
-        }
+        check_sample_names(key, members)?;
         self.begin_sample(key)?;
         for m in members {
             self.add_member(m.ext, m.data)?;
@@ -547,4 +532,29 @@ impl ShardFileWriter {
             fields: summary.fields,
         })
     }
+}
+
+/// Checks a whole sample's names before any of it is written: a valid key,
+/// at least one member, valid extensions, no extension twice.
+///
+/// # Errors
+/// [`FormatError::InvalidName`] (or the key and extension checks' errors).
+pub(crate) fn check_sample_names(key: &str, members: &[Member<'_>]) -> Result<()> {
+    validate_key(key)?;
+    if members.is_empty() {
+        return Err(FormatError::InvalidName {
+            name: key.to_owned(),
+            reason: "a sample needs at least one member",
+        });
+    }
+    for (i, m) in members.iter().enumerate() {
+        validate_ext(m.ext)?;
+        if members[..i].iter().any(|p| p.ext == m.ext) {
+            return Err(FormatError::InvalidName {
+                name: format!("{key}.{}", m.ext),
+                reason: "two members of one sample share an extension",
+            });
+        }
+    }
+    Ok(())
 }
