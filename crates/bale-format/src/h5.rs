@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::{Xxh3, xxh3_64};
@@ -316,43 +316,23 @@ impl H5ShardWriter {
         let sp = self.spool(ext)?;
         let offset = sp.len;
         let mut hasher = Xxh3::new();
-        let mut buf = vec![0u8; (1 << 20).min(size.max(1) as usize)];
-        let mut left = size;
         let mut first = true;
         let mut small = Vec::new();
-        while left > 0 {
-            let want = left.min(buf.len() as u64) as usize;
-            let n = match reader.read(&mut buf[..want]) {
-                Ok(0) => {
-                    return Err(FormatError::Io {
-                        path: source.to_path_buf(),
-                        source: io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!(
-                                "file shrank while being read: {} of {size} bytes",
-                                size - left
-                            ),
-                        ),
-                    });
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(FormatError::io_at(source, size - left, e)),
-            };
+        crate::shard::copy_exact(reader, size, source, |chunk| {
             if first {
-                note_npy(sp, &buf[..n], size);
+                note_npy(sp, chunk, size);
                 first = false;
             }
             if ext == "cls" && small.len() < 32 {
-                small.extend_from_slice(&buf[..n.min(32)]);
+                small.extend_from_slice(&chunk[..chunk.len().min(32)]);
             }
-            hasher.update(&buf[..n]);
+            hasher.update(chunk);
             let out = sp.out.as_mut().expect("open until finish");
-            out.write_all(&buf[..n])
+            out.write_all(chunk)
                 .map_err(|e| FormatError::io_at(&sp.path, sp.len, e))?;
-            sp.len += n as u64;
-            left -= n as u64;
-        }
+            sp.len += chunk.len() as u64;
+            Ok(())
+        })?;
         if first {
             note_npy(sp, &[], 0);
         }
@@ -726,6 +706,21 @@ mod tests {
         let err = H5ShardWriter::create(d.path(), "shard-000000.h5").unwrap_err();
         assert!(err.to_string().contains("--features hdf5"), "{err}");
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[cfg(feature = "hdf5")]
+    #[test]
+    fn a_source_that_shrank_is_an_error_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let mut w = H5ShardWriter::create(d.path(), "shard-000000.h5").unwrap();
+        w.begin_sample("a").unwrap();
+        let mut short: &[u8] = b"only five";
+        let e = w
+            .add_member_from("bin", 100, &mut short, Path::new("shrunk.bin"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shrunk.bin") && e.contains("shrank"), "{e}");
+        assert!(e.contains("9 of 100 bytes"), "{e}");
     }
 
     #[cfg(feature = "hdf5")]

@@ -320,31 +320,10 @@ impl<W: Write> ShardWriter<W> {
         self.member_header(ext, size)?;
         let offset = self.tar_pos;
         let mut hasher = Xxh3::new();
-        let mut buf = vec![0u8; (1 << 20).min(size.max(1) as usize)];
-        let mut left = size;
-        while left > 0 {
-            let want = left.min(buf.len() as u64) as usize;
-            let n = match reader.read(&mut buf[..want]) {
-                Ok(0) => {
-                    return Err(FormatError::Io {
-                        path: source.to_path_buf(),
-                        source: io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!(
-                                "file shrank while being read: {} of {size} bytes",
-                                size - left
-                            ),
-                        ),
-                    });
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(FormatError::io_at(source, size - left, e)),
-            };
-            hasher.update(&buf[..n]);
-            self.emit(&buf[..n])?;
-            left -= n as u64;
-        }
+        copy_exact(reader, size, source, |chunk| {
+            hasher.update(chunk);
+            self.emit(chunk)
+        })?;
         self.member_done(ext, offset, size, hasher.digest())
     }
 
@@ -555,6 +534,45 @@ pub(crate) fn check_sample_names(key: &str, members: &[Member<'_>]) -> Result<()
                 reason: "two members of one sample share an extension",
             });
         }
+    }
+    Ok(())
+}
+
+/// Streams exactly `size` bytes from `reader` (the file `source`) to `sink`,
+/// in chunks of at most 1 MiB.
+///
+/// # Errors
+/// A read error, or a reader that ends before `size` bytes ("file shrank"),
+/// each naming `source` and how far it got; whatever `sink` returns.
+pub(crate) fn copy_exact(
+    reader: &mut dyn Read,
+    size: u64,
+    source: &Path,
+    mut sink: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut buf = vec![0u8; (1 << 20).min(size.max(1) as usize)];
+    let mut left = size;
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        let n = match reader.read(&mut buf[..want]) {
+            Ok(0) => {
+                return Err(FormatError::Io {
+                    path: source.to_path_buf(),
+                    source: io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "file shrank while being read: {} of {size} bytes",
+                            size - left
+                        ),
+                    ),
+                });
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FormatError::io_at(source, size - left, e)),
+        };
+        sink(&buf[..n])?;
+        left -= n as u64;
     }
     Ok(())
 }
