@@ -23,7 +23,7 @@ use std::fs::{self, File};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+use crate::hash::{Xxh3, xxh3_64};
 
 use crate::atomic::{AtomicFile, TEMP_PREFIX};
 use crate::error::{FormatError, Result};

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use xxhash_rust::xxh3::xxh3_64;
+use crate::hash::xxh3_64;
 
 use crate::error::{FormatError, Result};
 use crate::name::validate_ext;

@@ -40,6 +40,7 @@
 pub mod atomic;
 mod error;
 pub mod h5;
+pub mod hash;
 pub mod index;
 pub mod manifest;
 mod name;

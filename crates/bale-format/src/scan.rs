@@ -73,7 +73,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use xxhash_rust::xxh3::Xxh3;
+use crate::hash::Xxh3;
 
 use crate::atomic::write_atomic;
 use crate::error::{FormatError, Result};

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+use crate::hash::{Xxh3, xxh3_64};
 use zstd::stream::raw::Operation;
 
 use crate::atomic::AtomicFile;

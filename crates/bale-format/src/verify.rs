@@ -69,8 +69,8 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use crate::hash::Xxh3;
 use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh3::Xxh3;
 
 use crate::atomic::TEMP_PREFIX;
 use crate::error::FormatError;
@@ -1515,7 +1515,7 @@ mod tests {
             .expect("key in the string table");
         b[at..at + 7].copy_from_slice(b"../0000");
         let body = b.len() - 8;
-        let sum = xxhash_rust::xxh3::xxh3_64(&b[..body]);
+        let sum = crate::hash::xxh3_64(&b[..body]);
         b[body..].copy_from_slice(&sum.to_le_bytes());
         std::fs::write(&idx_path, &b).unwrap();
         m.shards[0].index_xxh3 = hex64(sum);

@@ -27,13 +27,13 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use bale_format::atomic::{AtomicFile, TEMP_PREFIX, write_atomic};
+use bale_format::hash::Xxh3;
 use bale_format::manifest::{hex64, parse_hex64};
 use bale_format::verify::{self, Level};
 use bale_format::{MANIFEST_NAME, Manifest, ShardIndex, checksum};
 use indicatif::{HumanBytes, ProgressBar};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh3::Xxh3;
 
 use crate::args::stage::{StageArgs, UnstageArgs};
 use crate::progress;

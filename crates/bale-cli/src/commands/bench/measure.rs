@@ -306,7 +306,7 @@ impl ThreadStats {
     /// Checksums (and with `decode`, decodes) one member.
     fn member(&mut self, key: &str, ext: &str, bytes: &[u8], decode: bool) {
         self.bytes += bytes.len() as u64;
-        self.hash ^= xxhash_rust::xxh3::xxh3_64(bytes);
+        self.hash ^= bale_format::hash::xxh3_64(bytes);
         if decode {
             let t = Instant::now();
             let r = decode_member(ext, bytes);
