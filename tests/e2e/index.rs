@@ -650,6 +650,20 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT) as tf:
         let ls = String::from_utf8_lossy(&o.stdout);
         let first = ls.lines().next().unwrap();
         assert_eq!(first, format!("0\ta\t7\tjpg:{},cls:1", a_jpg.len()), "{ls}");
+        // `bale stat`: a regrouped shard has no tar stream to size ("-"),
+        // the untouched one shows its tar length.
+        let o = bale(&["stat", p(&ds), "--all"]);
+        ok(&o);
+        let stat = String::from_utf8_lossy(&o.stdout);
+        let row = |stem: &str| {
+            stat.lines()
+                .find(|l| l.contains(&format!("{stem}.tar")))
+                .unwrap_or_else(|| panic!("no {stem}.tar row in\n{stat}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(row("split")[row("split").len() - 2], "-", "{stat}");
+        assert_ne!(row("sorted")[row("sorted").len() - 2], "-", "{stat}");
 
         // The reader, mapped and with positioned reads, checksums checked when present.
         for backing in [Backing::Mmap, Backing::Pread] {

@@ -462,6 +462,16 @@ fn tree_stat(root: &Path) -> anyhow::Result<TreeStat> {
     })
 }
 
+/// The shard table's raw-bytes cell: `-` for a shard that has no tar stream
+/// (`.h5`, or a plain tar whose index is scattered), recorded as 0.
+fn raw_bytes(tar_bytes: u64, bytes: u64) -> String {
+    if tar_bytes == 0 && bytes > 0 {
+        "-".to_owned()
+    } else {
+        HumanBytes(tar_bytes).to_string()
+    }
+}
+
 fn print_sizes(out: &mut impl Write, label: &str, p: &Percentiles) -> std::io::Result<()> {
     writeln!(
         out,
@@ -563,7 +573,7 @@ fn print_dataset(out: &mut impl Write, s: &DatasetStat, all: bool) -> std::io::R
             HumanCount(r.samples).to_string(),
             HumanCount(r.members).to_string(),
             HumanBytes(r.bytes).to_string(),
-            HumanBytes(r.tar_bytes).to_string(),
+            raw_bytes(r.tar_bytes, r.bytes),
             r.compression.as_str()
         )?;
     }
