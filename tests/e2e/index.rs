@@ -613,6 +613,8 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT) as tf:
         let m = Manifest::read(&ds).unwrap();
         assert_eq!(m.created_by.options["allow_split"], true);
         assert_eq!(m.shards[0].tar_bytes, 0);
+        // Scattered indexes make it a format 1.1 dataset.
+        assert_eq!(m.format_version, "1.1");
         assert_ne!(m.shards[2].tar_bytes, 0);
 
         // Samples in the order of first appearance, members in tar order.

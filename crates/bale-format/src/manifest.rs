@@ -79,6 +79,15 @@ pub struct ShardEntry {
     pub fields: BTreeMap<String, FieldStats>,
 }
 
+impl ShardEntry {
+    /// Whether reading this shard needs format 1.1: an HDF5 shard, or a
+    /// plain tar with a scattered index (recorded with no tar stream).
+    fn needs_1_1(&self) -> bool {
+        self.compression == Compression::H5
+            || (self.compression == Compression::None && self.tar_bytes == 0 && self.samples > 0)
+    }
+}
+
 /// How a dataset was made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreatedBy {
@@ -166,8 +175,10 @@ impl Manifest {
         }
         Manifest {
             format: MANIFEST_FORMAT.to_owned(),
-            // 1.1 only where it matters (HDF5 shards): tar datasets keep 1.0 manifests.
-            format_version: if shards.iter().any(|s| s.compression == Compression::H5) {
+            // 1.1 only where it matters (HDF5 shards, and plain tars whose
+            // index is scattered: `tar_bytes` 0 with samples): other tar
+            // datasets keep 1.0 manifests.
+            format_version: if shards.iter().any(ShardEntry::needs_1_1) {
                 format!("{MANIFEST_MAJOR}.1")
             } else {
                 format!("{MANIFEST_MAJOR}.{MANIFEST_MINOR}")
@@ -386,6 +397,28 @@ mod tests {
                 options: serde_json::json!({"jobs": null}),
             },
         )
+    }
+
+    #[test]
+    fn version_is_1_1_only_for_shards_that_need_it() {
+        let m = manifest();
+        assert_eq!(m.format_version, "1.0");
+        let with = |f: &dyn Fn(&mut ShardEntry)| {
+            let mut s = m.shards[0].clone();
+            f(&mut s);
+            Manifest::new(vec![m.shards[0].clone(), s], None, m.created_by.clone()).format_version
+        };
+        assert_eq!(with(&|s| s.compression = Compression::H5), "1.1");
+        // A plain tar with a scattered index records no tar stream.
+        assert_eq!(with(&|s| s.tar_bytes = 0), "1.1");
+        assert_eq!(with(&|s| s.samples = 0), "1.0");
+        assert_eq!(
+            with(&|s| {
+                s.tar_bytes = 0;
+                s.compression = Compression::Zstd;
+            }),
+            "1.0"
+        );
     }
 
     #[test]
