@@ -29,8 +29,8 @@ use crate::atomic::{AtomicFile, TEMP_PREFIX};
 use crate::error::{FormatError, Result};
 use crate::index::{Compression, IndexBuilder};
 use crate::manifest::{FieldStats, ShardEntry, hex64};
-use crate::name::{validate_ext, validate_key};
-use crate::shard::{Member, index_file_name};
+use crate::name::validate_ext;
+use crate::shard::{Member, check_new_sample, index_file_name};
 
 /// Copy buffer for spools (4 MiB).
 const COPY_BUFFER: usize = 4 << 20;
@@ -209,19 +209,7 @@ impl H5ShardWriter {
     /// # Errors
     /// An invalid key, a key already in this shard, or a sample still open.
     pub fn begin_sample(&mut self, key: &str) -> Result<()> {
-        validate_key(key)?;
-        if self.cur.is_some() {
-            return Err(FormatError::Limit {
-                path: self.dest.clone(),
-                what: format!("sample {key:?} begun while another sample is open"),
-            });
-        }
-        if !self.keys.insert(key.to_owned()) {
-            return Err(FormatError::DuplicateKey {
-                path: self.dest.clone(),
-                key: key.to_owned(),
-            });
-        }
+        check_new_sample(&self.dest, self.cur.is_some(), &mut self.keys, key)?;
         self.cur = Some(SampleRec {
             key: key.to_owned(),
             members: Vec::new(),

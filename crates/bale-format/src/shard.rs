@@ -234,19 +234,7 @@ impl<W: Write> ShardWriter<W> {
     /// # Errors
     /// An invalid key, a key already in this shard, or a sample still open.
     pub fn begin_sample(&mut self, key: &str) -> Result<()> {
-        validate_key(key)?;
-        if self.cur.is_some() {
-            return Err(FormatError::Limit {
-                path: self.path.clone(),
-                what: format!("sample {key:?} begun while another sample is open"),
-            });
-        }
-        if !self.keys.insert(key.to_owned()) {
-            return Err(FormatError::DuplicateKey {
-                path: self.path.clone(),
-                key: key.to_owned(),
-            });
-        }
+        check_new_sample(&self.path, self.cur.is_some(), &mut self.keys, key)?;
         self.cur = Some(Current {
             key: key.to_owned(),
             file_offset: self.sink.pos,
@@ -511,6 +499,31 @@ impl ShardFileWriter {
             fields: summary.fields,
         })
     }
+}
+
+/// The checks that start a sample in a shard writer (tar or HDF5): a valid
+/// key, no sample still `open`, and a key new to the shard (recorded in
+/// `keys`). `path` names the shard in errors.
+pub(crate) fn check_new_sample(
+    path: &Path,
+    open: bool,
+    keys: &mut HashSet<String>,
+    key: &str,
+) -> Result<()> {
+    validate_key(key)?;
+    if open {
+        return Err(FormatError::Limit {
+            path: path.to_path_buf(),
+            what: format!("sample {key:?} begun while another sample is open"),
+        });
+    }
+    if !keys.insert(key.to_owned()) {
+        return Err(FormatError::DuplicateKey {
+            path: path.to_path_buf(),
+            key: key.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// Checks a whole sample's names before any of it is written: a valid key,
