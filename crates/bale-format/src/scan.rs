@@ -1768,7 +1768,10 @@ mod tests {
 
     #[test]
     fn regrouping_a_zstd_shard_is_refused() {
-        let (_d, _, r) = scan(&bale_zst(&[("a", b"1")]), regroup(false));
+        let (_d, _, r) = scan(
+            &bale_shard(Compression::Zstd, &[("a", b"1")]),
+            regroup(false),
+        );
         let err = r.unwrap_err().to_string();
         assert!(
             err.contains("t.tar")
@@ -1813,8 +1816,13 @@ mod tests {
         }
     }
 
-    fn bale_zst(samples: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut w = ShardWriter::new(Vec::new(), "x.tar.zst", Compression::Zstd, 0).unwrap();
+    /// A shard bale writes, each sample a `.bin` with the bytes given and a `.txt`.
+    fn bale_shard(compression: Compression, samples: &[(&str, &[u8])]) -> Vec<u8> {
+        let name = match compression {
+            Compression::Zstd => "x.tar.zst",
+            _ => "x.tar",
+        };
+        let mut w = ShardWriter::new(Vec::new(), name, compression, 0).unwrap();
         for &(k, d) in samples {
             w.write_sample(
                 k,
@@ -1874,7 +1882,7 @@ mod tests {
             }
         }
         // An empty bale .tar.zst (one frame of end blocks) is an empty shard.
-        let (_d, _, r) = scan(&bale_zst(&[]), ScanOptions::default());
+        let (_d, _, r) = scan(&bale_shard(Compression::Zstd, &[]), ScanOptions::default());
         assert_eq!(r.unwrap().samples, 0);
     }
 
@@ -1953,25 +1961,8 @@ mod tests {
     fn every_truncation_and_many_bit_flips_are_errors_or_valid_indexes() {
         let long = format!("{}/k", "x".repeat(120));
         let samples: [(&str, &[u8]); 3] = [("a", b"one"), (&long, &[5u8; 700]), ("c", b"")];
-        let mut w = ShardWriter::new(Vec::new(), "x.tar", Compression::None, 0).unwrap();
-        for (k, d) in samples {
-            w.write_sample(
-                k,
-                &[
-                    Member {
-                        ext: "bin",
-                        data: d,
-                    },
-                    Member {
-                        ext: "txt",
-                        data: b"t",
-                    },
-                ],
-            )
-            .unwrap();
-        }
-        let plain = w.finish().unwrap().0;
-        let zst = bale_zst(&samples);
+        let plain = bale_shard(Compression::None, &samples);
+        let zst = bale_shard(Compression::Zstd, &samples);
         let dir = tempfile::tempdir().unwrap();
         let check = |bytes: &[u8], name: &str| {
             let p = write(dir.path(), name, bytes);
