@@ -811,26 +811,7 @@ impl<'a> Grouper<'a> {
         }
         let tar_len = s.end - s.tar_offset;
         let (file_offset, file_len) = file.unwrap_or((s.tar_offset, tar_len));
-        let members: Vec<(&str, u64, u64, u64)> = s
-            .members
-            .iter()
-            .map(|m| (m.0.as_str(), m.1, m.2, m.3))
-            .collect();
-        self.index
-            .push_sample(&key, file_offset, file_len, s.tar_offset, tar_len, &members);
-        if self.index.over_limits() {
-            return Err(FormatError::Limit {
-                path: self.path.to_path_buf(),
-                what: "the shard exceeds the index's limits (2^32-1 samples, members or key bytes)"
-                    .into(),
-            });
-        }
-        for m in &s.members {
-            let f = self.fields.entry(m.0.clone()).or_default();
-            f.count += 1;
-            f.bytes += m.2;
-        }
-        self.members += s.members.len() as u64;
+        self.push_indexed(&key, (file_offset, file_len), (s.tar_offset, tar_len), &s)?;
         self.tar_keys
             .entry(s.tar_key.clone())
             .or_insert((s.tar_offset, number));
@@ -891,33 +872,46 @@ impl<'a> Grouper<'a> {
             self.index = std::mem::take(&mut self.index).scattered();
         }
         for s in std::mem::take(&mut self.held) {
-            let members: Vec<(&str, u64, u64, u64)> = s
-                .members
-                .iter()
-                .map(|m| (m.0.as_str(), m.1, m.2, m.3))
-                .collect();
-            let (offset, len) = if scattered {
+            let range = if scattered {
                 (0, 0)
             } else {
                 (s.tar_offset, s.end - s.tar_offset)
             };
-            self.index
-                .push_sample(&s.tar_key, offset, len, offset, len, &members);
-            if self.index.over_limits() {
-                return Err(FormatError::Limit {
-                    path: self.path.to_path_buf(),
-                    what: "the shard exceeds the index's limits (2^32-1 samples, members or key bytes)"
-                        .into(),
-                });
-            }
-            for m in &s.members {
-                let f = self.fields.entry(m.0.clone()).or_default();
-                f.count += 1;
-                f.bytes += m.2;
-            }
-            self.members += s.members.len() as u64;
+            self.push_indexed(&s.tar_key, range, range, &s)?;
         }
         Ok(scattered)
+    }
+
+    /// Adds sample `s` to the index under `key`, with its (offset, length)
+    /// in the file and in the tar stream, and counts its members.
+    fn push_indexed(
+        &mut self,
+        key: &str,
+        (file_offset, file_len): (u64, u64),
+        (tar_offset, tar_len): (u64, u64),
+        s: &OpenSample,
+    ) -> Result<()> {
+        let members: Vec<(&str, u64, u64, u64)> = s
+            .members
+            .iter()
+            .map(|m| (m.0.as_str(), m.1, m.2, m.3))
+            .collect();
+        self.index
+            .push_sample(key, file_offset, file_len, tar_offset, tar_len, &members);
+        if self.index.over_limits() {
+            return Err(FormatError::Limit {
+                path: self.path.to_path_buf(),
+                what: "the shard exceeds the index's limits (2^32-1 samples, members or key bytes)"
+                    .into(),
+            });
+        }
+        for m in &s.members {
+            let f = self.fields.entry(m.0.clone()).or_default();
+            f.count += 1;
+            f.bytes += m.2;
+        }
+        self.members += s.members.len() as u64;
+        Ok(())
     }
 
     fn free_key(&self, base: &str) -> String {
