@@ -6,31 +6,10 @@ use std::fs;
 use std::path::Path;
 
 use bale_format::tar::{BLOCK, encode_member_header, padded};
-use bale_format::{
-    Compression, CreatedBy, IndexBuilder, Manifest, ShardEntry, ShardReader, checksum,
-};
+use bale_format::{Compression, CreatedBy, IndexBuilder, Manifest, ShardEntry, checksum};
+
+use crate::common::samples;
 pub(crate) use bale_tests::{assert_success as ok, describe as text, run_bale as bale};
-
-/// Samples in order: (key, [(ext, bytes)]).
-pub(crate) type Samples = Vec<(String, Vec<(String, Vec<u8>)>)>;
-
-/// Every sample of a dataset, in order, checksums checked.
-pub(crate) fn samples(dir: &Path) -> Samples {
-    let m = Manifest::read(dir).unwrap();
-    let mut out = Vec::new();
-    for s in &m.shards {
-        let r = ShardReader::open(
-            Manifest::resolve(dir, &s.file),
-            Manifest::resolve(dir, &s.index),
-        )
-        .unwrap();
-        for i in 0..r.len() {
-            let smp = r.read(i, true).unwrap();
-            out.push((smp.key.clone(), smp.members.clone()));
-        }
-    }
-    out
-}
 
 /// An ImageFolder-like tree: 3 classes, `n` files, every 3rd with a `.json`,
 /// every 5th with a `.seg.png` (so some samples lack some fields).

@@ -10,7 +10,8 @@ use std::path::Path;
 use bale_format::{Compression, Manifest};
 use bale_tests::run_python;
 
-use crate::convert::{bale, ok, samples, text, tree};
+use crate::common::samples;
+use crate::convert::{bale, ok, text, tree};
 
 fn os(p: &Path) -> &OsStr {
     p.as_os_str()

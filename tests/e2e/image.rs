@@ -8,7 +8,7 @@ use std::fs;
 use std::io::Cursor;
 use std::path::Path;
 
-use bale_format::{Manifest, ShardReader};
+use bale_format::Manifest;
 use bale_tests::run_python;
 use bale_tests::{assert_success as ok, describe as text, run_bale as bale};
 use image::{DynamicImage, ImageFormat};
@@ -58,21 +58,12 @@ fn tree(root: &Path) {
 
 type Samples = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
 
+/// Every sample of a dataset by key, its members by extension.
 fn samples(dir: &Path) -> Samples {
-    let m = Manifest::read(dir).unwrap();
-    let mut out = BTreeMap::new();
-    for s in &m.shards {
-        let r = ShardReader::open(
-            Manifest::resolve(dir, &s.file),
-            Manifest::resolve(dir, &s.index),
-        )
-        .unwrap();
-        for i in 0..r.len() {
-            let smp = r.read(i, true).unwrap();
-            out.insert(smp.key.clone(), smp.members.iter().cloned().collect());
-        }
-    }
-    out
+    crate::common::samples(dir)
+        .into_iter()
+        .map(|(key, members)| (key, members.into_iter().collect()))
+        .collect()
 }
 
 fn dims(ext: &str, bytes: &[u8]) -> (u32, u32) {

@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bale_format::{Manifest, ShardReader};
+use bale_format::Manifest;
 use bale_tests::{assert_success as ok, describe as text, run_bale as bale};
 use bale_tests::{bale_bin, gnu_tar, zstd_cli};
+
+use crate::common::samples;
 
 /// A small ImageFolder-like tree: 3 classes, `n` files of varied sizes, every 4th with a `.json`.
 fn tree(root: &Path, n: usize) {
@@ -39,27 +41,6 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         }
     }
     m
-}
-
-/// Samples in order: (key, [(ext, bytes)]).
-type Samples = Vec<(String, Vec<(String, Vec<u8>)>)>;
-
-/// Every sample of a dataset, in order.
-fn samples(dir: &Path) -> Samples {
-    let m = Manifest::read(dir).unwrap();
-    let mut out = Vec::new();
-    for s in &m.shards {
-        let r = ShardReader::open(
-            Manifest::resolve(dir, &s.file),
-            Manifest::resolve(dir, &s.index),
-        )
-        .unwrap();
-        for i in 0..r.len() {
-            let smp = r.read(i, true).unwrap();
-            out.push((smp.key.clone(), smp.members.clone()));
-        }
-    }
-    out
 }
 
 #[test]
