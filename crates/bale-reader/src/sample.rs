@@ -239,21 +239,40 @@ impl Sample {
         }
     }
 
-    /// Touches one byte of every page of the sample's bytes, so that a
-    /// mapped sample's pages are read in (by the thread that calls this).
-    pub(crate) fn populate(&self) {
+    /// Brings a mapped sample's bytes into memory now, by touching one byte
+    /// of every page they cover (the page faults happen in the calling
+    /// thread, e.g. before a language binding takes its lock to copy them).
+    /// Samples in a heap buffer are already in memory: nothing to do.
+    pub fn populate(&self) {
         if let Buf::Map(m) = &self.buf {
             let (s, e) = self.span();
             let bytes = &m[s..e];
             let mut acc = 0u8;
-            for i in (0..bytes.len()).step_by(4096) {
+            // The first byte, then the first byte of every later page (the
+            // map starts on a page boundary, so `s % PAGE` is the offset in
+            // the first page).
+            let mut i = 0;
+            while i < bytes.len() {
                 // SAFETY: `i` is in bounds; a volatile read keeps the touch from being optimised out.
                 acc ^= unsafe { std::ptr::read_volatile(bytes.as_ptr().add(i)) };
+                i = (i + PAGE) - (s + i) % PAGE;
             }
             std::hint::black_box(acc);
         }
     }
+
+    /// Asks the kernel to start reading a mapped sample's pages (`MADV_WILLNEED`).
+    pub(crate) fn will_need(&self) {
+        if let Buf::Map(m) = &self.buf {
+            let (s, e) = self.span();
+            crate::dataset::will_need(m, s as u64, (e - s) as u64);
+        }
+    }
 }
+
+/// The page size the touches step by (a smaller step than the real page
+/// size only touches some pages twice).
+const PAGE: usize = 4096;
 
 impl fmt::Debug for Sample {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
