@@ -172,7 +172,7 @@ impl Residency {
     /// A touch of a sample's pages taking this long waited for storage.
     const STORAGE_WAIT: Duration = Duration::from_micros(10);
     /// Small reads hinted after a touch that waited for storage.
-    const HINT_READS: u32 = 1024;
+    const HINT_READS: u32 = 256;
     /// Largest sample, in bytes, whose hint depends on recent touches.
     const SMALL: u64 = 16 << 10;
 
@@ -188,10 +188,15 @@ impl Residency {
         len > Self::SMALL || self.hint_left.load(Ordering::Relaxed) > 0
     }
 
+    /// Turns hints on for the next [`Residency::HINT_READS`] small reads.
+    fn saw_cold(&self) {
+        self.hint_left.store(Self::HINT_READS, Ordering::Relaxed);
+    }
+
     /// Records how long touching a sample's pages took; true if it waited for storage.
     fn record(&self, took: Duration) -> bool {
         if took >= Self::STORAGE_WAIT {
-            self.hint_left.store(Self::HINT_READS, Ordering::Relaxed);
+            self.saw_cold();
             return true;
         }
         // Racy between threads, and harmless: it only shortens or lengthens the hinting.
@@ -405,9 +410,8 @@ impl Dataset {
     /// Reads the samples `indices` (in that order; repeats allowed), each as
     /// [`Dataset::get_populated`] does, in two passes: every sample is
     /// located (and, when reads are cold, hinted to the kernel, so that
-    /// their I/O is in flight at once) before any is touched. If a touch
-    /// waits for storage while hints were off, the rest of the batch is
-    /// hinted then.
+    /// their I/O is in flight at once) before any is touched. A touch that
+    /// waits for storage while hints were off hints the rest of the batch.
     ///
     /// # Errors
     /// The first error of any sample, as [`Dataset::get`] (an index out of
@@ -417,11 +421,11 @@ impl Dataset {
             .iter()
             .map(|&i| self.locate(i))
             .collect::<Result<Vec<_>>>()?;
+        let mut hinted = self.inner.residency.hint(0);
         let mut out = Vec::with_capacity(at.len());
         for &(s, local) in &at {
             out.push(self.read_entry(s, local, Hint::Learnt)?);
         }
-        let mut hinted = self.inner.residency.hint(0);
         for (k, sample) in out.iter().enumerate() {
             if self.touch(sample) && !hinted {
                 out[k + 1..].iter().for_each(Sample::will_need);
@@ -433,6 +437,12 @@ impl Dataset {
 
     /// Populates a sample, timing it for [`Residency`] when it is mapped;
     /// true if the touch waited for storage.
+    ///
+    /// Only the touch is timed, not the whole read: the shorter the window,
+    /// the more rarely a preemption inside it passes for a wait on storage.
+    /// (Parsing a label may fault in the sample's last page first; the
+    /// touch of its first field's page still sees a cold sample that spans
+    /// two pages, the only kind a hint helps.)
     fn touch(&self, sample: &Sample) -> bool {
         if !sample.is_mapped() {
             return false;

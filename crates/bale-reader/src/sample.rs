@@ -240,32 +240,50 @@ impl Sample {
     }
 
     /// Brings a mapped sample's bytes into memory now, by touching one byte
-    /// of every page they cover (the page faults happen in the calling
-    /// thread, e.g. before a language binding takes its lock to copy them).
-    /// Samples in a heap buffer are already in memory: nothing to do.
+    /// of every page its fields cover (the page faults happen in the
+    /// calling thread, e.g. before a language binding takes its lock to copy
+    /// them). The tar headers are not touched: a page holding only a header
+    /// is not needed. Samples in a heap buffer are already in memory.
     pub fn populate(&self) {
         if let Buf::Map(m) = &self.buf {
-            let (s, e) = self.span();
-            let bytes = &m[s..e];
             let mut acc = 0u8;
-            // The first byte, then the first byte of every later page (the
-            // map starts on a page boundary, so `s % PAGE` is the offset in
-            // the first page).
-            let mut i = 0;
-            while i < bytes.len() {
-                // SAFETY: `i` is in bounds; a volatile read keeps the touch from being optimised out.
-                acc ^= unsafe { std::ptr::read_volatile(bytes.as_ptr().add(i)) };
-                i = (i + PAGE) - (s + i) % PAGE;
+            for f in &self.fields {
+                let at = self.base + f.start;
+                let bytes = &m[at..at + f.len];
+                // The first byte, then the first byte of every later page
+                // (the map starts on a page boundary, so `at % PAGE` is the
+                // offset in the first page).
+                let mut i = 0;
+                while i < bytes.len() {
+                    // SAFETY: `i` is in bounds; a volatile read keeps the touch from being optimised out.
+                    acc ^= unsafe { std::ptr::read_volatile(bytes.as_ptr().add(i)) };
+                    i = (i + PAGE) - (at + i) % PAGE;
+                }
             }
             std::hint::black_box(acc);
         }
     }
 
-    /// Asks the kernel to start reading a mapped sample's pages (`MADV_WILLNEED`).
+    /// Asks the kernel to start reading a mapped sample's pages
+    /// (`MADV_WILLNEED`): one request per run of fields less than a page
+    /// apart (one for a tar sample, one per member of a scattered one).
     pub(crate) fn will_need(&self) {
         if let Buf::Map(m) = &self.buf {
-            let (s, e) = self.span();
-            crate::dataset::will_need(m, s as u64, (e - s) as u64);
+            let mut run: Option<(usize, usize)> = None;
+            for f in &self.fields {
+                let (a, b) = (self.base + f.start, self.base + f.start + f.len);
+                run = match run {
+                    Some((s, e)) if a >= s && a <= e + PAGE => Some((s, e.max(b))),
+                    Some((s, e)) => {
+                        crate::dataset::will_need(m, s as u64, (e - s) as u64);
+                        Some((a, b))
+                    }
+                    None => Some((a, b)),
+                };
+            }
+            if let Some((s, e)) = run {
+                crate::dataset::will_need(m, s as u64, (e - s) as u64);
+            }
         }
     }
 }
