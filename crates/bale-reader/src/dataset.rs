@@ -421,6 +421,9 @@ impl Dataset {
             .iter()
             .map(|&i| self.locate(i))
             .collect::<Result<Vec<_>>>()?;
+        if at.len() > 1 {
+            self.prefetch(&at);
+        }
         let mut hinted = self.inner.residency.hint(0);
         let mut out = Vec::with_capacity(at.len());
         for &(s, local) in &at {
@@ -433,6 +436,46 @@ impl Dataset {
             }
         }
         Ok(out)
+    }
+
+    /// Asks the CPU to load what reading the samples `at` touches: index
+    /// records, then keys and member records, then the first 4 KiB of each
+    /// member of a mapped plain shard, each stage for the whole batch
+    /// before the next, so that the cache misses of a batch of random
+    /// samples overlap. Pages not in memory are skipped (a prefetch never
+    /// faults).
+    fn prefetch(&self, at: &[(usize, usize)]) {
+        let shards = &self.inner.shards;
+        for &(s, local) in at {
+            shards[s].index.prefetch_record(local);
+        }
+        for &(s, local) in at {
+            shards[s].index.prefetch_key_and_members(local);
+        }
+        for &(s, local) in at {
+            let shard = &shards[s];
+            let Some(Handle { map: Some(map), .. }) = shard.handle.get() else {
+                continue;
+            };
+            if shard.index.compression() == Compression::Zstd {
+                continue;
+            }
+            let e = shard.index.sample(local);
+            let scattered = shard.index.is_scattered();
+            for m in shard.index.members(local) {
+                let at = if scattered {
+                    m.offset
+                } else {
+                    e.file_offset + m.offset.saturating_sub(e.tar_offset)
+                };
+                let bytes = usize::try_from(at)
+                    .ok()
+                    .and_then(|a| map.get(a..a.checked_add(m.size.min(4096) as usize)?));
+                if let Some(bytes) = bytes {
+                    bale_format::index::prefetch(bytes);
+                }
+            }
+        }
     }
 
     /// Populates a sample, timing it for [`Residency`] when it is mapped;
