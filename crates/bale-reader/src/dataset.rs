@@ -16,7 +16,7 @@ use memmap2::Mmap;
 use crate::error::{ReaderError, Result};
 use crate::iter::SampleIter;
 use crate::plan::{EpochPlan, Order, Partition};
-use crate::sample::{Buf, BufPool, Field, Sample};
+use crate::sample::{Buf, BufPool, Field, Fields, Sample, SmallStr};
 
 /// How sample bytes reach memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -768,7 +768,7 @@ impl Dataset {
         let index = &shard.index;
         let key = index.key(local);
         let verify = self.inner.options.verify_on_read && index.has_checksums();
-        let mut fields = Vec::with_capacity(e.member_count as usize);
+        let mut fields = Fields::with_capacity(e.member_count as usize);
         let mut label = None;
         for (k, m) in index.members(local).enumerate() {
             let start = match starts {
@@ -801,13 +801,13 @@ impl Dataset {
                 })?);
             }
             fields.push(Field {
-                ext: m.ext.into(),
+                ext: SmallStr::new(m.ext),
                 start,
                 len,
             });
         }
         Ok(Sample {
-            key: key.to_owned(),
+            key: SmallStr::new(key),
             index: self.inner.offsets[s] + local as u64,
             label,
             buf,

@@ -6,6 +6,7 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
 use memmap2::Mmap;
+use smallvec::SmallVec;
 
 /// Bytes a sample's fields point into: a heap buffer (a positioned read or a
 /// decompressed frame, possibly shared by the samples of one large read) or
@@ -113,10 +114,54 @@ impl BufPool {
 /// One field of a sample: the member `<key>.<ext>`.
 #[derive(Debug, Clone)]
 pub(crate) struct Field {
-    pub ext: Box<str>,
+    pub ext: SmallStr<14>,
     /// Offset of the data in the sample's bytes.
     pub start: usize,
     pub len: usize,
+}
+
+/// A sample's fields: up to four without a heap allocation.
+pub(crate) type Fields = SmallVec<[Field; 4]>;
+
+/// A string kept inline when it is at most `N` bytes (`N` < 256): a
+/// sample's key and extensions, so that reading a sample allocates nothing
+/// in the common case.
+#[derive(Clone)]
+pub(crate) enum SmallStr<const N: usize> {
+    Inline { len: u8, bytes: [u8; N] },
+    Heap(Box<str>),
+}
+
+impl<const N: usize> SmallStr<N> {
+    pub fn new(s: &str) -> Self {
+        match u8::try_from(s.len()) {
+            Ok(len) if s.len() <= N => {
+                let mut bytes = [0u8; N];
+                bytes[..s.len()].copy_from_slice(s.as_bytes());
+                SmallStr::Inline { len, bytes }
+            }
+            _ => SmallStr::Heap(s.into()),
+        }
+    }
+}
+
+impl<const N: usize> Deref for SmallStr<N> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            // SAFETY: the bytes were copied whole from a `&str` (`new`).
+            SmallStr::Inline { len, bytes } => unsafe {
+                std::str::from_utf8_unchecked(&bytes[..usize::from(*len)])
+            },
+            SmallStr::Heap(s) => s,
+        }
+    }
+}
+
+impl<const N: usize> fmt::Debug for SmallStr<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
 }
 
 /// One sample: its key, global index, label (from a `.cls` member) and fields.
@@ -144,13 +189,13 @@ pub(crate) struct Field {
 /// ```
 #[derive(Clone)]
 pub struct Sample {
-    pub(crate) key: String,
+    pub(crate) key: SmallStr<62>,
     pub(crate) index: u64,
     pub(crate) label: Option<i64>,
     pub(crate) buf: Buf,
     /// Offset of the sample's bytes in `buf` (its first tar header).
     pub(crate) base: usize,
-    pub(crate) fields: Vec<Field>,
+    pub(crate) fields: Fields,
 }
 
 impl Sample {
