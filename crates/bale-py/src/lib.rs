@@ -406,8 +406,11 @@ impl PyDataset {
         self.to_dict(py, &s)
     }
 
-    /// Reads several samples with one release of the GIL (PyTorch's
-    /// DataLoader calls this for a batch of indices).
+    /// The samples `indices`, as `[self[i] for i in indices]`: every index
+    /// checked first (IndexError naming it), then one release of the GIL for
+    /// the whole batch (`Dataset::get_batch`: memory loads and I/O hints
+    /// issued for every sample before any is read), then the dicts.
+    /// PyTorch's DataLoader calls this for each batch of a map-style dataset.
     fn __getitems__<'py>(
         &self,
         py: Python<'py>,
