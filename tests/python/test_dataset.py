@@ -74,8 +74,18 @@ def test_getitems_reads_a_batch(tar_ds: Packed) -> None:
     idx = [5, 0, 39, 5, -2]
     got = ds.__getitems__(idx)
     assert [s["__index__"] for s in got] == [5, 0, 39, 5, 38]
-    with pytest.raises(IndexError):
-        ds.__getitems__([0, N])
+    for s, i in zip(got, idx):
+        one = ds[i]
+        assert s.keys() == one.keys()
+        for k, v in one.items():
+            if isinstance(v, np.ndarray):
+                assert np.array_equal(s[k], v) and s[k].dtype == v.dtype
+            else:
+                assert s[k] == v
+    assert ds.__getitems__([]) == []
+    for bad in ([0, N], [-N - 1, 3]):
+        with pytest.raises(IndexError, match=str(bad[0])):
+            ds.__getitems__(bad)
 
 
 def test_npy_zero_copy_on_mapped_tar(tar_ds: Packed) -> None:

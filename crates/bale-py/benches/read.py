@@ -13,6 +13,8 @@ len() of each payload object (a sample dict's fields by name, a loose sample's
 files by path):
 
 - bale random: bale.Dataset(DATASET)[i] over a seeded random permutation;
+- bale random, batches of 64: Dataset.__getitems__ on consecutive slices of 64
+  of the same permutation (what torch's DataLoader calls for a batch);
 - loose files: open(path, "rb").read() of the same samples' files, same order;
 - webdataset: iterating webdataset.WebDataset(shards) (sequential, its best case);
 - for information: bale sequential (IterableDataset), bale random with
@@ -91,6 +93,18 @@ def main() -> int:
                     got += len(f.read())
         return got
 
+    batches = [order[k : k + 64] for k in range(0, n, 64)]
+
+    def bale_batched() -> int:
+        got = 0
+        for b in batches:
+            for s in ds.__getitems__(b):
+                for e in exts:
+                    v = s.get(e)
+                    if v is not None:
+                        got += len(v)
+        return got
+
     shards = sorted(str(p) for p in args.dataset.glob("*.tar"))
 
     def wds_seq() -> int:
@@ -143,6 +157,7 @@ def main() -> int:
     rows = {}
     for name, fn in [
         ("bale random", bale_random),
+        ("bale random, batches of 64", bale_batched),
         ("loose files, same order", loose),
         ("webdataset sequential", wds_seq),
         ("bale sequential (IterableDataset)", bale_seq),
@@ -157,12 +172,14 @@ def main() -> int:
         print(f"{name:<36} {n / secs:>10,.0f} samples/s  {total_bytes / secs / 1e6:>8,.0f} MB/s", flush=True)
 
     r_loose = rows["bale random"] / rows["loose files, same order"]
+    r_batch = rows["bale random, batches of 64"] / rows["loose files, same order"]
     r_wds = rows["bale random"] / rows["webdataset sequential"]
     print(f"\n{n} samples, {total_bytes / n / 1e3:.1f} KB each on average, {args.reps} reps (median), warm cache")
     print(f"bale random / loose files:           {r_loose:5.2f}x  (target >= 5x)")
+    print(f"bale batches of 64 / loose files:    {r_batch:5.2f}x  (target >= 5x)")
     print(f"bale random / webdataset sequential: {r_wds:5.2f}x  (target >= 1x)")
     print(json.dumps({"samples": n, "bytes": total_bytes, "samples_per_s": rows,
-                      "ratio_loose": r_loose, "ratio_webdataset": r_wds}))
+                      "ratio_loose": r_loose, "ratio_loose_batched": r_batch, "ratio_webdataset": r_wds}))
     return 0
 
 

@@ -153,20 +153,6 @@ fn parse_plan(plan: &str, seed: u64, epoch: u64, buffer: usize) -> PyResult<Epoc
     }
 }
 
-/// Reads one byte of every page of a mapped sample, so that page faults
-/// happen here (without the GIL) rather than while copying into Python objects.
-fn populate(s: &Sample) {
-    if s.is_mapped() {
-        let mut acc = 0u8;
-        for (_, bytes) in s.fields() {
-            for b in bytes.iter().step_by(4096) {
-                acc ^= *b;
-            }
-        }
-        std::hint::black_box(acc);
-    }
-}
-
 /// Whether a field holds a `.npy` array (`npy`, or `<name>.npy`).
 fn is_npy(ext: &str) -> bool {
     ext == "npy" || ext.ends_with(".npy")
@@ -192,13 +178,10 @@ impl PyDataset {
         })
     }
 
+    /// Reads sample `i` with the GIL released; its pages are in memory on
+    /// return, so that no page fault happens while the GIL is held.
     fn read(&self, py: Python<'_>, i: u64) -> PyResult<Sample> {
-        py.detach(|| {
-            let s = self.ds.get(i)?;
-            populate(&s);
-            Ok(s)
-        })
-        .map_err(to_py)
+        py.detach(|| self.ds.get_populated(i)).map_err(to_py)
     }
 
     /// The sample as the dict `bale.Dataset` documents.
@@ -423,8 +406,11 @@ impl PyDataset {
         self.to_dict(py, &s)
     }
 
-    /// Reads several samples with one release of the GIL (PyTorch's
-    /// DataLoader calls this for a batch of indices).
+    /// The samples `indices`, as `[self[i] for i in indices]`: every index
+    /// checked first (IndexError naming it), then one release of the GIL for
+    /// the whole batch (`Dataset::get_batch`: memory loads and I/O hints
+    /// issued for every sample before any is read), then the dicts.
+    /// PyTorch's DataLoader calls this for each batch of a map-style dataset.
     fn __getitems__<'py>(
         &self,
         py: Python<'py>,
@@ -434,17 +420,7 @@ impl PyDataset {
             .iter()
             .map(|&i| self.index(i))
             .collect::<PyResult<Vec<u64>>>()?;
-        let samples = py
-            .detach(|| {
-                idx.iter()
-                    .map(|&i| {
-                        let s = self.ds.get(i)?;
-                        populate(&s);
-                        Ok(s)
-                    })
-                    .collect::<Result<Vec<_>, ReaderError>>()
-            })
-            .map_err(to_py)?;
+        let samples = py.detach(|| self.ds.get_batch(&idx)).map_err(to_py)?;
         let out = PyList::empty(py);
         for s in &samples {
             out.append(self.to_dict(py, s)?)?;
@@ -471,8 +447,8 @@ impl PyDataset {
         let s = py
             .detach(|| {
                 let s = self.ds.get_by_key(key)?;
-                populate(&s);
-                Ok(s)
+                s.populate();
+                Ok::<_, ReaderError>(s)
             })
             .map_err(to_py)?;
         self.to_dict(py, &s)
@@ -622,7 +598,7 @@ impl PyIter {
         let next = py.detach(|| {
             let s = self.lock().next();
             if let Some(Ok(s)) = &s {
-                populate(s);
+                s.populate();
             }
             s
         });

@@ -6,6 +6,7 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
 use memmap2::Mmap;
+use smallvec::SmallVec;
 
 /// Bytes a sample's fields point into: a heap buffer (a positioned read or a
 /// decompressed frame, possibly shared by the samples of one large read) or
@@ -113,10 +114,54 @@ impl BufPool {
 /// One field of a sample: the member `<key>.<ext>`.
 #[derive(Debug, Clone)]
 pub(crate) struct Field {
-    pub ext: Box<str>,
+    pub ext: SmallStr<14>,
     /// Offset of the data in the sample's bytes.
     pub start: usize,
     pub len: usize,
+}
+
+/// A sample's fields: up to four without a heap allocation.
+pub(crate) type Fields = SmallVec<[Field; 4]>;
+
+/// A string kept inline when it is at most `N` bytes (`N` < 256): a
+/// sample's key and extensions, so that reading a sample allocates nothing
+/// in the common case.
+#[derive(Clone)]
+pub(crate) enum SmallStr<const N: usize> {
+    Inline { len: u8, bytes: [u8; N] },
+    Heap(Box<str>),
+}
+
+impl<const N: usize> SmallStr<N> {
+    pub fn new(s: &str) -> Self {
+        match u8::try_from(s.len()) {
+            Ok(len) if s.len() <= N => {
+                let mut bytes = [0u8; N];
+                bytes[..s.len()].copy_from_slice(s.as_bytes());
+                SmallStr::Inline { len, bytes }
+            }
+            _ => SmallStr::Heap(s.into()),
+        }
+    }
+}
+
+impl<const N: usize> Deref for SmallStr<N> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            // SAFETY: the bytes were copied whole from a `&str` (`new`).
+            SmallStr::Inline { len, bytes } => unsafe {
+                std::str::from_utf8_unchecked(&bytes[..usize::from(*len)])
+            },
+            SmallStr::Heap(s) => s,
+        }
+    }
+}
+
+impl<const N: usize> fmt::Debug for SmallStr<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
 }
 
 /// One sample: its key, global index, label (from a `.cls` member) and fields.
@@ -144,13 +189,13 @@ pub(crate) struct Field {
 /// ```
 #[derive(Clone)]
 pub struct Sample {
-    pub(crate) key: String,
+    pub(crate) key: SmallStr<62>,
     pub(crate) index: u64,
     pub(crate) label: Option<i64>,
     pub(crate) buf: Buf,
     /// Offset of the sample's bytes in `buf` (its first tar header).
     pub(crate) base: usize,
-    pub(crate) fields: Vec<Field>,
+    pub(crate) fields: Fields,
 }
 
 impl Sample {
@@ -239,21 +284,58 @@ impl Sample {
         }
     }
 
-    /// Touches one byte of every page of the sample's bytes, so that a
-    /// mapped sample's pages are read in (by the thread that calls this).
-    pub(crate) fn populate(&self) {
+    /// Brings a mapped sample's bytes into memory now, by touching one byte
+    /// of every page its fields cover (the page faults happen in the
+    /// calling thread, e.g. before a language binding takes its lock to copy
+    /// them). The tar headers are not touched: a page holding only a header
+    /// is not needed. Samples in a heap buffer are already in memory.
+    pub fn populate(&self) {
         if let Buf::Map(m) = &self.buf {
-            let (s, e) = self.span();
-            let bytes = &m[s..e];
             let mut acc = 0u8;
-            for i in (0..bytes.len()).step_by(4096) {
-                // SAFETY: `i` is in bounds; a volatile read keeps the touch from being optimised out.
-                acc ^= unsafe { std::ptr::read_volatile(bytes.as_ptr().add(i)) };
+            for f in &self.fields {
+                let at = self.base + f.start;
+                let bytes = &m[at..at + f.len];
+                // The first byte, then the first byte of every later page
+                // (the map starts on a page boundary, so `at % PAGE` is the
+                // offset in the first page).
+                let mut i = 0;
+                while i < bytes.len() {
+                    // SAFETY: `i` is in bounds; a volatile read keeps the touch from being optimised out.
+                    acc ^= unsafe { std::ptr::read_volatile(bytes.as_ptr().add(i)) };
+                    i = (i + PAGE) - (at + i) % PAGE;
+                }
             }
             std::hint::black_box(acc);
         }
     }
+
+    /// Asks the kernel to start reading a mapped sample's pages
+    /// (`MADV_WILLNEED`): one request per run of fields less than a page
+    /// apart (one for a tar sample, one per member of a scattered one).
+    pub(crate) fn will_need(&self) {
+        if let Buf::Map(m) = &self.buf {
+            let mut run: Option<(usize, usize)> = None;
+            for f in &self.fields {
+                let (a, b) = (self.base + f.start, self.base + f.start + f.len);
+                run = match run {
+                    Some((s, e)) if a >= s && a <= e + PAGE => Some((s, e.max(b))),
+                    Some((s, e)) => {
+                        crate::dataset::will_need(m, s as u64, (e - s) as u64);
+                        Some((a, b))
+                    }
+                    None => Some((a, b)),
+                };
+            }
+            if let Some((s, e)) = run {
+                crate::dataset::will_need(m, s as u64, (e - s) as u64);
+            }
+        }
+    }
 }
+
+/// The page size the touches step by (a smaller step than the real page
+/// size only touches some pages twice).
+const PAGE: usize = 4096;
 
 impl fmt::Debug for Sample {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

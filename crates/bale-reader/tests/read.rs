@@ -416,7 +416,70 @@ fn a_bad_label_is_an_error() {
         "{err}"
     );
     assert!(err.to_string().contains("dog"), "{err}");
+    let err = ds.get_batch(&[0, 1, 2]).unwrap_err();
+    assert!(
+        matches!(&err, ReaderError::BadLabel { key, .. } if key == "b"),
+        "{err}"
+    );
     assert_eq!(ds.get(2).unwrap().label(), None);
     assert_eq!(ds.labels(), None);
     assert_eq!(ds.label_name(0), None);
+}
+
+#[test]
+fn get_populated_and_get_batch_equal_get() {
+    for compression in kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        // Payloads from a few bytes to several pages: samples within one
+        // page, across two, and larger than the small-sample limit.
+        let spec = TestDataset::with_shard_sizes(vec![9, 0, 14])
+            .compression(compression)
+            .payload_len(16, 40_000);
+        spec.write(dir.path()).unwrap();
+        for backing in both_backings() {
+            let ds = Dataset::options()
+                .backing(backing)
+                .open(dir.path())
+                .unwrap();
+            let fields = |s: &bale_reader::Sample| {
+                let f: Vec<(String, Vec<u8>)> = s
+                    .fields()
+                    .map(|(e, b)| (e.to_owned(), b.to_vec()))
+                    .collect();
+                (s.key().to_owned(), s.index(), s.label(), f)
+            };
+            // Twice over: the first pass cold for the hint policy, the second warm.
+            for _ in 0..2 {
+                for i in 0..ds.len() {
+                    let got = ds.get_populated(i).unwrap();
+                    assert_eq!(fields(&got), fields(&ds.get(i).unwrap()), "sample {i}");
+                    check_sample(&spec, &ds, i);
+                }
+            }
+            let idx: Vec<u64> = vec![22, 0, 9, 9, 13, 8, 1, 22];
+            let batch = ds.get_batch(&idx).unwrap();
+            assert_eq!(batch.len(), idx.len());
+            for (s, &i) in batch.iter().zip(&idx) {
+                assert_eq!(fields(s), fields(&ds.get(i).unwrap()), "sample {i}");
+            }
+            assert!(ds.get_batch(&[]).unwrap().is_empty());
+        }
+    }
+}
+
+#[test]
+fn get_batch_names_an_index_out_of_range() {
+    let dir = tempfile::tempdir().unwrap();
+    TestDataset::new(10, 2).write(dir.path()).unwrap();
+    let ds = Dataset::open(dir.path()).unwrap();
+    match ds.get_batch(&[3, 10, 2]) {
+        Err(
+            e @ ReaderError::IndexOutOfRange {
+                index: 10, len: 10, ..
+            },
+        ) => {
+            assert!(e.to_string().contains("10"), "{e}");
+        }
+        other => panic!("expected IndexOutOfRange for 10, got {other:?}"),
+    }
 }

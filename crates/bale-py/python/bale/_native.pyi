@@ -69,7 +69,10 @@ class Dataset:
     def __getitem__(self, i: int) -> Sample:
         """Sample ``i`` (negative counts from the end). IndexError when out of range."""
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
-        """Several samples, read with one release of the GIL (DataLoader batches)."""
+        """The samples ``indices`` in that order, as ``[self[i] for i in indices]``, read
+        with one release of the GIL and their memory loads and I/O overlapped (torch's
+        DataLoader calls this for each batch). IndexError naming the first index out
+        of range, before any read."""
     def __iter__(self) -> SampleIterator:
         """Every sample in dataset order, with large sequential reads."""
     def get_by_key(self, key: str) -> Sample:
