@@ -3,10 +3,10 @@
 //! files under temporary names and renames shard and index into place.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::hash::{Xxh3, xxh3_64};
+use crate::hash::{Hashed, Xxh3, xxh3_64};
 use zstd::stream::raw::Operation;
 
 use crate::atomic::AtomicFile;
@@ -303,6 +303,21 @@ impl<W: Write> ShardWriter<W> {
         self.member_done(ext, offset, data.len() as u64, xxh3_64(data))
     }
 
+    /// Adds a member held in memory whose checksum was computed beforehand
+    /// (on another thread, say): the same bytes and index as
+    /// [`ShardWriter::add_member`], without hashing the member here.
+    ///
+    /// # Errors
+    /// As [`ShardWriter::add_member`].
+    pub fn add_hashed_member(&mut self, ext: &str, data: &Hashed) -> Result<()> {
+        let bytes = data.bytes();
+        debug_assert_eq!(data.xxh3(), xxh3_64(bytes), "Hashed keeps its checksum");
+        self.member_header(ext, bytes.len() as u64)?;
+        let offset = self.tar_pos;
+        self.emit(bytes)?;
+        self.member_done(ext, offset, bytes.len() as u64, data.xxh3())
+    }
+
     /// Adds a member of `size` bytes streamed from `reader` (for members too
     /// large to hold in memory). `source` names the reader in errors.
     ///
@@ -432,6 +447,82 @@ pub fn index_file_name(shard_file: &str) -> String {
     format!("{stem}.idx")
 }
 
+/// Capacity of a [`ShardBuf`]'s buffer.
+const SHARD_BUF: usize = 1 << 20;
+/// Writes of at least this many bytes skip a [`ShardBuf`]'s buffer.
+const DIRECT_WRITE: usize = 32 << 10;
+
+/// The buffered output of a [`ShardFileWriter`]: small writes (headers,
+/// padding, small members) are gathered in a 1 MiB buffer; a large write
+/// goes to the file in one `writev` together with what is buffered, without
+/// being copied into the buffer first. The file receives the same bytes in
+/// the same order either way.
+#[derive(Debug)]
+pub struct ShardBuf {
+    file: AtomicFile,
+    buf: Vec<u8>,
+}
+
+impl ShardBuf {
+    fn new(file: AtomicFile) -> Self {
+        Self {
+            file,
+            buf: Vec::with_capacity(SHARD_BUF),
+        }
+    }
+
+    /// Bytes written to the buffer but not yet to the file.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The file, for what the writer does not do itself (such as starting
+    /// the disk writeback of what reached it). Writing through it corrupts
+    /// the shard.
+    pub fn get_mut(&mut self) -> &mut AtomicFile {
+        &mut self.file
+    }
+
+    /// Writes the buffer, then `data`, to the file in as few `writev` calls as the kernel allows.
+    fn write_through(&mut self, data: &[u8]) -> io::Result<()> {
+        let mut slices = [IoSlice::new(&self.buf), IoSlice::new(data)];
+        let mut left = &mut slices[..];
+        IoSlice::advance_slices(&mut left, 0);
+        let file = self.file.file();
+        while !left.is_empty() {
+            match file.write_vectored(left) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut left, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Flushes the buffer and returns the file.
+    fn into_inner(mut self) -> io::Result<AtomicFile> {
+        self.write_through(&[])?;
+        Ok(self.file)
+    }
+}
+
+impl Write for ShardBuf {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if data.len() >= DIRECT_WRITE || self.buf.len() + data.len() > SHARD_BUF {
+            self.write_through(data)?;
+        } else {
+            self.buf.extend_from_slice(data);
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.write_through(&[])
+    }
+}
+
 /// Writes a shard and its index into a directory, atomically.
 ///
 /// Both files are written under temporary names; [`ShardFileWriter::finish`]
@@ -439,7 +530,7 @@ pub fn index_file_name(shard_file: &str) -> String {
 /// unfinished, it removes its temporary files.
 #[derive(Debug)]
 pub struct ShardFileWriter {
-    writer: ShardWriter<io::BufWriter<AtomicFile>>,
+    writer: ShardWriter<ShardBuf>,
     dir: PathBuf,
     file_name: String,
 }
@@ -457,12 +548,7 @@ impl ShardFileWriter {
     ) -> Result<Self> {
         let dest = dir.join(file_name);
         let file = AtomicFile::create(&dest)?;
-        let writer = ShardWriter::new(
-            io::BufWriter::with_capacity(1 << 20, file),
-            dest,
-            compression,
-            zstd_level,
-        )?;
+        let writer = ShardWriter::new(ShardBuf::new(file), dest, compression, zstd_level)?;
         Ok(Self {
             writer,
             dir: dir.to_path_buf(),
@@ -471,7 +557,7 @@ impl ShardFileWriter {
     }
 
     /// The shard writer, to add samples.
-    pub fn writer(&mut self) -> &mut ShardWriter<io::BufWriter<AtomicFile>> {
+    pub fn writer(&mut self) -> &mut ShardWriter<ShardBuf> {
         &mut self.writer
     }
 
@@ -484,9 +570,7 @@ impl ShardFileWriter {
         let path = self.dir.join(&self.file_name);
         let compression = self.writer.compression;
         let (buf, index, summary) = self.writer.finish()?;
-        let file = buf
-            .into_inner()
-            .map_err(|e| FormatError::io(&path, e.into_error()))?;
+        let file = buf.into_inner().map_err(|e| FormatError::io(&path, e))?;
         let index_name = index_file_name(&self.file_name);
         let index_path = self.dir.join(&index_name);
         let mut idx_file = AtomicFile::create(&index_path)?;
@@ -575,4 +659,78 @@ pub(crate) fn copy_exact(
         left -= n as u64;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    /// Members of every size class: below and above the direct-write size,
+    /// and above the whole buffer.
+    fn members() -> Vec<(String, Vec<u8>)> {
+        [
+            0usize,
+            1,
+            511,
+            512,
+            5000,
+            DIRECT_WRITE - 1,
+            DIRECT_WRITE,
+            200_000,
+            SHARD_BUF + 3,
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let data = (0..n).map(|b| (b * 31 + i) as u8).collect();
+            (format!("{i:04}"), data)
+        })
+        .collect()
+    }
+
+    /// The file writer (its own buffering, large members written through)
+    /// with precomputed checksums writes the same shard and index as the
+    /// in-memory writer hashing every member itself.
+    #[test]
+    fn hashed_members_through_the_file_buffer_give_the_same_shard_and_index() {
+        for compression in [Compression::None, Compression::Zstd] {
+            let mut mem = ShardWriter::new(Vec::new(), "mem.tar", compression, 0).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let name = shard_file_name("shard", 0, compression);
+            let mut file = ShardFileWriter::create(dir.path(), &name, compression, 0).unwrap();
+            for (key, data) in members() {
+                mem.write_sample(
+                    &key,
+                    &[
+                        Member {
+                            ext: "bin",
+                            data: &data,
+                        },
+                        Member {
+                            ext: "txt",
+                            data: b"x",
+                        },
+                    ],
+                )
+                .unwrap();
+                let w = file.writer();
+                w.begin_sample(&key).unwrap();
+                w.add_hashed_member("bin", &Hashed::new(data.clone()))
+                    .unwrap();
+                w.add_member("txt", b"x").unwrap();
+                w.end_sample().unwrap();
+            }
+            let (tar, index, summary) = mem.finish().unwrap();
+            let entry = file.finish().unwrap();
+            assert_eq!(fs::read(dir.path().join(&entry.file)).unwrap(), tar);
+            assert_eq!(fs::read(dir.path().join(&entry.index)).unwrap(), index);
+            assert_eq!(entry.bytes, summary.shard_bytes);
+            assert_eq!(
+                entry.shard_xxh3,
+                Some(crate::manifest::hex64(summary.shard_checksum))
+            );
+        }
+    }
 }
