@@ -1,6 +1,7 @@
-//! The read and write stages: files are read (and transformed) in parallel
-//! on a rayon pool within an in-flight byte budget, and written in order,
-//! one shard after another, by the calling thread.
+//! The read and write stages: files are read (and transformed) and their
+//! members checksummed in parallel on reader threads within an in-flight
+//! byte budget, and written in order, one shard after another, by the
+//! calling thread.
 //!
 //! **Invariant:** the bytes written depend only on the planned samples and
 //! the options, never on the thread count or timing: samples are written in
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bale_format::hash::Hashed;
 use bale_format::tar::{BLOCK, member_header_len, padded};
 use bale_format::{Compression, ShardEntry, shard_file_name};
 use crossbeam_channel::RecvTimeoutError;
@@ -37,10 +39,11 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// Bookkeeping bytes charged to the budget per sample on top of its data.
 const SAMPLE_OVERHEAD: u64 = 1024;
 
-/// A member's bytes, or a note that the writer streams member `i` of the
-/// sample from its file.
+/// A member's bytes with their checksum (computed on the reader thread, off
+/// the writer's critical path), or a note that the writer streams member `i`
+/// of the sample from its file.
 enum Data {
-    Bytes(Vec<u8>),
+    Bytes(Hashed),
     Stream(usize),
 }
 
@@ -148,7 +151,7 @@ fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) 
     let Some(t) = transform else {
         return Ok(members
             .into_iter()
-            .map(|m| (m.ext, Data::Bytes(m.data)))
+            .map(|m| (m.ext, Data::Bytes(Hashed::new(m.data))))
             .collect());
     };
     // Errors name the member's file the transform blames, else the first.
@@ -187,13 +190,14 @@ fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) 
     }
     Ok(out
         .into_iter()
-        .map(|m| (m.ext, Data::Bytes(m.data)))
+        .map(|m| (m.ext, Data::Bytes(Hashed::new(m.data))))
         .collect())
 }
 
 /// One member ready to write.
 enum Src<'a> {
     Bytes(&'a [u8]),
+    Hashed(&'a Hashed),
     File(File, &'a Path),
 }
 
@@ -220,7 +224,7 @@ impl Current {
             let w = w.writer();
             let written = w.bytes_written();
             let out = w.get_mut();
-            let in_file = written.saturating_sub(out.buffer().len() as u64);
+            let in_file = written.saturating_sub(out.buffered() as u64);
             if in_file >= self.kicked + WRITEBACK_CHUNK {
                 let fd = out.get_mut().file().as_raw_fd();
                 // SAFETY: a valid open file descriptor and a range inside the
@@ -369,7 +373,7 @@ impl Sink<'_, '_> {
         let mut list: Vec<(&str, Src<'_>, u64)> = Vec::with_capacity(data.len() + 1);
         for (ext, d) in &data {
             match d {
-                Data::Bytes(b) => list.push((ext, Src::Bytes(b), b.len() as u64)),
+                Data::Bytes(b) => list.push((ext, Src::Hashed(b), b.bytes().len() as u64)),
                 Data::Stream(i) => {
                     let m = &s.members[*i];
                     let opened = File::open(&m.path)
@@ -399,6 +403,7 @@ impl Sink<'_, '_> {
         for (ext, src, size) in list.iter_mut() {
             match src {
                 Src::Bytes(b) => w.add_member(ext, b)?,
+                Src::Hashed(b) => w.add_hashed_member(ext, b)?,
                 Src::File(f, path) => {
                     w.add_member_from(ext, *size, f, path)?;
                     check_eof(f, path, *size)?;
@@ -434,7 +439,7 @@ pub(crate) fn write_all(
     ctx: &WriteCtx<'_>,
     mut samples: Vec<Sample>,
     out: &mut Output,
-    pool: &rayon::ThreadPool,
+    jobs: usize,
 ) -> Result<Written> {
     let n = samples.len();
     let mut fails: Vec<Option<PackError>> = samples.iter_mut().map(|s| s.fail.take()).collect();
@@ -472,24 +477,18 @@ pub(crate) fn write_all(
         done: Written::default(),
     };
     let transform = ctx.transform;
-    let result = pool.in_place_scope(|scope| {
-        let r = (|| -> Result<()> {
-            let mut next_dispatch = 0usize;
-            let mut held_bytes = 0u64;
-            let mut held = 0usize;
-            // Results read ahead of the writer: slot k is sample i + k.
-            let mut pending: VecDeque<Option<Result<Loaded>>> = VecDeque::new();
-            for i in 0..n {
-                if ctx.cancel.load(Ordering::Relaxed) {
-                    return Err(PackError::Cancelled);
-                }
-                // Consecutive small samples go to one task: a rayon task per
-                // 2 KB file costs more in wake-ups than the read itself.
-                let mut batch: Vec<usize> = Vec::new();
-                let mut batch_bytes = 0u64;
-                let spawn = |batch: Vec<usize>| {
-                    let tx = tx.clone();
-                    scope.spawn(move |_| {
+    // Reader threads take batches from a channel and block on it when idle
+    // (a rayon pool's idle workers spin on sched_yield, taking CPU from the
+    // writer on a warm cache).
+    let (task_tx, task_rx) = crossbeam_channel::unbounded::<Vec<usize>>();
+    let result = std::thread::scope(|scope| {
+        for t in 0..jobs.max(1) {
+            let task_rx = task_rx.clone();
+            let tx = tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("bale-pack-{t}"))
+                .spawn_scoped(scope, move || {
+                    for batch in task_rx {
                         for j in batch {
                             let r = if stop.load(Ordering::Relaxed) {
                                 Err(PackError::Cancelled)
@@ -500,7 +499,32 @@ pub(crate) fn write_all(
                                 return;
                             }
                         }
-                    });
+                    }
+                });
+            if let Err(e) = spawned {
+                stop.store(true, Ordering::Relaxed);
+                return Err(PackError::io(&sink.out.dir, e));
+            }
+        }
+        drop(task_rx);
+        drop(tx);
+        let r = (|| -> Result<()> {
+            let mut next_dispatch = 0usize;
+            let mut held_bytes = 0u64;
+            let mut held = 0usize;
+            // Results read ahead of the writer: slot k is sample i + k.
+            let mut pending: VecDeque<Option<Result<Loaded>>> = VecDeque::new();
+            for i in 0..n {
+                if ctx.cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+                // Consecutive small samples go to one task: a task per
+                // 2 KB file costs more in wake-ups than the read itself.
+                let mut batch: Vec<usize> = Vec::new();
+                let mut batch_bytes = 0u64;
+                let spawn = |batch: Vec<usize>| {
+                    // The receivers live as long as this scope's loop.
+                    let _ = task_tx.send(batch);
                 };
                 while next_dispatch < n
                     && held < MAX_AHEAD_SAMPLES
@@ -558,6 +582,8 @@ pub(crate) fn write_all(
         if r.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
+        // No more tasks: the readers finish theirs (at once after a stop) and end.
+        drop(task_tx);
         r
     });
     result?;

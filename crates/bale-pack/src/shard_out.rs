@@ -6,6 +6,7 @@ use std::io::Read;
 use std::path::Path;
 
 use bale_format::h5::H5ShardWriter;
+use bale_format::hash::Hashed;
 use bale_format::{Compression, ShardEntry, ShardFileWriter};
 
 use crate::error::Result;
@@ -41,6 +42,15 @@ impl ShardOut {
         match self {
             ShardOut::Tar(w) => w.writer().add_member(ext, data)?,
             ShardOut::H5(w) => w.add_member(ext, data)?,
+        }
+        Ok(())
+    }
+
+    /// Adds a member whose checksum was computed on a reader thread.
+    pub fn add_hashed_member(&mut self, ext: &str, data: &Hashed) -> Result<()> {
+        match self {
+            ShardOut::Tar(w) => w.writer().add_hashed_member(ext, data)?,
+            ShardOut::H5(w) => w.add_hashed_member(ext, data)?,
         }
         Ok(())
     }
