@@ -70,6 +70,135 @@ impl<W: Write> Sink<W> {
     }
 }
 
+/// A whole sample encoded ahead of time as the tar bytes its members take
+/// (header(s), data, padding), with each member's checksum: built on any
+/// thread, written by [`ShardWriter::add_encoded_sample`] with one copy of
+/// its bytes into the shard. The shard and index are the same as when the
+/// members are added one by one with [`ShardWriter::add_member`].
+///
+/// ```
+/// use bale_format::{Compression, EncodedSample, Member, ShardWriter};
+/// let mut s = EncodedSample::new("0001", 0).unwrap();
+/// s.add_member("txt", b"hello").unwrap();
+/// let mut a = ShardWriter::new(Vec::new(), "a.tar", Compression::None, 0).unwrap();
+/// a.add_encoded_sample(&s).unwrap();
+/// let mut b = ShardWriter::new(Vec::new(), "b.tar", Compression::None, 0).unwrap();
+/// b.write_sample("0001", &[Member { ext: "txt", data: b"hello" }]).unwrap();
+/// assert_eq!(a.finish().unwrap().0, b.finish().unwrap().0);
+/// ```
+#[derive(Debug, Clone)]
+pub struct EncodedSample {
+    key: String,
+    bytes: Vec<u8>,
+    /// Extension, data offset in `bytes`, size, xxh3.
+    members: Vec<(String, u64, u64, u64)>,
+}
+
+impl EncodedSample {
+    /// Starts sample `key`, with room for `capacity` bytes of tar stream.
+    ///
+    /// # Errors
+    /// An invalid key.
+    pub fn new(key: &str, capacity: usize) -> Result<Self> {
+        validate_key(key)?;
+        Ok(Self {
+            key: key.to_owned(),
+            bytes: Vec::with_capacity(capacity),
+            members: Vec::with_capacity(2),
+        })
+    }
+
+    /// The sample's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether no member was added.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Bytes the sample takes in the (uncompressed) tar stream.
+    pub fn tar_len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// The members: extension and bytes, in the order added.
+    pub fn members(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.members.iter().map(|(ext, off, size, _)| {
+            let off = *off as usize;
+            (ext.as_str(), &self.bytes[off..off + *size as usize])
+        })
+    }
+
+    fn header(&mut self, ext: &str, size: u64) -> Result<()> {
+        validate_ext(ext)?;
+        if self.members.iter().any(|m| m.0 == ext) {
+            return Err(FormatError::InvalidName {
+                name: format!("{}.{ext}", self.key),
+                reason: "two members of one sample share an extension",
+            });
+        }
+        let name = format!("{}.{ext}", self.key);
+        encode_member_header(&name, size, &mut self.bytes);
+        Ok(())
+    }
+
+    fn member_done(&mut self, ext: &str, start: usize) {
+        let size = (self.bytes.len() - start) as u64;
+        let sum = xxh3_64(&self.bytes[start..]);
+        self.bytes.resize(start + padded(size) as usize, 0);
+        self.members.push((ext.to_owned(), start as u64, size, sum));
+    }
+
+    /// Adds a member held in memory.
+    ///
+    /// # Errors
+    /// An invalid extension, or one the sample already has.
+    pub fn add_member(&mut self, ext: &str, data: &[u8]) -> Result<()> {
+        self.header(ext, data.len() as u64)?;
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(data);
+        self.member_done(ext, start);
+        Ok(())
+    }
+
+    /// Adds a member of `size` bytes that `fill` appends, in place, to the
+    /// vector it is given (which holds the bytes encoded so far: `fill` must
+    /// only append, for example with `Read::read_to_end`), so that a file's
+    /// bytes are read straight into the sample.
+    ///
+    /// # Errors
+    /// An invalid or repeated extension; what `fill` returns; and, when
+    /// `fill` appended other than `size` bytes, [`FormatError::Limit`]. After
+    /// an error the sample must be discarded.
+    pub fn add_member_with<E: From<FormatError>>(
+        &mut self,
+        ext: &str,
+        size: u64,
+        fill: impl FnOnce(&mut Vec<u8>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        self.header(ext, size)?;
+        let start = self.bytes.len();
+        fill(&mut self.bytes)?;
+        let got = self.bytes.len().saturating_sub(start) as u64;
+        if self.bytes.len() < start || got != size {
+            return Err(FormatError::Limit {
+                path: PathBuf::from(format!("{}.{ext}", self.key)),
+                what: format!("member filled with {got} bytes instead of {size}"),
+            }
+            .into());
+        }
+        self.member_done(ext, start);
+        Ok(())
+    }
+}
+
 /// Streams samples into a WebDataset-style tar (or `.tar.zst`) and builds its index.
 ///
 /// Headers are deterministic (see [`crate::tar`]); the output depends only on
@@ -282,10 +411,7 @@ impl<W: Write> ShardWriter<W> {
         if pad > 0 {
             self.emit(&[0u8; BLOCK as usize][..pad])?;
         }
-        let stats = self.fields.entry(ext.to_owned()).or_default();
-        stats.count += 1;
-        stats.bytes += size;
-        self.members += 1;
+        self.field_stats(ext, size);
         if let Some(cur) = self.cur.as_mut() {
             cur.members.push((ext.to_owned(), data_offset, size, sum));
         }
@@ -374,6 +500,69 @@ impl<W: Write> ShardWriter<W> {
             self.tar_pos - cur.tar_offset,
             &members,
         );
+        self.check_index_limits()
+    }
+
+    /// Writes a sample encoded beforehand (see [`EncodedSample`]): the same
+    /// shard bytes and index entries as adding its members one by one.
+    ///
+    /// # Errors
+    /// A sample still open, a sample without members, a key already in this
+    /// shard (nothing is written then), or an I/O error.
+    pub fn add_encoded_sample(&mut self, sample: &EncodedSample) -> Result<()> {
+        let key = sample.key.as_str();
+        if self.cur.is_some() {
+            return Err(FormatError::Limit {
+                path: self.path.clone(),
+                what: format!("sample {key:?} begun while another sample is open"),
+            });
+        }
+        if sample.members.is_empty() {
+            return Err(FormatError::InvalidName {
+                name: key.to_owned(),
+                reason: "a sample needs at least one member",
+            });
+        }
+        if !self.keys.insert(key.to_owned()) {
+            return Err(FormatError::DuplicateKey {
+                path: self.path.clone(),
+                key: key.to_owned(),
+            });
+        }
+        let file_offset = self.sink.pos;
+        let tar_offset = self.tar_pos;
+        self.emit(&sample.bytes)?;
+        self.end_frame()?;
+        for (ext, _, size, _) in &sample.members {
+            self.field_stats(ext, *size);
+        }
+        let members: Vec<(&str, u64, u64, u64)> = sample
+            .members
+            .iter()
+            .map(|(e, o, s, c)| (e.as_str(), tar_offset + o, *s, *c))
+            .collect();
+        self.index.push_sample(
+            key,
+            file_offset,
+            self.sink.pos - file_offset,
+            tar_offset,
+            self.tar_pos - tar_offset,
+            &members,
+        );
+        self.check_index_limits()
+    }
+
+    fn field_stats(&mut self, ext: &str, size: u64) {
+        let stats = match self.fields.get_mut(ext) {
+            Some(s) => s,
+            None => self.fields.entry(ext.to_owned()).or_default(),
+        };
+        stats.count += 1;
+        stats.bytes += size;
+        self.members += 1;
+    }
+
+    fn check_index_limits(&self) -> Result<()> {
         if self.index.over_limits() {
             return Err(FormatError::Limit {
                 path: self.path.clone(),
@@ -691,8 +880,8 @@ mod tests {
     }
 
     /// The file writer (its own buffering, large members written through)
-    /// with precomputed checksums writes the same shard and index as the
-    /// in-memory writer hashing every member itself.
+    /// with precomputed checksums, and samples encoded ahead, write the same
+    /// shard and index as the in-memory writer hashing every member itself.
     #[test]
     fn hashed_members_through_the_file_buffer_give_the_same_shard_and_index() {
         for compression in [Compression::None, Compression::Zstd] {
@@ -724,6 +913,29 @@ mod tests {
             }
             let (tar, index, summary) = mem.finish().unwrap();
             let entry = file.finish().unwrap();
+            // The same samples encoded ahead (data read in place or copied).
+            let mut enc = ShardWriter::new(Vec::new(), "enc.tar", compression, 0).unwrap();
+            for (i, (key, data)) in members().into_iter().enumerate() {
+                let mut s = EncodedSample::new(&key, 0).unwrap();
+                if i % 2 == 0 {
+                    s.add_member("bin", &data).unwrap();
+                } else {
+                    s.add_member_with::<FormatError>("bin", data.len() as u64, |v| {
+                        v.extend_from_slice(&data);
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+                s.add_member("txt", b"x").unwrap();
+                let got: Vec<(&str, &[u8])> = s.members().collect();
+                assert_eq!(got, [("bin", &data[..]), ("txt", &b"x"[..])]);
+                enc.add_encoded_sample(&s).unwrap();
+                let dup = enc.add_encoded_sample(&s).unwrap_err();
+                assert!(matches!(dup, FormatError::DuplicateKey { .. }), "{dup}");
+            }
+            let (enc_tar, enc_index, _) = enc.finish().unwrap();
+            assert_eq!(enc_tar, tar, "{compression:?}");
+            assert_eq!(enc_index, index, "{compression:?}");
             assert_eq!(fs::read(dir.path().join(&entry.file)).unwrap(), tar);
             assert_eq!(fs::read(dir.path().join(&entry.index)).unwrap(), index);
             assert_eq!(entry.bytes, summary.shard_bytes);
@@ -732,5 +944,26 @@ mod tests {
                 Some(crate::manifest::hex64(summary.shard_checksum))
             );
         }
+    }
+
+    #[test]
+    fn encoded_member_of_the_wrong_size_or_name_is_an_error() {
+        let mut s = EncodedSample::new("k", 0).unwrap();
+        let e = s
+            .add_member_with::<FormatError>("bin", 4, |v| {
+                v.extend_from_slice(b"abc");
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("3 bytes instead of 4"), "{e}");
+        let mut s = EncodedSample::new("k", 0).unwrap();
+        s.add_member("a", b"1").unwrap();
+        assert!(s.add_member("a", b"2").is_err());
+        assert!(s.add_member("bad/ext", b"2").is_err());
+        assert!(EncodedSample::new("", 0).is_err());
+        let empty = EncodedSample::new("e", 0).unwrap();
+        let mut w = ShardWriter::new(Vec::new(), "e.tar", Compression::None, 0).unwrap();
+        assert!(w.add_encoded_sample(&empty).is_err());
+        assert_eq!(w.bytes_written(), 0);
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bale_format::hash::Hashed;
 use bale_format::tar::{BLOCK, member_header_len, padded};
-use bale_format::{Compression, ShardEntry, shard_file_name};
+use bale_format::{Compression, EncodedSample, ShardEntry, shard_file_name};
 use crossbeam_channel::RecvTimeoutError;
 
 use crate::error::{PackError, Result};
@@ -47,8 +47,13 @@ enum Data {
     Stream(usize),
 }
 
-/// The members of a sample to write, by extension, sorted.
-type Loaded = Vec<(String, Data)>;
+/// A sample ready to write: encoded whole on the reader thread (tar bytes,
+/// checksums), or its members by extension, sorted (a transform's output,
+/// or members the writer streams from their files).
+enum Loaded {
+    Encoded(EncodedSample),
+    Members(Vec<(String, Data)>),
+}
 
 /// What the write stage needs.
 pub(crate) struct WriteCtx<'a> {
@@ -84,21 +89,31 @@ fn changed(path: &Path, what: String) -> PackError {
 
 /// Reads a whole file that was `size` bytes when listed.
 fn read_file(path: &Path, size: u64) -> Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(size as usize);
+    read_file_into(path, size, &mut buf)?;
+    Ok(buf)
+}
+
+/// Appends the bytes of a file that was `size` bytes when listed to `buf`:
+/// an error when it is no longer a regular file of that size, or when it
+/// shrinks or grows while being read.
+fn read_file_into(path: &Path, size: u64, buf: &mut Vec<u8>) -> Result<()> {
     let mut f = File::open(path).map_err(|e| PackError::read(path, e))?;
     check_open(&f, path, size)?;
-    let mut buf = Vec::with_capacity(size as usize);
+    let start = buf.len();
+    buf.reserve(size as usize);
     (&mut f)
         .take(size)
-        .read_to_end(&mut buf)
+        .read_to_end(buf)
         .map_err(|e| PackError::read(path, e))?;
-    if buf.len() as u64 != size {
+    let got = buf.len() - start;
+    if got as u64 != size {
         return Err(changed(
             path,
-            format!("{size} bytes when listed, {} bytes read", buf.len()),
+            format!("{size} bytes when listed, {got} bytes read"),
         ));
     }
-    check_eof(&mut f, path, size)?;
-    Ok(buf)
+    check_eof(&mut f, path, size)
 }
 
 fn check_open(f: &File, path: &Path, size: u64) -> Result<()> {
@@ -134,13 +149,17 @@ fn check_eof(f: &mut File, path: &Path, size: u64) -> Result<()> {
 
 fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) -> Result<Loaded> {
     if stream {
-        return Ok(s
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (m.ext.clone(), Data::Stream(i)))
-            .collect());
+        return Ok(Loaded::Members(
+            s.members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.ext.clone(), Data::Stream(i)))
+                .collect(),
+        ));
     }
+    let Some(t) = transform else {
+        return encode_sample(s).map(Loaded::Encoded);
+    };
     let mut members = Vec::with_capacity(s.members.len());
     for m in &s.members {
         members.push(MemberData {
@@ -148,12 +167,6 @@ fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) 
             data: read_file(&m.path, m.size)?,
         });
     }
-    let Some(t) = transform else {
-        return Ok(members
-            .into_iter()
-            .map(|m| (m.ext, Data::Bytes(Hashed::new(m.data))))
-            .collect());
-    };
     // Errors name the member's file the transform blames, else the first.
     let path_of = |ext: Option<&str>| {
         ext.and_then(|e| s.members.iter().find(|m| m.ext == e))
@@ -188,10 +201,38 @@ fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) 
             ));
         }
     }
-    Ok(out
-        .into_iter()
-        .map(|m| (m.ext, Data::Bytes(Hashed::new(m.data))))
-        .collect())
+    Ok(Loaded::Members(
+        out.into_iter()
+            .map(|m| (m.ext, Data::Bytes(Hashed::new(m.data))))
+            .collect(),
+    ))
+}
+
+/// Reads a sample's files straight into its tar encoding (headers, data,
+/// padding, the label as a `.cls` member in extension order) and checksums
+/// each member, on the reader thread.
+fn encode_sample(s: &Sample) -> Result<EncodedSample> {
+    let label = s.label.map(|l| l.to_string());
+    let mut tar_len: u64 = s
+        .members
+        .iter()
+        .map(|m| member_bytes(&s.key, &m.ext, m.size))
+        .sum();
+    if let Some(l) = &label {
+        tar_len += member_bytes(&s.key, "cls", l.len() as u64);
+    }
+    let mut e = EncodedSample::new(&s.key, tar_len as usize)?;
+    let mut label = label.as_deref();
+    for m in &s.members {
+        if let Some(l) = label.take_if(|_| m.ext.as_str() >= "cls") {
+            e.add_member("cls", l.as_bytes())?;
+        }
+        e.add_member_with(&m.ext, m.size, |buf| read_file_into(&m.path, m.size, buf))?;
+    }
+    if let Some(l) = label {
+        e.add_member("cls", l.as_bytes())?;
+    }
+    Ok(e)
 }
 
 /// One member ready to write.
@@ -365,7 +406,8 @@ impl Sink<'_, '_> {
 
     fn write(&mut self, s: &Sample, data: Result<Loaded>) -> Result<()> {
         let data = match data {
-            Ok(d) => d,
+            Ok(Loaded::Members(d)) => d,
+            Ok(Loaded::Encoded(e)) => return self.write_encoded(s, &e),
             Err(e) => return self.fail(s, e),
         };
         // Members to write, in extension order, with the label slotted in.
@@ -411,16 +453,34 @@ impl Sink<'_, '_> {
             }
         }
         w.end_sample()?;
-        cur.tar_bytes += bytes;
-        cur.samples += 1;
-        cur.start_writeback();
+        self.written(s, bytes, list.len());
+        Ok(())
+    }
+
+    fn write_encoded(&mut self, s: &Sample, e: &EncodedSample) -> Result<()> {
+        let bytes = e.tar_len();
+        self.room_for(&s.key, bytes)?;
+        let Some(cur) = self.cur.as_mut() else {
+            unreachable!("room_for opens a shard")
+        };
+        cur.writer.add_encoded_sample(e)?;
+        self.written(s, bytes, e.len());
+        Ok(())
+    }
+
+    /// Counts a sample written to the current shard.
+    fn written(&mut self, s: &Sample, bytes: u64, members: usize) {
+        if let Some(cur) = self.cur.as_mut() {
+            cur.tar_bytes += bytes;
+            cur.samples += 1;
+            cur.start_writeback();
+        }
         self.done.samples += 1;
-        self.done.members += list.len() as u64;
+        self.done.members += members as u64;
         self.done.input_bytes += s.members.iter().map(|m| m.size).sum::<u64>();
         self.ctx
             .progress
             .sample_written(self.done.samples, self.done.input_bytes);
-        Ok(())
     }
 }
 
