@@ -144,7 +144,10 @@ impl EncodedSample {
                 reason: "two members of one sample share an extension",
             });
         }
-        let name = format!("{}.{ext}", self.key);
+        let mut name = String::with_capacity(self.key.len() + 1 + ext.len());
+        name.push_str(&self.key);
+        name.push('.');
+        name.push_str(ext);
         encode_member_header(&name, size, &mut self.bytes);
         Ok(())
     }
