@@ -213,15 +213,7 @@ fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) 
 /// each member, on the reader thread.
 fn encode_sample(s: &Sample) -> Result<EncodedSample> {
     let label = s.label.map(|l| l.to_string());
-    let mut tar_len: u64 = s
-        .members
-        .iter()
-        .map(|m| member_bytes(&s.key, &m.ext, m.size))
-        .sum();
-    if let Some(l) = &label {
-        tar_len += member_bytes(&s.key, "cls", l.len() as u64);
-    }
-    let mut e = EncodedSample::new(&s.key, tar_len as usize)?;
+    let mut e = EncodedSample::new(&s.key, encoded_len(s) as usize)?;
     let mut label = label.as_deref();
     for m in &s.members {
         if let Some(l) = label.take_if(|_| m.ext.as_str() >= "cls") {
@@ -484,6 +476,18 @@ impl Sink<'_, '_> {
     }
 }
 
+/// Bytes a sample takes in the tar stream, its label included.
+fn encoded_len(s: &Sample) -> u64 {
+    let label = s.label.map_or(0, |l| {
+        member_bytes(&s.key, "cls", l.to_string().len() as u64)
+    });
+    label
+        + s.members
+            .iter()
+            .map(|m| member_bytes(&s.key, &m.ext, m.size))
+            .sum::<u64>()
+}
+
 /// Bytes a member takes in the tar stream: header(s) and padded data.
 fn member_bytes(key: &str, ext: &str, size: u64) -> u64 {
     let header = if key.len() + 1 + ext.len() <= 100 && size <= bale_format::tar::MAX_OCTAL_SIZE {
@@ -513,11 +517,15 @@ pub(crate) fn write_all(
         .iter()
         .map(|&t| ctx.transform.is_none() && t > ctx.budget)
         .collect();
+    // A sample read ahead is held as its tar encoding (headers and padding
+    // included), or as its data when a transform needs it.
     let cost: Vec<u64> = (0..n)
         .map(|i| {
             SAMPLE_OVERHEAD
                 + if stream[i] || fails[i].is_some() {
                     0
+                } else if ctx.transform.is_none() {
+                    encoded_len(&samples[i])
                 } else {
                     totals[i]
                 }
