@@ -101,11 +101,26 @@ pub fn tree_params() -> Params {
     }
 }
 
+/// The small-file tree the pack group packs too, relative to the repository root.
+pub const SMALL_TREE: &str = "target/bench/png-100k";
+
+/// The small-file tree: 100,000 PNGs of about 2 KB in 100 classes.
+pub fn small_tree_params() -> Params {
+    Params {
+        files: 100_000,
+        classes: 100,
+        kind: Kind::Png,
+        seed: 0,
+        json_every: 0,
+    }
+}
+
 fn usage() -> String {
     let mut s = String::from(
         "usage: cargo xtask bench [NAME] [-- ARGS]\n\n\
          Generates target/bench/imagenet-like (20,000 JPEGs, 100 classes) if needed, then runs\n\
-         the benchmarks of NAME (default: all). ARGS go to every benchmark run.\n\nnames:\n",
+         the benchmarks of NAME (default: all); `pack` also generates and packs\n\
+         target/bench/png-100k (100,000 PNGs). ARGS go to every benchmark run.\n\nnames:\n",
     );
     for b in BENCHES {
         s.push_str(&format!("  {:<8} {}\n", b.name, b.about));
@@ -141,6 +156,12 @@ pub fn main(mut args: Args) -> Result<()> {
     let root = util::repo_root();
     let tree = root.join(TREE);
     gen_tree::generate(&tree, &tree_params()).context("generating the benchmark tree")?;
+    // The pack group also packs a tree of many small files.
+    let small = root.join(SMALL_TREE);
+    if selected.iter().any(|b| b.name == "pack") {
+        gen_tree::generate(&small, &small_tree_params())
+            .context("generating the small-file benchmark tree")?;
+    }
 
     let needs_python = selected
         .iter()
@@ -183,7 +204,12 @@ pub fn main(mut args: Args) -> Result<()> {
                 }
                 Run::Custom { .. } => continue,
             };
-            cmd.current_dir(&root).env("BALE_BENCH_TREE", &tree);
+            let trees = if bench.name == "pack" {
+                std::env::join_paths([&tree, &small]).context("joining the tree paths")?
+            } else {
+                tree.clone().into_os_string()
+            };
+            cmd.current_dir(&root).env("BALE_BENCH_TREE", trees);
             eprintln!("$ {}", util::display(&cmd));
             util::run(&mut cmd)?;
         }

@@ -275,6 +275,19 @@ impl H5ShardWriter {
     /// # Errors
     /// An invalid or repeated extension, no open sample, or an I/O error.
     pub fn add_member(&mut self, ext: &str, data: &[u8]) -> Result<()> {
+        self.add_member_summed(ext, data, xxh3_64(data))
+    }
+
+    /// Adds a member held in memory whose checksum was computed beforehand;
+    /// the same shard as [`H5ShardWriter::add_member`].
+    ///
+    /// # Errors
+    /// As [`H5ShardWriter::add_member`].
+    pub fn add_hashed_member(&mut self, ext: &str, data: &crate::hash::Hashed) -> Result<()> {
+        self.add_member_summed(ext, data.bytes(), data.xxh3())
+    }
+
+    fn add_member_summed(&mut self, ext: &str, data: &[u8], sum: u64) -> Result<()> {
         self.check_member(ext)?;
         let label = parse_cls(ext, data);
         let sp = self.spool(ext)?;
@@ -284,7 +297,7 @@ impl H5ShardWriter {
         out.write_all(data)
             .map_err(|e| FormatError::io_at(&sp.path, offset, e))?;
         sp.len += data.len() as u64;
-        self.record(ext, offset, data.len() as u64, xxh3_64(data), label);
+        self.record(ext, offset, data.len() as u64, sum, label);
         Ok(())
     }
 

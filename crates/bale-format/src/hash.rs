@@ -48,6 +48,51 @@ impl std::fmt::Debug for Xxh3 {
     }
 }
 
+/// Bytes together with their xxh3-64, computed when the value is made.
+///
+/// It lets the checksum be computed where the bytes are produced (a reader
+/// thread, say) and handed to a writer with them
+/// ([`crate::ShardWriter::add_hashed_member`]): the fields are private and
+/// the bytes cannot be changed afterwards, so the checksum always matches
+/// the bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Hashed {
+    bytes: Vec<u8>,
+    xxh3: u64,
+}
+
+impl Hashed {
+    /// Takes `bytes` and computes their xxh3-64.
+    pub fn new(bytes: Vec<u8>) -> Self {
+        let xxh3 = xxh3_64(&bytes);
+        Self { bytes, xxh3 }
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The xxh3-64 of [`Hashed::bytes`].
+    pub fn xxh3(&self) -> u64 {
+        self.xxh3
+    }
+
+    /// The bytes, giving up the checksum.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+impl std::fmt::Debug for Hashed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hashed")
+            .field("len", &self.bytes.len())
+            .field("xxh3", &format_args!("{:016x}", self.xxh3))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,6 +102,15 @@ mod tests {
     fn matches_reference_values() {
         assert_eq!(xxh3_64(b""), 0x2d06_8005_38d3_94c2);
         assert_eq!(xxh3_64(b"a"), 0xe6c6_32b6_1e96_4e1f);
+    }
+
+    #[test]
+    fn hashed_carries_the_checksum_of_its_bytes() {
+        let h = Hashed::new(b"hello".to_vec());
+        assert_eq!(h.bytes(), b"hello");
+        assert_eq!(h.xxh3(), xxh3_64(b"hello"));
+        assert_ne!(h.xxh3(), Hashed::new(b"hellp".to_vec()).xxh3());
+        assert_eq!(h.into_bytes(), b"hello");
     }
 
     #[test]

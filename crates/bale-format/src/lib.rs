@@ -60,6 +60,7 @@ pub use manifest::{
 pub use name::{split_member_name, validate_ext, validate_key};
 pub use read::{Sample, SampleBuf, ShardReader};
 pub use shard::{
-    Member, ShardFileWriter, ShardSummary, ShardWriter, index_file_name, shard_file_name,
+    EncodedSample, Member, ShardBuf, ShardFileWriter, ShardSummary, ShardWriter, index_file_name,
+    shard_file_name,
 };
 pub use stream::{SampleStream, StreamMember, StreamSample, open_shard_stream};

@@ -3,10 +3,10 @@
 //! files under temporary names and renames shard and index into place.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::hash::{Xxh3, xxh3_64};
+use crate::hash::{Hashed, Xxh3, xxh3_64};
 use zstd::stream::raw::Operation;
 
 use crate::atomic::AtomicFile;
@@ -66,6 +66,138 @@ impl<W: Write> Sink<W> {
             .map_err(|e| FormatError::io_at(&self.path, self.pos, e))?;
         self.hasher.update(bytes);
         self.pos += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// A whole sample encoded ahead of time as the tar bytes its members take
+/// (header(s), data, padding), with each member's checksum: built on any
+/// thread, written by [`ShardWriter::add_encoded_sample`] with one copy of
+/// its bytes into the shard. The shard and index are the same as when the
+/// members are added one by one with [`ShardWriter::add_member`].
+///
+/// ```
+/// use bale_format::{Compression, EncodedSample, Member, ShardWriter};
+/// let mut s = EncodedSample::new("0001", 0).unwrap();
+/// s.add_member("txt", b"hello").unwrap();
+/// let mut a = ShardWriter::new(Vec::new(), "a.tar", Compression::None, 0).unwrap();
+/// a.add_encoded_sample(&s).unwrap();
+/// let mut b = ShardWriter::new(Vec::new(), "b.tar", Compression::None, 0).unwrap();
+/// b.write_sample("0001", &[Member { ext: "txt", data: b"hello" }]).unwrap();
+/// assert_eq!(a.finish().unwrap().0, b.finish().unwrap().0);
+/// ```
+#[derive(Debug, Clone)]
+pub struct EncodedSample {
+    key: String,
+    bytes: Vec<u8>,
+    /// Extension, data offset in `bytes`, size, xxh3.
+    members: Vec<(String, u64, u64, u64)>,
+}
+
+impl EncodedSample {
+    /// Starts sample `key`, with room for `capacity` bytes of tar stream.
+    ///
+    /// # Errors
+    /// An invalid key.
+    pub fn new(key: &str, capacity: usize) -> Result<Self> {
+        validate_key(key)?;
+        Ok(Self {
+            key: key.to_owned(),
+            bytes: Vec::with_capacity(capacity),
+            members: Vec::with_capacity(2),
+        })
+    }
+
+    /// The sample's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether no member was added.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Bytes the sample takes in the (uncompressed) tar stream.
+    pub fn tar_len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// The members: extension and bytes, in the order added.
+    pub fn members(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.members.iter().map(|(ext, off, size, _)| {
+            let off = *off as usize;
+            (ext.as_str(), &self.bytes[off..off + *size as usize])
+        })
+    }
+
+    fn header(&mut self, ext: &str, size: u64) -> Result<()> {
+        validate_ext(ext)?;
+        if self.members.iter().any(|m| m.0 == ext) {
+            return Err(FormatError::InvalidName {
+                name: format!("{}.{ext}", self.key),
+                reason: "two members of one sample share an extension",
+            });
+        }
+        let mut name = String::with_capacity(self.key.len() + 1 + ext.len());
+        name.push_str(&self.key);
+        name.push('.');
+        name.push_str(ext);
+        encode_member_header(&name, size, &mut self.bytes);
+        Ok(())
+    }
+
+    fn member_done(&mut self, ext: &str, start: usize) {
+        let size = (self.bytes.len() - start) as u64;
+        let sum = xxh3_64(&self.bytes[start..]);
+        self.bytes.resize(start + padded(size) as usize, 0);
+        self.members.push((ext.to_owned(), start as u64, size, sum));
+    }
+
+    /// Adds a member held in memory.
+    ///
+    /// # Errors
+    /// An invalid extension, or one the sample already has.
+    pub fn add_member(&mut self, ext: &str, data: &[u8]) -> Result<()> {
+        self.header(ext, data.len() as u64)?;
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(data);
+        self.member_done(ext, start);
+        Ok(())
+    }
+
+    /// Adds a member of `size` bytes that `fill` appends, in place, to the
+    /// vector it is given (which holds the bytes encoded so far: `fill` must
+    /// only append, for example with `Read::read_to_end`), so that a file's
+    /// bytes are read straight into the sample.
+    ///
+    /// # Errors
+    /// An invalid or repeated extension; what `fill` returns; and, when
+    /// `fill` appended other than `size` bytes, [`FormatError::Limit`]. After
+    /// an error the sample must be discarded.
+    pub fn add_member_with<E: From<FormatError>>(
+        &mut self,
+        ext: &str,
+        size: u64,
+        fill: impl FnOnce(&mut Vec<u8>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        self.header(ext, size)?;
+        let start = self.bytes.len();
+        fill(&mut self.bytes)?;
+        let got = self.bytes.len().saturating_sub(start) as u64;
+        if self.bytes.len() < start || got != size {
+            return Err(FormatError::Limit {
+                path: PathBuf::from(format!("{}.{ext}", self.key)),
+                what: format!("member filled with {got} bytes instead of {size}"),
+            }
+            .into());
+        }
+        self.member_done(ext, start);
         Ok(())
     }
 }
@@ -270,10 +402,7 @@ impl<W: Write> ShardWriter<W> {
         if pad > 0 {
             self.emit(&[0u8; BLOCK as usize][..pad])?;
         }
-        let stats = self.fields.entry(ext.to_owned()).or_default();
-        stats.count += 1;
-        stats.bytes += size;
-        self.members += 1;
+        self.field_stats(ext, size);
         if let Some(cur) = self.cur.as_mut() {
             cur.members.push((ext.to_owned(), data_offset, size, sum));
         }
@@ -289,6 +418,21 @@ impl<W: Write> ShardWriter<W> {
         let offset = self.tar_pos;
         self.emit(data)?;
         self.member_done(ext, offset, data.len() as u64, xxh3_64(data))
+    }
+
+    /// Adds a member held in memory whose checksum was computed beforehand
+    /// (on another thread, say): the same bytes and index as
+    /// [`ShardWriter::add_member`], without hashing the member here.
+    ///
+    /// # Errors
+    /// As [`ShardWriter::add_member`].
+    pub fn add_hashed_member(&mut self, ext: &str, data: &Hashed) -> Result<()> {
+        let bytes = data.bytes();
+        debug_assert_eq!(data.xxh3(), xxh3_64(bytes), "Hashed keeps its checksum");
+        self.member_header(ext, bytes.len() as u64)?;
+        let offset = self.tar_pos;
+        self.emit(bytes)?;
+        self.member_done(ext, offset, bytes.len() as u64, data.xxh3())
     }
 
     /// Adds a member of `size` bytes streamed from `reader` (for members too
@@ -347,6 +491,69 @@ impl<W: Write> ShardWriter<W> {
             self.tar_pos - cur.tar_offset,
             &members,
         );
+        self.check_index_limits()
+    }
+
+    /// Writes a sample encoded beforehand (see [`EncodedSample`]): the same
+    /// shard bytes and index entries as adding its members one by one.
+    ///
+    /// # Errors
+    /// A sample still open, a sample without members, a key already in this
+    /// shard (nothing is written then), or an I/O error.
+    pub fn add_encoded_sample(&mut self, sample: &EncodedSample) -> Result<()> {
+        let key = sample.key.as_str();
+        if self.cur.is_some() {
+            return Err(FormatError::Limit {
+                path: self.path.clone(),
+                what: format!("sample {key:?} begun while another sample is open"),
+            });
+        }
+        if sample.members.is_empty() {
+            return Err(FormatError::InvalidName {
+                name: key.to_owned(),
+                reason: "a sample needs at least one member",
+            });
+        }
+        if !self.keys.insert(key.to_owned()) {
+            return Err(FormatError::DuplicateKey {
+                path: self.path.clone(),
+                key: key.to_owned(),
+            });
+        }
+        let file_offset = self.sink.pos;
+        let tar_offset = self.tar_pos;
+        self.emit(&sample.bytes)?;
+        self.end_frame()?;
+        for (ext, _, size, _) in &sample.members {
+            self.field_stats(ext, *size);
+        }
+        let members: Vec<(&str, u64, u64, u64)> = sample
+            .members
+            .iter()
+            .map(|(e, o, s, c)| (e.as_str(), tar_offset + o, *s, *c))
+            .collect();
+        self.index.push_sample(
+            key,
+            file_offset,
+            self.sink.pos - file_offset,
+            tar_offset,
+            self.tar_pos - tar_offset,
+            &members,
+        );
+        self.check_index_limits()
+    }
+
+    fn field_stats(&mut self, ext: &str, size: u64) {
+        let stats = match self.fields.get_mut(ext) {
+            Some(s) => s,
+            None => self.fields.entry(ext.to_owned()).or_default(),
+        };
+        stats.count += 1;
+        stats.bytes += size;
+        self.members += 1;
+    }
+
+    fn check_index_limits(&self) -> Result<()> {
         if self.index.over_limits() {
             return Err(FormatError::Limit {
                 path: self.path.clone(),
@@ -420,6 +627,82 @@ pub fn index_file_name(shard_file: &str) -> String {
     format!("{stem}.idx")
 }
 
+/// Capacity of a [`ShardBuf`]'s buffer.
+const SHARD_BUF: usize = 1 << 20;
+/// Writes of at least this many bytes skip a [`ShardBuf`]'s buffer.
+const DIRECT_WRITE: usize = 32 << 10;
+
+/// The buffered output of a [`ShardFileWriter`]: small writes (headers,
+/// padding, small members) are gathered in a 1 MiB buffer; a large write
+/// goes to the file in one `writev` together with what is buffered, without
+/// being copied into the buffer first. The file receives the same bytes in
+/// the same order either way.
+#[derive(Debug)]
+pub struct ShardBuf {
+    file: AtomicFile,
+    buf: Vec<u8>,
+}
+
+impl ShardBuf {
+    fn new(file: AtomicFile) -> Self {
+        Self {
+            file,
+            buf: Vec::with_capacity(SHARD_BUF),
+        }
+    }
+
+    /// Bytes written to the buffer but not yet to the file.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The file, for what the writer does not do itself (such as starting
+    /// the disk writeback of what reached it). Writing through it corrupts
+    /// the shard.
+    pub fn get_mut(&mut self) -> &mut AtomicFile {
+        &mut self.file
+    }
+
+    /// Writes the buffer, then `data`, to the file in as few `writev` calls as the kernel allows.
+    fn write_through(&mut self, data: &[u8]) -> io::Result<()> {
+        let mut slices = [IoSlice::new(&self.buf), IoSlice::new(data)];
+        let mut left = &mut slices[..];
+        IoSlice::advance_slices(&mut left, 0);
+        let file = self.file.file();
+        while !left.is_empty() {
+            match file.write_vectored(left) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut left, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Flushes the buffer and returns the file.
+    fn into_inner(mut self) -> io::Result<AtomicFile> {
+        self.write_through(&[])?;
+        Ok(self.file)
+    }
+}
+
+impl Write for ShardBuf {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if data.len() >= DIRECT_WRITE || self.buf.len() + data.len() > SHARD_BUF {
+            self.write_through(data)?;
+        } else {
+            self.buf.extend_from_slice(data);
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.write_through(&[])
+    }
+}
+
 /// Writes a shard and its index into a directory, atomically.
 ///
 /// Both files are written under temporary names; [`ShardFileWriter::finish`]
@@ -427,7 +710,7 @@ pub fn index_file_name(shard_file: &str) -> String {
 /// unfinished, it removes its temporary files.
 #[derive(Debug)]
 pub struct ShardFileWriter {
-    writer: ShardWriter<io::BufWriter<AtomicFile>>,
+    writer: ShardWriter<ShardBuf>,
     dir: PathBuf,
     file_name: String,
 }
@@ -445,12 +728,7 @@ impl ShardFileWriter {
     ) -> Result<Self> {
         let dest = dir.join(file_name);
         let file = AtomicFile::create(&dest)?;
-        let writer = ShardWriter::new(
-            io::BufWriter::with_capacity(1 << 20, file),
-            dest,
-            compression,
-            zstd_level,
-        )?;
+        let writer = ShardWriter::new(ShardBuf::new(file), dest, compression, zstd_level)?;
         Ok(Self {
             writer,
             dir: dir.to_path_buf(),
@@ -459,7 +737,7 @@ impl ShardFileWriter {
     }
 
     /// The shard writer, to add samples.
-    pub fn writer(&mut self) -> &mut ShardWriter<io::BufWriter<AtomicFile>> {
+    pub fn writer(&mut self) -> &mut ShardWriter<ShardBuf> {
         &mut self.writer
     }
 
@@ -472,9 +750,7 @@ impl ShardFileWriter {
         let path = self.dir.join(&self.file_name);
         let compression = self.writer.compression;
         let (buf, index, summary) = self.writer.finish()?;
-        let file = buf
-            .into_inner()
-            .map_err(|e| FormatError::io(&path, e.into_error()))?;
+        let file = buf.into_inner().map_err(|e| FormatError::io(&path, e))?;
         let index_name = index_file_name(&self.file_name);
         let index_path = self.dir.join(&index_name);
         let mut idx_file = AtomicFile::create(&index_path)?;
@@ -588,4 +864,122 @@ pub(crate) fn copy_exact(
         left -= n as u64;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    /// Members of every size class: below and above the direct-write size,
+    /// and above the whole buffer.
+    fn members() -> Vec<(String, Vec<u8>)> {
+        [
+            0usize,
+            1,
+            511,
+            512,
+            5000,
+            DIRECT_WRITE - 1,
+            DIRECT_WRITE,
+            200_000,
+            SHARD_BUF + 3,
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let data = (0..n).map(|b| (b * 31 + i) as u8).collect();
+            (format!("{i:04}"), data)
+        })
+        .collect()
+    }
+
+    /// The file writer (its own buffering, large members written through)
+    /// with precomputed checksums, and samples encoded ahead, write the same
+    /// shard and index as the in-memory writer hashing every member itself.
+    #[test]
+    fn hashed_members_through_the_file_buffer_give_the_same_shard_and_index() {
+        for compression in [Compression::None, Compression::Zstd] {
+            let mut mem = ShardWriter::new(Vec::new(), "mem.tar", compression, 0).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let name = shard_file_name("shard", 0, compression);
+            let mut file = ShardFileWriter::create(dir.path(), &name, compression, 0).unwrap();
+            for (key, data) in members() {
+                mem.write_sample(
+                    &key,
+                    &[
+                        Member {
+                            ext: "bin",
+                            data: &data,
+                        },
+                        Member {
+                            ext: "txt",
+                            data: b"x",
+                        },
+                    ],
+                )
+                .unwrap();
+                let w = file.writer();
+                w.begin_sample(&key).unwrap();
+                w.add_hashed_member("bin", &Hashed::new(data.clone()))
+                    .unwrap();
+                w.add_member("txt", b"x").unwrap();
+                w.end_sample().unwrap();
+            }
+            let (tar, index, summary) = mem.finish().unwrap();
+            let entry = file.finish().unwrap();
+            // The same samples encoded ahead (data read in place or copied).
+            let mut enc = ShardWriter::new(Vec::new(), "enc.tar", compression, 0).unwrap();
+            for (i, (key, data)) in members().into_iter().enumerate() {
+                let mut s = EncodedSample::new(&key, 0).unwrap();
+                if i % 2 == 0 {
+                    s.add_member("bin", &data).unwrap();
+                } else {
+                    s.add_member_with::<FormatError>("bin", data.len() as u64, |v| {
+                        v.extend_from_slice(&data);
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+                s.add_member("txt", b"x").unwrap();
+                let got: Vec<(&str, &[u8])> = s.members().collect();
+                assert_eq!(got, [("bin", &data[..]), ("txt", &b"x"[..])]);
+                enc.add_encoded_sample(&s).unwrap();
+                let dup = enc.add_encoded_sample(&s).unwrap_err();
+                assert!(matches!(dup, FormatError::DuplicateKey { .. }), "{dup}");
+            }
+            let (enc_tar, enc_index, _) = enc.finish().unwrap();
+            assert_eq!(enc_tar, tar, "{compression:?}");
+            assert_eq!(enc_index, index, "{compression:?}");
+            assert_eq!(fs::read(dir.path().join(&entry.file)).unwrap(), tar);
+            assert_eq!(fs::read(dir.path().join(&entry.index)).unwrap(), index);
+            assert_eq!(entry.bytes, summary.shard_bytes);
+            assert_eq!(
+                entry.shard_xxh3,
+                Some(crate::manifest::hex64(summary.shard_checksum))
+            );
+        }
+    }
+
+    #[test]
+    fn encoded_member_of_the_wrong_size_or_name_is_an_error() {
+        let mut s = EncodedSample::new("k", 0).unwrap();
+        let e = s
+            .add_member_with::<FormatError>("bin", 4, |v| {
+                v.extend_from_slice(b"abc");
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("3 bytes instead of 4"), "{e}");
+        let mut s = EncodedSample::new("k", 0).unwrap();
+        s.add_member("a", b"1").unwrap();
+        assert!(s.add_member("a", b"2").is_err());
+        assert!(s.add_member("bad/ext", b"2").is_err());
+        assert!(EncodedSample::new("", 0).is_err());
+        let empty = EncodedSample::new("e", 0).unwrap();
+        let mut w = ShardWriter::new(Vec::new(), "e.tar", Compression::None, 0).unwrap();
+        assert!(w.add_encoded_sample(&empty).is_err());
+        assert_eq!(w.bytes_written(), 0);
+    }
 }

@@ -96,7 +96,7 @@ fn blank_header(name: &[u8], size: u64, typeflag: u8) -> [u8; 512] {
     h[108..116].copy_from_slice(b"0000000\0");
     h[116..124].copy_from_slice(b"0000000\0");
     if size <= MAX_OCTAL_SIZE {
-        h[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
+        put_octal(&mut h[124..135], size);
     } else {
         // GNU base-256: high bit of the first byte set, big-endian value.
         h[124] = 0x80;
@@ -114,7 +114,19 @@ fn blank_header(name: &[u8], size: u64, typeflag: u8) -> [u8; 512] {
 fn finish_checksum(h: &mut [u8; 512]) {
     h[148..156].copy_from_slice(b"        ");
     let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
-    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    put_octal(&mut h[148..154], u64::from(sum));
+    h[154] = 0;
+    h[155] = b' ';
+}
+
+/// Writes `v` in octal, zero-padded to fill `out` (as `format!("{v:0N$o}")`
+/// with N = `out.len()`; `v` must fit).
+fn put_octal(out: &mut [u8], mut v: u64) {
+    for b in out.iter_mut().rev() {
+        *b = b'0' + (v & 7) as u8;
+        v >>= 3;
+    }
+    debug_assert_eq!(v, 0, "octal field too small");
 }
 
 /// What kind of entry a header describes.
@@ -618,6 +630,18 @@ impl<R: Read> TarReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn octal_fields_match_format() {
+        for v in [0u64, 1, 7, 8, 511, 512, 4096, 123_456_789, MAX_OCTAL_SIZE] {
+            let mut f = [b'x'; 11];
+            put_octal(&mut f, v);
+            assert_eq!(f.as_slice(), format!("{v:011o}").as_bytes());
+        }
+        let mut f = [b'x'; 6];
+        put_octal(&mut f, 130_560);
+        assert_eq!(f.as_slice(), b"377000");
+    }
 
     #[test]
     fn header_round_trips() {

@@ -2,11 +2,15 @@
 //! over the same tree, in the same run, with a warm and a cold page cache.
 //!
 //! ```text
-//! BALE_BENCH_TREE=target/bench/imagenet-like cargo bench -p bale-pack --bench pack
+//! BALE_BENCH_TREE=$PWD/target/bench/imagenet-like:$PWD/target/bench/png-100k \
+//!     cargo bench -p bale-pack --bench pack
 //! ```
 //!
-//! - `BALE_BENCH_TREE`: the input tree (default `target/bench/imagenet-like`,
-//!   made by `cargo xtask gen-tree target/bench/imagenet-like --files 20000 --classes 100`).
+//! - `BALE_BENCH_TREE`: the input trees, `:`-separated (default
+//!   `target/bench/imagenet-like`, made by
+//!   `cargo xtask gen-tree target/bench/imagenet-like --files 20000 --classes 100`,
+//!   and `target/bench/png-100k` when it exists, made by
+//!   `cargo xtask gen-tree target/bench/png-100k --files 100000 --classes 100 --kind png`).
 //! - `BALE_BENCH_OUT`: scratch directory for outputs, on the same disk
 //!   (default `target/bench/pack-out`).
 //! - `BALE_BENCH_RUNS`: runs per row (default 3); the median is printed.
@@ -121,16 +125,29 @@ fn bale_once(tree: &Path, out: &Path, files: usize, bytes: u64) -> f64 {
     secs
 }
 
-fn main() {
-    // `cargo bench` passes --bench; nothing else is expected.
-    let tree = env_path("BALE_BENCH_TREE", "target/bench/imagenet-like");
-    let out = env_path("BALE_BENCH_OUT", "target/bench/pack-out");
-    let runs: usize = std::env::var("BALE_BENCH_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3)
-        .max(1);
-    let files = all_files(&tree);
+/// The trees to pack: `BALE_BENCH_TREE` (a `:`-separated list), else the
+/// JPEG tree and, when it exists, the small-file tree. Symlinks are resolved,
+/// so that `tar -C parent name` archives the tree and not a link to it.
+fn trees() -> Vec<PathBuf> {
+    let list: Vec<PathBuf> = match std::env::var_os("BALE_BENCH_TREE") {
+        Some(v) => std::env::split_paths(&v).collect(),
+        None => {
+            let mut v = vec![workspace_root().join("target/bench/imagenet-like")];
+            let small = workspace_root().join("target/bench/png-100k");
+            if small.exists() {
+                v.push(small);
+            }
+            v
+        }
+    };
+    list.into_iter()
+        .map(|t| fs::canonicalize(&t).unwrap_or(t))
+        .collect()
+}
+
+/// Benchmarks one tree; returns `(tree name, cache, tar cf / bale)` rows.
+fn bench_tree(tree: &Path, out: &Path, runs: usize) -> Vec<(String, &'static str, f64)> {
+    let files = all_files(tree);
     let files: Vec<PathBuf> = files
         .into_iter()
         .filter(|f| {
@@ -144,14 +161,16 @@ fn main() {
         tree.display(),
         tree.display()
     );
-    fs::create_dir_all(&out).expect("create the output directory");
     let bytes: u64 = files
         .iter()
         .map(|f| fs::metadata(f).map_or(0, |m| m.len()))
         .sum();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let name = tree
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     println!(
-        "pack: {} files, {:.2} GB in {}; {cores} cores; median of {runs} runs",
+        "\npack: {} files, {:.2} GB in {}; {cores} cores; median of {runs} runs",
         files.len(),
         bytes as f64 / 1e9,
         tree.display()
@@ -160,6 +179,7 @@ fn main() {
         "{:<5} {:<40} {:>8} {:>9} {:>14}",
         "cache", "tool", "seconds", "MB/s", "tar cf / bale"
     );
+    let mut ratios = Vec::new();
     for cold in [false, true] {
         let cache = if cold { "cold" } else { "warm" };
         if !cold {
@@ -172,15 +192,15 @@ fn main() {
             if cold {
                 evict(&files);
             }
-            tar.push(tar_once(&tree, &out, false));
+            tar.push(tar_once(tree, out, false));
             if cold {
                 evict(&files);
             }
-            tar_sync.push(tar_once(&tree, &out, true));
+            tar_sync.push(tar_once(tree, out, true));
             if cold {
                 evict(&files);
             }
-            bale.push(bale_once(&tree, &out, files.len(), bytes));
+            bale.push(bale_once(tree, out, files.len(), bytes));
         }
         let (t, ts, b) = (median(tar), median(tar_sync), median(bale));
         let mbs = |s: f64| bytes as f64 / 1e6 / s;
@@ -197,6 +217,27 @@ fn main() {
             mbs(b),
             t / b
         );
+        ratios.push((name.clone(), cache, t / b));
+    }
+    ratios
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing else is expected.
+    let out = env_path("BALE_BENCH_OUT", "target/bench/pack-out");
+    let runs: usize = std::env::var("BALE_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    fs::create_dir_all(&out).expect("create the output directory");
+    let mut ratios = Vec::new();
+    for tree in trees() {
+        ratios.extend(bench_tree(&tree, &out, runs));
+    }
+    println!("\nsummary: tar cf time / bale pack time (above 1: bale is faster)");
+    for (tree, cache, r) in ratios {
+        println!("{tree:<20} {cache:<5} {r:>6.2}x");
     }
     let _ = fs::remove_dir(&out);
 }

@@ -601,7 +601,7 @@ impl Packer {
             cancel,
             progress,
         };
-        let mut written = write_all(&ctx, samples, &mut out, &pool)?;
+        let mut written = write_all(&ctx, samples, &mut out, jobs)?;
         if o.part.is_none_or(|p| p.index == 0) {
             for e in orphans {
                 let f = crate::SkippedFile {

@@ -1,6 +1,7 @@
-//! The read and write stages: files are read (and transformed) in parallel
-//! on a rayon pool within an in-flight byte budget, and written in order,
-//! one shard after another, by the calling thread.
+//! The read and write stages: files are read (and transformed) and their
+//! members checksummed in parallel on reader threads within an in-flight
+//! byte budget, and written in order, one shard after another, by the
+//! calling thread.
 //!
 //! **Invariant:** the bytes written depend only on the planned samples and
 //! the options, never on the thread count or timing: samples are written in
@@ -11,12 +12,14 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bale_format::hash::Hashed;
 use bale_format::tar::{BLOCK, member_header_len, padded};
-use bale_format::{Compression, ShardEntry, shard_file_name};
+use bale_format::{Compression, EncodedSample, ShardEntry, shard_file_name};
 use crossbeam_channel::RecvTimeoutError;
 
 use crate::error::{PackError, Result};
@@ -37,15 +40,21 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// Bookkeeping bytes charged to the budget per sample on top of its data.
 const SAMPLE_OVERHEAD: u64 = 1024;
 
-/// A member's bytes, or a note that the writer streams member `i` of the
-/// sample from its file.
+/// A member's bytes with their checksum (computed on the reader thread, off
+/// the writer's critical path), or a note that the writer streams member `i`
+/// of the sample from its file.
 enum Data {
-    Bytes(Vec<u8>),
+    Bytes(Hashed),
     Stream(usize),
 }
 
-/// The members of a sample to write, by extension, sorted.
-type Loaded = Vec<(String, Data)>;
+/// A sample ready to write: encoded whole on the reader thread (tar bytes,
+/// checksums), or its members by extension, sorted (a transform's output,
+/// or members the writer streams from their files).
+enum Loaded {
+    Encoded(EncodedSample),
+    Members(Vec<(String, Data)>),
+}
 
 /// What the write stage needs.
 pub(crate) struct WriteCtx<'a> {
@@ -81,21 +90,31 @@ fn changed(path: &Path, what: String) -> PackError {
 
 /// Reads a whole file that was `size` bytes when listed.
 fn read_file(path: &Path, size: u64) -> Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(size as usize);
+    read_file_into(path, size, &mut buf)?;
+    Ok(buf)
+}
+
+/// Appends the bytes of a file that was `size` bytes when listed to `buf`:
+/// an error when it is no longer a regular file of that size, or when it
+/// shrinks or grows while being read.
+fn read_file_into(path: &Path, size: u64, buf: &mut Vec<u8>) -> Result<()> {
     let mut f = File::open(path).map_err(|e| PackError::read(path, e))?;
     check_open(&f, path, size)?;
-    let mut buf = Vec::with_capacity(size as usize);
+    let start = buf.len();
+    buf.reserve(size as usize);
     (&mut f)
         .take(size)
-        .read_to_end(&mut buf)
+        .read_to_end(buf)
         .map_err(|e| PackError::read(path, e))?;
-    if buf.len() as u64 != size {
+    let got = buf.len() - start;
+    if got as u64 != size {
         return Err(changed(
             path,
-            format!("{size} bytes when listed, {} bytes read", buf.len()),
+            format!("{size} bytes when listed, {got} bytes read"),
         ));
     }
-    check_eof(&mut f, path, size)?;
-    Ok(buf)
+    check_eof(&mut f, path, size)
 }
 
 fn check_open(f: &File, path: &Path, size: u64) -> Result<()> {
@@ -131,13 +150,17 @@ fn check_eof(f: &mut File, path: &Path, size: u64) -> Result<()> {
 
 fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) -> Result<Loaded> {
     if stream {
-        return Ok(s
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (m.ext.clone(), Data::Stream(i)))
-            .collect());
+        return Ok(Loaded::Members(
+            s.members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.ext.clone(), Data::Stream(i)))
+                .collect(),
+        ));
     }
+    let Some(t) = transform else {
+        return encode_sample(s).map(Loaded::Encoded);
+    };
     let mut members = Vec::with_capacity(s.members.len());
     for m in &s.members {
         members.push(MemberData {
@@ -145,12 +168,6 @@ fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) 
             data: read_file(&m.path, m.size)?,
         });
     }
-    let Some(t) = transform else {
-        return Ok(members
-            .into_iter()
-            .map(|m| (m.ext, Data::Bytes(m.data)))
-            .collect());
-    };
     // Errors name the member's file the transform blames, else the first.
     let path_of = |ext: Option<&str>| {
         ext.and_then(|e| s.members.iter().find(|m| m.ext == e))
@@ -185,15 +202,36 @@ fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) 
             ));
         }
     }
-    Ok(out
-        .into_iter()
-        .map(|m| (m.ext, Data::Bytes(m.data)))
-        .collect())
+    Ok(Loaded::Members(
+        out.into_iter()
+            .map(|m| (m.ext, Data::Bytes(Hashed::new(m.data))))
+            .collect(),
+    ))
+}
+
+/// Reads a sample's files straight into its tar encoding (headers, data,
+/// padding, the label as a `.cls` member in extension order) and checksums
+/// each member, on the reader thread.
+fn encode_sample(s: &Sample) -> Result<EncodedSample> {
+    let label = s.label.map(|l| l.to_string());
+    let mut e = EncodedSample::new(&s.key, encoded_len(s) as usize)?;
+    let mut label = label.as_deref();
+    for m in &s.members {
+        if let Some(l) = label.take_if(|_| m.ext.as_str() >= "cls") {
+            e.add_member("cls", l.as_bytes())?;
+        }
+        e.add_member_with(&m.ext, m.size, |buf| read_file_into(&m.path, m.size, buf))?;
+    }
+    if let Some(l) = label {
+        e.add_member("cls", l.as_bytes())?;
+    }
+    Ok(e)
 }
 
 /// One member ready to write.
 enum Src<'a> {
     Bytes(&'a [u8]),
+    Hashed(&'a Hashed),
     File(File, &'a Path),
 }
 
@@ -201,6 +239,8 @@ struct Current {
     writer: ShardOut,
     tar_bytes: u64,
     samples: u64,
+    /// A second handle on the shard file, for the writeback thread.
+    file: Option<Arc<File>>,
     /// Bytes of the shard file whose writeback was started.
     kicked: u64,
 }
@@ -213,31 +253,94 @@ impl Current {
     /// fsync that ends the shard has less left to do and the disk works
     /// while the next samples are read (Linux; elsewhere a no-op). Measured
     /// on the 20,000-JPEG tree: about 10% faster with a warm cache.
-    fn start_writeback(&mut self) {
-        #[cfg(target_os = "linux")]
-        if let ShardOut::Tar(w) = &mut self.writer {
-            use std::os::fd::AsRawFd;
-            let w = w.writer();
-            let written = w.bytes_written();
-            let out = w.get_mut();
-            let in_file = written.saturating_sub(out.buffer().len() as u64);
-            if in_file >= self.kicked + WRITEBACK_CHUNK {
-                let fd = out.get_mut().file().as_raw_fd();
-                // SAFETY: a valid open file descriptor and a range inside the
-                // file; the call only schedules writeback, and a failure is
-                // harmless (the fsync that ends the shard reports errors).
-                unsafe {
-                    libc::sync_file_range(
-                        fd,
-                        self.kicked as libc::off64_t,
-                        (in_file - self.kicked) as libc::off64_t,
-                        libc::SYNC_FILE_RANGE_WRITE,
-                    );
-                }
-                self.kicked = in_file;
-            }
+    fn start_writeback(&mut self, wb: &Writeback) {
+        let (ShardOut::Tar(w), Some(file)) = (&mut self.writer, &self.file) else {
+            return;
+        };
+        let w = w.writer();
+        let written = w.bytes_written();
+        let in_file = written.saturating_sub(w.get_mut().buffered() as u64);
+        if in_file >= self.kicked + WRITEBACK_CHUNK {
+            wb.kick(file, self.kicked, in_file - self.kicked);
+            self.kicked = in_file;
         }
     }
+}
+
+/// A range of a shard file whose writeback to start.
+type Kick = (Arc<File>, u64, u64);
+
+/// Starts the disk writeback of shard ranges on a thread of its own: on
+/// Linux `sync_file_range` maps and submits the pages in the caller, work
+/// that is better kept off the writer's critical path. Without the thread
+/// (it could not start) the writer does it itself.
+struct Writeback {
+    tx: Option<crossbeam_channel::Sender<Kick>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writeback {
+    fn new() -> Self {
+        if !cfg!(target_os = "linux") {
+            return Self {
+                tx: None,
+                thread: None,
+            };
+        }
+        let (tx, rx) = crossbeam_channel::unbounded::<Kick>();
+        let thread = std::thread::Builder::new()
+            .name("bale-pack-writeback".into())
+            .spawn(move || {
+                for (f, off, len) in rx {
+                    sync_range(&f, off, len);
+                }
+            })
+            .ok();
+        Self {
+            tx: thread.is_some().then_some(tx),
+            thread,
+        }
+    }
+
+    fn kick(&self, f: &Arc<File>, off: u64, len: u64) {
+        let sent = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.send((Arc::clone(f), off, len)).is_ok());
+        if !sent {
+            sync_range(f, off, len);
+        }
+    }
+}
+
+impl Drop for Writeback {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Starts the writeback of `len` bytes of `f` from `off` (Linux; elsewhere a no-op).
+fn sync_range(f: &File, off: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid open file descriptor and a range inside the file;
+        // the call only schedules writeback, and a failure is harmless (the
+        // fsync that ends the shard reports errors).
+        unsafe {
+            libc::sync_file_range(
+                f.as_raw_fd(),
+                off as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (f, off, len);
 }
 
 /// Writes samples into consecutive shards.
@@ -250,6 +353,7 @@ struct Sink<'a, 'o> {
     ctx: &'a WriteCtx<'a>,
     out: &'o mut Output,
     cur: Option<Current>,
+    writeback: Writeback,
     finishing: Option<JoinHandle<Result<ShardEntry>>>,
     next_shard: u64,
     done: Written,
@@ -317,11 +421,17 @@ impl Sink<'_, '_> {
             self.out.track(self.out.dir.join(&name));
             self.out
                 .track(self.out.dir.join(bale_format::index_file_name(&name)));
-            let writer = ShardOut::create(&self.out.dir, &name, ctx.compression, ctx.zstd_level)?;
+            let mut writer =
+                ShardOut::create(&self.out.dir, &name, ctx.compression, ctx.zstd_level)?;
+            let file = match &mut writer {
+                ShardOut::Tar(w) => w.writer().get_mut().get_mut().file().try_clone().ok(),
+                ShardOut::H5(_) => None,
+            };
             self.cur = Some(Current {
                 writer,
                 tar_bytes: 0,
                 samples: 0,
+                file: file.map(Arc::new),
                 kicked: 0,
             });
         }
@@ -361,7 +471,8 @@ impl Sink<'_, '_> {
 
     fn write(&mut self, s: &Sample, data: Result<Loaded>) -> Result<()> {
         let data = match data {
-            Ok(d) => d,
+            Ok(Loaded::Members(d)) => d,
+            Ok(Loaded::Encoded(e)) => return self.write_encoded(s, &e),
             Err(e) => return self.fail(s, e),
         };
         // Members to write, in extension order, with the label slotted in.
@@ -369,7 +480,7 @@ impl Sink<'_, '_> {
         let mut list: Vec<(&str, Src<'_>, u64)> = Vec::with_capacity(data.len() + 1);
         for (ext, d) in &data {
             match d {
-                Data::Bytes(b) => list.push((ext, Src::Bytes(b), b.len() as u64)),
+                Data::Bytes(b) => list.push((ext, Src::Hashed(b), b.bytes().len() as u64)),
                 Data::Stream(i) => {
                     let m = &s.members[*i];
                     let opened = File::open(&m.path)
@@ -399,6 +510,7 @@ impl Sink<'_, '_> {
         for (ext, src, size) in list.iter_mut() {
             match src {
                 Src::Bytes(b) => w.add_member(ext, b)?,
+                Src::Hashed(b) => w.add_hashed_member(ext, b)?,
                 Src::File(f, path) => {
                     w.add_member_from(ext, *size, f, path)?;
                     check_eof(f, path, *size)?;
@@ -406,17 +518,47 @@ impl Sink<'_, '_> {
             }
         }
         w.end_sample()?;
-        cur.tar_bytes += bytes;
-        cur.samples += 1;
-        cur.start_writeback();
+        self.written(s, bytes, list.len());
+        Ok(())
+    }
+
+    fn write_encoded(&mut self, s: &Sample, e: &EncodedSample) -> Result<()> {
+        let bytes = e.tar_len();
+        self.room_for(&s.key, bytes)?;
+        let Some(cur) = self.cur.as_mut() else {
+            unreachable!("room_for opens a shard")
+        };
+        cur.writer.add_encoded_sample(e)?;
+        self.written(s, bytes, e.len());
+        Ok(())
+    }
+
+    /// Counts a sample written to the current shard.
+    fn written(&mut self, s: &Sample, bytes: u64, members: usize) {
+        if let Some(cur) = self.cur.as_mut() {
+            cur.tar_bytes += bytes;
+            cur.samples += 1;
+            cur.start_writeback(&self.writeback);
+        }
         self.done.samples += 1;
-        self.done.members += list.len() as u64;
+        self.done.members += members as u64;
         self.done.input_bytes += s.members.iter().map(|m| m.size).sum::<u64>();
         self.ctx
             .progress
             .sample_written(self.done.samples, self.done.input_bytes);
-        Ok(())
     }
+}
+
+/// Bytes a sample takes in the tar stream, its label included.
+fn encoded_len(s: &Sample) -> u64 {
+    let label = s.label.map_or(0, |l| {
+        member_bytes(&s.key, "cls", l.to_string().len() as u64)
+    });
+    label
+        + s.members
+            .iter()
+            .map(|m| member_bytes(&s.key, &m.ext, m.size))
+            .sum::<u64>()
 }
 
 /// Bytes a member takes in the tar stream: header(s) and padded data.
@@ -434,7 +576,7 @@ pub(crate) fn write_all(
     ctx: &WriteCtx<'_>,
     mut samples: Vec<Sample>,
     out: &mut Output,
-    pool: &rayon::ThreadPool,
+    jobs: usize,
 ) -> Result<Written> {
     let n = samples.len();
     let mut fails: Vec<Option<PackError>> = samples.iter_mut().map(|s| s.fail.take()).collect();
@@ -448,11 +590,15 @@ pub(crate) fn write_all(
         .iter()
         .map(|&t| ctx.transform.is_none() && t > ctx.budget)
         .collect();
+    // A sample read ahead is held as its tar encoding (headers and padding
+    // included), or as its data when a transform needs it.
     let cost: Vec<u64> = (0..n)
         .map(|i| {
             SAMPLE_OVERHEAD
                 + if stream[i] || fails[i].is_some() {
                     0
+                } else if ctx.transform.is_none() {
+                    encoded_len(&samples[i])
                 } else {
                     totals[i]
                 }
@@ -467,29 +613,24 @@ pub(crate) fn write_all(
         ctx,
         out,
         cur: None,
+        writeback: Writeback::new(),
         finishing: None,
         next_shard: 0,
         done: Written::default(),
     };
     let transform = ctx.transform;
-    let result = pool.in_place_scope(|scope| {
-        let r = (|| -> Result<()> {
-            let mut next_dispatch = 0usize;
-            let mut held_bytes = 0u64;
-            let mut held = 0usize;
-            // Results read ahead of the writer: slot k is sample i + k.
-            let mut pending: VecDeque<Option<Result<Loaded>>> = VecDeque::new();
-            for i in 0..n {
-                if ctx.cancel.load(Ordering::Relaxed) {
-                    return Err(PackError::Cancelled);
-                }
-                // Consecutive small samples go to one task: a rayon task per
-                // 2 KB file costs more in wake-ups than the read itself.
-                let mut batch: Vec<usize> = Vec::new();
-                let mut batch_bytes = 0u64;
-                let spawn = |batch: Vec<usize>| {
-                    let tx = tx.clone();
-                    scope.spawn(move |_| {
+    // Reader threads take batches from a channel and block on it when idle
+    // (a rayon pool's idle workers spin on sched_yield, taking CPU from the
+    // writer on a warm cache).
+    let (task_tx, task_rx) = crossbeam_channel::unbounded::<Vec<usize>>();
+    let result = std::thread::scope(|scope| {
+        for t in 0..jobs.max(1) {
+            let task_rx = task_rx.clone();
+            let tx = tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("bale-pack-{t}"))
+                .spawn_scoped(scope, move || {
+                    for batch in task_rx {
                         for j in batch {
                             let r = if stop.load(Ordering::Relaxed) {
                                 Err(PackError::Cancelled)
@@ -500,7 +641,32 @@ pub(crate) fn write_all(
                                 return;
                             }
                         }
-                    });
+                    }
+                });
+            if let Err(e) = spawned {
+                stop.store(true, Ordering::Relaxed);
+                return Err(PackError::io(&sink.out.dir, e));
+            }
+        }
+        drop(task_rx);
+        drop(tx);
+        let r = (|| -> Result<()> {
+            let mut next_dispatch = 0usize;
+            let mut held_bytes = 0u64;
+            let mut held = 0usize;
+            // Results read ahead of the writer: slot k is sample i + k.
+            let mut pending: VecDeque<Option<Result<Loaded>>> = VecDeque::new();
+            for i in 0..n {
+                if ctx.cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+                // Consecutive small samples go to one task: a task per
+                // 2 KB file costs more in wake-ups than the read itself.
+                let mut batch: Vec<usize> = Vec::new();
+                let mut batch_bytes = 0u64;
+                let spawn = |batch: Vec<usize>| {
+                    // The receivers live as long as this scope's loop.
+                    let _ = task_tx.send(batch);
                 };
                 while next_dispatch < n
                     && held < MAX_AHEAD_SAMPLES
@@ -558,6 +724,8 @@ pub(crate) fn write_all(
         if r.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
+        // No more tasks: the readers finish theirs (at once after a stop) and end.
+        drop(task_tx);
         r
     });
     result?;

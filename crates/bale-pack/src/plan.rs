@@ -46,7 +46,8 @@ pub(crate) fn group(mut files: Vec<Found>) -> Result<Vec<Sample>> {
     files.sort_unstable_by(|a, b| {
         (a.key(), a.ext(), a.root, &a.path).cmp(&(b.key(), b.ext(), b.root, &b.path))
     });
-    files.dedup_by(|b, a| a.root == b.root && a.path == b.path);
+    // The cheap `rel` comparison first: only a file listed twice gets to the path one.
+    files.dedup_by(|b, a| a.root == b.root && a.rel == b.rel && a.path == b.path);
     let mut samples: Vec<Sample> = Vec::new();
     let mut prev: Option<&Found> = None;
     for f in &files {

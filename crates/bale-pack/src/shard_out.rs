@@ -6,7 +6,8 @@ use std::io::Read;
 use std::path::Path;
 
 use bale_format::h5::H5ShardWriter;
-use bale_format::{Compression, ShardEntry, ShardFileWriter};
+use bale_format::hash::Hashed;
+use bale_format::{Compression, EncodedSample, ShardEntry, ShardFileWriter};
 
 use crate::error::Result;
 
@@ -41,6 +42,30 @@ impl ShardOut {
         match self {
             ShardOut::Tar(w) => w.writer().add_member(ext, data)?,
             ShardOut::H5(w) => w.add_member(ext, data)?,
+        }
+        Ok(())
+    }
+
+    /// Adds a member whose checksum was computed on a reader thread.
+    pub fn add_hashed_member(&mut self, ext: &str, data: &Hashed) -> Result<()> {
+        match self {
+            ShardOut::Tar(w) => w.writer().add_hashed_member(ext, data)?,
+            ShardOut::H5(w) => w.add_hashed_member(ext, data)?,
+        }
+        Ok(())
+    }
+
+    /// Writes a sample encoded on a reader thread.
+    pub fn add_encoded_sample(&mut self, sample: &EncodedSample) -> Result<()> {
+        match self {
+            ShardOut::Tar(w) => w.writer().add_encoded_sample(sample)?,
+            ShardOut::H5(w) => {
+                w.begin_sample(sample.key())?;
+                for (ext, data) in sample.members() {
+                    w.add_member(ext, data)?;
+                }
+                w.end_sample()?;
+            }
         }
         Ok(())
     }
