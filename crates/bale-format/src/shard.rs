@@ -502,24 +502,13 @@ impl<W: Write> ShardWriter<W> {
     /// shard (nothing is written then), or an I/O error.
     pub fn add_encoded_sample(&mut self, sample: &EncodedSample) -> Result<()> {
         let key = sample.key.as_str();
-        if self.cur.is_some() {
-            return Err(FormatError::Limit {
-                path: self.path.clone(),
-                what: format!("sample {key:?} begun while another sample is open"),
-            });
-        }
         if sample.members.is_empty() {
             return Err(FormatError::InvalidName {
                 name: key.to_owned(),
                 reason: "a sample needs at least one member",
             });
         }
-        if !self.keys.insert(key.to_owned()) {
-            return Err(FormatError::DuplicateKey {
-                path: self.path.clone(),
-                key: key.to_owned(),
-            });
-        }
+        check_new_sample(&self.path, self.cur.is_some(), &mut self.keys, key)?;
         let file_offset = self.sink.pos;
         let tar_offset = self.tar_pos;
         self.emit(&sample.bytes)?;
