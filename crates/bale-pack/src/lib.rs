@@ -6,10 +6,10 @@
 //! a key form a sample: `a/b/0001.jpg` + `a/b/0001.json` are sample
 //! `a/b/0001`), **label** (ImageFolder directories or a CSV, stored as a
 //! `.cls` member), **plan** (sort by key or a seeded shuffle, take a part,
-//! stat), **read** in parallel on a rayon pool within an in-flight byte
-//! budget, and **write** in order into shards of bounded size. The manifest
-//! is written last: a pack that fails or is cancelled leaves none, and
-//! removes every shard and temporary file it wrote. The output is
+//! stat), **read** (and checksummed) in parallel on reader threads within an
+//! in-flight byte budget, and **write** in order into shards of bounded size.
+//! The manifest is written last: a pack that fails or is cancelled leaves
+//! none, and removes every shard and temporary file it wrote. The output is
 //! byte-identical for the same input and options, whatever the thread count.
 //!
 //! [`merge`] joins the outputs of `--part I/N` packs; [`convert`] turns a
