@@ -148,7 +148,16 @@ fn check_eof(f: &mut File, path: &Path, size: u64) -> Result<()> {
     }
 }
 
-fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) -> Result<Loaded> {
+/// Reads sample `s` on a reader thread: streamed members are left to the
+/// writer; without a transform, a sample for a tar shard (`encode`) is read
+/// straight into its tar encoding, one for an `.h5` shard into checksummed
+/// members (no tar headers to build there).
+fn read_sample(
+    s: &Sample,
+    stream: bool,
+    encode: bool,
+    transform: Option<&SampleTransformFn>,
+) -> Result<Loaded> {
     if stream {
         return Ok(Loaded::Members(
             s.members
@@ -158,9 +167,9 @@ fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) 
                 .collect(),
         ));
     }
-    let Some(t) = transform else {
+    if transform.is_none() && encode {
         return encode_sample(s).map(Loaded::Encoded);
-    };
+    }
     let mut members = Vec::with_capacity(s.members.len());
     for m in &s.members {
         members.push(MemberData {
@@ -168,6 +177,14 @@ fn read_sample(s: &Sample, stream: bool, transform: Option<&SampleTransformFn>) 
             data: read_file(&m.path, m.size)?,
         });
     }
+    let Some(t) = transform else {
+        return Ok(Loaded::Members(
+            members
+                .into_iter()
+                .map(|m| (m.ext, Data::Bytes(Hashed::new(m.data))))
+                .collect(),
+        ));
+    };
     // Errors name the member's file the transform blames, else the first.
     let path_of = |ext: Option<&str>| {
         ext.and_then(|e| s.members.iter().find(|m| m.ext == e))
@@ -622,6 +639,8 @@ pub(crate) fn write_all(
     // Reader threads take batches from a channel and block on it when idle
     // (a rayon pool's idle workers spin on sched_yield, taking CPU from the
     // writer on a warm cache).
+    // `.h5` shards store members, not a tar stream: nothing to encode.
+    let encode = ctx.compression != Compression::H5;
     let (task_tx, task_rx) = crossbeam_channel::unbounded::<Vec<usize>>();
     let result = std::thread::scope(|scope| {
         for t in 0..jobs.max(1) {
@@ -635,7 +654,7 @@ pub(crate) fn write_all(
                             let r = if stop.load(Ordering::Relaxed) {
                                 Err(PackError::Cancelled)
                             } else {
-                                read_sample(&samples[j], stream[j], transform)
+                                read_sample(&samples[j], stream[j], encode, transform)
                             };
                             if tx.send((j, r)).is_err() {
                                 return;

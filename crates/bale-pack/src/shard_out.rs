@@ -2,14 +2,14 @@
 //! [`ShardFileWriter`] or an HDF5 [`H5ShardWriter`] (feature `hdf5`), behind
 //! one set of calls.
 
-use std::io::Read;
+use std::io::{self, Read};
 use std::path::Path;
 
 use bale_format::h5::H5ShardWriter;
 use bale_format::hash::Hashed;
 use bale_format::{Compression, EncodedSample, ShardEntry, ShardFileWriter};
 
-use crate::error::Result;
+use crate::error::{PackError, Result};
 
 /// One shard being written.
 #[derive(Debug)]
@@ -55,16 +55,16 @@ impl ShardOut {
         Ok(())
     }
 
-    /// Writes a sample encoded on a reader thread.
+    /// Writes a sample encoded on a reader thread. Only tar shards take
+    /// encoded samples (the pipeline reads members for `.h5` shards).
     pub fn add_encoded_sample(&mut self, sample: &EncodedSample) -> Result<()> {
         match self {
             ShardOut::Tar(w) => w.writer().add_encoded_sample(sample)?,
-            ShardOut::H5(w) => {
-                w.begin_sample(sample.key())?;
-                for (ext, data) in sample.members() {
-                    w.add_member(ext, data)?;
-                }
-                w.end_sample()?;
+            ShardOut::H5(_) => {
+                return Err(PackError::io(
+                    sample.key(),
+                    io::Error::other("an encoded tar sample cannot be written to an .h5 shard"),
+                ));
             }
         }
         Ok(())
