@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod escape;
 mod progress;
 
 use std::io::Write;
@@ -25,9 +26,13 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let mut stderr = std::io::stderr().lock();
-            let _ = writeln!(stderr, "error: {err}");
+            let _ = writeln!(stderr, "error: {}", escape::message(&err.to_string()));
             for cause in err.chain().skip(1) {
-                let _ = writeln!(stderr, "  caused by: {cause}");
+                let _ = writeln!(
+                    stderr,
+                    "  caused by: {}",
+                    escape::message(&cause.to_string())
+                );
             }
             ExitCode::from(2)
         }

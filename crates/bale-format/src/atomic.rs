@@ -1,10 +1,17 @@
 //! Atomic file creation: write under a temporary name, then rename into place.
+//!
+//! A commit never replaces a file it finds under the final name: bale creates
+//! files, and removes one only where a command's rules allow it (its own
+//! output under `--force`). [`AtomicFile::commit_replacing`] is for the few
+//! files a command owns and rewrites (a staging folder's marker).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{FormatError, Result};
+use crate::files::rename_noreplace;
 
 /// Prefix of every temporary file bale writes; `bale` tools ignore and clean up such files.
 pub const TEMP_PREFIX: &str = ".bale-tmp-";
@@ -33,12 +40,24 @@ impl AtomicFile {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let tmp = dest.with_file_name(format!("{TEMP_PREFIX}{}-{name}", std::process::id()));
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(|e| FormatError::io(&tmp, e))?;
+        // A new file, never one reached through a symlink planted under the
+        // temporary name; a stale temporary file of an earlier process with
+        // this pid is ours to replace.
+        let open = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp)
+        };
+        let file = match open() {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(&tmp).map_err(|e| FormatError::io(&tmp, e))?;
+                open()
+            }
+            r => r,
+        }
+        .map_err(|e| FormatError::io(&tmp, e))?;
         Ok(Self {
             file: Some(file),
             tmp,
@@ -62,14 +81,49 @@ impl AtomicFile {
     }
 
     /// Syncs the data, renames the file into place and syncs the directory.
+    /// A file already at the destination is left as it is, and the commit fails.
+    ///
+    /// # Errors
+    /// [`FormatError::Exists`] when the destination exists; I/O errors,
+    /// naming the file. The temporary file is removed.
+    pub fn commit(self) -> Result<()> {
+        self.commit_with(false)
+    }
+
+    /// As [`AtomicFile::commit`], but replaces a file at the destination.
     ///
     /// # Errors
     /// I/O errors, naming the file; the temporary file is removed.
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit_replacing(self) -> Result<()> {
+        self.commit_with(true)
+    }
+
+    fn commit_with(mut self, replace: bool) -> Result<()> {
         let file = self.file.take().expect("file present until commit");
-        file.sync_all().map_err(|e| FormatError::io(&self.tmp, e))?;
+        let synced = file.sync_all();
         drop(file);
-        fs::rename(&self.tmp, &self.dest).map_err(|e| FormatError::io(&self.dest, e))?;
+        let result = synced
+            .map_err(|e| FormatError::io(&self.tmp, e))
+            .and_then(|()| {
+                let renamed = if replace {
+                    fs::rename(&self.tmp, &self.dest)
+                } else {
+                    rename_noreplace(&self.tmp, &self.dest)
+                };
+                renamed.map_err(|e| {
+                    if e.kind() == io::ErrorKind::AlreadyExists {
+                        FormatError::Exists {
+                            path: self.dest.clone(),
+                        }
+                    } else {
+                        FormatError::io(&self.dest, e)
+                    }
+                })
+            });
+        if result.is_err() {
+            let _ = fs::remove_file(&self.tmp);
+            return result;
+        }
         sync_dir(&self.dest);
         Ok(())
     }
@@ -106,13 +160,24 @@ pub fn sync_dir(path: &Path) {
     }
 }
 
-/// Writes `bytes` to `dest` atomically.
+/// Writes `bytes` to the new file `dest` atomically.
 ///
 /// # Errors
-/// I/O errors, naming the file.
+/// [`FormatError::Exists`] when `dest` exists; I/O errors, naming the file.
 pub fn write_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
     let mut f = AtomicFile::create(dest)?;
     let tmp = f.tmp_path().to_path_buf();
     f.write_all(bytes).map_err(|e| FormatError::io(tmp, e))?;
     f.commit()
+}
+
+/// Writes `bytes` to `dest` atomically, replacing a file there.
+///
+/// # Errors
+/// I/O errors, naming the file.
+pub fn replace_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
+    let mut f = AtomicFile::create(dest)?;
+    let tmp = f.tmp_path().to_path_buf();
+    f.write_all(bytes).map_err(|e| FormatError::io(tmp, e))?;
+    f.commit_replacing()
 }

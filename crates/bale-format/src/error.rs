@@ -14,7 +14,7 @@ pub type Result<T, E = FormatError> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum FormatError {
     /// An I/O error on a file.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {source}", crate::files::shown(path))]
     Io {
         /// The file.
         path: PathBuf,
@@ -23,7 +23,7 @@ pub enum FormatError {
         source: io::Error,
     },
     /// An I/O error at a known position of a file.
-    #[error("{} at offset {offset}: {source}", path.display())]
+    #[error("{} at offset {offset}: {source}", crate::files::shown(path))]
     IoAt {
         /// The file.
         path: PathBuf,
@@ -34,7 +34,10 @@ pub enum FormatError {
         source: io::Error,
     },
     /// The file ends before a structure it must hold.
-    #[error("{} is truncated: {what} needs bytes up to offset {needed}, the file has {len}", path.display())]
+    #[error(
+        "{} is truncated: {what} needs bytes up to offset {needed}, the file has {len}",
+        crate::files::shown(path)
+    )]
     Truncated {
         /// The file.
         path: PathBuf,
@@ -46,7 +49,10 @@ pub enum FormatError {
         len: u64,
     },
     /// The file does not start with the expected magic bytes: not a bale file.
-    #[error("{} is not a bale {what} (bad magic at offset 0)", path.display())]
+    #[error(
+        "{} is not a bale {what} (bad magic at offset 0)",
+        crate::files::shown(path)
+    )]
     BadMagic {
         /// The file.
         path: PathBuf,
@@ -56,7 +62,7 @@ pub enum FormatError {
     /// The file was written by a newer, incompatible version of the format.
     #[error(
         "{} has format version {major}.{minor}, this bale reads major version {supported}; upgrade bale",
-        path.display()
+        crate::files::shown(path)
     )]
     UnsupportedVersion {
         /// The file.
@@ -69,7 +75,7 @@ pub enum FormatError {
         supported: u32,
     },
     /// The structure of a file is inconsistent.
-    #[error("{} is corrupt at offset {offset}: {what}", path.display())]
+    #[error("{} is corrupt at offset {offset}: {what}", crate::files::shown(path))]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -81,7 +87,8 @@ pub enum FormatError {
     /// A checksum stored in a file does not match its bytes.
     #[error(
         "{} checksum mismatch{}: stored {expected:016x}, computed {actual:016x}",
-        path.display(), location
+        crate::files::shown(path),
+        location
     )]
     ChecksumMismatch {
         /// The file.
@@ -94,7 +101,7 @@ pub enum FormatError {
         actual: u64,
     },
     /// A tar header that cannot be parsed or is not supported.
-    #[error("{} at offset {offset}: {what}", path.display())]
+    #[error("{} at offset {offset}: {what}", crate::files::shown(path))]
     Tar {
         /// The file.
         path: PathBuf,
@@ -104,7 +111,7 @@ pub enum FormatError {
         what: String,
     },
     /// The manifest is not valid JSON or does not describe a dataset.
-    #[error("{}: invalid manifest: {what}", path.display())]
+    #[error("{}: invalid manifest: {what}", crate::files::shown(path))]
     Manifest {
         /// The manifest file.
         path: PathBuf,
@@ -114,7 +121,7 @@ pub enum FormatError {
     /// A directory holds no manifest: it is not a bale dataset, or its writing did not finish.
     #[error(
         "{} is not a complete bale dataset: it has no bale.json (a pack that did not finish leaves none)",
-        dir.display()
+        crate::files::shown(dir)
     )]
     Incomplete {
         /// The dataset directory.
@@ -129,7 +136,7 @@ pub enum FormatError {
         reason: &'static str,
     },
     /// A key appears twice in one shard.
-    #[error("duplicate key {key:?} in shard {}", path.display())]
+    #[error("duplicate key {key:?} in shard {}", crate::files::shown(path))]
     DuplicateKey {
         /// The shard being written.
         path: PathBuf,
@@ -137,15 +144,70 @@ pub enum FormatError {
         key: String,
     },
     /// The HDF5 library failed on a shard (feature `hdf5`), or this build has no HDF5 support.
-    #[error("{}: hdf5: {what}", path.display())]
+    #[error("{}: hdf5: {what}", crate::files::shown(path))]
     Hdf5 {
         /// The shard file.
         path: PathBuf,
         /// The library's message.
         what: String,
     },
+    /// A key's members appear in two runs apart in a tar (WebDataset wants a
+    /// sample's members consecutive), and the scan was told to refuse that.
+    #[error(
+        "{} at offset {offset}: members of sample {key:?} are not contiguous: they appear at offset {first} (sample {sample}) and again at offset {offset} after other samples; WebDataset's rule is that a sample's members are consecutive",
+        crate::files::shown(path)
+    )]
+    SplitSample {
+        /// The tar file.
+        path: PathBuf,
+        /// Offset of the later run's first header.
+        offset: u64,
+        /// The key as the tar names it.
+        key: String,
+        /// Offset of the key's first run.
+        first: u64,
+        /// Number of the sample the first run formed.
+        sample: u64,
+    },
+    /// A shard index disagrees with what the manifest records about it.
+    #[error("{} does not match the manifest: {what}", crate::files::shown(path))]
+    IndexMismatch {
+        /// The index file.
+        path: PathBuf,
+        /// What differs.
+        what: String,
+    },
+    /// A path bale must read as a regular file is something else.
+    #[error(
+        "{} is {kind}, not a regular file; bale reads only regular files",
+        crate::files::shown(path)
+    )]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is (`"a FIFO"`, `"a device"`).
+        kind: &'static str,
+    },
+    /// Another process holds the lock on a directory bale is about to write.
+    #[error(
+        "{} is being written by another bale command (it holds the directory's lock); wait for it to finish, or write elsewhere",
+        crate::files::shown(dir)
+    )]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A file bale was about to create already exists, and bale did not create it.
+    #[error(
+        "{} already exists; refusing to replace a file this command did not create",
+        crate::files::shown(path)
+    )]
+    Exists {
+        /// The file.
+        path: PathBuf,
+    },
     /// A value does not fit the format's limits.
-    #[error("{}: {what}", path.display())]
+    #[error("{}: {what}", crate::files::shown(path))]
     Limit {
         /// The file.
         path: PathBuf,

@@ -438,7 +438,11 @@ impl H5ShardWriter {
             .write_all(&index)
             .map_err(|e| FormatError::io(&index_path, e))?;
         h5_file.commit()?;
-        idx_file.commit()?;
+        if let Err(e) = idx_file.commit() {
+            // The shard was just put in place by this writer: it goes with its index.
+            let _ = fs::remove_file(&dest);
+            return Err(e);
+        }
         Ok(ShardEntry {
             file: self.file_name.clone(),
             index: index_name,
@@ -641,7 +645,7 @@ fn note_npy(sp: &mut Spool, head: &[u8], total: u64) {
 /// Length and xxh3-64 of a file, read sequentially.
 fn hash_file(path: &Path) -> Result<(u64, u64)> {
     use std::io::BufRead;
-    let f = File::open(path).map_err(|e| FormatError::io(path, e))?;
+    let f = crate::files::open_regular(path)?;
     let mut r = BufReader::with_capacity(COPY_BUFFER, f);
     let mut h = Xxh3::new();
     let mut len = 0u64;

@@ -22,6 +22,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::hash::xxh3_64;
@@ -402,11 +403,20 @@ impl ShardIndex {
     /// I/O errors, and every structural problem, naming the file and offset.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+        let file = crate::files::open_regular(path)?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
+        Self::open_file(file, len, path)
+    }
+
+    /// Maps (or, when small, reads) an opened index file of `len` bytes and validates it.
+    fn open_file(mut file: File, len: u64, path: &Path) -> Result<Self> {
         if len < (HEADER_LEN + FOOTER_LEN) as u64 {
             // Small files: read them (mapping an empty file fails on some systems).
-            let bytes = std::fs::read(path).map_err(|e| FormatError::io(path, e))?;
+            let mut bytes = Vec::new();
+            (&mut file)
+                .take(len)
+                .read_to_end(&mut bytes)
+                .map_err(|e| FormatError::io(path, e))?;
             return Self::from_bytes(bytes, path);
         }
         // SAFETY: the map is read-only; bale never modifies an index in place
@@ -417,6 +427,46 @@ impl ShardIndex {
         let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
             .map_err(|e| FormatError::io(path, e))?;
         Self::validate(Bytes::Mapped(map), path.to_path_buf())
+    }
+
+    /// Opens the index of a shard the manifest records with `samples` samples
+    /// and `members` members. The header is read first, on its own: a file
+    /// whose counts differ, or whose length is not the one its counts give,
+    /// is refused before any table is mapped or read, so a foreign or hostile
+    /// file costs one small read.
+    ///
+    /// # Errors
+    /// [`FormatError::IndexMismatch`] when the counts differ from the
+    /// manifest's; as [`ShardIndex::open`].
+    pub fn open_expecting(path: impl AsRef<Path>, samples: u64, members: u64) -> Result<Self> {
+        let path = path.as_ref();
+        let file = crate::files::open_regular(path)?;
+        let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
+        let mut head = [0u8; HEADER_LEN];
+        if len >= (HEADER_LEN + FOOTER_LEN) as u64 {
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)
+                .map_err(|e| FormatError::io(path, e))?;
+            if head[..8] == INDEX_MAGIC {
+                let mismatch = |what: String| {
+                    Err(FormatError::IndexMismatch {
+                        path: path.to_path_buf(),
+                        what,
+                    })
+                };
+                let (s, m) = (u64_at(&head, 16), u64_at(&head, 24));
+                if s != samples {
+                    return mismatch(format!(
+                        "the index holds {s} samples, the manifest records {samples}"
+                    ));
+                }
+                if m != members {
+                    return mismatch(format!(
+                        "the index holds {m} members, the manifest records {members}"
+                    ));
+                }
+            }
+        }
+        Self::open_file(file, len, path)
     }
 
     /// Validates an index held in memory; `path` names it in errors.

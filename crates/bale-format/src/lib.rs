@@ -39,6 +39,7 @@
 
 pub mod atomic;
 mod error;
+pub mod files;
 pub mod h5;
 pub mod hash;
 pub mod index;

@@ -19,8 +19,9 @@ pub const MANIFEST_FORMAT: &str = "bale";
 pub const MANIFEST_MAJOR: u32 = 1;
 /// Minor version of the manifest this crate writes.
 pub const MANIFEST_MINOR: u32 = 0;
-/// Largest manifest accepted (guards against reading a huge foreign file).
-const MAX_MANIFEST_BYTES: u64 = 1 << 30;
+/// Largest manifest accepted (guards against reading a huge foreign file):
+/// room for about 150,000 shards.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
 /// Formats a checksum as 16 lowercase hex digits, as the manifest stores them.
 pub fn hex64(v: u64) -> String {
@@ -213,27 +214,28 @@ impl Manifest {
     /// line, column and byte offset), a foreign file, an unknown major version,
     /// or totals that disagree with the shards.
     pub fn read(dir: &Path) -> Result<Self> {
+        let bytes = Self::read_bytes(dir)?;
+        Self::from_slice(&bytes, &Self::path_in(dir))
+    }
+
+    /// The bytes of the manifest of the dataset in `dir`, unparsed: a
+    /// regular file of at most [`MAX_MANIFEST_BYTES`].
+    ///
+    /// # Errors
+    /// [`FormatError::Incomplete`] when there is none; a manifest that is not
+    /// a regular file or is too large; I/O errors.
+    pub fn read_bytes(dir: &Path) -> Result<Vec<u8>> {
         let path = Self::path_in(dir);
-        let meta = match std::fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(FormatError::Incomplete {
+        match crate::files::read_capped(&path, MAX_MANIFEST_BYTES, "manifest") {
+            Err(FormatError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Err(FormatError::Incomplete {
                     dir: dir.to_path_buf(),
-                });
+                })
             }
-            Err(e) => return Err(FormatError::io(&path, e)),
-        };
-        if meta.len() > MAX_MANIFEST_BYTES {
-            return Err(FormatError::Manifest {
-                path,
-                what: format!(
-                    "{} bytes is larger than any manifest bale writes",
-                    meta.len()
-                ),
-            });
+            r => r,
         }
-        let bytes = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
-        Self::from_slice(&bytes, &path)
     }
 
     /// Parses and checks a manifest; `path` names it in errors.

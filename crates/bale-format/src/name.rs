@@ -30,7 +30,8 @@ pub fn split_member_name(name: &str) -> Option<(&str, &str)> {
 ///
 /// A key is non-empty UTF-8 with `/`-separated components, none empty, `.` or
 /// `..`; it does not start with `/`; its base name holds no dot (the dot starts
-/// the extension); it holds no NUL or backslash.
+/// the extension); it holds no backslash and no control character (C0, DEL, C1:
+/// NUL, newline, tab, escape ...).
 ///
 /// # Errors
 /// [`FormatError::InvalidName`] saying what is wrong.
@@ -49,6 +50,9 @@ pub fn validate_key(key: &str) -> Result<()> {
     }
     if key.contains('\\') {
         return bad("key holds a backslash");
+    }
+    if key.chars().any(char::is_control) {
+        return bad("key holds a control character (a newline, tab, escape or other)");
     }
     if key.starts_with('/') {
         return bad("key is an absolute path");
@@ -77,7 +81,9 @@ pub(crate) fn key_is_valid_fast(key: &[u8]) -> bool {
     let mut comp_start = 0;
     for (i, &b) in key.iter().enumerate() {
         match b {
-            0 | b'\\' => return false,
+            0..=0x1f | 0x7f | b'\\' => return false,
+            // U+0080..=U+009F (C1 controls) are 0xC2 0x80..=0x9F in UTF-8.
+            0xc2 if key.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)) => return false,
             b'/' => {
                 if matches!(&key[comp_start..i], b"" | b"." | b"..") {
                     return false;
@@ -104,6 +110,8 @@ pub fn validate_ext(ext: &str) -> Result<()> {
         "extension holds a NUL byte"
     } else if ext.contains('\\') {
         "extension holds a backslash"
+    } else if ext.chars().any(char::is_control) {
+        "extension holds a control character (a newline, tab, escape or other)"
     } else if ext.starts_with('.') || ext.ends_with('.') || ext.contains("..") {
         "extension has an empty dot-separated part"
     } else {
@@ -137,7 +145,7 @@ mod tests {
     #[test]
     fn fast_key_check_agrees_with_validate_key() {
         // Every string of up to 6 characters over an alphabet of the special ones.
-        let alphabet = ["a", ".", "/", "\\", "\0", "é"];
+        let alphabet = ["a", ".", "/", "\\", "\0", "é", "\n", "\u{85}"];
         let mut keys = vec![String::new()];
         for _ in 0..6 {
             let next: Vec<String> = keys
@@ -167,13 +175,16 @@ mod tests {
         for ok in ["a", "a/b/c", "n01440764/img_001"] {
             validate_key(ok).unwrap();
         }
-        for bad in ["", "/a", "a//b", "a/../b", "./a", "a/b.c", "a\0b", "a\\b"] {
+        for bad in [
+            "", "/a", "a//b", "a/../b", "./a", "a/b.c", "a\0b", "a\\b", "a\nb", "a\tb", "\x1b[31m",
+            "a\u{7f}", "a\u{9b}b",
+        ] {
             assert!(validate_key(bad).is_err(), "{bad:?}");
         }
         for ok in ["jpg", "seg.png", "__meta__"] {
             validate_ext(ok).unwrap();
         }
-        for bad in ["", "a/b", ".jpg", "jpg.", "a..b", "a\0"] {
+        for bad in ["", "a/b", ".jpg", "jpg.", "a..b", "a\0", "jp\ng", "\u{1b}"] {
             assert!(validate_ext(bad).is_err(), "{bad:?}");
         }
     }

@@ -209,7 +209,7 @@ impl ShardReader {
     pub fn open(shard: impl AsRef<Path>, index: impl AsRef<Path>) -> Result<Self> {
         let path = shard.as_ref().to_path_buf();
         let index = ShardIndex::open(index)?;
-        let file = File::open(&path).map_err(|e| FormatError::io(&path, e))?;
+        let file = crate::files::open_regular(&path)?;
         let len = file
             .metadata()
             .map_err(|e| FormatError::io(&path, e))?

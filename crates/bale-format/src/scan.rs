@@ -271,7 +271,7 @@ pub fn normalize_member_name(name: &str) -> &str {
 /// [`SplitPolicy::Regroup`].
 pub fn scan_shard(path: impl AsRef<Path>, opts: &ScanOptions) -> Result<ScannedShard> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+    let file = crate::files::open_regular(path)?;
     let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
     if !meta.is_file() {
         return Err(FormatError::io(
@@ -783,16 +783,13 @@ impl<'a> Grouper<'a> {
             Some(&(first, sample)) => match self.opts.split {
                 // (Regroup never gets here: `close` holds its samples.)
                 SplitPolicy::Refuse | SplitPolicy::Regroup => {
-                    return Err(FormatError::tar(
-                        self.path,
-                        s.tar_offset,
-                        format!(
-                            "members of sample {:?} are not contiguous: they appear at offset {first} (sample {sample}) \
-                             and again at offset {} after other samples; WebDataset's rule is that a sample's \
-                             members are consecutive",
-                            s.tar_key, s.tar_offset
-                        ),
-                    ));
+                    return Err(FormatError::SplitSample {
+                        path: self.path.to_path_buf(),
+                        offset: s.tar_offset,
+                        key: s.tar_key.clone(),
+                        first,
+                        sample: sample as u64,
+                    });
                 }
                 SplitPolicy::Rename => self.free_key(&s.tar_key),
             },

@@ -748,7 +748,11 @@ impl ShardFileWriter {
             .map_err(|e| FormatError::io(&index_path, e))?;
         // Shard first: an index never names a shard that is not in place.
         file.commit()?;
-        idx_file.commit()?;
+        if let Err(e) = idx_file.commit() {
+            // The shard was just put in place by this writer: it goes with its index.
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
         Ok(ShardEntry {
             file: self.file_name,
             index: index_name,

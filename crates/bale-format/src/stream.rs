@@ -1,6 +1,5 @@
 //! Sequential reading: a shard (or any WebDataset tar) as a stream of samples.
 
-use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -182,7 +181,7 @@ pub fn open_shard_stream(
     path: &Path,
     compression: Compression,
 ) -> Result<SampleStream<Box<dyn Read + Send>>> {
-    let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+    let file = crate::files::open_regular(path)?;
     let buffered = BufReader::with_capacity(STREAM_BUFFER, file);
     let reader: Box<dyn Read + Send> = match compression {
         Compression::None => Box::new(buffered),

@@ -409,15 +409,7 @@ pub fn load_manifest(dir: &Path) -> Result<(Option<Manifest>, Vec<Problem>), For
         });
     }
     let path = Manifest::path_in(dir);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(FormatError::Incomplete {
-                dir: dir.to_path_buf(),
-            });
-        }
-        Err(e) => return Err(FormatError::Io { path, source: e }),
-    };
+    let bytes = Manifest::read_bytes(dir)?;
     match Manifest::from_slice(&bytes, &path) {
         Ok(m) => Ok((Some(m), Vec::new())),
         Err(FormatError::Manifest { what, .. }) => {
@@ -427,6 +419,16 @@ pub fn load_manifest(dir: &Path) -> Result<(Option<Manifest>, Vec<Problem>), For
         }
         Err(e) => Err(e),
     }
+}
+
+/// Opens a shard for checking: a regular file only (a FIFO would block, a
+/// device never end); the error says what it is instead.
+fn open_shard(path: &Path) -> Result<File, String> {
+    crate::files::open_regular(path).map_err(|e| match e {
+        FormatError::NotRegular { kind, .. } => format!("it is {kind}, not a regular file"),
+        FormatError::Io { source, .. } => source.to_string(),
+        other => other.to_string(),
+    })
 }
 
 /// File names that look like a shard or an index.
@@ -442,7 +444,10 @@ fn looks_like_shard(name: &str) -> bool {
 /// like shards or indexes but are not listed (errors: "unknown shard") or are
 /// leftover temporary files of an interrupted write (warnings).
 ///
-/// Only the directories that hold the manifest's files are scanned, not subdirectories.
+/// Only the dataset directory is scanned (not its subdirectories, nor the
+/// directories of shards it refers to elsewhere: other tars there are none
+/// of its business). In a dataset written by `bale index`, whose directory
+/// may hold the user's other tars, only unlisted `.idx` files are unknown.
 pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
     let mut out = Vec::new();
     let samples: u64 = m.shards.iter().map(|s| s.samples).sum();
@@ -481,14 +486,11 @@ pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
         ));
     }
     let mut known: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
-    dirs.insert(dir.to_path_buf());
+    let dirs = [dir.to_path_buf()];
+    let adopted = m.created_by.command == "index";
     for s in &m.shards {
         for f in [&s.file, &s.index] {
             let p = Manifest::resolve(dir, f);
-            if let Some(parent) = p.parent() {
-                dirs.insert(parent.to_path_buf());
-            }
             if !known.insert(p) {
                 out.push(Problem::new(
                     f.clone(),
@@ -519,7 +521,10 @@ pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
                     )
                     .warning(),
                 );
-            } else if looks_like_shard(&name) && !known.contains(&path) {
+            } else if looks_like_shard(&name)
+                && !known.contains(&path)
+                && (!adopted || name.ends_with(".idx"))
+            {
                 out.push(Problem::new(
                     shown,
                     "unknown shard: this file is not listed in the manifest",
@@ -821,7 +826,7 @@ fn quick_headers(
     visitor: &mut dyn Visitor,
 ) {
     let name = r.shard.clone();
-    let file = match File::open(path) {
+    let file = match open_shard(path) {
         Ok(f) => f,
         Err(e) => {
             r.push(Problem::new(&name, format!("shard cannot be opened: {e}")));
@@ -977,7 +982,7 @@ fn full_pass(
     visitor: &mut dyn Visitor,
 ) {
     let name = r.shard.clone();
-    let file = match File::open(path) {
+    let file = match open_shard(path) {
         Ok(f) => f,
         Err(e) => {
             r.push(Problem::new(&name, format!("shard cannot be opened: {e}")));
@@ -1199,7 +1204,7 @@ fn full_pass(
     // Hash the rest of the file (end blocks and anything read-ahead missed).
     let consumed = pos.get();
     let rest = (|| -> io::Result<u64> {
-        let mut f = File::open(path)?;
+        let mut f = open_shard(path).map_err(io::Error::other)?;
         f.seek(SeekFrom::Start(consumed))?;
         let mut buf = vec![0u8; 1 << 16];
         let mut total = 0u64;
@@ -1338,7 +1343,7 @@ fn check_scattered(
     visitor: &mut dyn Visitor,
 ) {
     let name = r.shard.clone();
-    let mut file = match File::open(path) {
+    let mut file = match open_shard(path) {
         Ok(f) => f,
         Err(e) => {
             r.push(Problem::new(&name, format!("shard cannot be opened: {e}")));
@@ -1440,6 +1445,9 @@ mod tests {
     use crate::{CreatedBy, Member, ShardFileWriter};
 
     fn dataset(dir: &Path, compression: Compression) -> Manifest {
+        // A fresh dataset each time: writers never replace files.
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap();
         let mut shards = Vec::new();
         for s in 0..2u64 {
             let name = crate::shard_file_name("shard", s, compression);
@@ -1519,6 +1527,7 @@ mod tests {
         b[body..].copy_from_slice(&sum.to_le_bytes());
         std::fs::write(&idx_path, &b).unwrap();
         m.shards[0].index_xxh3 = hex64(sum);
+        std::fs::remove_file(Manifest::path_in(dir.path())).unwrap();
         m.write(dir.path()).unwrap();
         // Opening stays cheap: it checks structure, not key syntax.
         let idx = ShardIndex::open(&idx_path).unwrap();
@@ -1647,6 +1656,7 @@ mod tests {
         let mut m = dataset(dir.path(), Compression::None);
         m.shards[1].samples -= 1;
         m.samples -= 1;
+        std::fs::remove_file(Manifest::path_in(dir.path())).unwrap();
         m.write(dir.path()).unwrap();
         let p = all(dir.path(), Level::Quick);
         assert_eq!(p.len(), 1, "{p:?}");

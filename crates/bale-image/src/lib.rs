@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod jpeg;
 mod npy;
 mod options;
 mod transform;
@@ -70,6 +71,12 @@ pub fn decode_check(ext: &str, bytes: &[u8]) -> Result<(u32, u32), ImageError> {
     let format = format_of(ext).ok_or_else(|| ImageError::Unsupported {
         ext: ext.to_owned(),
     })?;
+    if format == ImageFormat::Jpeg {
+        jpeg::check_complete(bytes).map_err(|message| ImageError::Decode {
+            ext: ext.to_owned(),
+            message,
+        })?;
+    }
     let img =
         image::load_from_memory_with_format(bytes, format).map_err(|e| ImageError::Decode {
             ext: ext.to_owned(),

@@ -54,28 +54,6 @@ fn swaps_sides(o: Orientation) -> bool {
     )
 }
 
-/// The number of colour components of a JPEG's frame (4 for CMYK/YCCK),
-/// from its first SOF marker; the decoder reports CMYK as RGB.
-fn jpeg_components(bytes: &[u8]) -> Option<u8> {
-    let mut i = 2;
-    while i + 4 <= bytes.len() {
-        if bytes[i] != 0xff {
-            return None;
-        }
-        let marker = bytes[i + 1];
-        let len = usize::from(u16::from_be_bytes([bytes[i + 2], bytes[i + 3]]));
-        // SOF0..SOF15, but DHT (C4), JPG (C8) and DAC (CC).
-        if (0xc0..=0xcf).contains(&marker) && ![0xc4, 0xc8, 0xcc].contains(&marker) {
-            return bytes.get(i + 9).copied();
-        }
-        if marker == 0xda {
-            return None;
-        }
-        i += 2 + len;
-    }
-    None
-}
-
 /// The member name a transformed image is stored under.
 fn output_ext(ext: &str, source: ImageFormat, format: OutputFormat) -> String {
     let (head, last) = match ext.rsplit_once('.') {
@@ -272,6 +250,9 @@ pub fn transform(
     let source = format_of(ext).ok_or_else(|| ImageError::Unsupported {
         ext: ext.to_owned(),
     })?;
+    if source == ImageFormat::Jpeg {
+        crate::jpeg::check_complete(&bytes).map_err(|m| decode_err(ext, m))?;
+    }
     let mut reader = ImageReader::with_format(Cursor::new(&bytes[..]), source);
     // The pixel limit below is the guard; the crate's allocation limit would
     // refuse images the user allowed with --max-pixels.
@@ -305,7 +286,7 @@ pub fn transform(
         && orientation == Orientation::NoTransforms
         && (opts.mode == ColorMode::Keep
             || (decoder.original_color_type() == ExtendedColorType::Rgb8
-                && !(source == ImageFormat::Jpeg && jpeg_components(&bytes) == Some(4))))
+                && !(source == ImageFormat::Jpeg && crate::jpeg::components(&bytes) == Some(4))))
     {
         drop(decoder);
         return Ok(Transformed {

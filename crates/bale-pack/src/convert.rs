@@ -20,13 +20,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bale_format::atomic::TEMP_PREFIX;
 use bale_format::tar::{BLOCK, member_header_len, padded};
 use bale_format::{
-    Compression, CreatedBy, Manifest, ShardEntry, ShardReader, index_file_name, shard_file_name,
-    validate_ext, validate_key,
+    Compression, CreatedBy, Manifest, ShardEntry, ShardReader, shard_file_name, validate_ext,
+    validate_key,
 };
 use serde::Serialize;
 
 use crate::error::{PackError, Result};
-use crate::output::Output;
+use crate::output::{Inputs, Output};
 use crate::shard_out::ShardOut;
 
 /// The form `bale convert` writes.
@@ -182,6 +182,17 @@ struct Source<'a> {
 }
 
 impl Source<'_> {
+    /// The files the source dataset consists of: `--force` never removes them.
+    fn inputs(&self) -> Inputs {
+        let mut inputs = Inputs::default();
+        inputs.add(&Manifest::path_in(self.dir));
+        for e in &self.manifest.shards {
+            inputs.add(&Manifest::resolve(self.dir, &e.file));
+            inputs.add(&Manifest::resolve(self.dir, &e.index));
+        }
+        inputs
+    }
+
     /// Calls `f(key, members)` for every sample in dataset order.
     fn for_each(
         &self,
@@ -234,7 +245,8 @@ fn to_shards(
             bale_format::h5::NO_HDF5
         )));
     }
-    let mut out = Output::prepare(dst, opts.force)?;
+    let mut out = Output::open(dst, opts.force)?;
+    out.clear(&src.inputs())?;
     let mut shards: Vec<ShardEntry> = Vec::new();
     let mut cur: Option<(ShardOut, u64, u64)> = None;
     let (mut samples, mut members, mut bytes) = (0u64, 0u64, 0u64);
@@ -250,13 +262,13 @@ fn to_shards(
         });
         if full && let Some((w, _, _)) = cur.take() {
             let entry = w.finish()?;
+            out.track(dst.join(&entry.file));
+            out.track(dst.join(&entry.index));
             progress.shard_finished(&entry);
             shards.push(entry);
         }
         if cur.is_none() {
             let name = shard_file_name("shard", shards.len() as u64, compression);
-            out.track(dst.join(&name));
-            out.track(dst.join(index_file_name(&name)));
             cur = Some((ShardOut::create(dst, &name, compression, level)?, 0, 0));
         }
         let (w, tar_bytes, n) = cur.as_mut().expect("opened above");
@@ -275,6 +287,8 @@ fn to_shards(
     })?;
     if let Some((w, _, _)) = cur.take() {
         let entry = w.finish()?;
+        out.track(dst.join(&entry.file));
+        out.track(dst.join(&entry.index));
         progress.shard_finished(&entry);
         shards.push(entry);
     }

@@ -98,6 +98,9 @@ pub(crate) struct Discovered {
     pub files: Vec<Found>,
     pub bad: Vec<BadFound>,
     pub ignored: Ignored,
+    /// With [`Discover::list_ignored`]: the regular files ignored for having
+    /// no extension or a hidden name.
+    pub ignored_files: Vec<PathBuf>,
 }
 
 /// Where to read the list of files to pack from.
@@ -183,6 +186,8 @@ pub(crate) struct Discover<'a> {
     pub skip_dir: Option<(u64, u64)>,
     pub cancel: &'a AtomicBool,
     pub progress: &'a dyn Fn(u64),
+    /// Keep the paths of regular files ignored for having no extension or a hidden name.
+    pub list_ignored: bool,
 }
 
 fn lexical_normalize(p: &Path) -> PathBuf {
@@ -406,6 +411,9 @@ impl Discover<'_> {
                 }
                 if is_hidden_path(rel) {
                     d.ignored.hidden.add(path);
+                    if self.list_ignored && ft.is_file() {
+                        d.ignored_files.push(path.to_path_buf());
+                    }
                     continue;
                 }
                 if ft.is_symlink() {
@@ -433,6 +441,9 @@ impl Discover<'_> {
                     bale_format::split_member_name(&rel_str).filter(|(_, ext)| !ext.is_empty());
                 let Some((key, ext)) = split else {
                     d.ignored.no_extension.add(path);
+                    if self.list_ignored && ft.is_file() {
+                        d.ignored_files.push(path.to_path_buf());
+                    }
                     continue;
                 };
                 if !ft.is_file() {
@@ -445,12 +456,24 @@ impl Discover<'_> {
                     });
                     continue;
                 }
-                if let Err(e) =
-                    bale_format::validate_key(key).and_then(|()| bale_format::validate_ext(ext))
-                {
+                let why = match (
+                    bale_format::validate_key(key),
+                    bale_format::validate_ext(ext),
+                ) {
+                    (Err(e), _) => Some(format!(
+                        "its sample key {key:?} is not valid: {}",
+                        reason(&e)
+                    )),
+                    (_, Err(e)) => Some(format!(
+                        "its extension {ext:?} (everything after the first dot of the file name) is not valid: {}",
+                        reason(&e)
+                    )),
+                    _ => None,
+                };
+                if let Some(why) = why {
                     d.bad.push(BadFound {
                         key: None,
-                        error: PackError::bad(path, e.to_string()),
+                        error: PackError::bad(path, why),
                     });
                     continue;
                 }
@@ -471,8 +494,115 @@ impl Discover<'_> {
     }
 }
 
+/// Why a name check failed, without the name (the caller says it).
+fn reason(e: &bale_format::FormatError) -> String {
+    match e {
+        bale_format::FormatError::InvalidName { reason, .. } => (*reason).to_owned(),
+        other => other.to_string(),
+    }
+}
+
 fn key_of(path: &Path, base: &Path) -> Option<String> {
     let rel = path.strip_prefix(base).ok()?.to_str()?;
     let (key, ext) = bale_format::split_member_name(rel)?;
     (!ext.is_empty() && bale_format::validate_key(key).is_ok()).then(|| key.to_owned())
+}
+
+/// A file of a tree, as `bale pack` takes it with its default rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeFile {
+    /// The path to open.
+    pub path: PathBuf,
+    /// Its sample's key (the path relative to the root, up to the first dot of the base name).
+    pub key: String,
+    /// Its extension.
+    pub ext: String,
+    /// Its size in bytes when walked.
+    pub size: u64,
+}
+
+/// A file tree as `bale pack` sees it with its default rules: hidden files
+/// and directories skipped, symlinks not followed, files without an
+/// extension belonging to no sample. `bale stat DIR` and `bale bench DIR`
+/// use it, so they count the samples a pack would write.
+#[derive(Debug, Clone, Default)]
+pub struct Tree {
+    /// The files that would be packed, sorted by key then extension: the
+    /// files of one sample are adjacent.
+    pub files: Vec<TreeFile>,
+    /// Entries ignored by rule.
+    pub ignored: Ignored,
+    /// Entries a pack would refuse: not regular files (FIFOs, sockets,
+    /// devices), names that are not valid keys, unreadable entries.
+    pub refused: u64,
+    /// Regular files ignored for having no extension or a hidden name, with
+    /// their sizes (files in hidden directories are not walked).
+    pub ignored_files: Vec<(PathBuf, u64)>,
+}
+
+impl Tree {
+    /// Index in [`Tree::files`] of each sample's first file, then `files.len()`.
+    pub fn sample_starts(&self) -> Vec<usize> {
+        let mut starts = Vec::new();
+        for (i, f) in self.files.iter().enumerate() {
+            if i == 0 || self.files[i - 1].key != f.key {
+                starts.push(i);
+            }
+        }
+        starts.push(self.files.len());
+        starts
+    }
+}
+
+/// Walks `root` as `bale pack root` would (default rules) and stats each
+/// file it would pack.
+///
+/// # Errors
+/// `root` is not a directory or cannot be read; a file vanishing between
+/// the walk and its stat.
+pub fn walk_tree(root: &Path) -> Result<Tree> {
+    let never = AtomicBool::new(false);
+    let filter = Filter::default();
+    let roots = [root.to_path_buf()];
+    let found = Discover {
+        roots: &roots,
+        files_from: None,
+        filter: &filter,
+        follow_links: false,
+        skip_dir: None,
+        cancel: &never,
+        progress: &|_| {},
+        list_ignored: true,
+    }
+    .run()?;
+    let mut files = found
+        .files
+        .into_iter()
+        .map(|f| {
+            let size = std::fs::symlink_metadata(&f.path)
+                .map_err(|e| PackError::read(&f.path, e))?
+                .len();
+            Ok(TreeFile {
+                key: f.key().to_owned(),
+                ext: f.ext().to_owned(),
+                path: f.path,
+                size,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    files.sort_by(|a, b| (&a.key, &a.ext).cmp(&(&b.key, &b.ext)));
+    let ignored_files = found
+        .ignored_files
+        .into_iter()
+        .filter_map(|p| {
+            let size = std::fs::symlink_metadata(&p).ok()?.len();
+            Some((p, size))
+        })
+        .collect();
+    Ok(Tree {
+        files,
+        ignored: found.ignored,
+        refused: found.bad.len() as u64,
+        ignored_files,
+    })
 }

@@ -33,7 +33,7 @@ pub struct SampleTransformError {
 #[non_exhaustive]
 pub enum PackError {
     /// An input file or directory could not be read (opened, listed, read).
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {source}", bale_format::files::shown(path))]
     Read {
         /// The input path.
         path: PathBuf,
@@ -42,7 +42,7 @@ pub enum PackError {
         source: io::Error,
     },
     /// An input file changed while it was being packed.
-    #[error("{} changed during the pack: {what}", path.display())]
+    #[error("{} changed during the pack: {what}", bale_format::files::shown(path))]
     Changed {
         /// The input path.
         path: PathBuf,
@@ -51,7 +51,7 @@ pub enum PackError {
     },
     /// An input path bale cannot pack: not UTF-8, not a regular file, a
     /// symlink loop, a name that is not a valid sample key, no label.
-    #[error("cannot pack {}: {what}", path.display())]
+    #[error("cannot pack {}: {what}", bale_format::files::shown(path))]
     BadInput {
         /// The input path.
         path: PathBuf,
@@ -59,7 +59,7 @@ pub enum PackError {
         what: String,
     },
     /// The transform hook refused a member.
-    #[error("transform failed on {}: {source}", path.display())]
+    #[error("transform failed on {}: {source}", bale_format::files::shown(path))]
     Transform {
         /// The input path.
         path: PathBuf,
@@ -70,7 +70,8 @@ pub enum PackError {
     /// Two input files map to the same sample key and extension.
     #[error(
         "{} and {} both map to member .{ext} of sample {key:?} (a key and extension must be unique)",
-        first.display(), second.display()
+        bale_format::files::shown(first),
+        bale_format::files::shown(second)
     )]
     DuplicateMember {
         /// The sample key.
@@ -83,13 +84,16 @@ pub enum PackError {
         second: PathBuf,
     },
     /// A sample already holds a `.cls` file while labels are being added.
-    #[error("{} is a .cls member, but labels are added as .cls; use --labels none or rename it", path.display())]
+    #[error(
+        "{} is a .cls member, but labels are added as .cls; use --labels none or rename it",
+        bale_format::files::shown(path)
+    )]
     LabelConflict {
         /// The `.cls` input file.
         path: PathBuf,
     },
     /// The label CSV cannot be used.
-    #[error("{} line {line}: {what}", path.display())]
+    #[error("{} line {line}: {what}", bale_format::files::shown(path))]
     Labels {
         /// The CSV file.
         path: PathBuf,
@@ -102,13 +106,35 @@ pub enum PackError {
     #[error("invalid option: {0}")]
     Option(String),
     /// The output directory holds files and `force` was not given.
-    #[error("output directory {} is not empty (use --force to write into it)", dir.display())]
+    #[error(
+        "output directory {} is not empty (use --force to write into it)",
+        bale_format::files::shown(dir)
+    )]
     OutputNotEmpty {
         /// The output directory.
         dir: PathBuf,
     },
+    /// Writing the output would delete or replace a file an input of the
+    /// command refers to; `--force` never does that.
+    #[error(
+        "refusing to delete or replace {}: it is an input of this command (--force never touches inputs); write the output elsewhere",
+        bale_format::files::shown(path)
+    )]
+    WouldDeleteInput {
+        /// The input file.
+        path: PathBuf,
+    },
+    /// A file the command would write exists, and bale did not create it in this run.
+    #[error(
+        "{} already exists; use --force to replace it",
+        bale_format::files::shown(path)
+    )]
+    WouldReplace {
+        /// The existing file.
+        path: PathBuf,
+    },
     /// An I/O error on an output or bookkeeping file.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {source}", bale_format::files::shown(path))]
     Io {
         /// The file.
         path: PathBuf,
@@ -117,7 +143,7 @@ pub enum PackError {
         source: io::Error,
     },
     /// `bale merge` cannot join these parts.
-    #[error("cannot merge {}: {what}", path.display())]
+    #[error("cannot merge {}: {what}", bale_format::files::shown(path))]
     Merge {
         /// The part directory concerned.
         path: PathBuf,

@@ -15,7 +15,7 @@ use bale_format::{CreatedBy, FormatError, Manifest, ShardIndex, index_file_name,
 use serde::Serialize;
 
 use crate::error::{PackError, Result};
-use crate::output::Output;
+use crate::output::{Inputs, Output};
 use crate::packer::ShapingOptions;
 
 /// Options of [`merge`].
@@ -87,7 +87,7 @@ impl Drop for Moves {
 }
 
 fn move_file(src: &Path, dst: &Path, copy: bool, moves: &mut Moves) -> Result<()> {
-    match fs::rename(src, dst) {
+    match bale_format::files::rename_noreplace(src, dst) {
         Ok(()) => {
             moves
                 .done
@@ -111,7 +111,7 @@ fn move_file(src: &Path, dst: &Path, copy: bool, moves: &mut Moves) -> Result<()
             let tmp = dst.with_file_name(format!("{TEMP_PREFIX}{}-{name}", std::process::id()));
             let r = fs::copy(src, &tmp)
                 .and_then(|_| fs::File::open(&tmp)?.sync_all())
-                .and_then(|()| fs::rename(&tmp, dst));
+                .and_then(|()| bale_format::files::rename_noreplace(&tmp, dst));
             if let Err(e) = r {
                 let _ = fs::remove_file(&tmp);
                 return Err(PackError::io(dst, e));
@@ -311,7 +311,21 @@ pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<Me
         check_files(p)?;
     }
 
-    let out = Output::prepare(output, opts.force)?;
+    let mut out = Output::open(output, opts.force)?;
+    // The parts lose their files: no other bale command may write them meanwhile.
+    let _part_locks = ins
+        .iter()
+        .map(|p| bale_format::files::DirLock::try_lock(&p.dir))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut inputs = Inputs::default();
+    for p in &ins {
+        inputs.add(&Manifest::path_in(&p.dir));
+        for s in &p.manifest.shards {
+            inputs.add(&Manifest::resolve(&p.dir, &s.file));
+            inputs.add(&Manifest::resolve(&p.dir, &s.index));
+        }
+    }
+    out.clear(&inputs)?;
     let mut moves = Moves::default();
     let mut entries = Vec::new();
     let compression = base.compression;

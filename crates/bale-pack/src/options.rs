@@ -15,6 +15,22 @@ pub const DEFAULT_SHARD_SIZE: u64 = 1 << 30;
 pub const DEFAULT_IN_FLIGHT: u64 = 128 << 20;
 /// Default zstd level for `--compress zstd`.
 pub const DEFAULT_ZSTD_LEVEL: i32 = bale_format::shard::DEFAULT_ZSTD_LEVEL;
+/// Most threads a `--jobs` option may ask for: more only costs memory and
+/// start-up time, and a typo like `-j 100000` must not bring a machine down.
+pub const MAX_JOBS: usize = 1024;
+
+/// Checks a thread count (`0` means the default), naming the limit.
+///
+/// # Errors
+/// [`PackError::Option`] above [`MAX_JOBS`].
+pub fn check_jobs(jobs: usize) -> Result<usize, PackError> {
+    if jobs > MAX_JOBS {
+        return Err(PackError::Option(format!(
+            "--jobs {jobs}: at most {MAX_JOBS} threads (the default is a few per core)"
+        )));
+    }
+    Ok(jobs)
+}
 
 /// What to do with an input file that cannot be packed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

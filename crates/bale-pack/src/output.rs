@@ -1,10 +1,23 @@
-//! The output directory: checked before a pack, cleaned up after a failure.
+//! The output directory of a command that writes a dataset: locked for the
+//! whole run, checked before anything is written, cleaned up after a failure.
+//!
+//! The rules (docs/reliability.md):
+//! - the directory is locked ([`DirLock`]): a second writer fails at once;
+//! - a non-empty directory is refused unless `force`; with `force`, the old
+//!   manifest and then the files named like bale's output are removed, but
+//!   never a file an input of the command refers to ([`Inputs`]);
+//! - a command that writes beside other files ([`Output::alongside`], `bale
+//!   index`) only refuses or, with `force`, replaces the names it writes;
+//! - on failure, only the files this run put in place are removed (and the
+//!   directory, if this run created it and it is empty).
 
+use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use bale_format::MANIFEST_NAME;
 use bale_format::atomic::TEMP_PREFIX;
+use bale_format::files::{DirLock, FileId};
 
 use crate::error::{PackError, Result};
 
@@ -20,22 +33,65 @@ pub fn is_bale_file_name(name: &str) -> bool {
                 || name.ends_with(".idx")))
 }
 
+/// The files a command reads: `--force` never deletes or replaces one.
+#[derive(Debug, Default)]
+pub(crate) struct Inputs {
+    ids: HashSet<FileId>,
+}
+
+impl Inputs {
+    /// Adds the file `path` reaches (following symlinks); a path that cannot
+    /// be stat'ed is skipped (it cannot be the file about to be removed).
+    pub fn add(&mut self, path: &Path) {
+        if let Some(id) = FileId::of(path) {
+            self.ids.insert(id);
+        }
+    }
+
+    /// Whether the file `path` reaches is one of the inputs.
+    pub fn holds(&self, path: &Path) -> bool {
+        !self.ids.is_empty() && FileId::of(path).is_some_and(|id| self.ids.contains(&id))
+    }
+}
+
 /// An output directory being written. Dropped without [`Output::commit`], it
 /// removes every file this run put in place and, if this run created the
-/// directory, the directory (when empty).
+/// directory, the directory (when empty); the lock is released last.
 #[derive(Debug)]
 pub(crate) struct Output {
     pub dir: PathBuf,
     created: bool,
+    force: bool,
     files: Vec<PathBuf>,
     committed: bool,
+    _lock: DirLock,
 }
 
 impl Output {
-    /// Creates `dir` if needed; refuses a non-empty one unless `force`, in
-    /// which case the old manifest and then every file named like bale's
-    /// output are removed first (other files are left alone).
-    pub fn prepare(dir: &Path, force: bool) -> Result<Self> {
+    /// Creates `dir` if needed and locks it. Refuses a non-empty directory
+    /// unless `force`; nothing is removed yet ([`Output::clear`] does that,
+    /// once the command knows its inputs).
+    pub fn open(dir: &Path, force: bool) -> Result<Self> {
+        let out = Self::open_locked(dir, force)?;
+        if !out.created && !force {
+            let mut entries = fs::read_dir(dir).map_err(|e| PackError::io(dir, e))?;
+            if entries.next().is_some() {
+                return Err(PackError::OutputNotEmpty {
+                    dir: dir.to_path_buf(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Creates `dir` if needed and locks it, for a command that writes its
+    /// files beside others (`bale index` into the tars' own directory): only
+    /// the names it writes must be free ([`Output::make_room`]).
+    pub fn alongside(dir: &Path, force: bool) -> Result<Self> {
+        Self::open_locked(dir, force)
+    }
+
+    fn open_locked(dir: &Path, force: bool) -> Result<Self> {
         let created = match fs::metadata(dir) {
             Ok(m) if m.is_dir() => false,
             Ok(_) => {
@@ -50,41 +106,70 @@ impl Output {
             }
             Err(e) => return Err(PackError::io(dir, e)),
         };
-        if !created {
-            let mut names = Vec::new();
-            for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
-                let entry = entry.map_err(|e| PackError::io(dir, e))?;
-                names.push(entry.file_name());
+        let lock = match DirLock::try_lock(dir) {
+            Ok(l) => l,
+            Err(e) => {
+                if created {
+                    let _ = fs::remove_dir(dir);
+                }
+                return Err(e.into());
             }
-            if !names.is_empty() {
-                if !force {
-                    return Err(PackError::OutputNotEmpty {
-                        dir: dir.to_path_buf(),
-                    });
-                }
-                // The manifest first: from here on the directory is not a dataset.
-                let manifest = dir.join(MANIFEST_NAME);
-                match fs::remove_file(&manifest) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(PackError::io(manifest, e)),
-                }
-                for n in names {
-                    if n.to_str().is_some_and(is_bale_file_name) {
-                        let p = dir.join(&n);
-                        if p.is_file() {
-                            fs::remove_file(&p).map_err(|e| PackError::io(&p, e))?;
-                        }
-                    }
-                }
-            }
-        }
+        };
         Ok(Self {
             dir: dir.to_path_buf(),
             created,
+            force,
             files: Vec::new(),
             committed: false,
+            _lock: lock,
         })
+    }
+
+    /// With `force`, removes the old dataset: the manifest first (from then
+    /// on the directory is not a dataset), then every file named like
+    /// bale's output; other files are left alone. Refuses, before removing
+    /// anything, when one of them is an input of the command.
+    pub fn clear(&mut self, inputs: &Inputs) -> Result<()> {
+        if self.created || !self.force {
+            return Ok(());
+        }
+        let mut victims = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(|e| PackError::io(&self.dir, e))? {
+            let entry = entry.map_err(|e| PackError::io(&self.dir, e))?;
+            let name = entry.file_name();
+            let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+            if is_file && name.to_str().is_some_and(is_bale_file_name) {
+                victims.push(entry.path());
+            }
+        }
+        if let Some(v) = victims.iter().find(|v| inputs.holds(v)) {
+            return Err(PackError::WouldDeleteInput { path: v.clone() });
+        }
+        victims.sort_by_key(|v| v.file_name() != Some(MANIFEST_NAME.as_ref()));
+        for v in victims {
+            match fs::remove_file(&v) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(PackError::io(&v, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes sure the file `name` of the directory can be created: absent,
+    /// or (with `force`) removed, unless an input refers to it.
+    pub fn make_room(&self, name: &str, inputs: &Inputs) -> Result<()> {
+        let path = self.dir.join(name);
+        if fs::symlink_metadata(&path).is_err() {
+            return Ok(());
+        }
+        if inputs.holds(&path) {
+            return Err(PackError::WouldDeleteInput { path });
+        }
+        if !self.force {
+            return Err(PackError::WouldReplace { path });
+        }
+        fs::remove_file(&path).map_err(|e| PackError::io(&path, e))
     }
 
     /// Records a file this run put in place, to remove on failure.
@@ -129,10 +214,11 @@ mod tests {
         ] {
             fs::write(out.join(n), b"x").unwrap();
         }
-        let err = Output::prepare(&out, false).unwrap_err();
+        let err = Output::open(&out, false).unwrap_err();
         assert!(matches!(err, PackError::OutputNotEmpty { .. }), "{err}");
         assert!(out.join("bale.json").exists());
-        let o = Output::prepare(&out, true).unwrap();
+        let mut o = Output::open(&out, true).unwrap();
+        o.clear(&Inputs::default()).unwrap();
         o.commit();
         let mut left: Vec<String> = fs::read_dir(&out)
             .unwrap()
@@ -143,10 +229,64 @@ mod tests {
     }
 
     #[test]
+    fn force_never_deletes_an_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        fs::write(out.join("bale.json"), b"{}").unwrap();
+        fs::write(out.join("shard-000000.tar"), b"the user's").unwrap();
+        // An input reaching it through a symlink elsewhere.
+        let link = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(out.join("shard-000000.tar"), link.path().join("in.tar"))
+            .unwrap();
+        let mut inputs = Inputs::default();
+        inputs.add(&link.path().join("in.tar"));
+        let mut o = Output::open(out, true).unwrap();
+        let err = o.clear(&inputs).unwrap_err();
+        assert!(matches!(err, PackError::WouldDeleteInput { .. }), "{err}");
+        assert!(err.to_string().contains("shard-000000.tar"), "{err}");
+        // Nothing was removed, the manifest included.
+        assert!(out.join("bale.json").exists());
+        assert_eq!(
+            fs::read(out.join("shard-000000.tar")).unwrap(),
+            b"the user's"
+        );
+    }
+
+    #[test]
+    fn a_second_writer_fails_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("new");
+        let first = Output::open(&out, false).unwrap();
+        let err = Output::open(&out, true).unwrap_err();
+        assert!(err.to_string().contains("another bale command"), "{err}");
+        drop(first);
+        assert!(!out.exists(), "the first run made it and removes it");
+    }
+
+    #[test]
+    fn make_room_refuses_foreign_files_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("data.idx"), b"not bale's").unwrap();
+        fs::write(dir.path().join("data.tar"), b"tar").unwrap();
+        let mut inputs = Inputs::default();
+        inputs.add(&dir.path().join("data.tar"));
+        let o = Output::alongside(dir.path(), false).unwrap();
+        let err = o.make_room("data.idx", &inputs).unwrap_err();
+        assert!(matches!(err, PackError::WouldReplace { .. }), "{err}");
+        o.make_room("new.idx", &inputs).unwrap();
+        drop(o);
+        let o = Output::alongside(dir.path(), true).unwrap();
+        let err = o.make_room("data.tar", &inputs).unwrap_err();
+        assert!(matches!(err, PackError::WouldDeleteInput { .. }), "{err}");
+        o.make_room("data.idx", &inputs).unwrap();
+        assert!(!dir.path().join("data.idx").exists());
+    }
+
+    #[test]
     fn a_failed_run_removes_its_files_and_the_directory_it_made() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("new");
-        let mut o = Output::prepare(&out, false).unwrap();
+        let mut o = Output::open(&out, false).unwrap();
         fs::write(out.join("shard-000000.tar"), b"x").unwrap();
         o.track(out.join("shard-000000.tar"));
         drop(o);

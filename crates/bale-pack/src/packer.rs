@@ -15,7 +15,7 @@ use crate::error::{PackError, Result, SampleTransformError, TransformError};
 use crate::options::{
     DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError, Order, Part,
 };
-use crate::output::Output;
+use crate::output::{Inputs, Output, is_bale_file_name};
 use crate::pipeline::{WriteCtx, write_all};
 use crate::plan::{apply_labels, group, stat_all};
 
@@ -460,6 +460,7 @@ impl PackerBuilder {
                 self.zstd_level
             )));
         }
+        crate::options::check_jobs(self.jobs)?;
         if let Some(img) = &self.image {
             img.validate()
                 .map_err(|e| PackError::Option(e.to_string()))?;
@@ -510,8 +511,11 @@ impl Packer {
         let o = &self.opts;
         let never = AtomicBool::new(false);
         let cancel: &AtomicBool = o.cancel.as_deref().unwrap_or(&never);
-        let mut out = Output::prepare(&self.output, o.force)?;
-        let jobs = if o.jobs == 0 { default_jobs() } else { o.jobs };
+        let mut out = Output::open(&self.output, o.force)?;
+        let jobs = match crate::options::check_jobs(o.jobs)? {
+            0 => default_jobs(),
+            n => n,
+        };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(jobs)
             .thread_name(|i| format!("bale-pack-{i}"))
@@ -528,8 +532,23 @@ impl Packer {
             skip_dir: dir_id(&self.output),
             cancel,
             progress: &report,
+            list_ignored: false,
         }
         .run()?;
+        // `--force` clears the old output, never an input: an input file in
+        // the output directory, or (following symlinks) one reaching into it.
+        let mut inputs = Inputs::default();
+        for f in discovered.files.iter().filter(|_| o.force) {
+            let bale_named = f
+                .path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(is_bale_file_name);
+            if bale_named || o.follow_links {
+                inputs.add(&f.path);
+            }
+        }
+        out.clear(&inputs)?;
         let mut ignored = discovered.ignored;
         let mut bad = discovered.bad;
         if o.on_error == OnError::Fail

@@ -96,11 +96,14 @@ fn read_file(path: &Path, size: u64) -> Result<Vec<u8>> {
 }
 
 /// Appends the bytes of a file that was `size` bytes when listed to `buf`:
-/// an error when it is no longer a regular file of that size, or when it
-/// shrinks or grows while being read.
+/// an error when it is no longer a regular file of that size, when it
+/// shrinks or grows while being read, or when it is modified while being
+/// read (its modification or change time, or its inode, differ after the
+/// read: as GNU tar's "file changed as we read it"), so a file rewritten in
+/// place is never stored torn.
 fn read_file_into(path: &Path, size: u64, buf: &mut Vec<u8>) -> Result<()> {
-    let mut f = File::open(path).map_err(|e| PackError::read(path, e))?;
-    check_open(&f, path, size)?;
+    let mut f = open_input(path)?;
+    let before = check_open(&f, path, size)?;
     let start = buf.len();
     buf.reserve(size as usize);
     (&mut f)
@@ -114,18 +117,73 @@ fn read_file_into(path: &Path, size: u64, buf: &mut Vec<u8>) -> Result<()> {
             format!("{size} bytes when listed, {got} bytes read"),
         ));
     }
-    check_eof(&mut f, path, size)
+    check_eof(&mut f, path, size)?;
+    check_unchanged(&f, path, &before)
 }
 
-fn check_open(f: &File, path: &Path, size: u64) -> Result<()> {
+/// Opens an input file without blocking, should it have become a FIFO since it was listed.
+fn open_input(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| PackError::read(path, e))
+}
+
+/// What a file looked like when opened, to tell whether it changed while read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Snapshot {
+    len: u64,
+    dev: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Snapshot {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Snapshot {
+            len: meta.len(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+fn check_open(f: &File, path: &Path, size: u64) -> Result<Snapshot> {
     let meta = f.metadata().map_err(|e| PackError::read(path, e))?;
     if !meta.is_file() {
-        return Err(changed(path, "it is no longer a regular file".into()));
+        return Err(changed(
+            path,
+            format!(
+                "it is no longer a regular file (it is {})",
+                bale_format::files::kind_of(&meta)
+            ),
+        ));
     }
     if meta.len() != size {
         return Err(changed(
             path,
             format!("{size} bytes when listed, {} bytes now", meta.len()),
+        ));
+    }
+    Ok(Snapshot::of(&meta))
+}
+
+/// Checks that the open file `f` is as it was when opened (`before`).
+fn check_unchanged(f: &File, path: &Path, before: &Snapshot) -> Result<()> {
+    let meta = f.metadata().map_err(|e| PackError::read(path, e))?;
+    let now = Snapshot::of(&meta);
+    if now != *before {
+        return Err(changed(
+            path,
+            "it was modified while being read (its modification or change time differs), \
+             so the bytes read may mix two versions"
+                .into(),
         ));
     }
     Ok(())
@@ -249,7 +307,7 @@ fn encode_sample(s: &Sample) -> Result<EncodedSample> {
 enum Src<'a> {
     Bytes(&'a [u8]),
     Hashed(&'a Hashed),
-    File(File, &'a Path),
+    File(File, &'a Path, Snapshot),
 }
 
 struct Current {
@@ -378,10 +436,12 @@ struct Sink<'a, 'o> {
 
 impl Drop for Sink<'_, '_> {
     fn drop(&mut self) {
-        // A shard being renamed into place must land before the caller's
-        // cleanup runs, or the cleanup would miss it.
-        if let Some(h) = self.finishing.take() {
-            let _ = h.join();
+        // A shard being renamed into place must land, and be tracked, before
+        // the caller's cleanup runs, or the cleanup would miss it.
+        if let Some(h) = self.finishing.take()
+            && let Ok(Ok(entry)) = h.join()
+        {
+            self.track(&entry);
         }
     }
 }
@@ -395,10 +455,17 @@ impl Sink<'_, '_> {
                     io::Error::other("the shard finishing thread panicked"),
                 )
             })??;
+            self.track(&entry);
             self.ctx.progress.shard_finished(&entry);
             self.done.shards.push(entry);
         }
         Ok(())
+    }
+
+    /// Records a shard and its index, now in place, for removal on failure.
+    fn track(&mut self, entry: &ShardEntry) {
+        self.out.track(self.out.dir.join(&entry.file));
+        self.out.track(self.out.dir.join(&entry.index));
     }
 
     fn finish_current(&mut self) -> Result<()> {
@@ -434,10 +501,6 @@ impl Sink<'_, '_> {
         if self.cur.is_none() {
             let name = shard_file_name(&ctx.prefix, self.next_shard, ctx.compression);
             self.next_shard += 1;
-            // Tracked before they exist: a failure from here on removes them.
-            self.out.track(self.out.dir.join(&name));
-            self.out
-                .track(self.out.dir.join(bale_format::index_file_name(&name)));
             let mut writer =
                 ShardOut::create(&self.out.dir, &name, ctx.compression, ctx.zstd_level)?;
             let file = match &mut writer {
@@ -500,11 +563,10 @@ impl Sink<'_, '_> {
                 Data::Bytes(b) => list.push((ext, Src::Hashed(b), b.bytes().len() as u64)),
                 Data::Stream(i) => {
                     let m = &s.members[*i];
-                    let opened = File::open(&m.path)
-                        .map_err(|e| PackError::read(&m.path, e))
-                        .and_then(|f| check_open(&f, &m.path, m.size).map(|()| f));
+                    let opened = open_input(&m.path)
+                        .and_then(|f| check_open(&f, &m.path, m.size).map(|snap| (f, snap)));
                     match opened {
-                        Ok(f) => list.push((&m.ext, Src::File(f, &m.path), m.size)),
+                        Ok((f, snap)) => list.push((&m.ext, Src::File(f, &m.path, snap), m.size)),
                         Err(e) => return self.fail(s, e),
                     }
                 }
@@ -528,9 +590,10 @@ impl Sink<'_, '_> {
             match src {
                 Src::Bytes(b) => w.add_member(ext, b)?,
                 Src::Hashed(b) => w.add_hashed_member(ext, b)?,
-                Src::File(f, path) => {
+                Src::File(f, path, before) => {
                     w.add_member_from(ext, *size, f, path)?;
                     check_eof(f, path, *size)?;
+                    check_unchanged(f, path, before)?;
                 }
             }
         }
@@ -644,6 +707,10 @@ pub(crate) fn write_all(
     let (task_tx, task_rx) = crossbeam_channel::unbounded::<Vec<usize>>();
     let result = std::thread::scope(|scope| {
         for t in 0..jobs.max(1) {
+            if ctx.cancel.load(Ordering::Relaxed) {
+                stop.store(true, Ordering::Relaxed);
+                return Err(PackError::Cancelled);
+            }
             let task_rx = task_rx.clone();
             let tx = tx.clone();
             let spawned = std::thread::Builder::new()

@@ -17,6 +17,16 @@ use crate::error::{ReaderError, Result};
 use crate::iter::SampleIter;
 use crate::plan::{EpochPlan, Order, Partition};
 use crate::sample::{Buf, BufPool, Field, Fields, Sample, SmallStr};
+use crate::stats::parse_label;
+
+/// A member of a sample as the index records it ([`Dataset::members`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberInfo<'a> {
+    /// The member's extension (`jpg`, `seg.png`, `cls`).
+    pub ext: &'a str,
+    /// Its size in bytes.
+    pub size: u64,
+}
 
 /// How sample bytes reach memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -138,6 +148,7 @@ struct Inner {
     offsets: Vec<u64>,
     labels: Option<Vec<String>>,
     fields: Vec<String>,
+    manifest: Manifest,
     options: DatasetOptions,
     pool: Arc<BufPool>,
     residency: Residency,
@@ -295,8 +306,9 @@ impl Dataset {
                 dir: dir.to_path_buf(),
                 shards,
                 offsets,
-                labels: manifest.labels,
-                fields: manifest.fields.into_keys().collect(),
+                labels: manifest.labels.clone(),
+                fields: manifest.fields.keys().cloned().collect(),
+                manifest,
                 options,
                 pool: Arc::default(),
                 residency: Residency::new(),
@@ -343,6 +355,86 @@ impl Dataset {
     /// The field extensions the manifest lists, sorted.
     pub fn fields(&self) -> &[String] {
         &self.inner.fields
+    }
+
+    /// The manifest (`bale.json`) the dataset was opened with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.inner.manifest
+    }
+
+    /// The members of sample `i` in shard order, from the index (nothing is
+    /// read from the shard).
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`].
+    pub fn members(&self, i: u64) -> Result<impl Iterator<Item = MemberInfo<'_>>> {
+        let (s, local) = self.locate(i)?;
+        Ok(self.inner.shards[s]
+            .index
+            .members(local)
+            .map(|m| MemberInfo {
+                ext: m.ext,
+                size: m.size,
+            }))
+    }
+
+    /// The number, in the manifest, of the shard holding sample `i`.
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`].
+    pub fn shard_of(&self, i: u64) -> Result<usize> {
+        self.locate(i).map(|(s, _)| s)
+    }
+
+    /// The bytes of member `ext` of sample `i`, or `None` when the sample has
+    /// no such member. Only the member is read (for a `.tar.zst` shard, its
+    /// sample's frame is decompressed), and its checksum is always checked
+    /// when the index records checksums, whatever
+    /// [`DatasetOptions::verify_on_read`] says.
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`]; I/O errors, truncation and checksum
+    /// mismatches naming the shard, key and member.
+    pub fn read_member(&self, i: u64, ext: &str) -> Result<Option<Vec<u8>>> {
+        let (s, local) = self.locate(i)?;
+        let shard = &self.inner.shards[s];
+        let index = &shard.index;
+        let Some(m) = index.members(local).find(|m| m.ext == ext) else {
+            return Ok(None);
+        };
+        let data = if index.compression() == Compression::Zstd {
+            let sample = self.read_entry(s, local, Hint::Always)?;
+            sample.field(ext).map(<[u8]>::to_vec).unwrap_or_default()
+        } else {
+            let e = index.sample(local);
+            let at = if index.is_scattered() {
+                Some(m.offset)
+            } else {
+                m.offset
+                    .checked_sub(e.tar_offset)
+                    .and_then(|d| e.file_offset.checked_add(d))
+            };
+            let at = at.ok_or_else(|| FormatError::Corrupt {
+                path: shard.path.clone(),
+                offset: e.file_offset,
+                what: format!(
+                    "member {}.{} lies before its sample",
+                    index.key(local),
+                    m.ext
+                ),
+            })?;
+            match self.handle(s)? {
+                Handle { map: Some(map), .. } => map_slice(map, &shard.path, at, m.size)?.to_vec(),
+                Handle {
+                    file: Some(file), ..
+                } => bale_format::read::read_exact_at(file, &shard.path, at, m.size)?,
+                _ => unreachable_handle(&shard.path)?,
+            }
+        };
+        if index.has_checksums() {
+            verify_member(&shard.path, index.key(local), &m, &data)?;
+        }
+        Ok(Some(data))
     }
 
     /// The options the dataset was opened with.
@@ -876,6 +968,16 @@ impl Dataset {
         }
     }
 
+    /// Bytes of shard `s`'s index file.
+    pub(crate) fn index_len(&self, s: usize) -> u64 {
+        self.inner.shards[s].index.as_bytes().len() as u64
+    }
+
+    /// The global index of shard `s`'s first sample.
+    pub(crate) fn first_of(&self, s: usize) -> u64 {
+        self.inner.offsets[s]
+    }
+
     /// Bytes to budget for reading sample `local` of shard `s` (its uncompressed size).
     pub(crate) fn sample_cost(&self, s: usize, local: usize) -> u64 {
         self.inner.shards[s].index.sample_bytes(local)
@@ -911,10 +1013,6 @@ pub(crate) fn will_need(map: &Mmap, offset: u64, len: u64) {
     }
 }
 
-fn parse_label(data: &[u8]) -> Option<i64> {
-    std::str::from_utf8(data).ok()?.trim().parse().ok()
-}
-
 fn map_slice<'a>(map: &'a Mmap, path: &Path, offset: u64, len: u64) -> Result<&'a [u8]> {
     let range = usize::try_from(offset)
         .ok()
@@ -948,7 +1046,6 @@ fn open_shard(dir: &Path, manifest_path: &Path, manifest: &Manifest, i: usize) -
     let entry = &manifest.shards[i];
     let index_path = Manifest::resolve(dir, &entry.index);
     let path = Manifest::resolve(dir, &entry.file);
-    let index = ShardIndex::open(&index_path)?;
     let mismatch = |what: String| {
         Err(ReaderError::ManifestMismatch {
             manifest: manifest_path.to_path_buf(),
@@ -956,6 +1053,10 @@ fn open_shard(dir: &Path, manifest_path: &Path, manifest: &Manifest, i: usize) -
             path: index_path.clone(),
             what,
         })
+    };
+    let index = match ShardIndex::open_expecting(&index_path, entry.samples, entry.members) {
+        Err(FormatError::IndexMismatch { what, .. }) => return mismatch(what),
+        r => r?,
     };
     let recorded = parse_hex64(&entry.index_xxh3).unwrap_or_default();
     if index.checksum() != recorded {
@@ -990,6 +1091,13 @@ fn open_shard(dir: &Path, manifest_path: &Path, manifest: &Manifest, i: usize) -
         path: path.clone(),
         source: e,
     })?;
+    if !meta.is_file() {
+        return Err(FormatError::NotRegular {
+            path,
+            kind: bale_format::files::kind_of(&meta),
+        }
+        .into());
+    }
     check_shard_len(&path, meta.len(), &index)?;
     Ok(Shard {
         path,
@@ -1018,7 +1126,7 @@ fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
             source: e,
         })
     };
-    let file = File::open(path).map_err(io)?;
+    let file = bale_format::files::open_regular(path)?;
     let len = file.metadata().map_err(io)?.len();
     check_shard_len(path, len, &shard.index)?;
     match backing {

@@ -20,7 +20,10 @@ pub enum ReaderError {
     #[error(transparent)]
     Format(#[from] FormatError),
     /// A sample index past the end of the dataset.
-    #[error("sample {index} out of range: the dataset {} holds {len} samples", dir.display())]
+    #[error(
+        "sample {index} out of range: the dataset {} holds {len} samples",
+        bale_format::files::shown(dir)
+    )]
     IndexOutOfRange {
         /// The dataset directory.
         dir: PathBuf,
@@ -30,7 +33,10 @@ pub enum ReaderError {
         len: u64,
     },
     /// No sample has this key.
-    #[error("no sample with key {key:?} in the dataset {}", dir.display())]
+    #[error(
+        "no sample with key {key:?} in the dataset {}",
+        bale_format::files::shown(dir)
+    )]
     UnknownKey {
         /// The dataset directory.
         dir: PathBuf,
@@ -38,7 +44,11 @@ pub enum ReaderError {
         key: String,
     },
     /// A shard's index or file disagrees with what the manifest records.
-    #[error("shard {shard} ({}) does not match the manifest {}: {what}", path.display(), manifest.display())]
+    #[error(
+        "shard {shard} ({}) does not match the manifest {}: {what}",
+        bale_format::files::shown(path),
+        bale_format::files::shown(manifest)
+    )]
     ManifestMismatch {
         /// The manifest file.
         manifest: PathBuf,
@@ -50,7 +60,10 @@ pub enum ReaderError {
         what: String,
     },
     /// A `.cls` member that does not hold a decimal integer.
-    #[error("{}: sample {key:?} has a .cls member that is not a decimal integer: {text:?}", path.display())]
+    #[error(
+        "{}: sample {key:?} has a .cls member that is not a decimal integer: {text:?}",
+        bale_format::files::shown(path)
+    )]
     BadLabel {
         /// The shard file.
         path: PathBuf,

@@ -50,9 +50,10 @@ mod error;
 mod iter;
 pub mod plan;
 mod sample;
+pub mod stats;
 pub mod testing;
 
-pub use dataset::{Backing, Dataset, DatasetOptions};
+pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo};
 pub use error::{ReaderError, Result};
 pub use iter::SampleIter;
 pub use plan::{EpochPlan, Order, OrderIter, Partition};

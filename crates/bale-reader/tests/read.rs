@@ -166,6 +166,7 @@ fn open_refuses_an_incomplete_dataset() {
 fn edit_manifest(dir: &Path, f: impl FnOnce(&mut Manifest)) {
     let mut m = Manifest::read(dir).unwrap();
     f(&mut m);
+    std::fs::remove_file(Manifest::path_in(dir)).unwrap();
     m.write(dir).unwrap();
 }
 

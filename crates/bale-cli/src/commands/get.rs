@@ -1,8 +1,8 @@
 //! `bale get`: a member to stdout, or a sample's members to a directory.
 //!
-//! The sample is found by index (walking the manifest's per-shard sample
-//! counts) or by key (each shard index's key lookup table, shard by shard).
-//! Members are read with one positioned read and their checksums verified.
+//! The dataset is opened with [`bale_reader::Dataset`] (every index checked
+//! against the manifest); the sample is found by index or by key, and each
+//! member is read with one positioned read and its checksum verified.
 //!
 //! Writing into a directory is defended against names that would escape it:
 //! the key and extension must be plain relative names (no `..`, no absolute
@@ -17,83 +17,89 @@ use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use bale_format::{Manifest, Sample, ShardReader};
+use bale_reader::Dataset;
 
 use crate::args::get::GetArgs;
+use crate::escape::quoted;
 
-/// Where a sample lives.
+/// A sample read whole: its key and `(extension, bytes)` per member, in shard order.
 #[derive(Debug)]
-struct Found {
-    shard: usize,
-    local: usize,
-    global: u64,
+struct Sample {
+    key: String,
+    members: Vec<(String, Vec<u8>)>,
 }
 
-fn locate(dir: &Path, m: &Manifest, sample: &str, force_key: bool) -> anyhow::Result<Found> {
+impl Sample {
+    fn get(&self, ext: &str) -> Option<&[u8]> {
+        self.members
+            .iter()
+            .find(|(e, _)| e == ext)
+            .map(|(_, d)| d.as_slice())
+    }
+
+    fn exts(&self) -> String {
+        let exts: Vec<String> = self.members.iter().map(|(e, _)| quoted(e)).collect();
+        format!("[{}]", exts.join(", "))
+    }
+}
+
+/// The global index of `sample`: a number below the sample count (unless
+/// `force_key`), else a key.
+fn locate(ds: &Dataset, sample: &str, force_key: bool) -> anyhow::Result<u64> {
     if !force_key
         && let Ok(n) = sample.parse::<u64>()
-        && n < m.samples
+        && n < ds.len()
     {
-        let mut start = 0u64;
-        for (s, e) in m.shards.iter().enumerate() {
-            if n < start + e.samples {
-                return Ok(Found {
-                    shard: s,
-                    local: (n - start) as usize,
-                    global: n,
-                });
-            }
-            start += e.samples;
-        }
+        return Ok(n);
     }
-    let mut start = 0u64;
-    for (s, e) in m.shards.iter().enumerate() {
-        let idx = bale_format::ShardIndex::open(Manifest::resolve(dir, &e.index))?;
-        if let Some(i) = idx.find(sample) {
-            return Ok(Found {
-                shard: s,
-                local: i,
-                global: start + i as u64,
-            });
-        }
-        start += e.samples;
+    if let Some(i) = ds.find(sample) {
+        return Ok(i);
     }
     if !force_key && sample.parse::<u64>().is_ok() {
         bail!(
-            "no sample with key {sample:?}, and {sample} is not an index: the dataset has {} samples (0..{})",
-            m.samples,
-            m.samples
+            "no sample with key {}, and {sample} is not an index: the dataset has {} samples (0..{})",
+            quoted(sample),
+            ds.len(),
+            ds.len()
         );
     }
-    bail!("no sample with key {sample:?} in {}", dir.display())
+    bail!(
+        "no sample with key {} in {}",
+        quoted(sample),
+        ds.dir().display()
+    )
 }
 
 /// Runs `bale get`.
 pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
-    let dir = args.path.as_path();
-    let m = Manifest::read(dir)?;
-    let found = locate(dir, &m, &args.sample, args.key)?;
-    let entry = &m.shards[found.shard];
-    let reader = ShardReader::open(
-        Manifest::resolve(dir, &entry.file),
-        Manifest::resolve(dir, &entry.index),
-    )?;
-    let sample = reader
-        .read(found.local, true)
-        .with_context(|| format!("cannot read sample {} of {}", found.global, dir.display()))?;
+    let ds = Dataset::open(&args.path)?;
+    let i = locate(&ds, &args.sample, args.key)?;
+    let read = || -> anyhow::Result<Sample> {
+        let mut members = Vec::new();
+        for m in ds.members(i)? {
+            let data = ds.read_member(i, m.ext)?.unwrap_or_default();
+            members.push((m.ext.to_owned(), data));
+        }
+        Ok(Sample {
+            key: ds.key(i)?.to_owned(),
+            members,
+        })
+    };
+    let sample =
+        read().with_context(|| format!("cannot read sample {i} of {}", args.path.display()))?;
     match &args.ext {
         Some(ext) => write_member(&sample, ext, args.output.as_deref(), args.force),
         None => {
             let Some(out) = &args.output else {
-                let exts: Vec<&str> = sample.members.iter().map(|(e, _)| e.as_str()).collect();
                 bail!(
-                    "sample {:?} has members {exts:?}: name one with --ext EXT (to stdout), or give -o DIR to write them all",
-                    sample.key
+                    "sample {} has members {}: name one with --ext EXT (to stdout), or give -o DIR to write them all",
+                    quoted(&sample.key),
+                    sample.exts()
                 );
             };
             let written = write_sample(&sample, out, args.force)?;
             for p in written {
-                eprintln!("wrote {}", p.display());
+                eprintln!("wrote {}", bale_format::files::shown(&p));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -107,10 +113,11 @@ fn write_member(
     force: bool,
 ) -> anyhow::Result<ExitCode> {
     let Some(data) = sample.get(ext) else {
-        let exts: Vec<&str> = sample.members.iter().map(|(e, _)| e.as_str()).collect();
         bail!(
-            "sample {:?} has no member {ext:?} (it has {exts:?})",
-            sample.key
+            "sample {} has no member {} (it has {})",
+            quoted(&sample.key),
+            quoted(ext),
+            sample.exts()
         );
     };
     match output {
@@ -124,8 +131,9 @@ fn write_member(
             let mut out = std::io::stdout().lock();
             if out.is_terminal() && std::str::from_utf8(data).is_err() {
                 bail!(
-                    "member {ext:?} of {:?} is binary and stdout is a terminal\nhint: redirect stdout, or use -o FILE",
-                    sample.key
+                    "member {} of {} is binary and stdout is a terminal\nhint: redirect stdout, or use -o FILE",
+                    quoted(ext),
+                    quoted(&sample.key)
                 );
             }
             out.write_all(data)?;

@@ -1,21 +1,23 @@
 //! `bale ls`: one line per sample, in dataset order.
 //!
 //! `INDEX<TAB>KEY<TAB>LABEL<TAB>EXT:SIZE,EXT:SIZE`, or with `--json` one JSON
-//! object per line. Everything comes from the indexes except the label, read
-//! from the sample's `.cls` member (one small positioned read per sample in a
-//! plain tar; in a `.tar.zst`, the sample's frame is decompressed;
-//! `--no-labels` skips it).
+//! object per line. The dataset is opened with [`bale_reader::Dataset`]
+//! (every index checked against the manifest). Everything comes from the
+//! indexes except the label, read from the sample's `.cls` member with its
+//! checksum checked (one small positioned read per sample in a plain tar; in
+//! a `.tar.zst`, the sample's frame is decompressed; `--no-labels` skips
+//! it). Text from the data (keys, labels, extensions) is escaped: a control
+//! character cannot forge a line or reach the terminal.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
-use anyhow::Context;
-use bale_format::{Manifest, ShardIndex};
+use bale_reader::Dataset;
+use bale_reader::stats::parse_label;
 use serde::Serialize;
 
 use crate::args::ls::LsArgs;
-use crate::commands::stat::{parse_label, read_member};
+use crate::escape::field;
 
 #[derive(Debug, Serialize)]
 struct MemberLine<'a> {
@@ -37,66 +39,51 @@ struct SampleLine<'a> {
 
 /// Runs `bale ls`.
 pub fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
-    let dir = args.path.as_path();
-    let m = Manifest::read(dir)?;
-    let names = m.labels.as_deref().unwrap_or_default();
+    let ds = Dataset::open(&args.path)?;
+    let labelled = !args.no_labels && ds.fields().iter().any(|f| f == "cls");
     let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let mut global = 0u64;
-    for entry in &m.shards {
-        let idx = ShardIndex::open(Manifest::resolve(dir, &entry.index))?;
-        let path = Manifest::resolve(dir, &entry.file);
-        let file = if args.no_labels || !entry.fields.contains_key("cls") {
-            None
+    for i in 0..ds.len() {
+        let key = ds.key(i)?;
+        let cls = if labelled {
+            ds.read_member(i, "cls")?
         } else {
-            Some(File::open(&path).with_context(|| format!("cannot open {}", path.display()))?)
+            None
         };
-        for i in 0..idx.len() {
-            let key = idx.key(i);
-            let cls = match &file {
-                Some(f) => read_member(f, &path, &idx, i, "cls")?,
-                None => None,
+        let label = cls.as_deref().and_then(parse_label);
+        let label_name = label.and_then(|l| ds.label_name(l));
+        if args.json {
+            let shard = &ds.manifest().shards[ds.shard_of(i)?].file;
+            let line = SampleLine {
+                index: i,
+                key,
+                shard,
+                label,
+                label_name,
+                members: ds
+                    .members(i)?
+                    .map(|m| MemberLine {
+                        ext: m.ext,
+                        size: m.size,
+                    })
+                    .collect(),
             };
-            let label = cls.as_deref().and_then(parse_label);
-            let label_name = label
-                .and_then(|l| usize::try_from(l).ok())
-                .and_then(|l| names.get(l))
-                .map(String::as_str);
-            if args.json {
-                let line = SampleLine {
-                    index: global,
-                    key,
-                    shard: &entry.file,
-                    label,
-                    label_name,
-                    members: idx
-                        .members(i)
-                        .map(|m| MemberLine {
-                            ext: m.ext,
-                            size: m.size,
-                        })
-                        .collect(),
-                };
-                serde_json::to_writer(&mut out, &line)?;
-                writeln!(out)?;
-            } else {
-                let label_text = match (label_name, label, &cls) {
-                    (Some(n), _, _) => n.to_owned(),
-                    (None, Some(l), _) => l.to_string(),
-                    (None, None, Some(raw)) => String::from_utf8_lossy(raw)
-                        .trim()
-                        .replace(['\t', '\n'], " "),
-                    (None, None, None) => "-".to_owned(),
-                };
-                write!(out, "{global}\t{key}\t{label_text}\t")?;
-                for (j, m) in idx.members(i).enumerate() {
-                    if j > 0 {
-                        out.write_all(b",")?;
-                    }
-                    write!(out, "{}:{}", m.ext, m.size)?;
+            serde_json::to_writer(&mut out, &line)?;
+            writeln!(out)?;
+        } else {
+            let label_text = match (label_name, label, &cls) {
+                (Some(n), _, _) => n.to_owned(),
+                (None, Some(l), _) => l.to_string(),
+                (None, None, Some(raw)) => String::from_utf8_lossy(raw).trim().to_owned(),
+                (None, None, None) => "-".to_owned(),
+            };
+            write!(out, "{i}\t{}\t{}\t", field(key), field(&label_text))?;
+            for (j, m) in ds.members(i)?.enumerate() {
+                if j > 0 {
+                    out.write_all(b",")?;
                 }
-                writeln!(out)?;
+                write!(out, "{}:{}", field(m.ext), m.size)?;
             }
-            global += 1;
+            writeln!(out)?;
         }
     }
     out.flush()?;

@@ -78,6 +78,7 @@ impl Bars {
     }
 
     fn say(&self, line: &str) {
+        let line = crate::escape::message(line);
         match &*self.bar.borrow() {
             Some(b) => b.suspend(|| eprintln!("{line}")),
             None => eprintln!("{line}"),
@@ -305,7 +306,12 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             summary.skipped.len()
         );
         for f in &summary.skipped {
-            let _ = writeln!(err, "  {}: {}", f.path.display(), f.error);
+            let _ = writeln!(
+                err,
+                "  {}: {}",
+                bale_format::files::shown(&f.path),
+                crate::escape::message(&f.error)
+            );
         }
     }
     drop(err);

@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use bale_format::atomic::{AtomicFile, TEMP_PREFIX, write_atomic};
+use bale_format::atomic::{AtomicFile, TEMP_PREFIX, replace_atomic, write_atomic};
 use bale_format::hash::Xxh3;
 use bale_format::manifest::{hex64, parse_hex64};
 use bale_format::verify::{self, Level};
@@ -76,7 +76,7 @@ fn read_marker(dir: &Path) -> anyhow::Result<Option<Marker>> {
 fn write_marker(dir: &Path, m: &Marker) -> anyhow::Result<()> {
     let mut bytes = serde_json::to_vec_pretty(m)?;
     bytes.push(b'\n');
-    write_atomic(dir.join(MARKER), &bytes)?;
+    replace_atomic(dir.join(MARKER), &bytes)?;
     Ok(())
 }
 
@@ -539,7 +539,8 @@ fn stage_file(src: &Path, target: &Path, job: &Job, pb: &ProgressBar) -> anyhow:
             }
         }
     }
-    out.commit()?;
+    // The staging folder is bale's (its marker says so): a damaged copy is replaced.
+    out.commit_replacing()?;
     Ok(Outcome::Copied(n_total))
 }
 

@@ -10,108 +10,23 @@
 //! The `--json` schema is documented on [`crate::args::stat::StatArgs`].
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use bale_format::{Compression, CreatedBy, Manifest, ShardIndex, split_member_name};
+use bale_format::{Compression, CreatedBy, Manifest};
+use bale_reader::Dataset;
+use bale_reader::stats::SizeHistogram;
 use indicatif::{HumanBytes, HumanCount};
-use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::args::stat::StatArgs;
+use crate::escape::field;
 
 /// Rows shown in the human tables unless `--all`.
 const SHARD_ROWS: usize = 20;
 const LABEL_ROWS: usize = 40;
-
-/// A size histogram for percentiles in bounded memory: exact below 512,
-/// then 256 buckets per power of two (relative error under 0.4%).
-#[derive(Debug, Clone)]
-pub(crate) struct SizeHist {
-    buckets: Vec<u64>,
-    count: u64,
-    sum: u64,
-    max: u64,
-}
-
-impl Default for SizeHist {
-    fn default() -> Self {
-        Self {
-            buckets: vec![0; 512 + 56 * 256],
-            count: 0,
-            sum: 0,
-            max: 0,
-        }
-    }
-}
-
-impl SizeHist {
-    fn bucket(v: u64) -> usize {
-        if v < 512 {
-            return v as usize;
-        }
-        let e = 63 - v.leading_zeros() as usize; // >= 9
-        let m = ((v >> (e - 8)) & 0xff) as usize;
-        512 + (e - 9) * 256 + m
-    }
-
-    /// The largest value that falls in bucket `b`.
-    fn upper(b: usize) -> u64 {
-        if b < 512 {
-            return b as u64;
-        }
-        let e = (b - 512) / 256 + 9;
-        let m = ((b - 512) % 256) as u64;
-        let lo = (256 + m) << (e - 8);
-        lo + (1u64 << (e - 8)) - 1
-    }
-
-    pub(crate) fn add(&mut self, v: u64) {
-        self.buckets[Self::bucket(v)] += 1;
-        self.count += 1;
-        self.sum += v;
-        self.max = self.max.max(v);
-    }
-
-    fn merge(&mut self, other: &SizeHist) {
-        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
-            *a += b;
-        }
-        self.count += other.count;
-        self.sum += other.sum;
-        self.max = self.max.max(other.max);
-    }
-
-    /// Nearest-rank percentile `p` (0-100), capped at the exact maximum.
-    fn percentile(&self, p: u64) -> u64 {
-        if self.count == 0 {
-            return 0;
-        }
-        let rank = (self.count * p).div_ceil(100).max(1);
-        let mut seen = 0;
-        for (b, &n) in self.buckets.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                return Self::upper(b).min(self.max);
-            }
-        }
-        self.max
-    }
-
-    fn summary(&self) -> Percentiles {
-        Percentiles {
-            count: self.count,
-            mean: self.sum.checked_div(self.count).unwrap_or(0),
-            p50: self.percentile(50),
-            p90: self.percentile(90),
-            p99: self.percentile(99),
-            max: self.max,
-        }
-    }
-}
 
 /// Size percentiles in bytes.
 #[derive(Debug, Serialize)]
@@ -122,6 +37,20 @@ struct Percentiles {
     p90: u64,
     p99: u64,
     max: u64,
+}
+
+impl From<&SizeHistogram> for Percentiles {
+    fn from(h: &SizeHistogram) -> Self {
+        let p = h.summary();
+        Percentiles {
+            count: p.count,
+            mean: p.mean,
+            p50: p.p50,
+            p90: p.p90,
+            p99: p.p99,
+            max: p.max,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -223,123 +152,10 @@ pub fn run(args: StatArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Parses a `.cls` member: an integer in ASCII, surrounding whitespace allowed.
-pub(crate) fn parse_label(data: &[u8]) -> Option<i64> {
-    std::str::from_utf8(data).ok()?.trim().parse().ok()
-}
-
-/// Reads the bytes of member `ext` of sample `i` without verifying them: one
-/// positioned read of the member for a plain tar, the sample's frame for zstd.
-/// `None` when the sample has no such member.
-pub(crate) fn read_member(
-    file: &File,
-    path: &Path,
-    idx: &ShardIndex,
-    i: usize,
-    ext: &str,
-) -> anyhow::Result<Option<Vec<u8>>> {
-    let Some(m) = idx.members(i).find(|m| m.ext == ext) else {
-        return Ok(None);
-    };
-    let data = match idx.compression() {
-        // HDF5 shards: the member's offset is absolute in the file.
-        Compression::None | Compression::H5 => {
-            bale_format::read::read_exact_at(file, path, m.offset, m.size)?
-        }
-        Compression::Zstd => {
-            let buf =
-                bale_format::read::read_sample(file, path, Compression::Zstd, &idx.sample(i))?;
-            buf.member(&m).to_vec()
-        }
-    };
-    Ok(Some(data))
-}
-
-#[derive(Debug, Default)]
-struct ShardLabels {
-    counts: BTreeMap<i64, u64>,
-    unlabeled: u64,
-    unparsed: u64,
-}
-
-fn shard_labels(
-    dir: &Path,
-    entry: &bale_format::ShardEntry,
-    idx: &ShardIndex,
-) -> anyhow::Result<ShardLabels> {
-    let path = Manifest::resolve(dir, &entry.file);
-    let mut out = ShardLabels::default();
-    let mut note = |v: Option<&[u8]>| match v {
-        None => out.unlabeled += 1,
-        Some(d) => match parse_label(d) {
-            Some(l) => *out.counts.entry(l).or_default() += 1,
-            None => out.unparsed += 1,
-        },
-    };
-    match idx.compression() {
-        Compression::None | Compression::H5 => {
-            let file =
-                File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-            for i in 0..idx.len() {
-                note(read_member(&file, &path, idx, i, "cls")?.as_deref());
-            }
-        }
-        Compression::Zstd => {
-            let stream = bale_format::open_shard_stream(&path, Compression::Zstd)?;
-            for s in stream {
-                let s = s?;
-                note(
-                    s.members
-                        .iter()
-                        .find(|m| m.ext == "cls")
-                        .map(|m| m.data.as_slice()),
-                );
-            }
-        }
-    }
-    Ok(out)
-}
-
 fn dataset_stat(dir: &Path, labels: bool) -> anyhow::Result<DatasetStat> {
-    let m = Manifest::read(dir)?;
-    // Per shard: the index (sizes per sample) and, when asked, labels.
-    let per_shard: Vec<(SizeHist, u64, Option<ShardLabels>)> = m
-        .shards
-        .par_iter()
-        .map(|entry| -> anyhow::Result<_> {
-            let idx = ShardIndex::open(Manifest::resolve(dir, &entry.index))?;
-            let mut hist = SizeHist::default();
-            for i in 0..idx.len() {
-                hist.add(idx.members(i).map(|m| m.size).sum());
-            }
-            let index_bytes = idx.as_bytes().len() as u64;
-            let has_cls = entry.fields.contains_key("cls");
-            let l = if labels && has_cls {
-                Some(
-                    shard_labels(dir, entry, &idx)
-                        .with_context(|| format!("cannot read the labels of {}", entry.file))?,
-                )
-            } else {
-                None
-            };
-            Ok((hist, index_bytes, l))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let mut hist = SizeHist::default();
-    let mut index_bytes = 0;
-    let mut label_sum: Option<ShardLabels> = None;
-    for (h, ib, l) in &per_shard {
-        hist.merge(h);
-        index_bytes += ib;
-        if let Some(l) = l {
-            let acc = label_sum.get_or_insert_with(ShardLabels::default);
-            for (k, v) in &l.counts {
-                *acc.counts.entry(*k).or_default() += v;
-            }
-            acc.unlabeled += l.unlabeled;
-            acc.unparsed += l.unparsed;
-        }
-    }
+    let ds = Dataset::open(dir)?;
+    let st = ds.stats(labels, 0)?;
+    let m = ds.manifest();
     let kinds: std::collections::BTreeSet<&'static str> =
         m.shards.iter().map(|s| s.compression.as_str()).collect();
     let compression = match kinds.len() {
@@ -347,7 +163,7 @@ fn dataset_stat(dir: &Path, labels: bool) -> anyhow::Result<DatasetStat> {
         1 => kinds.first().copied().unwrap_or("none"),
         _ => "mixed",
     };
-    let labels = label_sum.map(|l| Labels {
+    let labels = st.labels.map(|l| Labels {
         read: match compression {
             "none" | "h5" => "positioned",
             "zstd" => "sequential",
@@ -358,9 +174,7 @@ fn dataset_stat(dir: &Path, labels: bool) -> anyhow::Result<DatasetStat> {
             .iter()
             .map(|(&label, &count)| LabelRow {
                 label,
-                name: usize::try_from(label)
-                    .ok()
-                    .and_then(|i| m.labels.as_ref()?.get(i).cloned()),
+                name: ds.label_name(label).map(str::to_owned),
                 count,
             })
             .collect(),
@@ -376,7 +190,7 @@ fn dataset_stat(dir: &Path, labels: bool) -> anyhow::Result<DatasetStat> {
         members: m.shards.iter().map(|s| s.members).sum(),
         bytes: m.bytes,
         tar_bytes: m.shards.iter().map(|s| s.tar_bytes).sum(),
-        index_bytes,
+        index_bytes: st.index_bytes,
         compression,
         shard_table: m
             .shards
@@ -400,65 +214,42 @@ fn dataset_stat(dir: &Path, labels: bool) -> anyhow::Result<DatasetStat> {
                 bytes: f.bytes,
             })
             .collect(),
-        sample_bytes: hist.summary(),
+        sample_bytes: (&st.sample_bytes).into(),
         labels,
         skipped: m.skipped,
         created_by: m.created_by.clone(),
     })
 }
 
+/// A plain tree, walked as `bale pack` walks it ([`bale_pack::walk_tree`]).
 fn tree_stat(root: &Path) -> anyhow::Result<TreeStat> {
-    let mut hist = SizeHist::default();
+    let tree = bale_pack::walk_tree(root)?;
+    let mut hist = SizeHistogram::default();
     let mut exts: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    let (mut files, mut bytes, mut samples, mut no_ext, mut not_regular) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
-    // Sorted by name, the files of one sample (`K.ext1`, `K.ext2`) are
-    // adjacent within a directory: counting key changes needs no key set.
-    let mut last_key: Option<String> = None;
-    for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
-        let entry = entry.with_context(|| format!("cannot walk {}", root.display()))?;
-        let ft = entry.file_type();
-        if ft.is_dir() {
-            continue;
-        }
-        if !ft.is_file() {
-            not_regular += 1;
-            continue;
-        }
-        let size = entry
-            .metadata()
-            .with_context(|| format!("cannot stat {}", entry.path().display()))?
-            .len();
-        files += 1;
-        bytes += size;
-        hist.add(size);
-        let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
-        let rel = rel.to_string_lossy();
-        let Some((key, ext)) = split_member_name(&rel).filter(|(_, e)| !e.is_empty()) else {
-            no_ext += 1;
-            continue;
-        };
-        let e = exts.entry(ext.to_owned()).or_default();
+    for f in &tree.files {
+        hist.add(f.size);
+        let e = exts.entry(f.ext.clone()).or_default();
         e.0 += 1;
-        e.1 += size;
-        if last_key.as_deref() != Some(key) {
-            samples += 1;
-            last_key = Some(key.to_owned());
-        }
+        e.1 += f.size;
+    }
+    // `files` and the sizes count every regular file met, the ignored ones too.
+    for (_, size) in &tree.ignored_files {
+        hist.add(*size);
     }
     Ok(TreeStat {
         kind: "tree",
         path: root.display().to_string(),
-        files,
-        bytes,
-        samples,
+        files: (tree.files.len() + tree.ignored_files.len()) as u64,
+        bytes: tree.files.iter().map(|f| f.size).sum::<u64>()
+            + tree.ignored_files.iter().map(|(_, s)| s).sum::<u64>(),
+        samples: tree.sample_starts().len() as u64 - 1,
         extensions: exts
             .into_iter()
             .map(|(ext, (count, bytes))| ExtRow { ext, count, bytes })
             .collect(),
-        file_bytes: hist.summary(),
-        no_extension: no_ext,
-        not_regular,
+        file_bytes: (&hist).into(),
+        no_extension: tree.ignored.no_extension.count + tree.ignored.hidden.count,
+        not_regular: tree.ignored.symlinks.count + tree.refused,
     })
 }
 
@@ -495,7 +286,7 @@ fn print_exts(out: &mut impl Write, exts: &[ExtRow]) -> std::io::Result<()> {
         writeln!(
             out,
             "{:<12} {:>12} {:>12} {:>12}",
-            e.ext,
+            field(&e.ext),
             HumanCount(e.count).to_string(),
             HumanBytes(e.bytes).to_string(),
             HumanBytes(mean).to_string()
@@ -508,7 +299,8 @@ fn print_dataset(out: &mut impl Write, s: &DatasetStat, all: bool) -> std::io::R
     writeln!(
         out,
         "dataset      {} (bale format {})",
-        s.path, s.format_version
+        field(&s.path),
+        field(&s.format_version)
     )?;
     let c = &s.created_by;
     let options = if c.options.is_null() {
@@ -518,8 +310,11 @@ fn print_dataset(out: &mut impl Write, s: &DatasetStat, all: bool) -> std::io::R
     };
     writeln!(
         out,
-        "made by      {} {} {}{options}",
-        c.tool, c.version, c.command
+        "made by      {} {} {}{}",
+        field(&c.tool),
+        field(&c.version),
+        field(&c.command),
+        field(&options)
     )?;
     writeln!(
         out,
@@ -569,7 +364,7 @@ fn print_dataset(out: &mut impl Write, s: &DatasetStat, all: bool) -> std::io::R
         writeln!(
             out,
             "{:<24} {:>10} {:>10} {:>12} {:>12}  {}",
-            r.file,
+            field(&r.file),
             HumanCount(r.samples).to_string(),
             HumanCount(r.members).to_string(),
             HumanBytes(r.bytes).to_string(),
@@ -604,7 +399,7 @@ fn print_dataset(out: &mut impl Write, s: &DatasetStat, all: bool) -> std::io::R
                 out,
                 "{:>6}  {:<30} {:>10}",
                 c.label,
-                c.name.as_deref().unwrap_or("-"),
+                field(c.name.as_deref().unwrap_or("-")),
                 HumanCount(c.count).to_string()
             )?;
         }
@@ -637,7 +432,7 @@ fn print_tree(out: &mut impl Write, s: &TreeStat) -> std::io::Result<()> {
     writeln!(
         out,
         "tree         {} (not a bale dataset: no bale.json)",
-        s.path
+        field(&s.path)
     )?;
     writeln!(
         out,
@@ -663,44 +458,4 @@ fn print_tree(out: &mut impl Write, s: &TreeStat) -> std::io::Result<()> {
     }
     writeln!(out)?;
     print_exts(out, &s.extensions)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histogram_percentiles_are_exact_when_small_and_close_when_large() {
-        let mut h = SizeHist::default();
-        for v in 1..=100u64 {
-            h.add(v);
-        }
-        let s = h.summary();
-        assert_eq!((s.p50, s.p90, s.p99, s.max, s.mean), (50, 90, 99, 100, 50));
-        let mut h = SizeHist::default();
-        for v in [1_000_000u64, 2_000_000, 3_000_000, 123_456_789] {
-            h.add(v);
-        }
-        let s = h.summary();
-        assert!(
-            s.p50 >= 2_000_000 && s.p50 < 2_000_000 * 1004 / 1000,
-            "{}",
-            s.p50
-        );
-        assert_eq!(s.max, 123_456_789);
-        assert_eq!(s.p99, 123_456_789);
-        for v in [511u64, 512, 513, 1 << 40, u64::MAX / 2] {
-            let b = SizeHist::bucket(v);
-            assert!(SizeHist::upper(b) >= v, "{v}");
-            assert!(b == 0 || SizeHist::upper(b - 1) < v, "{v}");
-        }
-    }
-
-    #[test]
-    fn labels_parse_as_integers() {
-        assert_eq!(parse_label(b"3"), Some(3));
-        assert_eq!(parse_label(b" 12\n"), Some(12));
-        assert_eq!(parse_label(b"cat"), None);
-        assert_eq!(parse_label(b"\xff"), None);
-    }
 }

@@ -126,15 +126,15 @@ pub fn fixed_samples() -> Vec<TestSample> {
 
 // ---- proptest strategies ----
 
-/// A key component: any characters but `/`, `\`, NUL; `.` only in directory components.
+/// A key component: any characters but `/`, `\` and control characters; `.` only in directory components.
 fn dir_component() -> impl Strategy<Value = String> {
-    "[^/\\\\\u{0}]{1,24}".prop_filter("not . or ..", |c| c != "." && c != "..")
+    "[^/\\\\\\p{Cc}]{1,24}".prop_filter("not . or ..", |c| c != "." && c != "..")
 }
 
 fn base_component() -> impl Strategy<Value = String> {
     prop_oneof![
         4 => "[A-Za-z0-9_-]{1,12}",
-        1 => "[^/\\\\.\u{0}]{1,40}",
+        1 => "[^/\\\\.\\p{Cc}]{1,40}",
     ]
 }
 
@@ -159,7 +159,7 @@ pub fn ext_strategy() -> impl Strategy<Value = String> {
     prop_oneof![
         4 => "[a-z0-9_]{1,5}",
         1 => "[a-z]{1,4}\\.[a-z0-9]{1,4}",
-        1 => "[^/\\\\.\u{0}]{1,6}",
+        1 => "[^/\\\\.\\p{Cc}]{1,6}",
     ]
 }
 

@@ -1,0 +1,331 @@
+//! How bale opens the files it reads and guards the directories it writes.
+//!
+//! - [`open_regular`] opens a file that must be a regular file: without
+//!   blocking on a FIFO, and refusing devices, FIFOs and sockets by what the
+//!   opened descriptor is (so a file swapped after a check cannot slip in).
+//! - [`read_capped`] reads such a file whole, refusing one larger than a cap.
+//! - [`DirLock`] is an exclusive `flock` on a directory: every command that
+//!   writes a dataset holds one on its output, and a second writer fails at
+//!   once. The kernel releases it when the process ends, however it ends.
+//! - [`FileId`] names a file by device and inode, to tell whether two paths
+//!   reach the same file (an output that is also an input).
+//!
+//! docs/reliability.md lists the promises these hold.
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{FormatError, Result};
+
+/// What a file that is not a regular file is, in words (`"a FIFO"`).
+pub fn kind_of(meta: &Metadata) -> &'static str {
+    let ft = meta.file_type();
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else if ft.is_symlink() {
+        "a symlink"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` for reading, which must be a regular file (a symlink to one
+/// is followed). The open does not block on a FIFO, and the type is checked
+/// on the opened descriptor.
+///
+/// # Errors
+/// [`FormatError::NotRegular`] for a FIFO, device, socket or directory; I/O
+/// errors, naming the file.
+pub fn open_regular(path: &Path) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| FormatError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(FormatError::NotRegular {
+            path: path.to_path_buf(),
+            kind: kind_of(&meta),
+        });
+    }
+    // O_NONBLOCK only mattered for the open: reads of a regular file ignore
+    // it, but clear it so a descriptor handed on behaves as usual.
+    // SAFETY: fcntl on a descriptor `file` owns; a failure leaves the flag,
+    // which regular files ignore.
+    unsafe {
+        let fd = file.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(file)
+}
+
+/// Reads the regular file at `path` whole, refusing one larger than `cap`
+/// bytes (also one that grows past it while being read); `what` names the
+/// file's role in the error (`"manifest"`).
+///
+/// # Errors
+/// As [`open_regular`]; [`FormatError::Limit`] when the file is larger than `cap`.
+pub fn read_capped(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>> {
+    let file = open_regular(path)?;
+    let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
+    let too_large = |len: u64| FormatError::Limit {
+        path: path.to_path_buf(),
+        what: format!("{len} bytes is larger than any {what} bale writes (at most {cap} bytes)"),
+    };
+    if len > cap {
+        return Err(too_large(len));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| FormatError::io(path, e))?;
+    if bytes.len() as u64 > cap {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// A file's identity: device and inode. Two paths with equal ids reach the
+/// same file (through symlinks, hard links or `..`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    /// The id of a file from its metadata.
+    pub fn of_meta(meta: &Metadata) -> Self {
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+
+    /// The id of the file `path` reaches (following symlinks), or `None`
+    /// when it cannot be stat'ed.
+    pub fn of(path: &Path) -> Option<Self> {
+        std::fs::metadata(path).ok().map(|m| Self::of_meta(&m))
+    }
+}
+
+/// An exclusive lock on a directory (`flock` on the directory itself, so no
+/// lock file is left behind), released when dropped or when the process
+/// ends, however it ends.
+#[derive(Debug)]
+pub struct DirLock {
+    _dir: File,
+}
+
+impl DirLock {
+    /// Locks `dir`, failing at once if another process holds the lock.
+    ///
+    /// # Errors
+    /// [`FormatError::Locked`] when another process holds it; I/O errors.
+    pub fn try_lock(dir: &Path) -> Result<Self> {
+        let file = File::open(dir).map_err(|e| FormatError::io(dir, e))?;
+        if flock(&file, libc::LOCK_EX | libc::LOCK_NB)? {
+            return Ok(DirLock { _dir: file });
+        }
+        Err(FormatError::Locked {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Locks `dir`, waiting for another holder to release it; `waiting` is
+    /// called once if the lock is held at first.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn lock_waiting(dir: &Path, waiting: impl FnOnce()) -> Result<Self> {
+        let file = File::open(dir).map_err(|e| FormatError::io(dir, e))?;
+        if !flock(&file, libc::LOCK_EX | libc::LOCK_NB)? {
+            waiting();
+            if !flock(&file, libc::LOCK_EX)? {
+                return Err(FormatError::io(
+                    dir,
+                    io::Error::other("the lock was not granted"),
+                ));
+            }
+        }
+        Ok(DirLock { _dir: file })
+    }
+}
+
+/// `flock(fd, op)`: `Ok(false)` when a non-blocking request finds the lock held.
+fn flock(file: &File, op: libc::c_int) -> Result<bool> {
+    loop {
+        // SAFETY: flock on a descriptor `file` owns.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            _ => return Err(FormatError::io(PathBuf::from("<lock>"), e)),
+        }
+    }
+}
+
+/// Renames `from` to `to` unless `to` exists (then the error kind is
+/// `AlreadyExists` and nothing changes). Atomic where the file system
+/// supports `RENAME_NOREPLACE` (ext4, xfs, btrfs, tmpfs); elsewhere the
+/// check and the rename are two steps, which the output's [`DirLock`]
+/// keeps other bale commands out of.
+///
+/// # Errors
+/// The OS error.
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let f = CString::new(from.as_os_str().as_bytes())?;
+        let t = CString::new(to.as_os_str().as_bytes())?;
+        // SAFETY: two valid NUL-terminated paths, relative to the current directory.
+        let r = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                f.as_ptr(),
+                libc::AT_FDCWD,
+                t.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+            return Err(e);
+        }
+    }
+    if std::fs::symlink_metadata(to).is_ok() {
+        return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+    }
+    std::fs::rename(from, to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifos_and_devices_are_refused_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("shard-000000.tar");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let err = open_regular(&fifo).unwrap_err();
+        assert!(
+            matches!(err, FormatError::NotRegular { kind: "a FIFO", .. }),
+            "{err}"
+        );
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let err = read_capped(&link, 1 << 20, "manifest").unwrap_err();
+        assert!(err.to_string().contains("a device"), "{err}");
+        let err = open_regular(d.path()).unwrap_err();
+        assert!(err.to_string().contains("a directory"), "{err}");
+    }
+
+    #[test]
+    fn read_capped_refuses_large_files() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m");
+        std::fs::write(&p, vec![b'x'; 100]).unwrap();
+        assert_eq!(read_capped(&p, 100, "manifest").unwrap().len(), 100);
+        let err = read_capped(&p, 99, "manifest").unwrap_err();
+        assert!(
+            err.to_string().contains("larger than any manifest"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_second_lock_fails_at_once_and_the_first_releases_on_drop() {
+        let d = tempfile::tempdir().unwrap();
+        let first = DirLock::try_lock(d.path()).unwrap();
+        let err = DirLock::try_lock(d.path()).unwrap_err();
+        assert!(matches!(err, FormatError::Locked { .. }), "{err}");
+        drop(first);
+        DirLock::try_lock(d.path()).unwrap();
+    }
+
+    #[test]
+    fn rename_noreplace_keeps_an_existing_file() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::write(&a, b"new").unwrap();
+        std::fs::write(&b, b"user's").unwrap();
+        let e = rename_noreplace(&a, &b).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&b).unwrap(), b"user's");
+        std::fs::remove_file(&b).unwrap();
+        rename_noreplace(&a, &b).unwrap();
+        assert_eq!(std::fs::read(&b).unwrap(), b"new");
+    }
+}
+
+/// Shows a path in a message with its control characters escaped (`\n`,
+/// `\t`, `\x1b`, `\u{85}`): a file name cannot forge a line or send an
+/// escape sequence to the terminal. `format!("{}", shown(&path))`.
+pub fn shown(path: &Path) -> Shown<'_> {
+    Shown(path)
+}
+
+/// See [`shown`].
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a>(&'a Path);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.to_string_lossy();
+        if !text.chars().any(char::is_control) {
+            return f.write_str(&text);
+        }
+        for c in text.chars() {
+            match c {
+                '\n' => f.write_str("\\n")?,
+                '\t' => f.write_str("\\t")?,
+                '\r' => f.write_str("\\r")?,
+                c if (c as u32) < 0x80 && c.is_control() => write!(f, "\\x{:02x}", c as u32)?,
+                c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32)?,
+                c => write!(f, "{c}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod shown_tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_in_paths_are_escaped() {
+        assert_eq!(shown(Path::new("a/b.tar")).to_string(), "a/b.tar");
+        assert_eq!(
+            shown(Path::new("t/fake\n99\tx.txt")).to_string(),
+            "t/fake\\n99\\tx.txt"
+        );
+        assert_eq!(shown(Path::new("\x1b[31m")).to_string(), "\\x1b[31m");
+    }
+}
