@@ -312,6 +312,9 @@ pub struct Entry {
     pub header_offset: u64,
     /// Offset of the entry's data.
     pub data_offset: u64,
+    /// The name did not come from the 100-byte ustar name field alone (a
+    /// pax record, a GNU long-name record or the ustar prefix gave it).
+    pub long_name: bool,
 }
 
 impl Entry {
@@ -327,6 +330,112 @@ const MAX_META: u64 = 1 << 20;
 /// Largest member size accepted: a file size (`off_t`) is at most `i64::MAX`;
 /// beyond it, rounding up to whole blocks would overflow.
 const MAX_MEMBER_SIZE: u64 = i64::MAX as u64;
+
+/// The one header loop of every tar parser: fed the header blocks of one
+/// entry in order (and the data of its extended headers), it applies the
+/// rules for type flags, sizes, links and extended records, and gives the
+/// entry. [`TarReader`] (streaming) and the scanner of `bale index`
+/// (positioned reads) differ only in how they fetch the bytes.
+#[derive(Debug, Default)]
+pub(crate) struct EntryHeaders {
+    ext: Extended,
+    first: Option<u64>,
+}
+
+/// What a header block asks for next.
+#[derive(Debug)]
+pub(crate) enum HeaderStep {
+    /// An extended header: fetch its `size` bytes of data (padded to whole
+    /// blocks after it) and pass them to [`EntryHeaders::extended`].
+    Extended {
+        /// Its type flag.
+        typeflag: u8,
+        /// Bytes of data.
+        size: u64,
+    },
+    /// The entry, complete; its data starts after the block.
+    Entry(Entry),
+    /// A zero block: the end of the archive.
+    End,
+}
+
+impl EntryHeaders {
+    /// Takes the header block at offset `at` of `path`.
+    pub fn block(&mut self, block: &[u8; 512], at: u64, path: &Path) -> Result<HeaderStep> {
+        let Some(h) = parse_header(block).map_err(|e| FormatError::tar(path, at, e))? else {
+            if self.first.is_some() {
+                return Err(FormatError::tar(
+                    path,
+                    at,
+                    "zero block after an extended header",
+                ));
+            }
+            return Ok(HeaderStep::End);
+        };
+        let first = *self.first.get_or_insert(at);
+        match h.typeflag {
+            b'x' | b'g' | b'L' | b'K' => {
+                if h.size > MAX_META {
+                    return Err(FormatError::tar(
+                        path,
+                        at,
+                        format!(
+                            "extended header of {} bytes is larger than the 1 MiB allowed",
+                            h.size
+                        ),
+                    ));
+                }
+                Ok(HeaderStep::Extended {
+                    typeflag: h.typeflag,
+                    size: h.size,
+                })
+            }
+            b'S' => Err(sparse_error(path, at)),
+            t => {
+                let kind = match t {
+                    b'0' | 0 | b'7' => EntryKind::File,
+                    b'5' => EntryKind::Directory,
+                    _ => EntryKind::Other,
+                };
+                let ext = std::mem::take(&mut self.ext);
+                let size = ext.size.unwrap_or(h.size);
+                if size > MAX_MEMBER_SIZE {
+                    return Err(FormatError::tar(
+                        path,
+                        at,
+                        format!("member size {size} is larger than any tar member can be"),
+                    ));
+                }
+                // Links, devices and FIFOs carry no data whatever the size field says.
+                let size = if matches!(t, b'1' | b'2' | b'3' | b'4' | b'6') {
+                    0
+                } else {
+                    size
+                };
+                let prefixed = &block[257..263] == b"ustar\0" && block[345] != 0;
+                self.first = None;
+                Ok(HeaderStep::Entry(Entry {
+                    long_name: ext.name.is_some() || prefixed,
+                    name: ext.name.unwrap_or(h.name),
+                    size,
+                    kind,
+                    header_offset: first,
+                    data_offset: at + BLOCK,
+                }))
+            }
+        }
+    }
+
+    /// Takes the data of the extended header whose block was at `at`.
+    pub fn extended(&mut self, typeflag: u8, data: Vec<u8>, path: &Path, at: u64) -> Result<()> {
+        self.ext.apply(typeflag, data, path, at)
+    }
+
+    /// Whether extended headers were taken for an entry not yet given.
+    pub fn pending(&self) -> bool {
+        self.first.is_some()
+    }
+}
 
 /// What the extended headers before an entry (pax `x`, GNU long name `L`)
 /// say about it. Both tar parsers (the streaming [`TarReader`] and the
@@ -503,14 +612,13 @@ impl<R: Read> TarReader<R> {
             return Ok(None);
         }
         self.skip_data()?;
-        let mut ext = Extended::default();
-        let mut header_offset = None;
+        let mut headers = EntryHeaders::default();
         loop {
             let at = self.pos;
             let mut block = [0u8; 512];
             if !self.fill(&mut block, "a tar header")? {
                 self.done = true;
-                if header_offset.is_some() {
+                if headers.pending() {
                     return Err(FormatError::tar(
                         self.path.clone(),
                         at,
@@ -524,70 +632,23 @@ impl<R: Read> TarReader<R> {
                     len: at,
                 });
             }
-            let Some(h) =
-                parse_header(&block).map_err(|e| FormatError::tar(self.path.clone(), at, e))?
-            else {
-                if header_offset.is_some() {
-                    return Err(FormatError::tar(
-                        self.path.clone(),
-                        at,
-                        "zero block after an extended header",
-                    ));
-                }
+            match headers.block(&block, at, &self.path)? {
                 // End of archive: a second zero block normally follows; tolerate its absence.
-                self.done = true;
-                return Ok(None);
-            };
-            let first = *header_offset.get_or_insert(at);
-            match h.typeflag {
-                b'x' | b'g' | b'L' | b'K' => {
-                    if h.size > MAX_META {
-                        return Err(FormatError::tar(
-                            self.path.clone(),
-                            at,
-                            format!(
-                                "extended header of {} bytes is larger than the 1 MiB allowed",
-                                h.size
-                            ),
-                        ));
-                    }
-                    let mut data = vec![0u8; h.size as usize];
-                    self.fill_exact(&mut data, "an extended header")?;
-                    self.discard(padded(h.size) - h.size, "extended header padding")?;
-                    ext.apply(h.typeflag, data, &self.path, at)?;
-                    header_offset = Some(first);
+                HeaderStep::End => {
+                    self.done = true;
+                    return Ok(None);
                 }
-                b'S' => return Err(sparse_error(&self.path, at)),
-                t => {
-                    let kind = match t {
-                        b'0' | 0 | b'7' => EntryKind::File,
-                        b'5' => EntryKind::Directory,
-                        _ => EntryKind::Other,
-                    };
-                    let size = ext.size.unwrap_or(h.size);
-                    if size > MAX_MEMBER_SIZE {
-                        return Err(FormatError::tar(
-                            self.path.clone(),
-                            at,
-                            format!("member size {size} is larger than any tar member can be"),
-                        ));
-                    }
-                    // Links, devices and FIFOs carry no data whatever the size field says.
-                    let size = if matches!(t, b'1' | b'2' | b'3' | b'4' | b'6') {
-                        0
-                    } else {
-                        size
-                    };
-                    let name = ext.name.unwrap_or(h.name);
-                    self.pending = size;
-                    self.pending_pad = padded(size) - size;
-                    return Ok(Some(Entry {
-                        name,
-                        size,
-                        kind,
-                        header_offset: first,
-                        data_offset: self.pos,
-                    }));
+                HeaderStep::Extended { typeflag, size } => {
+                    let mut data = vec![0u8; size as usize];
+                    self.fill_exact(&mut data, "an extended header")?;
+                    self.discard(padded(size) - size, "extended header padding")?;
+                    let path = self.path.clone();
+                    headers.extended(typeflag, data, &path, at)?;
+                }
+                HeaderStep::Entry(e) => {
+                    self.pending = e.size;
+                    self.pending_pad = padded(e.size) - e.size;
+                    return Ok(Some(e));
                 }
             }
         }

@@ -341,11 +341,9 @@ fn safe_relative(key: &str, ext: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Removes the staging directory (and the output directory if this run made it) on drop.
+/// Removes the staging directory on drop, unless done.
 struct Staging {
     dir: PathBuf,
-    dst: PathBuf,
-    created_dst: bool,
     done: bool,
 }
 
@@ -353,9 +351,6 @@ impl Drop for Staging {
     fn drop(&mut self) {
         if !self.done {
             let _ = fs::remove_dir_all(&self.dir);
-            if self.created_dst {
-                let _ = fs::remove_dir(&self.dst);
-            }
         }
     }
 }
@@ -370,10 +365,11 @@ fn make_parents(root: &Path, rel: &Path) -> Result<()> {
         match fs::symlink_metadata(&at) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
-                return Err(PackError::Option(format!(
-                    "{} exists and is not a directory (a symlink or file): refusing to write through it",
-                    at.display()
-                )));
+                return Err(PackError::Conflict {
+                    path: at,
+                    what: "it exists and is not a directory (a symlink or file): refusing to write through it"
+                        .into(),
+                });
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 fs::create_dir(&at).map_err(|e| PackError::io(&at, e))?;
@@ -391,37 +387,12 @@ fn to_dir(
     progress: &dyn ConvertProgress,
     cancel: &AtomicBool,
 ) -> Result<ConvertSummary> {
-    let created_dst = match fs::symlink_metadata(dst) {
-        Ok(m) if m.is_dir() => {
-            let non_empty = fs::read_dir(dst)
-                .map_err(|e| PackError::io(dst, e))?
-                .next()
-                .is_some();
-            if non_empty && !opts.force {
-                return Err(PackError::OutputNotEmpty {
-                    dir: dst.to_path_buf(),
-                });
-            }
-            false
-        }
-        Ok(_) => {
-            return Err(PackError::Option(format!(
-                "output {} exists and is not a directory",
-                dst.display()
-            )));
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            fs::create_dir_all(dst).map_err(|e| PackError::io(dst, e))?;
-            true
-        }
-        Err(e) => return Err(PackError::io(dst, e)),
-    };
+    // Locked, and removed again on failure when this run created it.
+    let out = Output::open(dst, opts.force)?;
     // Everything is written into a fresh staging directory inside the output
     // (no symlink can be there but ours: we make none), then moved in place.
     let mut staging = Staging {
         dir: dst.join(format!("{TEMP_PREFIX}{}-convert", std::process::id())),
-        dst: dst.to_path_buf(),
-        created_dst,
         done: false,
     };
     fs::create_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))?;
@@ -453,10 +424,12 @@ fn to_dir(
             let target = dst.join(entry.file_name());
             if !pass {
                 if fs::symlink_metadata(&target).is_ok() {
-                    return Err(PackError::Option(format!(
-                        "{} already exists in the output: refusing to write over it or through it",
-                        target.display()
-                    )));
+                    return Err(PackError::Conflict {
+                        path: target,
+                        what: "it already exists in the output; convert --format dir writes new names \
+                               only, never over or through an existing file or directory"
+                            .into(),
+                    });
                 }
                 continue;
             }
@@ -465,6 +438,7 @@ fn to_dir(
     }
     fs::remove_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))?;
     staging.done = true;
+    out.commit();
     bale_format::atomic::sync_dir(&dst.join("x"));
     Ok(ConvertSummary {
         output: dst.to_path_buf(),

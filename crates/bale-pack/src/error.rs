@@ -133,6 +133,15 @@ pub enum PackError {
         /// The existing file.
         path: PathBuf,
     },
+    /// The output cannot be written as asked: a name that exists, a
+    /// directory that is a file.
+    #[error("cannot write {}: {what}", bale_format::files::shown(path))]
+    Conflict {
+        /// The path in the way.
+        path: PathBuf,
+        /// Why.
+        what: String,
+    },
     /// An I/O error on an output or bookkeeping file.
     #[error("{}: {source}", bale_format::files::shown(path))]
     Io {

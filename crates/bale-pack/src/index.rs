@@ -149,10 +149,12 @@ pub fn index(
     let mut out = Output::alongside(&opts.output, opts.force)?;
     let dir = fs::canonicalize(&opts.output).map_err(|e| PackError::io(&opts.output, e))?;
     if dir.join(MANIFEST_NAME).exists() && !opts.force {
-        return Err(PackError::Option(format!(
-            "{} already holds a dataset ({MANIFEST_NAME}); --force replaces its manifest, or choose another directory",
-            opts.output.display()
-        )));
+        return Err(PackError::Conflict {
+            path: opts.output.clone(),
+            what: format!(
+                "it already holds a dataset ({MANIFEST_NAME})\nhint: --force replaces its manifest, or choose another directory"
+            ),
+        });
     }
     let plan = plan(&opts.shards, &dir, opts.absolute)?;
     let mut inputs = Inputs::default();
@@ -208,7 +210,9 @@ pub fn index(
                 let sum = scanned.write_index(&dest)?;
                 written
                     .lock()
-                    .map_err(|_| PackError::Option("a worker thread panicked".into()))?
+                    .map_err(|_| {
+                        PackError::io(&dir, std::io::Error::other("a worker thread panicked"))
+                    })?
                     .push(dest);
                 progress.shard_indexed();
                 let entry = scanned.manifest_entry(p.file.clone(), p.index.clone(), sum);
@@ -387,11 +391,13 @@ fn check_wids_dest(
     let ours =
         std::iter::once(dir.join(MANIFEST_NAME)).chain(plan.iter().map(|p| dir.join(&p.index)));
     if let Some(clash) = ours.into_iter().find(|p| *p == resolved) {
-        return Err(PackError::Option(format!(
-            "--wids-json {}: this run writes {} there; choose another file",
-            dest.display(),
-            clash.display()
-        )));
+        return Err(PackError::Conflict {
+            path: dest.to_path_buf(),
+            what: format!(
+                "--wids-json names {}, which this run writes; choose another file",
+                clash.display()
+            ),
+        });
     }
     if fs::symlink_metadata(&resolved).is_ok() {
         if inputs.holds(&resolved) {

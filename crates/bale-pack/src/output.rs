@@ -60,7 +60,8 @@ impl Inputs {
 #[derive(Debug)]
 pub(crate) struct Output {
     pub dir: PathBuf,
-    created: bool,
+    /// The topmost directory this run created (`dir` or an ancestor).
+    created: Option<PathBuf>,
     force: bool,
     files: Vec<PathBuf>,
     committed: bool,
@@ -73,7 +74,7 @@ impl Output {
     /// once the command knows its inputs).
     pub fn open(dir: &Path, force: bool) -> Result<Self> {
         let out = Self::open_locked(dir, force)?;
-        if !out.created && !force {
+        if out.created.is_none() && !force {
             let mut entries = fs::read_dir(dir).map_err(|e| PackError::io(dir, e))?;
             if entries.next().is_some() {
                 return Err(PackError::OutputNotEmpty {
@@ -93,24 +94,33 @@ impl Output {
 
     fn open_locked(dir: &Path, force: bool) -> Result<Self> {
         let created = match fs::metadata(dir) {
-            Ok(m) if m.is_dir() => false,
+            Ok(m) if m.is_dir() => None,
             Ok(_) => {
-                return Err(PackError::Option(format!(
-                    "output {} exists and is not a directory",
-                    dir.display()
-                )));
+                return Err(PackError::Conflict {
+                    path: dir.to_path_buf(),
+                    what: "the output exists and is not a directory".into(),
+                });
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The topmost directory this run creates: on failure, it and
+                // the ones below it go (when empty), not only the last.
+                let mut top = dir.to_path_buf();
+                while let Some(parent) = top.parent() {
+                    if parent.as_os_str().is_empty() || parent.exists() {
+                        break;
+                    }
+                    top = parent.to_path_buf();
+                }
                 fs::create_dir_all(dir).map_err(|e| PackError::io(dir, e))?;
-                true
+                Some(top)
             }
             Err(e) => return Err(PackError::io(dir, e)),
         };
         let lock = match DirLock::try_lock(dir) {
             Ok(l) => l,
             Err(e) => {
-                if created {
-                    let _ = fs::remove_dir(dir);
+                if let Some(top) = &created {
+                    remove_empty_dirs(dir, top);
                 }
                 return Err(e.into());
             }
@@ -130,7 +140,7 @@ impl Output {
     /// bale's output; other files are left alone. Refuses, before removing
     /// anything, when one of them is an input of the command.
     pub fn clear(&mut self, inputs: &Inputs) -> Result<()> {
-        if self.created || !self.force {
+        if self.created.is_some() || !self.force {
             return Ok(());
         }
         let mut victims = Vec::new();
@@ -191,9 +201,20 @@ impl Drop for Output {
         for f in self.files.iter().rev() {
             let _ = fs::remove_file(f);
         }
-        if self.created {
-            let _ = fs::remove_dir(&self.dir);
+        if let Some(top) = &self.created {
+            remove_empty_dirs(&self.dir, top);
         }
+    }
+}
+
+/// Removes `dir` and its ancestors up to `top` (included), each only if empty.
+pub(crate) fn remove_empty_dirs(dir: &Path, top: &Path) {
+    let mut at = Some(dir);
+    while let Some(d) = at {
+        if fs::remove_dir(d).is_err() || d == top {
+            return;
+        }
+        at = d.parent();
     }
 }
 
@@ -283,13 +304,14 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_run_removes_its_files_and_the_directory_it_made() {
+    fn a_failed_run_removes_its_files_and_the_directories_it_made() {
         let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("new");
+        let out = dir.path().join("new/deeper/out");
         let mut o = Output::open(&out, false).unwrap();
         fs::write(out.join("shard-000000.tar"), b"x").unwrap();
         o.track(out.join("shard-000000.tar"));
         drop(o);
-        assert!(!out.exists());
+        assert!(!dir.path().join("new").exists());
+        assert!(dir.path().exists());
     }
 }

@@ -1,0 +1,240 @@
+//! The manifest against itself, the dataset directory and each index.
+
+use super::*;
+
+/// Reads the manifest of the dataset in `dir` for checking.
+///
+/// A manifest that is not valid JSON, or whose totals disagree with its
+/// shards, is a finding: it comes back as a problem (with the manifest parsed
+/// as far as possible, so that the shards can still be checked).
+///
+/// # Errors
+/// Only what is not a finding about a damaged dataset: `dir` cannot be read,
+/// it holds no `bale.json` ([`FormatError::Incomplete`]), the file is not a
+/// bale manifest, or it has an unsupported major version.
+pub fn load_manifest(dir: &Path) -> Result<(Option<Manifest>, Vec<Problem>), FormatError> {
+    let meta = std::fs::metadata(dir).map_err(|e| FormatError::Io {
+        path: dir.to_path_buf(),
+        source: e,
+    })?;
+    if !meta.is_dir() {
+        return Err(FormatError::Io {
+            path: dir.to_path_buf(),
+            source: io::Error::new(io::ErrorKind::NotADirectory, "not a dataset directory"),
+        });
+    }
+    let path = Manifest::path_in(dir);
+    let bytes = Manifest::read_bytes(dir)?;
+    match Manifest::from_slice(&bytes, &path) {
+        Ok(m) => Ok((Some(m), Vec::new())),
+        Err(FormatError::Manifest { what, .. }) => {
+            let problem = Problem::new(MANIFEST_NAME, format!("invalid manifest: {what}"));
+            let lenient = serde_json::from_slice::<Manifest>(&bytes).ok();
+            Ok((lenient, vec![problem]))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// File names that look like a shard or an index.
+pub(super) fn looks_like_shard(name: &str) -> bool {
+    [".tar", ".tar.zst", ".idx", ".h5"]
+        .iter()
+        .any(|s| name.ends_with(s))
+}
+
+/// Checks the manifest against itself and the dataset directory: totals
+/// (samples, bytes, per-extension counts) against the shard entries, shard
+/// entries naming the same file twice, and files in the directory that look
+/// like shards or indexes but are not listed (errors: "unknown shard") or are
+/// leftover temporary files of an interrupted write (warnings).
+///
+/// Only the dataset directory is scanned (not its subdirectories, nor the
+/// directories of shards it refers to elsewhere: other tars there are none
+/// of its business). In a dataset written by `bale index`, whose directory
+/// may hold the user's other tars, only unlisted `.idx` files are unknown.
+pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let samples: u64 = m.shards.iter().map(|s| s.samples).sum();
+    if samples != m.samples {
+        out.push(Problem::new(
+            MANIFEST_NAME,
+            format!(
+                "manifest total samples is {}, its shards hold {samples}",
+                m.samples
+            ),
+        ));
+    }
+    let bytes: u64 = m.shards.iter().map(|s| s.bytes).sum();
+    if bytes != m.bytes {
+        out.push(Problem::new(
+            MANIFEST_NAME,
+            format!(
+                "manifest total bytes is {}, its shards hold {bytes}",
+                m.bytes
+            ),
+        ));
+    }
+    let mut fields: BTreeMap<String, FieldStats> = BTreeMap::new();
+    for s in &m.shards {
+        for (k, v) in &s.fields {
+            fields.entry(k.clone()).or_default().add(*v);
+        }
+    }
+    if fields != m.fields {
+        out.push(Problem::new(
+            MANIFEST_NAME,
+            format!(
+                "manifest per-extension totals disagree with its shards: {}",
+                describe_field_diff(&m.fields, &fields)
+            ),
+        ));
+    }
+    let mut known: BTreeSet<PathBuf> = BTreeSet::new();
+    let dirs = [dir.to_path_buf()];
+    let adopted = m.created_by.command == "index";
+    for s in &m.shards {
+        for f in [&s.file, &s.index] {
+            let p = Manifest::resolve(dir, f);
+            if !known.insert(p) {
+                out.push(Problem::new(
+                    f.clone(),
+                    "the manifest lists this file twice",
+                ));
+            }
+        }
+    }
+    for d in &dirs {
+        let Ok(entries) = std::fs::read_dir(d) else {
+            continue;
+        };
+        let mut names: Vec<(String, PathBuf)> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+            .collect();
+        names.sort();
+        for (name, path) in names {
+            let shown = path
+                .strip_prefix(dir)
+                .map_or_else(|_| path.display().to_string(), |p| p.display().to_string());
+            if name.starts_with(TEMP_PREFIX) {
+                out.push(
+                    Problem::new(
+                        shown,
+                        "leftover temporary file of an interrupted write (not part of the dataset; safe to delete)",
+                    )
+                    .warning(),
+                );
+            } else if looks_like_shard(&name)
+                && !known.contains(&path)
+                && (!adopted || name.ends_with(".idx"))
+            {
+                out.push(Problem::new(
+                    shown,
+                    "unknown shard: this file is not listed in the manifest",
+                ));
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn describe_field_diff(
+    recorded: &BTreeMap<String, FieldStats>,
+    actual: &BTreeMap<String, FieldStats>,
+) -> String {
+    let exts: BTreeSet<&String> = recorded.keys().chain(actual.keys()).collect();
+    let mut parts = Vec::new();
+    for ext in exts {
+        let r = recorded.get(ext).copied().unwrap_or_default();
+        let a = actual.get(ext).copied().unwrap_or_default();
+        if r != a {
+            parts.push(format!(
+                "{ext}: recorded {} members / {} bytes, actual {} / {}",
+                r.count, r.bytes, a.count, a.bytes
+            ));
+        }
+    }
+    parts.join("; ")
+}
+
+pub(super) fn check_index_against_manifest(
+    r: &mut ShardReport,
+    idx: &ShardIndex,
+    entry: &ShardEntry,
+    shard_len: Option<u64>,
+) {
+    let name = entry.file.clone();
+    let sum = hex64(idx.checksum());
+    if sum != entry.index_xxh3 {
+        r.push(Problem::new(
+            &name,
+            format!(
+                "index checksum {sum} differs from the manifest's {} (the index was rewritten, or belongs to another dataset)",
+                entry.index_xxh3
+            ),
+        ));
+    }
+    // Opening an index checks its structure and UTF-8, not the key syntax the
+    // writers guarantee (that would double the cost of every open): check it here.
+    for i in 0..idx.len() {
+        if crate::name::key_is_valid_fast(idx.key(i).as_bytes()) {
+            continue;
+        }
+        if let Err(e) = crate::name::validate_key(idx.key(i)) {
+            r.push(Problem::new(&name, format!("index sample {i}: {e}")).key(idx.key(i)));
+        }
+    }
+    let mut mismatch = |what: &str, index: u64, manifest: u64| {
+        if index != manifest {
+            r.push(Problem::new(
+                &name,
+                format!("index records {index} {what}, the manifest records {manifest}"),
+            ));
+        }
+    };
+    mismatch("samples", idx.len() as u64, entry.samples);
+    mismatch("members", idx.member_count() as u64, entry.members);
+    mismatch("shard bytes", idx.shard_len(), entry.bytes);
+    mismatch("uncompressed tar bytes", idx.tar_len(), entry.tar_bytes);
+    if idx.compression() != entry.compression {
+        r.push(Problem::new(
+            &name,
+            format!(
+                "index says compression {}, the manifest says {}",
+                idx.compression().as_str(),
+                entry.compression.as_str()
+            ),
+        ));
+    }
+    if let Some(len) = shard_len
+        && len != idx.shard_len()
+        && idx.shard_len() != entry.bytes
+    {
+        // (When the index agrees with the manifest, the size problem is already listed.)
+        r.push(Problem::new(
+            &name,
+            format!(
+                "shard file has {len} bytes, its index describes {}",
+                idx.shard_len()
+            ),
+        ));
+    }
+    let mut fields: BTreeMap<String, FieldStats> = BTreeMap::new();
+    for j in 0..idx.member_count() {
+        let m = idx.member(j);
+        let f = fields.entry(m.ext.to_owned()).or_default();
+        f.count += 1;
+        f.bytes += m.size;
+    }
+    if fields != entry.fields {
+        r.push(Problem::new(
+            &name,
+            format!(
+                "per-extension totals differ between manifest and index: {}",
+                describe_field_diff(&entry.fields, &fields)
+            ),
+        ));
+    }
+}

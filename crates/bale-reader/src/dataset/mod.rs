@@ -1,0 +1,302 @@
+//! Opening a dataset and reading samples by index or key.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use bale_format::manifest::parse_hex64;
+use bale_format::read::{decompress_frame, verify_member};
+use bale_format::{Compression, FormatError, MANIFEST_NAME, Manifest, SampleEntry, ShardIndex};
+use memmap2::Mmap;
+
+use crate::error::{ReaderError, Result};
+use crate::iter::SampleIter;
+use crate::plan::{EpochPlan, Order, Partition};
+use crate::sample::{Buf, BufPool, Field, Fields, Sample, SmallStr};
+use crate::stats::parse_label;
+
+mod options;
+mod read;
+mod residency;
+mod shard;
+
+pub use options::{Backing, DatasetOptions};
+use residency::{Hint, Residency};
+pub(crate) use shard::will_need;
+use shard::{
+    Handle, Shard, map_slice, open_handle, open_shard, unreachable_handle, unreachable_slot,
+};
+
+/// A member of a sample as the index records it ([`Dataset::members`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberInfo<'a> {
+    /// The member's extension (`jpg`, `seg.png`, `cls`).
+    pub ext: &'a str,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    shards: Vec<Shard>,
+    /// Global index of each shard's first sample, then the total.
+    offsets: Vec<u64>,
+    labels: Option<Vec<String>>,
+    fields: Vec<String>,
+    manifest: Manifest,
+    options: DatasetOptions,
+    pool: Arc<BufPool>,
+    residency: Residency,
+}
+
+/// An open bale dataset: random access by index or key, and epoch iteration.
+///
+/// `Dataset` is `Send + Sync` and a clone is one reference count: share it
+/// between threads, or clone it into each. It never writes, so any number of
+/// threads and processes may read one dataset at once.
+///
+/// Opening reads the manifest and memory-maps every shard index (validated
+/// once); shard files are opened on first read, so a process needs no file
+/// descriptor per shard up front.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    inner: Arc<Inner>,
+}
+
+impl Dataset {
+    /// Options for opening a dataset; see [`DatasetOptions`].
+    pub fn options() -> DatasetOptions {
+        DatasetOptions::default()
+    }
+
+    /// Opens the dataset in `dir` with the default options.
+    ///
+    /// Reads `bale.json`, maps and validates every shard index (format
+    /// version, structure, footer checksum), and checks each against the
+    /// manifest (index checksum, sample count, shard length, compression) and
+    /// each shard file's length against its index.
+    ///
+    /// # Errors
+    /// [`FormatError::Incomplete`] (inside [`ReaderError::Format`]) when the
+    /// directory has no manifest (a pack that did not finish); any format
+    /// error naming the file; [`ReaderError::ManifestMismatch`] naming the shard.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(dir.as_ref(), DatasetOptions::default())
+    }
+
+    fn open_with(dir: &Path, options: DatasetOptions) -> Result<Self> {
+        let manifest = Manifest::read(dir)?;
+        let manifest_path = dir.join(MANIFEST_NAME);
+        let n = manifest.shards.len();
+        let threads = match options.open_threads {
+            0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
+            t => t,
+        }
+        .min(n.div_ceil(32).max(1));
+        let open_one = |i: usize| open_shard(dir, &manifest_path, &manifest, i);
+        let shards: Vec<Result<Shard>> = if threads <= 1 {
+            (0..n).map(open_one).collect()
+        } else {
+            let mut slots: Vec<Option<Result<Shard>>> = (0..n).map(|_| None).collect();
+            std::thread::scope(|scope| {
+                let per = n.div_ceil(threads);
+                for (t, chunk) in slots.chunks_mut(per).enumerate() {
+                    let open_one = &open_one;
+                    scope.spawn(move || {
+                        for (j, slot) in chunk.iter_mut().enumerate() {
+                            *slot = Some(open_one(t * per + j));
+                        }
+                    });
+                }
+            });
+            slots
+                .into_iter()
+                .map(|s| s.unwrap_or_else(|| unreachable_slot(dir)))
+                .collect()
+        };
+        let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut offsets = Vec::with_capacity(n + 1);
+        let mut total = 0u64;
+        for s in &shards {
+            offsets.push(total);
+            total += s.index.len() as u64;
+        }
+        offsets.push(total);
+        Ok(Dataset {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                shards,
+                offsets,
+                labels: manifest.labels.clone(),
+                fields: manifest.fields.keys().cloned().collect(),
+                manifest,
+                options,
+                pool: Arc::default(),
+                residency: Residency::new(),
+            }),
+        })
+    }
+
+    /// The dataset directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> u64 {
+        *self.inner.offsets.last().unwrap_or(&0)
+    }
+
+    /// Whether the dataset holds no sample.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.inner.shards.len()
+    }
+
+    /// Number of samples in each shard, in dataset order.
+    pub fn shard_sizes(&self) -> Vec<u64> {
+        self.inner.offsets.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    /// The class names from the manifest, when the dataset has labels.
+    pub fn labels(&self) -> Option<&[String]> {
+        self.inner.labels.as_deref()
+    }
+
+    /// The class name of `label` (a [`Sample::label`]), when known.
+    pub fn label_name(&self, label: i64) -> Option<&str> {
+        let labels = self.inner.labels.as_ref()?;
+        labels.get(usize::try_from(label).ok()?).map(String::as_str)
+    }
+
+    /// The field extensions the manifest lists, sorted.
+    pub fn fields(&self) -> &[String] {
+        &self.inner.fields
+    }
+
+    /// The manifest (`bale.json`) the dataset was opened with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.inner.manifest
+    }
+
+    /// The members of sample `i` in shard order, from the index (nothing is
+    /// read from the shard).
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`].
+    pub fn members(&self, i: u64) -> Result<impl Iterator<Item = MemberInfo<'_>>> {
+        let (s, local) = self.locate(i)?;
+        Ok(self.inner.shards[s]
+            .index
+            .members(local)
+            .map(|m| MemberInfo {
+                ext: m.ext,
+                size: m.size,
+            }))
+    }
+
+    /// The number, in the manifest, of the shard holding sample `i`.
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`].
+    pub fn shard_of(&self, i: u64) -> Result<usize> {
+        self.locate(i).map(|(s, _)| s)
+    }
+
+    /// The options the dataset was opened with.
+    pub fn open_options(&self) -> &DatasetOptions {
+        &self.inner.options
+    }
+
+    /// The shard and the sample within it that global index `i` names.
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`].
+    pub fn locate(&self, i: u64) -> Result<(usize, usize)> {
+        let offsets = &self.inner.offsets;
+        if i >= self.len() {
+            return Err(ReaderError::IndexOutOfRange {
+                dir: self.inner.dir.clone(),
+                index: i,
+                len: self.len(),
+            });
+        }
+        // The last shard whose first sample is <= i (skips empty shards).
+        let s = offsets.partition_point(|&o| o <= i) - 1;
+        Ok((s, (i - offsets[s]) as usize))
+    }
+
+    /// The key of sample `i`, without reading the sample.
+    ///
+    /// # Errors
+    /// [`ReaderError::IndexOutOfRange`].
+    pub fn key(&self, i: u64) -> Result<&str> {
+        let (s, local) = self.locate(i)?;
+        Ok(self.inner.shards[s].index.key(local))
+    }
+
+    /// The global index of the sample with key `key`, if any (see [`Dataset::get_by_key`]).
+    pub fn find(&self, key: &str) -> Option<u64> {
+        self.inner.shards.iter().enumerate().find_map(|(s, shard)| {
+            shard
+                .index
+                .find(key)
+                .map(|l| self.inner.offsets[s] + l as u64)
+        })
+    }
+
+    /// The order in which `partition` yields the samples in an epoch of `plan`.
+    ///
+    /// # Errors
+    /// An invalid partition.
+    pub fn order(&self, plan: EpochPlan, partition: Partition) -> Result<Order> {
+        Order::new(plan, partition, &self.shard_sizes())
+    }
+
+    /// Iterates over an epoch: the samples `partition` gets under `plan`, in
+    /// plan order. Add [`SampleIter::start_at`] to resume and
+    /// [`SampleIter::prefetch`] to read ahead on background threads.
+    ///
+    /// Sequential and shard-shuffled plans read runs of consecutive samples
+    /// with one large read each (see [`DatasetOptions::read_chunk`]);
+    /// shuffled plans read each sample with one positioned read.
+    ///
+    /// # Errors
+    /// An invalid partition.
+    pub fn iter(&self, plan: EpochPlan, partition: Partition) -> Result<SampleIter> {
+        Ok(SampleIter::new(self.clone(), self.order(plan, partition)?))
+    }
+
+    /// Bytes of shard `s`'s index file.
+    pub(crate) fn index_len(&self, s: usize) -> u64 {
+        self.inner.shards[s].index.as_bytes().len() as u64
+    }
+
+    /// The global index of shard `s`'s first sample.
+    pub(crate) fn first_of(&self, s: usize) -> u64 {
+        self.inner.offsets[s]
+    }
+
+    /// Bytes to budget for reading sample `local` of shard `s` (its uncompressed size).
+    pub(crate) fn sample_cost(&self, s: usize, local: usize) -> u64 {
+        self.inner.shards[s].index.sample_bytes(local)
+    }
+
+    /// Largest read for a run of samples.
+    pub(crate) fn read_chunk(&self) -> u64 {
+        self.inner.options.read_chunk as u64
+    }
+
+    /// Whether samples are slices of shard maps.
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.inner.options.backing == Backing::Mmap
+    }
+}

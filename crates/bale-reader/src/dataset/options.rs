@@ -1,0 +1,104 @@
+//! How a dataset is opened: [`DatasetOptions`] and [`Backing`].
+
+use std::path::Path;
+
+use super::Dataset;
+use crate::error::Result;
+
+/// How sample bytes reach memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Backing {
+    /// Each shard is memory-mapped (read-only) the first time it is read, and
+    /// a sample of a plain tar shard is a slice of the map: no copy, no heap,
+    /// and no file descriptor kept open. Compressed shards decompress their
+    /// frame straight from the map. The default: it is the faster for random
+    /// reads with a warm page cache, and for sequential epochs (see
+    /// docs/benchmarks.md).
+    ///
+    /// The map is advised `MADV_RANDOM` (no read-around on page faults) and
+    /// reads ask for exactly their bytes with `MADV_WILLNEED` (one I/O
+    /// request per sample, or per run of samples in sequential plans; not for
+    /// a sample within one 4 KiB block, whose page fault is that one read), so
+    /// a cold random read fetches from storage only the sample's pages.
+    /// [`Dataset::get_populated`] and [`Dataset::get_batch`] skip the hint
+    /// for small samples (up to 16 KiB) while recent reads found their
+    /// pages in memory (see `Residency`), where it would be a system call
+    /// that does nothing.
+    ///
+    /// **Trade-off**: if a shard file is truncated while it is mapped (bale
+    /// never does that: it replaces files by renaming), touching the lost
+    /// pages raises `SIGBUS` and kills the process instead of returning an
+    /// error. Use [`Backing::Pread`] where other programs may rewrite shards in place.
+    #[default]
+    Mmap,
+    /// One positioned read (`pread`) per sample into a buffer of its own
+    /// (one per run of samples for sequential plans). Errors are always
+    /// errors, never signals; a file descriptor stays open per shard read
+    /// (advised `POSIX_FADV_RANDOM`: no read-ahead beyond each read). Read
+    /// buffers are pooled and reused.
+    Pread,
+}
+
+/// Options for opening a dataset: `Dataset::options().verify_on_read(true).open(dir)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatasetOptions {
+    pub(super) verify_on_read: bool,
+    pub(super) backing: Backing,
+    pub(super) read_chunk: usize,
+    pub(super) open_threads: usize,
+}
+
+impl Default for DatasetOptions {
+    fn default() -> Self {
+        DatasetOptions {
+            verify_on_read: false,
+            backing: Backing::default(),
+            read_chunk: bale_format::stream::STREAM_BUFFER,
+            open_threads: 0,
+        }
+    }
+}
+
+impl DatasetOptions {
+    /// The defaults: no verification, [`Backing::Mmap`], 4 MiB reads, one open thread per core.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Check every member's checksum against the index on every read
+    /// (default `false`). A mismatch is a [`FormatError::ChecksumMismatch`]
+    /// naming the shard, key, member and offset. Shards indexed without
+    /// checksums are read unchecked.
+    pub fn verify_on_read(mut self, verify: bool) -> Self {
+        self.verify_on_read = verify;
+        self
+    }
+
+    /// How sample bytes reach memory (default [`Backing::Mmap`]).
+    pub fn backing(mut self, backing: Backing) -> Self {
+        self.backing = backing;
+        self
+    }
+
+    /// Largest single read for runs of consecutive samples in sequential and
+    /// shard-shuffled iteration, in bytes (default 4 MiB; a sample larger
+    /// than this is read whole).
+    pub fn read_chunk(mut self, bytes: usize) -> Self {
+        self.read_chunk = bytes.max(1);
+        self
+    }
+
+    /// Threads that open and validate the shard indexes (default 0: one per core).
+    pub fn open_threads(mut self, threads: usize) -> Self {
+        self.open_threads = threads;
+        self
+    }
+
+    /// Opens the dataset in `dir` with these options. See [`Dataset::open`].
+    ///
+    /// # Errors
+    /// As [`Dataset::open`].
+    pub fn open(&self, dir: impl AsRef<Path>) -> Result<Dataset> {
+        Dataset::open_with(dir.as_ref(), self.clone())
+    }
+}

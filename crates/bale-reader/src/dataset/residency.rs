@@ -1,0 +1,91 @@
+//! When a read of a mapped sample asks the kernel for its pages ahead.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Whether small mapped samples are worth a `MADV_WILLNEED` before their
+/// pages are touched, learnt from how long recent touches took: a touch that
+/// waited for storage ([`Residency::STORAGE_WAIT`] or more) turns hints on for
+/// the next [`Residency::HINT_READS`] small samples; that many fast touches in
+/// a row turn them off. Samples over [`Residency::SMALL`] are always hinted.
+/// docs/benchmarks.md gives the measurements behind the figures.
+#[derive(Debug)]
+pub(super) struct Residency {
+    /// Small reads left to hint since the last touch that waited for storage.
+    pub(super) hint_left: AtomicU32,
+}
+
+impl Residency {
+    /// A touch of a sample's pages taking this long waited for storage.
+    pub(super) const STORAGE_WAIT: Duration = Duration::from_micros(10);
+    /// Small reads hinted after a touch that waited for storage.
+    pub(super) const HINT_READS: u32 = 256;
+    /// Largest sample, in bytes, whose hint depends on recent touches.
+    pub(super) const SMALL: u64 = 16 << 10;
+
+    pub(super) fn new() -> Self {
+        // A freshly opened dataset is likely cold: hint until shown otherwise.
+        Residency {
+            hint_left: AtomicU32::new(Self::HINT_READS),
+        }
+    }
+
+    /// Whether to hint a mapped read of `len` bytes.
+    pub(super) fn hint(&self, len: u64) -> bool {
+        len > Self::SMALL || self.hint_left.load(Ordering::Relaxed) > 0
+    }
+
+    /// Turns hints on for the next [`Residency::HINT_READS`] small reads.
+    pub(super) fn saw_cold(&self) {
+        self.hint_left.store(Self::HINT_READS, Ordering::Relaxed);
+    }
+
+    /// Records how long touching a sample's pages took; true if it waited for storage.
+    pub(super) fn record(&self, took: Duration) -> bool {
+        if took >= Self::STORAGE_WAIT {
+            self.saw_cold();
+            return true;
+        }
+        // Racy between threads, and harmless: it only shortens or lengthens the hinting.
+        let left = self.hint_left.load(Ordering::Relaxed);
+        if left > 0 {
+            self.hint_left.store(left - 1, Ordering::Relaxed);
+        }
+        false
+    }
+}
+
+/// Whether a read asks the kernel for its pages ahead (mapped shards).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hint {
+    /// Always (the caller touches the pages later, or not at all).
+    Always,
+    /// As [`Residency`] decides (the caller touches the pages right away, timed).
+    Learnt,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn residency_hints_small_reads_until_enough_touches_are_fast() {
+        let r = Residency::new();
+        let fast = Duration::from_nanos(200);
+        let slow = Residency::STORAGE_WAIT;
+        assert!(r.hint(100), "a fresh dataset is taken for cold");
+        for _ in 0..Residency::HINT_READS - 1 {
+            assert!(!r.record(fast));
+        }
+        assert!(r.hint(100));
+        assert!(!r.record(fast));
+        assert!(!r.hint(100), "warm: small reads are not hinted");
+        assert!(!r.hint(Residency::SMALL));
+        assert!(
+            r.hint(Residency::SMALL + 1),
+            "large reads are always hinted"
+        );
+        assert!(r.record(slow));
+        assert!(r.hint(100), "one touch that waited turns hints back on");
+    }
+}

@@ -1,0 +1,189 @@
+//! A shard as the reader holds it: its index, checked against the manifest,
+//! and its file, opened (mapped or not) on first read.
+
+use super::*;
+
+/// The lazily opened shard file.
+#[derive(Debug)]
+pub(super) struct Handle {
+    pub(super) file: Option<File>,
+    pub(super) map: Option<Arc<Mmap>>,
+}
+
+#[derive(Debug)]
+pub(super) struct Shard {
+    pub(super) path: PathBuf,
+    pub(super) index: ShardIndex,
+    pub(super) handle: OnceLock<Handle>,
+}
+
+/// Asks the kernel to start reading `len` bytes of the map at `offset` (one
+/// request for the whole range) unless they are cached; pages are then
+/// faulted in without further I/O. A failure only loses the hint.
+///
+/// A range within one 4 KiB block is left alone: faulting its page in does
+/// the same one-page read the hint would start (the maps are `MADV_RANDOM`:
+/// no read-ahead either way), and the system call would cost more than the
+/// read of a small cached sample.
+pub(crate) fn will_need(map: &Mmap, offset: u64, len: u64) {
+    if len == 0 || offset / 4096 == offset.saturating_add(len - 1) / 4096 {
+        return;
+    }
+    if let (Ok(o), Ok(l)) = (usize::try_from(offset), usize::try_from(len))
+        && l > 0
+    {
+        let _ = map.advise_range(memmap2::Advice::WillNeed, o, l);
+    }
+}
+
+pub(super) fn map_slice<'a>(map: &'a Mmap, path: &Path, offset: u64, len: u64) -> Result<&'a [u8]> {
+    let range = usize::try_from(offset)
+        .ok()
+        .and_then(|o| Some(o..o.checked_add(usize::try_from(len).ok()?)?));
+    range.and_then(|r| map.get(r)).ok_or_else(|| {
+        ReaderError::from(FormatError::Truncated {
+            path: path.to_path_buf(),
+            what: "sample data",
+            needed: offset.saturating_add(len),
+            len: map.len() as u64,
+        })
+    })
+}
+
+pub(super) fn unreachable_handle<T>(path: &Path) -> Result<T> {
+    // A handle always holds a map or a file; reaching here is a bug, reported as an error.
+    Err(ReaderError::from(FormatError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other("shard handle holds neither a file nor a map"),
+    }))
+}
+
+pub(super) fn unreachable_slot(dir: &Path) -> Result<Shard> {
+    Err(ReaderError::from(FormatError::Io {
+        path: dir.to_path_buf(),
+        source: std::io::Error::other("an index opening thread did not finish"),
+    }))
+}
+
+pub(super) fn open_shard(
+    dir: &Path,
+    manifest_path: &Path,
+    manifest: &Manifest,
+    i: usize,
+) -> Result<Shard> {
+    let entry = &manifest.shards[i];
+    let index_path = Manifest::resolve(dir, &entry.index);
+    let path = Manifest::resolve(dir, &entry.file);
+    let mismatch = |what: String| {
+        Err(ReaderError::ManifestMismatch {
+            manifest: manifest_path.to_path_buf(),
+            shard: i,
+            path: index_path.clone(),
+            what,
+        })
+    };
+    let index = match ShardIndex::open_expecting(&index_path, entry.samples, entry.members) {
+        Err(FormatError::IndexMismatch { what, .. }) => return mismatch(what),
+        r => r?,
+    };
+    let recorded = parse_hex64(&entry.index_xxh3).unwrap_or_default();
+    if index.checksum() != recorded {
+        return mismatch(format!(
+            "the index checksum is {:016x}, the manifest records {}",
+            index.checksum(),
+            entry.index_xxh3
+        ));
+    }
+    if index.len() as u64 != entry.samples {
+        return mismatch(format!(
+            "the index holds {} samples, the manifest records {}",
+            index.len(),
+            entry.samples
+        ));
+    }
+    if index.shard_len() != entry.bytes {
+        return mismatch(format!(
+            "the index describes a shard of {} bytes, the manifest records {}",
+            index.shard_len(),
+            entry.bytes
+        ));
+    }
+    if index.compression() != entry.compression {
+        return mismatch(format!(
+            "the index says compression {}, the manifest {}",
+            index.compression().as_str(),
+            entry.compression.as_str()
+        ));
+    }
+    let meta = std::fs::metadata(&path).map_err(|e| FormatError::Io {
+        path: path.clone(),
+        source: e,
+    })?;
+    if !meta.is_file() {
+        return Err(FormatError::NotRegular {
+            path,
+            kind: bale_format::files::kind_of(&meta),
+        }
+        .into());
+    }
+    check_shard_len(&path, meta.len(), &index)?;
+    Ok(Shard {
+        path,
+        index,
+        handle: OnceLock::new(),
+    })
+}
+
+pub(super) fn check_shard_len(path: &Path, len: u64, index: &ShardIndex) -> Result<()> {
+    if len != index.shard_len() {
+        return Err(ReaderError::from(FormatError::Truncated {
+            path: path.to_path_buf(),
+            what: "the shard the index describes",
+            needed: index.shard_len(),
+            len,
+        }));
+    }
+    Ok(())
+}
+
+pub(super) fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
+    let path = &shard.path;
+    let io = |e| {
+        ReaderError::from(FormatError::Io {
+            path: path.clone(),
+            source: e,
+        })
+    };
+    let file = bale_format::files::open_regular(path)?;
+    let len = file.metadata().map_err(io)?.len();
+    check_shard_len(path, len, &shard.index)?;
+    match backing {
+        Backing::Pread => {
+            // Every read says exactly what it needs: no read-ahead beyond it,
+            // which random reads of a dataset larger than memory would waste.
+            // SAFETY: a plain syscall on an open descriptor; a failure only loses the hint.
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+            Ok(Handle {
+                file: Some(file),
+                map: None,
+            })
+        }
+        Backing::Mmap => {
+            // SAFETY: a read-only map of a file bale never modifies in place
+            // (it writes new files and renames them); its length was checked
+            // against the index above, and every access is bounds-checked
+            // against the map. A file truncated by another program while
+            // mapped raises SIGBUS: the documented trade-off of `Backing::Mmap`.
+            let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+            // No read-around on page faults: each read asks for exactly its
+            // bytes with `will_need` (one I/O per sample or run, nothing wasted
+            // when the dataset is larger than memory). A failure only loses the hint.
+            let _ = map.advise(memmap2::Advice::Random);
+            // The map keeps the file alive: no descriptor is held.
+            Ok(Handle {
+                file: None,
+                map: Some(Arc::new(map)),
+            })
+        }
+    }
+}
