@@ -6,7 +6,7 @@
 use std::io::Read;
 
 use bale_format::SampleStream;
-use bale_format::tar::{TarReader, parse_pax};
+use bale_format::fuzzing::{TarReader, parse_pax};
 use libfuzzer_sys::fuzz_target;
 
 const NAME: &str = "fuzz.tar";

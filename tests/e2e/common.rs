@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use bale_format::{Manifest, ShardReader};
+use bale_format::Manifest;
+use bale_format::read::ShardReader;
 
 /// Samples in order: (key, [(ext, bytes)]).
 pub(crate) type Samples = Vec<(String, Vec<(String, Vec<u8>)>)>;

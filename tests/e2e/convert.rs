@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::Path;
 
-use bale_format::tar::{BLOCK, encode_member_header, padded};
+use bale_format::fuzzing::{BLOCK, encode_member_header, padded};
 use bale_format::{Compression, CreatedBy, IndexBuilder, Manifest, ShardEntry, checksum};
 
 use crate::common::samples;
@@ -231,7 +231,7 @@ fn crafted_dataset(dir: &Path, key: &str) {
         bytes: tar.len() as u64,
         tar_bytes: tar.len() as u64,
         compression: Compression::None,
-        index_xxh3: bale_format::manifest::hex64(u64::from_le_bytes(
+        index_xxh3: bale_format::hex64(u64::from_le_bytes(
             index[index.len() - 8..].try_into().unwrap(),
         )),
         shard_xxh3: None,

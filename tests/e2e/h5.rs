@@ -104,7 +104,7 @@ fn verify_finds_a_flipped_byte_in_an_h5_shard() {
     ok(&bale(&["pack", "--format", "h5", "-o"], &[&out, &input]));
     let m = Manifest::read(&out).unwrap();
     let shard = out.join(&m.shards[0].file);
-    let r = bale_format::ShardReader::open(&shard, out.join(&m.shards[0].index)).unwrap();
+    let r = bale_format::read::ShardReader::open(&shard, out.join(&m.shards[0].index)).unwrap();
     let jpg = r.index().members(4).find(|m| m.ext == "jpg").unwrap();
     let key = r.index().key(4).to_owned();
     let mut bytes = fs::read(&shard).unwrap();

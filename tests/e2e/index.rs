@@ -12,7 +12,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use bale_format::{Manifest, ShardIndex, ShardReader, checksum, split_member_name};
+use bale_format::read::ShardReader;
+use bale_format::{Manifest, ShardIndex, checksum, split_member_name};
 use bale_reader::{Backing, Dataset};
 use bale_tests::{bale_bin, gnu_tar, run_python, zstd_cli};
 

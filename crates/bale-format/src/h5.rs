@@ -44,59 +44,18 @@ fn h5err(path: &Path, e: impl std::fmt::Display) -> FormatError {
 
 /// The shape of a `.npy` array bale stores densely: C-order uint8, 3-D.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NpyU8 {
+pub(crate) struct NpyU8 {
     /// Height, width, channels.
     pub shape: [usize; 3],
     /// Length of the `.npy` header (the pixels start there).
     pub header_len: usize,
 }
 
-/// Parses the header of a `.npy` file and returns its shape if it is a
-/// C-order uint8 3-D array whose pixels fill the rest of `total` bytes.
-/// Anything else (other dtypes, ranks, Fortran order, bad headers) is `None`.
-pub fn parse_npy_u8(head: &[u8], total: u64) -> Option<NpyU8> {
-    if head.len() < 10 || &head[..6] != b"\x93NUMPY" {
-        return None;
-    }
-    let (hlen, start): (usize, usize) = match head[6] {
-        1 => (usize::from(u16::from_le_bytes([head[8], head[9]])), 10),
-        2 | 3 => {
-            let b = head.get(8..12)?;
-            (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, 12)
-        }
-        _ => return None,
-    };
-    let dict = std::str::from_utf8(head.get(start..start.checked_add(hlen)?)?).ok()?;
-    let value = |k: &str| -> Option<&str> {
-        let at = dict.find(&format!("'{k}'"))? + k.len() + 2;
-        let rest = dict[at..].trim_start().strip_prefix(':')?.trim_start();
-        Some(rest)
-    };
-    let descr = value("descr")?;
-    if !(descr.starts_with("'|u1'") || descr.starts_with("'u1'") || descr.starts_with("'<u1'")) {
-        return None;
-    }
-    if !value("fortran_order")?.starts_with("False") {
-        return None;
-    }
-    let shape = value("shape")?.strip_prefix('(')?;
-    let shape = &shape[..shape.find(')')?];
-    let dims: Vec<usize> = shape
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().ok())
-        .collect::<Option<_>>()?;
-    let [h, w, c] = dims[..] else { return None };
-    let header_len = start + hlen;
-    let pixels = h.checked_mul(w)?.checked_mul(c)?;
-    if (header_len as u64).checked_add(pixels as u64)? != total || pixels == 0 {
-        return None;
-    }
-    Some(NpyU8 {
-        shape: [h, w, c],
-        header_len,
-    })
+/// The shape of a `.npy` member whose first bytes are `head` and whose
+/// length is `total`, if it is a C-order uint8 3-D array; else `None`.
+pub(crate) fn parse_npy_u8(head: &[u8], total: u64) -> Option<NpyU8> {
+    let (shape, header_len) = crate::npy::parse(head).ok()?.u8_hwc(total)?;
+    Some(NpyU8 { shape, header_len })
 }
 
 /// Whether a field is a candidate for a dense array (`npy` or `*.npy`).
@@ -147,7 +106,7 @@ struct SampleRec {
 ///
 /// ```
 /// # #[cfg(feature = "hdf5")] {
-/// use bale_format::{Member, ShardReader, h5::H5ShardWriter};
+/// use bale_format::{Member, h5::H5ShardWriter, read::ShardReader};
 /// let dir = tempfile::tempdir().unwrap();
 /// let mut w = H5ShardWriter::create(dir.path(), "shard-000000.h5").unwrap();
 /// w.write_sample("0001", &[Member { ext: "txt", data: b"hello" }]).unwrap();
@@ -731,7 +690,7 @@ mod tests {
     #[cfg(feature = "hdf5")]
     #[test]
     fn h5_shard_round_trips_through_the_index_and_is_deterministic() {
-        use crate::ShardReader;
+        use crate::read::ShardReader;
         let write = |dir: &Path| {
             let mut w = H5ShardWriter::create(dir, "shard-000000.h5").unwrap();
             for i in 0..5u8 {

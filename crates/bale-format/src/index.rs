@@ -26,30 +26,31 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::hash::xxh3_64;
+use crate::read::prefetch;
 
 use crate::error::{FormatError, Result};
 use crate::name::validate_ext;
 
 /// Magic bytes at the start of every index file.
-pub const INDEX_MAGIC: [u8; 8] = *b"BALEIDX\0";
+pub(crate) const INDEX_MAGIC: [u8; 8] = *b"BALEIDX\0";
 /// Major version of the index layout this crate writes and reads.
-pub const INDEX_MAJOR: u16 = 1;
+pub(crate) const INDEX_MAJOR: u16 = 1;
 /// Minor version of the index layout this crate writes for contiguous
 /// samples (tar and `.tar.zst` shards): their indexes stay byte-identical to 1.0.
-pub const INDEX_MINOR: u16 = 0;
+pub(crate) const INDEX_MINOR: u16 = 0;
 /// Minor version written when [`FLAG_SCATTERED`] is set (index layout 1.1).
-pub const INDEX_MINOR_SCATTERED: u16 = 1;
+pub(crate) const INDEX_MINOR_SCATTERED: u16 = 1;
 /// Flag: the shard is a `.tar.zst` with one zstd frame per sample.
-pub const FLAG_ZSTD: u32 = 1;
+pub(crate) const FLAG_ZSTD: u32 = 1;
 /// Flag: member checksums are present (else the checksum fields are 0 and meaningless).
-pub const FLAG_CHECKSUMS: u32 = 2;
+pub(crate) const FLAG_CHECKSUMS: u32 = 2;
 /// Flag (index 1.1): members are scattered. Each member record's `offset` is
 /// the absolute offset of its data in the shard file, stored uncompressed and
 /// read on its own; sample records' four byte-range fields are 0 and the
 /// header's tar length is 0.
-pub const FLAG_SCATTERED: u32 = 4;
+pub(crate) const FLAG_SCATTERED: u32 = 4;
 /// Flag (index 1.1): the shard is an HDF5 file (docs/format.md); requires [`FLAG_SCATTERED`].
-pub const FLAG_H5: u32 = 8;
+pub(crate) const FLAG_H5: u32 = 8;
 const KNOWN_FLAGS: u32 = FLAG_ZSTD | FLAG_CHECKSUMS | FLAG_SCATTERED | FLAG_H5;
 
 const HEADER_LEN: usize = 64;
@@ -104,29 +105,6 @@ impl Compression {
 /// The xxh3-64 checksum bale uses for member bytes and files.
 pub fn checksum(bytes: &[u8]) -> u64 {
     xxh3_64(bytes)
-}
-
-/// Asks the CPU to load the cache lines of `bytes` (a hint: no fault, no wait).
-pub fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // Every 64-byte line the slice touches, from the one holding its first byte.
-        let first = bytes.as_ptr() as usize % 64;
-        let mut at = 0;
-        while at < bytes.len() {
-            // SAFETY: a prefetch never faults and has no effect on memory;
-            // the address lies in a live slice.
-            #[allow(unused_unsafe)]
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    bytes.as_ptr().add(at).cast(),
-                )
-            };
-            at += 64 - if at == 0 { first } else { 0 };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// Where one sample lies in its shard.
@@ -194,7 +172,7 @@ impl IndexBuilder {
         }
     }
 
-    /// Makes the index scattered (layout 1.1, [`FLAG_SCATTERED`]): each
+    /// Makes the index scattered (layout 1.1, flag bit 2): each
     /// member's offset is then an absolute offset in the shard file, and the
     /// samples' byte ranges and the tar length passed to
     /// [`IndexBuilder::to_bytes`] must be 0. For plain tars (whose members lie
@@ -792,7 +770,7 @@ impl ShardIndex {
         }
     }
 
-    /// Whether members are scattered (index 1.1, [`FLAG_SCATTERED`]): each
+    /// Whether members are scattered (index 1.1, flag bit 2): each
     /// member's `offset` is an absolute offset in the shard file, and a
     /// sample is read member by member rather than as one byte range.
     pub fn is_scattered(&self) -> bool {

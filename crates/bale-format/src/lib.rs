@@ -11,12 +11,13 @@
 //!
 //! This crate writes and reads those files: [`ShardWriter`] and
 //! [`ShardFileWriter`] write shards and indexes, [`ShardIndex`] loads an index
-//! (memory-mapped, validated once, then allocation-free), [`ShardReader`] reads
+//! (memory-mapped, validated once, then allocation-free), [`read::ShardReader`] reads
 //! a sample with one positioned read, [`SampleStream`] reads a tar
 //! sequentially, and [`Manifest`] is `bale.json`. docs/format.md is the spec.
 //!
 //! ```
-//! use bale_format::{Compression, CreatedBy, Manifest, ShardFileWriter, ShardReader, Member};
+//! use bale_format::read::ShardReader;
+//! use bale_format::{Compression, CreatedBy, Manifest, Member, ShardFileWriter};
 //! let dir = tempfile::tempdir()?;
 //! let mut w = ShardFileWriter::create(dir.path(), "shard-000000.tar", Compression::None, 0)?;
 //! w.writer().write_sample("cat/0001", &[
@@ -42,26 +43,38 @@ mod error;
 pub mod files;
 pub mod h5;
 pub mod hash;
-pub mod index;
-pub mod manifest;
+mod index;
+mod manifest;
 mod name;
+pub mod npy;
 pub mod read;
 pub mod scan;
-pub mod shard;
+mod shard;
 pub mod shuffle;
-pub mod stream;
-pub mod tar;
+mod stream;
+mod tar;
 pub mod verify;
 
 pub use error::{FormatError, Result};
 pub use index::{Compression, IndexBuilder, MemberEntry, SampleEntry, ShardIndex, checksum};
 pub use manifest::{
-    CreatedBy, FieldStats, ImageTransform, MANIFEST_NAME, Manifest, ORIGINAL_SIZE_EXT, ShardEntry,
+    CreatedBy, FieldStats, ImageTransform, MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest,
+    ORIGINAL_SIZE_EXT, ShardEntry, hex64, parse_hex64,
 };
 pub use name::{split_member_name, validate_ext, validate_key};
-pub use read::{Sample, SampleBuf, ShardReader};
 pub use shard::{
-    EncodedSample, Member, ShardBuf, ShardFileWriter, ShardSummary, ShardWriter, index_file_name,
-    shard_file_name,
+    DEFAULT_ZSTD_LEVEL, EncodedSample, Member, ShardBuf, ShardFileWriter, ShardSummary,
+    ShardWriter, index_file_name, shard_file_name,
 };
-pub use stream::{SampleStream, StreamMember, StreamSample, open_shard_stream};
+pub use stream::{STREAM_BUFFER, SampleStream, StreamMember, StreamSample, open_shard_stream};
+pub use tar::{TAR_END_LEN, tar_member_len};
+
+/// The tar parser and writer internals, for the fuzz targets and tests that
+/// build tars by hand (feature `fuzzing`); not a stable API.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    pub use crate::tar::{
+        BLOCK, Entry, EntryKind, PAX_HEADER_NAME, TarReader, encode_member_header, padded,
+        parse_header, parse_pax,
+    };
+}

@@ -14,11 +14,11 @@ use crate::index::Compression;
 /// File name of the manifest in a dataset directory.
 pub const MANIFEST_NAME: &str = "bale.json";
 /// Value of the manifest's `format` field.
-pub const MANIFEST_FORMAT: &str = "bale";
+pub(crate) const MANIFEST_FORMAT: &str = "bale";
 /// Major version of the manifest this crate writes and reads.
-pub const MANIFEST_MAJOR: u32 = 1;
+pub(crate) const MANIFEST_MAJOR: u32 = 1;
 /// Minor version of the manifest this crate writes.
-pub const MANIFEST_MINOR: u32 = 0;
+pub(crate) const MANIFEST_MINOR: u32 = 0;
 /// Largest manifest accepted (guards against reading a huge foreign file):
 /// room for about 150,000 shards.
 pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;

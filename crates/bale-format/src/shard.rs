@@ -204,7 +204,7 @@ impl EncodedSample {
 
 /// Streams samples into a WebDataset-style tar (or `.tar.zst`) and builds its index.
 ///
-/// Headers are deterministic (see [`crate::tar`]); the output depends only on
+/// Headers are deterministic (docs/format.md); the output depends only on
 /// the samples and the options. End with [`ShardWriter::finish`], which
 /// writes the end-of-archive blocks and returns the index: a writer dropped
 /// without `finish` leaves an unterminated shard and no index.

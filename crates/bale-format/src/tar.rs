@@ -119,6 +119,20 @@ fn finish_checksum(h: &mut [u8; 512]) {
     h[155] = b' ';
 }
 
+/// Bytes the end of a tar archive takes: two zero blocks.
+pub const TAR_END_LEN: u64 = 2 * BLOCK;
+
+/// Bytes a member named `<key>.<ext>` of `size` bytes takes in a tar stream
+/// written by bale: its header(s) and its data padded to whole blocks.
+pub fn tar_member_len(key: &str, ext: &str, size: u64) -> u64 {
+    let header = if key.len() + 1 + ext.len() <= 100 && size <= MAX_OCTAL_SIZE {
+        BLOCK
+    } else {
+        member_header_len(&format!("{key}.{ext}"), size)
+    };
+    header + padded(size)
+}
+
 /// Writes `v` in octal, zero-padded to fill `out` (as `format!("{v:0N$o}")`
 /// with N = `out.len()`; `v` must fit).
 fn put_octal(out: &mut [u8], mut v: u64) {

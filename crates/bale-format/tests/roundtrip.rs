@@ -9,9 +9,10 @@ use std::fs;
 use std::io::Read;
 use std::path::Path;
 
+use bale_format::read::{self, ShardReader};
 use bale_format::{
-    Compression, Member, SampleStream, ShardFileWriter, ShardIndex, ShardReader, checksum,
-    index_file_name, open_shard_stream, read, shard_file_name,
+    Compression, Member, SampleStream, ShardFileWriter, ShardIndex, checksum, index_file_name,
+    open_shard_stream, shard_file_name,
 };
 use common::{
     ShortReader, TestSample, as_test_samples, collect_stream, fixed_samples, samples_strategy,

@@ -7,7 +7,7 @@ mod common;
 use std::io::Read;
 use std::path::Path;
 
-use bale_format::tar::{PAX_HEADER_NAME, TarReader};
+use bale_format::fuzzing::{PAX_HEADER_NAME, TarReader};
 use bale_format::{
     Compression, FormatError, Member, SampleStream, ShardIndex, ShardWriter, index_file_name,
     shard_file_name,

@@ -34,7 +34,6 @@
 
 mod error;
 mod jpeg;
-mod npy;
 mod options;
 mod transform;
 

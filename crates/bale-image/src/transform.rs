@@ -8,9 +8,9 @@ use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::metadata::Orientation;
 use image::{ColorType, DynamicImage, ExtendedColorType, ImageDecoder, ImageFormat, ImageReader};
 
-use crate::npy;
 use crate::options::{ColorMode, DEFAULT_JPEG_QUALITY, ImageOptions, OutputFormat};
 use crate::{ImageError, format_of};
+use bale_format::npy;
 
 /// The result of transforming one image member.
 #[derive(Debug, Clone, PartialEq, Eq)]

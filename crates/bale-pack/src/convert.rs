@@ -18,10 +18,10 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bale_format::atomic::TEMP_PREFIX;
-use bale_format::tar::{BLOCK, member_header_len, padded};
+use bale_format::read::ShardReader;
 use bale_format::{
-    Compression, CreatedBy, Manifest, ShardEntry, ShardReader, shard_file_name, validate_ext,
-    validate_key,
+    Compression, CreatedBy, Manifest, ShardEntry, TAR_END_LEN, shard_file_name, tar_member_len,
+    validate_ext, validate_key,
 };
 use serde::Serialize;
 
@@ -203,7 +203,7 @@ impl Source<'_> {
             let file = Manifest::resolve(self.dir, &entry.file);
             let index = Manifest::resolve(self.dir, &entry.index);
             let reader = ShardReader::open(&file, &index)?;
-            let recorded = bale_format::manifest::parse_hex64(&entry.index_xxh3);
+            let recorded = bale_format::parse_hex64(&entry.index_xxh3);
             if recorded != Some(reader.index().checksum()) || reader.len() as u64 != entry.samples {
                 return Err(PackError::Format(bale_format::FormatError::Manifest {
                     path: Manifest::path_in(self.dir),
@@ -223,11 +223,6 @@ impl Source<'_> {
         }
         Ok(())
     }
-}
-
-/// Bytes a member takes in a tar stream: header(s) and padded data.
-fn member_bytes(key: &str, ext: &str, size: u64) -> u64 {
-    member_header_len(&format!("{key}.{ext}"), size) + padded(size)
 }
 
 fn to_shards(
@@ -250,11 +245,11 @@ fn to_shards(
     let mut shards: Vec<ShardEntry> = Vec::new();
     let mut cur: Option<(ShardOut, u64, u64)> = None;
     let (mut samples, mut members, mut bytes) = (0u64, 0u64, 0u64);
-    let end_blocks = 2 * BLOCK;
+    let end_blocks = TAR_END_LEN;
     src.for_each(cancel, |key, list| {
         let tar: u64 = list
             .iter()
-            .map(|(ext, d)| member_bytes(key, ext, d.len() as u64))
+            .map(|(ext, d)| tar_member_len(key, ext, d.len() as u64))
             .sum();
         let full = cur.as_ref().is_some_and(|(_, tar_bytes, n)| {
             tar_bytes + tar + end_blocks > opts.shard_size
@@ -426,8 +421,8 @@ fn to_dir(
                 if fs::symlink_metadata(&target).is_ok() {
                     return Err(PackError::Conflict {
                         path: target,
-                        what: "it already exists in the output; convert --format dir writes new names \
-                               only, never over or through an existing file or directory"
+                        what: "it already exists in the output: refusing to write over it or through \
+                               it (convert --format dir writes new names only)"
                             .into(),
                     });
                 }

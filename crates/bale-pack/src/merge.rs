@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use bale_format::atomic::TEMP_PREFIX;
-use bale_format::manifest::parse_hex64;
+use bale_format::parse_hex64;
 use bale_format::{CreatedBy, FormatError, Manifest, ShardIndex, index_file_name, shard_file_name};
 use serde::Serialize;
 

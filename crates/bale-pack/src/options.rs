@@ -14,7 +14,7 @@ pub const DEFAULT_SHARD_SIZE: u64 = 1 << 30;
 /// Default in-flight byte budget: 128 MiB of file data read but not yet written.
 pub const DEFAULT_IN_FLIGHT: u64 = 128 << 20;
 /// Default zstd level for `--compress zstd`.
-pub const DEFAULT_ZSTD_LEVEL: i32 = bale_format::shard::DEFAULT_ZSTD_LEVEL;
+pub const DEFAULT_ZSTD_LEVEL: i32 = bale_format::DEFAULT_ZSTD_LEVEL;
 /// Most threads a `--jobs` option may ask for: more only costs memory and
 /// start-up time, and a typo like `-j 100000` must not bring a machine down.
 pub const MAX_JOBS: usize = 1024;

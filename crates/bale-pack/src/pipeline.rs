@@ -18,8 +18,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bale_format::hash::Hashed;
-use bale_format::tar::{BLOCK, member_header_len, padded};
-use bale_format::{Compression, EncodedSample, ShardEntry, shard_file_name};
+use bale_format::{
+    Compression, EncodedSample, ShardEntry, TAR_END_LEN, shard_file_name, tar_member_len,
+};
 use crossbeam_channel::RecvTimeoutError;
 
 use crate::error::{PackError, Result};
@@ -29,8 +30,6 @@ use crate::plan::Sample;
 use crate::shard_out::ShardOut;
 use crate::{MemberData, PackProgress, SampleTransformFn, SkippedFile};
 
-/// The end-of-archive blocks every tar ends with.
-const END_BLOCKS: u64 = 2 * BLOCK;
 /// At most this many samples are read ahead of the writer, whatever their size.
 const MAX_AHEAD_SAMPLES: usize = 4096;
 /// A read task takes at most this many consecutive samples...
@@ -484,13 +483,13 @@ impl Sink<'_, '_> {
     fn room_for(&mut self, key: &str, bytes: u64) -> Result<()> {
         let ctx = self.ctx;
         if let Some(cur) = &self.cur {
-            let over_bytes = cur.tar_bytes + bytes + END_BLOCKS > ctx.shard_size;
+            let over_bytes = cur.tar_bytes + bytes + TAR_END_LEN > ctx.shard_size;
             let over_count = ctx.shard_samples.is_some_and(|m| cur.samples >= m);
             if over_bytes || over_count {
                 self.finish_current()?;
             }
         }
-        if bytes + END_BLOCKS > ctx.shard_size {
+        if bytes + TAR_END_LEN > ctx.shard_size {
             let msg = format!(
                 "sample {key:?} takes {bytes} bytes, more than the shard size limit of {} bytes: it gets a shard of its own",
                 ctx.shard_size
@@ -578,7 +577,7 @@ impl Sink<'_, '_> {
         }
         let bytes: u64 = list
             .iter()
-            .map(|(ext, _, size)| member_bytes(&s.key, ext, *size))
+            .map(|(ext, _, size)| tar_member_len(&s.key, ext, *size))
             .sum();
         self.room_for(&s.key, bytes)?;
         let Some(cur) = self.cur.as_mut() else {
@@ -632,23 +631,13 @@ impl Sink<'_, '_> {
 /// Bytes a sample takes in the tar stream, its label included.
 fn encoded_len(s: &Sample) -> u64 {
     let label = s.label.map_or(0, |l| {
-        member_bytes(&s.key, "cls", l.to_string().len() as u64)
+        tar_member_len(&s.key, "cls", l.to_string().len() as u64)
     });
     label
         + s.members
             .iter()
-            .map(|m| member_bytes(&s.key, &m.ext, m.size))
+            .map(|m| tar_member_len(&s.key, &m.ext, m.size))
             .sum::<u64>()
-}
-
-/// Bytes a member takes in the tar stream: header(s) and padded data.
-fn member_bytes(key: &str, ext: &str, size: u64) -> u64 {
-    let header = if key.len() + 1 + ext.len() <= 100 && size <= bale_format::tar::MAX_OCTAL_SIZE {
-        BLOCK
-    } else {
-        member_header_len(&format!("{key}.{ext}"), size)
-    };
-    header + padded(size)
 }
 
 /// Reads and writes `samples` in order into shards in `out`.

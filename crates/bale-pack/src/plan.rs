@@ -254,7 +254,7 @@ pub(crate) fn apply_labels(
     Ok(LabelOutcome {
         mode: "csv",
         classes: Some(classes),
-        csv_xxh3: Some(bale_format::manifest::hex64(bale_format::checksum(&bytes))),
+        csv_xxh3: Some(bale_format::hex64(bale_format::checksum(&bytes))),
         unused_rows: unused.len() as u64,
         first_unused: unused.first().map(|(l, k)| (*l, (*k).to_owned())),
     })

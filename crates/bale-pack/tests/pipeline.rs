@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bale_format::{Compression, Manifest, ShardEntry, ShardReader};
+use bale_format::read::ShardReader;
+use bale_format::{Compression, Manifest, ShardEntry};
 use bale_pack::{
     FileList, LabelMode, MemberData, MergeOptions, NoProgress, OnError, Order, PackError,
     PackProgress, PackSummary, Packer, PackerBuilder, Part, SampleTransformError, merge,

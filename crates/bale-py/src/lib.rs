@@ -16,8 +16,6 @@
 //! decompressed into. Other fields are `bytes` (one copy).
 #![deny(missing_docs)]
 
-mod npy;
-
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
@@ -245,8 +243,8 @@ impl PyDataset {
                 s.index()
             ))
         };
-        let header = npy::parse(bytes).map_err(|e| context(&e))?;
-        let npy::Header::Simple {
+        let header = bale_format::npy::parse(bytes).map_err(|e| context(&e))?;
+        let bale_format::npy::Header::Simple {
             descr,
             fortran_order,
             shape,

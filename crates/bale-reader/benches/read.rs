@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
-use bale_format::manifest::hex64;
+use bale_format::hex64;
 use bale_format::{
     Compression, CreatedBy, FieldStats, IndexBuilder, Manifest, Member, ShardEntry,
     ShardFileWriter, checksum, index_file_name, shard_file_name,
@@ -485,7 +485,7 @@ fn get_random(ds: &Dataset, order: &[u64]) -> Result<u64> {
     Ok(black_box(sum))
 }
 
-const RAW_BUFFER: usize = bale_format::stream::STREAM_BUFFER;
+const RAW_BUFFER: usize = bale_format::STREAM_BUFFER;
 
 fn raw_sequential(shards: &[PathBuf]) -> Result<u64> {
     let mut sum = 0u64;

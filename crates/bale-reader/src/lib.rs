@@ -51,6 +51,7 @@ mod iter;
 pub mod plan;
 mod sample;
 pub mod stats;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo};

@@ -13,7 +13,8 @@
 //!
 //! ```
 //! use bale_format::scan::{ScanOptions, scan_shard};
-//! use bale_format::{Compression, Member, ShardReader, ShardWriter};
+//! use bale_format::read::ShardReader;
+//! use bale_format::{Compression, Member, ShardWriter};
 //! let dir = tempfile::tempdir()?;
 //! // Any WebDataset tar: here one written by bale itself.
 //! let mut w = ShardWriter::new(Vec::new(), "x.tar", Compression::None, 0)?;

@@ -1,8 +1,9 @@
 //! Tests of the scan: hand-made tars, bale's own shards, damage.
 
 use super::*;
+use crate::read::ShardReader;
 use crate::tar::encode_member_header;
-use crate::{Member, ShardReader, ShardWriter};
+use crate::{Member, ShardWriter};
 
 /// A tar built by hand: (name, typeflag, data) entries, then end blocks and `pad` zero bytes.
 fn tar(entries: &[(&str, u8, &[u8])], pad: usize) -> Vec<u8> {

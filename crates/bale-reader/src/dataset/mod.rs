@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use bale_format::manifest::parse_hex64;
 use bale_format::read::{decompress_frame, verify_member};
 use bale_format::{Compression, FormatError, MANIFEST_NAME, Manifest, SampleEntry, ShardIndex};
 use memmap2::Mmap;

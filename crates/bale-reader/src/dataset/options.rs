@@ -53,7 +53,7 @@ impl Default for DatasetOptions {
         DatasetOptions {
             verify_on_read: false,
             backing: Backing::default(),
-            read_chunk: bale_format::stream::STREAM_BUFFER,
+            read_chunk: bale_format::STREAM_BUFFER,
             open_threads: 0,
         }
     }

@@ -86,7 +86,7 @@ pub(super) fn open_shard(
         Err(FormatError::IndexMismatch { what, .. }) => return mismatch(what),
         r => r?,
     };
-    let recorded = parse_hex64(&entry.index_xxh3).unwrap_or_default();
+    let recorded = bale_format::parse_hex64(&entry.index_xxh3).unwrap_or_default();
     if index.checksum() != recorded {
         return mismatch(format!(
             "the index checksum is {:016x}, the manifest records {}",

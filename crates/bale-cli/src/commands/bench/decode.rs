@@ -51,39 +51,21 @@ pub fn decode_member(ext: &str, bytes: &[u8]) -> anyhow::Result<Decoded> {
     Ok(Decoded::Image(t.out_width, t.out_height))
 }
 
-/// Parses a `.npy` header (format 1.0, 2.0 or 3.0), checks the array bytes
+/// Parses a `.npy` header ([`bale_format::npy`]), checks the array bytes
 /// are all there, and reads every one of them (a checksum), as a loader that
 /// copies the array into a tensor does.
 fn touch_npy(bytes: &[u8]) -> anyhow::Result<Decoded> {
-    ensure!(
-        bytes.len() >= 10 && &bytes[..6] == b"\x93NUMPY",
-        "not a .npy array (no \\x93NUMPY magic)"
-    );
-    let major = bytes[6];
-    let (header_len, start) = match major {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
-        2 | 3 => {
-            ensure!(bytes.len() >= 12, ".npy header truncated");
-            (
-                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-                12,
-            )
-        }
-        v => bail!(".npy format version {v} is not supported"),
+    let header = bale_format::npy::parse(bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bale_format::npy::Header::Simple {
+        shape, data_offset, ..
+    } = &header
+    else {
+        bail!(".npy member with a structured dtype");
     };
-    let end = start
-        .checked_add(header_len)
-        .filter(|e| *e <= bytes.len())
-        .context(".npy header runs past the end of the member")?;
-    let header = std::str::from_utf8(&bytes[start..end]).context(".npy header is not text")?;
-    let itemsize = npy_itemsize(header).context(".npy header has no usable 'descr'")?;
-    let shape = npy_shape(header).context(".npy header has no usable 'shape'")?;
-    let count = shape
-        .iter()
-        .try_fold(1u64, |a, d| a.checked_mul(*d))
-        .and_then(|n| n.checked_mul(itemsize))
-        .context(".npy shape overflows")?;
-    let data = &bytes[end..];
+    let count = header
+        .data_len()
+        .context(".npy header has no usable 'descr' or 'shape'")?;
+    let data = &bytes[*data_offset..];
     ensure!(
         data.len() as u64 >= count,
         ".npy array needs {count} bytes, the member holds {}",
@@ -92,32 +74,6 @@ fn touch_npy(bytes: &[u8]) -> anyhow::Result<Decoded> {
     std::hint::black_box(bale_format::hash::xxh3_64(&data[..count as usize]));
     let dim = |i: usize| shape.get(i).map_or(1, |d| (*d).min(u32::MAX as u64) as u32);
     Ok(Decoded::Image(dim(1), dim(0)))
-}
-
-/// The item size of `'descr': '<f4'` (the digits after the type letter).
-fn npy_itemsize(header: &str) -> Option<u64> {
-    let rest = &header[header.find("'descr'")? + 7..];
-    let rest = &rest[rest.find('\'')? + 1..];
-    let descr = &rest[..rest.find('\'')?];
-    let digits: String = descr
-        .chars()
-        .skip_while(|c| !c.is_ascii_digit())
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok().filter(|n| *n > 0)
-}
-
-/// The dimensions of `'shape': (224, 224, 3)`.
-fn npy_shape(header: &str) -> Option<Vec<u64>> {
-    let rest = &header[header.find("'shape'")? + 7..];
-    let rest = &rest[rest.find('(')? + 1..];
-    let inner = &rest[..rest.find(')')?];
-    inner
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().ok())
-        .collect()
 }
 
 #[cfg(test)]

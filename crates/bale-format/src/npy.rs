@@ -1,9 +1,11 @@
-//! The header of a `.npy` member (NumPy's format, versions 1.0, 2.0 and 3.0),
-//! parsed without Python so that the array can be a view of the member's bytes.
+//! NumPy's `.npy` format (versions 1.0, 2.0 and 3.0): the one parser of its
+//! header for every crate (the Python package's zero-copy arrays, the HDF5
+//! writer's dense arrays, `bale bench --decode`), and the writer of the
+//! `.npy` members the image stage stores.
 //!
 //! Only what a view needs is read: the dtype string, the memory order and the
 //! shape. A header whose `descr` is not a plain string (a structured dtype) is
-//! [`Header::Other`]: the caller then lets NumPy parse the member (a copy).
+//! [`Header::Other`].
 
 /// What the header of a `.npy` member says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +23,83 @@ pub enum Header {
     },
     /// A valid header this parser does not map (a structured dtype).
     Other,
+}
+
+impl Header {
+    /// Bytes per element of a plain dtype (`<f4` is 4, `|u1` is 1), from the
+    /// digits of its `descr`; `None` for a structured dtype or one without a size.
+    pub fn itemsize(&self) -> Option<u64> {
+        let Header::Simple { descr, .. } = self else {
+            return None;
+        };
+        let digits: String = descr
+            .chars()
+            .skip_while(|c| !c.is_ascii_digit())
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok().filter(|n| *n > 0)
+    }
+
+    /// Bytes the array's data takes: the product of the shape and the item
+    /// size; `None` when unknown or overflowing.
+    pub fn data_len(&self) -> Option<u64> {
+        let Header::Simple { shape, .. } = self else {
+            return None;
+        };
+        shape
+            .iter()
+            .try_fold(1u64, |a, d| a.checked_mul(*d))?
+            .checked_mul(self.itemsize()?)
+    }
+
+    /// The `(height, width, channels)` of a C-order uint8 3-D array whose
+    /// data fills a member of `total` bytes exactly, with the data's offset;
+    /// `None` for anything else.
+    pub fn u8_hwc(&self, total: u64) -> Option<([usize; 3], usize)> {
+        let Header::Simple {
+            descr,
+            fortran_order: false,
+            shape,
+            data_offset,
+        } = self
+        else {
+            return None;
+        };
+        if !matches!(descr.as_str(), "|u1" | "u1" | "<u1" | ">u1" | "=u1") {
+            return None;
+        }
+        let [h, w, c] = shape[..] else { return None };
+        let dims = [
+            usize::try_from(h).ok()?,
+            usize::try_from(w).ok()?,
+            usize::try_from(c).ok()?,
+        ];
+        let pixels = h.checked_mul(w)?.checked_mul(c)?;
+        ((*data_offset as u64).checked_add(pixels)? == total && pixels > 0)
+            .then_some((dims, *data_offset))
+    }
+}
+
+/// Encodes `data` (already in the byte order `descr` names) as a version 1.0
+/// `.npy` file of `shape`, as `numpy.save` writes it: the header dict padded
+/// with spaces to a 64-byte boundary and ended by a newline, then the data in
+/// C order. `descr` is a NumPy type string such as `|u1` or `<u2`.
+pub fn encode(descr: &str, shape: [usize; 3], data: &[u8]) -> Vec<u8> {
+    let dict = format!(
+        "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}, {}, {}), }}",
+        shape[0], shape[1], shape[2]
+    );
+    // 6 magic + 2 version + 2 length, the dict, padding, the newline.
+    let unpadded = 10 + dict.len() + 1;
+    let header_len = dict.len() + 1 + (64 - unpadded % 64) % 64;
+    let mut out = Vec::with_capacity(10 + header_len + data.len());
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header_len as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out.resize(10 + header_len - 1, b' ');
+    out.push(b'\n');
+    out.extend_from_slice(data);
+    out
 }
 
 /// Parses the header of the `.npy` member `bytes`.
@@ -250,6 +329,39 @@ impl Parser<'_> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn encoded_headers_are_padded_to_64_bytes_and_parse_back() {
+        for shape in [[1, 1, 1], [375, 500, 3], [100_000, 100_000, 4]] {
+            let out = encode("|u1", shape, &[7]);
+            let len = u16::from_le_bytes([out[8], out[9]]) as usize;
+            assert_eq!((10 + len) % 64, 0);
+            assert_eq!(&out[..8], b"\x93NUMPY\x01\x00");
+            assert_eq!(out[10 + len - 1], b'\n');
+            assert_eq!(&out[10 + len..], &[7]);
+            let h = parse(&out).unwrap();
+            assert_eq!(h.itemsize(), Some(1));
+            let Header::Simple { shape: s, .. } = &h else {
+                panic!("{h:?}")
+            };
+            assert_eq!(s, &shape.map(|d| d as u64));
+        }
+        let img = encode("|u1", [2, 3, 3], &[9; 18]);
+        let h = parse(&img).unwrap();
+        assert_eq!(
+            h.u8_hwc(img.len() as u64),
+            Some(([2, 3, 3], img.len() - 18))
+        );
+        assert_eq!(
+            h.u8_hwc(img.len() as u64 + 1),
+            None,
+            "data must fill the member"
+        );
+        assert_eq!(h.data_len(), Some(18));
+        let f4 = encode("<f4", [2, 3, 3], &[0; 72]);
+        assert_eq!(parse(&f4).unwrap().u8_hwc(f4.len() as u64), None);
+        assert_eq!(parse(&f4).unwrap().data_len(), Some(72));
+    }
 
     fn npy(major: u8, header: &str) -> Vec<u8> {
         let mut v = b"\x93NUMPY".to_vec();
