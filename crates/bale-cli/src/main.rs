@@ -7,6 +7,7 @@ mod args;
 mod commands;
 mod escape;
 mod progress;
+mod units;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,7 +1,7 @@
 //! The one error type of `bale-format`.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A result with [`FormatError`].
 pub type Result<T, E = FormatError> = std::result::Result<T, E>;
@@ -14,7 +14,7 @@ pub type Result<T, E = FormatError> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum FormatError {
     /// An I/O error on a file.
-    #[error("{}: {source}", crate::files::shown(path))]
+    #[error("{}: {source}", shown(path))]
     Io {
         /// The file.
         path: PathBuf,
@@ -23,7 +23,7 @@ pub enum FormatError {
         source: io::Error,
     },
     /// An I/O error at a known position of a file.
-    #[error("{} at offset {offset}: {source}", crate::files::shown(path))]
+    #[error("{} at offset {offset}: {source}", shown(path))]
     IoAt {
         /// The file.
         path: PathBuf,
@@ -36,7 +36,7 @@ pub enum FormatError {
     /// The file ends before a structure it must hold.
     #[error(
         "{} is truncated: {what} needs bytes up to offset {needed}, the file has {len}",
-        crate::files::shown(path)
+        shown(path)
     )]
     Truncated {
         /// The file.
@@ -49,10 +49,7 @@ pub enum FormatError {
         len: u64,
     },
     /// The file does not start with the expected magic bytes: not a bale file.
-    #[error(
-        "{} is not a bale {what} (bad magic at offset 0)",
-        crate::files::shown(path)
-    )]
+    #[error("{} is not a bale {what} (bad magic at offset 0)", shown(path))]
     BadMagic {
         /// The file.
         path: PathBuf,
@@ -62,7 +59,7 @@ pub enum FormatError {
     /// The file was written by a newer, incompatible version of the format.
     #[error(
         "{} has format version {major}.{minor}, this bale reads major version {supported}; upgrade bale",
-        crate::files::shown(path)
+        shown(path)
     )]
     UnsupportedVersion {
         /// The file.
@@ -75,7 +72,7 @@ pub enum FormatError {
         supported: u32,
     },
     /// The structure of a file is inconsistent.
-    #[error("{} is corrupt at offset {offset}: {what}", crate::files::shown(path))]
+    #[error("{} is corrupt at offset {offset}: {what}", shown(path))]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -87,7 +84,7 @@ pub enum FormatError {
     /// A checksum stored in a file does not match its bytes.
     #[error(
         "{} checksum mismatch{}: stored {expected:016x}, computed {actual:016x}",
-        crate::files::shown(path),
+        shown(path),
         location
     )]
     ChecksumMismatch {
@@ -101,7 +98,7 @@ pub enum FormatError {
         actual: u64,
     },
     /// A tar header that cannot be parsed or is not supported.
-    #[error("{} at offset {offset}: {what}", crate::files::shown(path))]
+    #[error("{} at offset {offset}: {what}", shown(path))]
     Tar {
         /// The file.
         path: PathBuf,
@@ -111,7 +108,7 @@ pub enum FormatError {
         what: String,
     },
     /// The manifest is not valid JSON or does not describe a dataset.
-    #[error("{}: invalid manifest: {what}", crate::files::shown(path))]
+    #[error("{}: invalid manifest: {what}", shown(path))]
     Manifest {
         /// The manifest file.
         path: PathBuf,
@@ -121,7 +118,7 @@ pub enum FormatError {
     /// A directory holds no manifest: it is not a bale dataset, or its writing did not finish.
     #[error(
         "{} is not a complete bale dataset: it has no bale.json (a pack that did not finish leaves none)",
-        crate::files::shown(dir)
+        shown(dir)
     )]
     Incomplete {
         /// The dataset directory.
@@ -136,7 +133,7 @@ pub enum FormatError {
         reason: &'static str,
     },
     /// A key appears twice in one shard.
-    #[error("duplicate key {key:?} in shard {}", crate::files::shown(path))]
+    #[error("duplicate key {key:?} in shard {}", shown(path))]
     DuplicateKey {
         /// The shard being written.
         path: PathBuf,
@@ -144,7 +141,7 @@ pub enum FormatError {
         key: String,
     },
     /// The HDF5 library failed on a shard (feature `hdf5`), or this build has no HDF5 support.
-    #[error("{}: hdf5: {what}", crate::files::shown(path))]
+    #[error("{}: hdf5: {what}", shown(path))]
     Hdf5 {
         /// The shard file.
         path: PathBuf,
@@ -155,7 +152,7 @@ pub enum FormatError {
     /// sample's members consecutive), and the scan was told to refuse that.
     #[error(
         "{} at offset {offset}: members of sample {key:?} are not contiguous: they appear at offset {first} (sample {sample}) and again at offset {offset} after other samples; WebDataset's rule is that a sample's members are consecutive",
-        crate::files::shown(path)
+        shown(path)
     )]
     SplitSample {
         /// The tar file.
@@ -170,7 +167,7 @@ pub enum FormatError {
         sample: u64,
     },
     /// A shard index disagrees with what the manifest records about it.
-    #[error("{} does not match the manifest: {what}", crate::files::shown(path))]
+    #[error("{} does not match the manifest: {what}", shown(path))]
     IndexMismatch {
         /// The index file.
         path: PathBuf,
@@ -180,7 +177,7 @@ pub enum FormatError {
     /// A path bale must read as a regular file is something else.
     #[error(
         "{} is {kind}, not a regular file; bale reads only regular files",
-        crate::files::shown(path)
+        shown(path)
     )]
     NotRegular {
         /// The path.
@@ -191,7 +188,7 @@ pub enum FormatError {
     /// Another process holds the lock on a directory bale is about to write.
     #[error(
         "{} is being written by another bale command (it holds the directory's lock); wait for it to finish, or write elsewhere",
-        crate::files::shown(dir)
+        shown(dir)
     )]
     Locked {
         /// The directory.
@@ -200,14 +197,14 @@ pub enum FormatError {
     /// A file bale was about to create already exists, and bale did not create it.
     #[error(
         "{} already exists; refusing to replace a file this command did not create",
-        crate::files::shown(path)
+        shown(path)
     )]
     Exists {
         /// The file.
         path: PathBuf,
     },
     /// A value does not fit the format's limits.
-    #[error("{}: {what}", crate::files::shown(path))]
+    #[error("{}: {what}", shown(path))]
     Limit {
         /// The file.
         path: PathBuf,
@@ -246,5 +243,51 @@ impl FormatError {
             offset,
             what: what.into(),
         }
+    }
+}
+
+/// Shows a path in a message with its control characters escaped (`\n`,
+/// `\t`, `\x1b`, `\u{85}`): a file name cannot forge a line or send an
+/// escape sequence to the terminal. `format!("{}", shown(&path))`.
+pub fn shown(path: &Path) -> Shown<'_> {
+    Shown(path)
+}
+
+/// See [`shown`].
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a>(&'a Path);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.to_string_lossy();
+        if !text.chars().any(char::is_control) {
+            return f.write_str(&text);
+        }
+        for c in text.chars() {
+            match c {
+                '\n' => f.write_str("\\n")?,
+                '\t' => f.write_str("\\t")?,
+                '\r' => f.write_str("\\r")?,
+                c if (c as u32) < 0x80 && c.is_control() => write!(f, "\\x{:02x}", c as u32)?,
+                c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32)?,
+                c => write!(f, "{c}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_in_paths_are_escaped() {
+        assert_eq!(shown(Path::new("a/b.tar")).to_string(), "a/b.tar");
+        assert_eq!(
+            shown(Path::new("t/fake\n99\tx.txt")).to_string(),
+            "t/fake\\n99\\tx.txt"
+        );
+        assert_eq!(shown(Path::new("\x1b[31m")).to_string(), "\\x1b[31m");
     }
 }

@@ -55,8 +55,10 @@ mod stream;
 mod tar;
 pub mod verify;
 
-pub use error::{FormatError, Result};
-pub use index::{Compression, IndexBuilder, MemberEntry, SampleEntry, ShardIndex, checksum};
+pub use error::{FormatError, Result, Shown, shown};
+pub use index::{
+    Compression, IndexBuilder, MemberEntry, SampleEntry, ShardIndex, checksum, prefetch,
+};
 pub use manifest::{
     CreatedBy, FieldStats, ImageTransform, MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest,
     ORIGINAL_SIZE_EXT, ShardEntry, hex64, parse_hex64,
@@ -64,7 +66,7 @@ pub use manifest::{
 pub use name::{split_member_name, validate_ext, validate_key};
 pub use shard::{
     DEFAULT_ZSTD_LEVEL, EncodedSample, Member, ShardBuf, ShardFileWriter, ShardSummary,
-    ShardWriter, index_file_name, shard_file_name,
+    ShardWriter, index_file_name, is_bale_file_name, shard_file_name,
 };
 pub use stream::{STREAM_BUFFER, SampleStream, StreamMember, StreamSample, open_shard_stream};
 pub use tar::{TAR_END_LEN, tar_member_len};

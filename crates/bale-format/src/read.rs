@@ -318,26 +318,3 @@ impl ShardReader {
         })
     }
 }
-
-/// Asks the CPU to load the cache lines of `bytes` (a hint: no fault, no wait).
-pub fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // Every 64-byte line the slice touches, from the one holding its first byte.
-        let first = bytes.as_ptr() as usize % 64;
-        let mut at = 0;
-        while at < bytes.len() {
-            // SAFETY: a prefetch never faults and has no effect on memory;
-            // the address lies in a live slice.
-            #[allow(unused_unsafe)]
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    bytes.as_ptr().add(at).cast(),
-                )
-            };
-            at += 64 - if at == 0 { first } else { 0 };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}

@@ -770,6 +770,18 @@ impl ShardFileWriter {
     }
 }
 
+/// Whether `name` is a file bale writes into a dataset directory: the
+/// manifest, a shard or index (`shard-*` / `part-*`), or a temporary file.
+pub fn is_bale_file_name(name: &str) -> bool {
+    name == crate::MANIFEST_NAME
+        || name.starts_with(crate::atomic::TEMP_PREFIX)
+        || ((name.starts_with("shard-") || name.starts_with("part-"))
+            && (name.ends_with(".tar")
+                || name.ends_with(".tar.zst")
+                || name.ends_with(".h5")
+                || name.ends_with(".idx")))
+}
+
 /// The checks that start a sample in a shard writer (tar or HDF5): a valid
 /// key, no sample still `open`, and a key new to the shard (recorded in
 /// `keys`). `path` names the shard in errors.

@@ -549,11 +549,6 @@ impl<R: Read> TarReader<R> {
         self.pos
     }
 
-    /// The wrapped stream.
-    pub fn into_inner(self) -> R {
-        self.inner
-    }
-
     fn fill(&mut self, buf: &mut [u8], what: &'static str) -> Result<bool> {
         // Returns false on a clean EOF before the first byte.
         let mut got = 0;

@@ -421,9 +421,10 @@ fn to_dir(
                 if fs::symlink_metadata(&target).is_ok() {
                     return Err(PackError::Conflict {
                         path: target,
-                        what: "it already exists in the output: refusing to write over it or through \
+                        what:
+                            "it already exists in the output: refusing to write over it or through \
                                it (convert --format dir writes new names only)"
-                            .into(),
+                                .into(),
                     });
                 }
                 continue;

@@ -33,7 +33,7 @@ pub struct SampleTransformError {
 #[non_exhaustive]
 pub enum PackError {
     /// An input file or directory could not be read (opened, listed, read).
-    #[error("cannot read {}: {source}", bale_format::files::shown(path))]
+    #[error("cannot read {}: {source}", bale_format::shown(path))]
     Read {
         /// The input path.
         path: PathBuf,
@@ -42,7 +42,7 @@ pub enum PackError {
         source: io::Error,
     },
     /// An input file changed while it was being packed.
-    #[error("{} changed during the pack: {what}", bale_format::files::shown(path))]
+    #[error("{} changed during the pack: {what}", bale_format::shown(path))]
     Changed {
         /// The input path.
         path: PathBuf,
@@ -51,7 +51,7 @@ pub enum PackError {
     },
     /// An input path bale cannot pack: not UTF-8, not a regular file, a
     /// symlink loop, a name that is not a valid sample key, no label.
-    #[error("cannot pack {}: {what}", bale_format::files::shown(path))]
+    #[error("cannot pack {}: {what}", bale_format::shown(path))]
     BadInput {
         /// The input path.
         path: PathBuf,
@@ -59,7 +59,7 @@ pub enum PackError {
         what: String,
     },
     /// The transform hook refused a member.
-    #[error("transform failed on {}: {source}", bale_format::files::shown(path))]
+    #[error("transform failed on {}: {source}", bale_format::shown(path))]
     Transform {
         /// The input path.
         path: PathBuf,
@@ -70,8 +70,8 @@ pub enum PackError {
     /// Two input files map to the same sample key and extension.
     #[error(
         "{} and {} both map to member .{ext} of sample {key:?} (a key and extension must be unique)",
-        bale_format::files::shown(first),
-        bale_format::files::shown(second)
+        bale_format::shown(first),
+        bale_format::shown(second)
     )]
     DuplicateMember {
         /// The sample key.
@@ -86,14 +86,14 @@ pub enum PackError {
     /// A sample already holds a `.cls` file while labels are being added.
     #[error(
         "{} is a .cls member, but labels are added as .cls; use --labels none or rename it",
-        bale_format::files::shown(path)
+        bale_format::shown(path)
     )]
     LabelConflict {
         /// The `.cls` input file.
         path: PathBuf,
     },
     /// The label CSV cannot be used.
-    #[error("{} line {line}: {what}", bale_format::files::shown(path))]
+    #[error("{} line {line}: {what}", bale_format::shown(path))]
     Labels {
         /// The CSV file.
         path: PathBuf,
@@ -108,7 +108,7 @@ pub enum PackError {
     /// The output directory holds files and `force` was not given.
     #[error(
         "output directory {} is not empty (use --force to write into it)",
-        bale_format::files::shown(dir)
+        bale_format::shown(dir)
     )]
     OutputNotEmpty {
         /// The output directory.
@@ -118,7 +118,7 @@ pub enum PackError {
     /// command refers to; `--force` never does that.
     #[error(
         "refusing to delete or replace {}: it is an input of this command (--force never touches inputs); write the output elsewhere",
-        bale_format::files::shown(path)
+        bale_format::shown(path)
     )]
     WouldDeleteInput {
         /// The input file.
@@ -127,7 +127,7 @@ pub enum PackError {
     /// A file the command would write exists, and bale did not create it in this run.
     #[error(
         "{} already exists; use --force to replace it",
-        bale_format::files::shown(path)
+        bale_format::shown(path)
     )]
     WouldReplace {
         /// The existing file.
@@ -135,7 +135,7 @@ pub enum PackError {
     },
     /// The output cannot be written as asked: a name that exists, a
     /// directory that is a file.
-    #[error("cannot write {}: {what}", bale_format::files::shown(path))]
+    #[error("cannot write {}: {what}", bale_format::shown(path))]
     Conflict {
         /// The path in the way.
         path: PathBuf,
@@ -143,7 +143,7 @@ pub enum PackError {
         what: String,
     },
     /// An I/O error on an output or bookkeeping file.
-    #[error("{}: {source}", bale_format::files::shown(path))]
+    #[error("{}: {source}", bale_format::shown(path))]
     Io {
         /// The file.
         path: PathBuf,
@@ -152,7 +152,7 @@ pub enum PackError {
         source: io::Error,
     },
     /// `bale merge` cannot join these parts.
-    #[error("cannot merge {}: {what}", bale_format::files::shown(path))]
+    #[error("cannot merge {}: {what}", bale_format::shown(path))]
     Merge {
         /// The part directory concerned.
         path: PathBuf,

@@ -8,7 +8,7 @@ use bale_format::{ImageTransform, ORIGINAL_SIZE_EXT};
 use bale_image::ImageOptions;
 
 use crate::error::SampleTransformError;
-use crate::packer::{MemberData, SampleTransformFn};
+use crate::hooks::{MemberData, SampleTransformFn};
 
 /// The manifest record of the image options.
 pub(crate) fn record(o: &ImageOptions) -> ImageTransform {

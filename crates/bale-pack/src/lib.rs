@@ -46,6 +46,7 @@
 mod convert;
 mod discover;
 mod error;
+mod hooks;
 mod image;
 mod index;
 mod merge;
@@ -55,20 +56,19 @@ mod packer;
 mod patterns;
 mod pipeline;
 mod plan;
+mod progress;
 mod shard_out;
 
 pub use convert::{ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert};
 pub use discover::{FileList, IGNORED_EXAMPLES, Ignored, IgnoredKind, Tree, TreeFile, walk_tree};
 pub use error::{PackError, Result, SampleTransformError, TransformError};
+pub use hooks::{MemberData, SampleTransformFn, TransformFn};
 pub use index::{IndexOptions, IndexProgress, IndexSummary, IndexedShard, index};
 pub use merge::{MergeOptions, MergeSummary, merge};
 pub use options::{
     CompressSpec, DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, MAX_JOBS,
     OnError, Order, Part, check_jobs, parse_size,
 };
-pub use output::is_bale_file_name;
-pub use packer::{
-    MemberData, NoProgress, PackProgress, PackSummary, Packer, PackerBuilder, SampleTransformFn,
-    ShapingOptions, SkippedFile, TransformFn, default_jobs,
-};
+pub use packer::{PackSummary, Packer, PackerBuilder, ShapingOptions, default_jobs};
 pub use patterns::{MAX_EXPANSION, expand_all as expand_patterns, expand_braces};
+pub use progress::{NoProgress, PackProgress, SkippedFile};

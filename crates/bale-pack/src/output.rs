@@ -15,23 +15,10 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use bale_format::MANIFEST_NAME;
-use bale_format::atomic::TEMP_PREFIX;
 use bale_format::files::{DirLock, FileId};
+use bale_format::{MANIFEST_NAME, is_bale_file_name};
 
 use crate::error::{PackError, Result};
-
-/// Whether `name` is a file bale writes into a dataset directory: the
-/// manifest, a shard or index (`shard-*` / `part-*`), or a temporary file.
-pub fn is_bale_file_name(name: &str) -> bool {
-    name == MANIFEST_NAME
-        || name.starts_with(TEMP_PREFIX)
-        || ((name.starts_with("shard-") || name.starts_with("part-"))
-            && (name.ends_with(".tar")
-                || name.ends_with(".tar.zst")
-                || name.ends_with(".h5")
-                || name.ends_with(".idx")))
-}
 
 /// The files a command reads: `--force` never deletes or replaces one.
 #[derive(Debug, Default)]

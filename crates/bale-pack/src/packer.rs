@@ -6,83 +6,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use bale_format::{Compression, CreatedBy, ImageTransform, Manifest, ShardEntry};
+use bale_format::{Compression, CreatedBy, ImageTransform, Manifest};
 use bale_image::ImageOptions;
 use serde::{Deserialize, Serialize};
 
 use crate::discover::{Discover, FileList, Filter, Ignored, dir_id};
 use crate::error::{PackError, Result, SampleTransformError, TransformError};
+use crate::hooks::{MemberData, SampleTransformFn};
 use crate::options::{
     DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError, Order, Part,
 };
-use crate::output::{Inputs, Output, is_bale_file_name};
+use crate::output::{Inputs, Output};
 use crate::pipeline::{WriteCtx, write_all};
 use crate::plan::{apply_labels, group, stat_all};
-
-/// A per-member transform (see [`PackerBuilder::transform`]): takes the
-/// member's extension and bytes, returns the bytes to store.
-pub type TransformFn =
-    dyn Fn(&str, Vec<u8>) -> std::result::Result<Vec<u8>, TransformError> + Send + Sync;
-
-/// One member of a sample, as a [`SampleTransformFn`] gets and returns it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberData {
-    /// The member's extension (`jpg`, `seg.png`, `cls`).
-    pub ext: String,
-    /// Its bytes.
-    pub data: Vec<u8>,
-}
-
-/// A per-sample transform applied in the parallel read stage (see
-/// [`PackerBuilder::sample_transform`]): takes the sample's key and its
-/// members (sorted by extension, labels not included), returns the members
-/// to store. It may change, rename, drop or add members.
-pub type SampleTransformFn = dyn Fn(&str, Vec<MemberData>) -> std::result::Result<Vec<MemberData>, SampleTransformError>
-    + Send
-    + Sync;
-
-/// Receives progress reports from a running pack. Every method has an empty
-/// default; all are called from the thread that called [`Packer::run`].
-pub trait PackProgress {
-    /// Discovery has found `files` candidate files so far.
-    fn discovering(&self, _files: u64) {}
-    /// The plan is made: this run reads `samples` samples holding `bytes` bytes of files.
-    fn planned(&self, _samples: u64, _bytes: u64) {}
-    /// `samples` samples holding `bytes` bytes of input have been written so far.
-    fn sample_written(&self, _samples: u64, _bytes: u64) {}
-    /// A shard and its index are in place.
-    fn shard_finished(&self, _shard: &ShardEntry) {}
-    /// A file was skipped (`--on-error skip`).
-    fn skipped(&self, _file: &SkippedFile) {}
-    /// Something worth telling the user (an oversize sample, unused label rows).
-    fn warning(&self, _message: &str) {}
-}
+use crate::progress::{PackProgress, SkippedFile, lossy};
 
 /// The default number of reader threads: 4 per core. Reads wait on the disk
 /// more than on the CPU (measured: 8 threads on 2 cores read a cold tree
 /// 1.6x faster than 2), and on a warm cache the extra threads cost nothing.
 pub fn default_jobs() -> usize {
     4 * std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// A [`PackProgress`] that ignores every report.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoProgress;
-
-impl PackProgress for NoProgress {}
-
-fn lossy<S: serde::Serializer>(p: &Path, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_str(&p.to_string_lossy())
-}
-
-/// An input file that was not packed because of an error (`--on-error skip`).
-#[derive(Debug, Clone, Serialize)]
-pub struct SkippedFile {
-    /// The file.
-    #[serde(serialize_with = "lossy")]
-    pub path: PathBuf,
-    /// Why, as a message.
-    pub error: String,
 }
 
 /// What a pack did.
@@ -543,7 +486,7 @@ impl Packer {
                 .path
                 .file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(is_bale_file_name);
+                .is_some_and(bale_format::is_bale_file_name);
             if bale_named || o.follow_links {
                 inputs.add(&f.path);
             }

@@ -24,11 +24,12 @@ use bale_format::{
 use crossbeam_channel::RecvTimeoutError;
 
 use crate::error::{PackError, Result};
+use crate::hooks::{MemberData, SampleTransformFn};
 use crate::options::OnError;
 use crate::output::Output;
 use crate::plan::Sample;
+use crate::progress::{PackProgress, SkippedFile};
 use crate::shard_out::ShardOut;
-use crate::{MemberData, PackProgress, SampleTransformFn, SkippedFile};
 
 /// At most this many samples are read ahead of the writer, whatever their size.
 const MAX_AHEAD_SAMPLES: usize = 4096;

@@ -22,7 +22,7 @@ pub enum ReaderError {
     /// A sample index past the end of the dataset.
     #[error(
         "sample {index} out of range: the dataset {} holds {len} samples",
-        bale_format::files::shown(dir)
+        bale_format::shown(dir)
     )]
     IndexOutOfRange {
         /// The dataset directory.
@@ -35,7 +35,7 @@ pub enum ReaderError {
     /// No sample has this key.
     #[error(
         "no sample with key {key:?} in the dataset {}",
-        bale_format::files::shown(dir)
+        bale_format::shown(dir)
     )]
     UnknownKey {
         /// The dataset directory.
@@ -46,8 +46,8 @@ pub enum ReaderError {
     /// A shard's index or file disagrees with what the manifest records.
     #[error(
         "shard {shard} ({}) does not match the manifest {}: {what}",
-        bale_format::files::shown(path),
-        bale_format::files::shown(manifest)
+        bale_format::shown(path),
+        bale_format::shown(manifest)
     )]
     ManifestMismatch {
         /// The manifest file.
@@ -62,7 +62,7 @@ pub enum ReaderError {
     /// A `.cls` member that does not hold a decimal integer.
     #[error(
         "{}: sample {key:?} has a .cls member that is not a decimal integer: {text:?}",
-        bale_format::files::shown(path)
+        bale_format::shown(path)
     )]
     BadLabel {
         /// The shard file.

@@ -25,7 +25,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::dataset::Dataset;
 use crate::error::{ReaderError, Result};
-use crate::plan::{Order, Reservoir};
+use crate::plan::{EpochPlan, Order, Partition, Reservoir};
 use crate::sample::Sample;
 
 /// Most single-sample reads batched into one job (so prefetch threads hand
@@ -635,3 +635,19 @@ impl Iterator for SampleIter {
 }
 
 impl ExactSizeIterator for SampleIter {}
+
+impl Dataset {
+    /// Iterates over an epoch: the samples `partition` gets under `plan`, in
+    /// plan order. Add [`SampleIter::start_at`] to resume and
+    /// [`SampleIter::prefetch`] to read ahead on background threads.
+    ///
+    /// Sequential and shard-shuffled plans read runs of consecutive samples
+    /// with one large read each (see [`crate::DatasetOptions::read_chunk`]);
+    /// shuffled plans read each sample with one positioned read.
+    ///
+    /// # Errors
+    /// An invalid partition.
+    pub fn iter(&self, plan: EpochPlan, partition: Partition) -> Result<SampleIter> {
+        Ok(SampleIter::new(self.clone(), self.order(plan, partition)?))
+    }
+}

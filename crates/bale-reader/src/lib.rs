@@ -58,4 +58,4 @@ pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo};
 pub use error::{ReaderError, Result};
 pub use iter::SampleIter;
 pub use plan::{EpochPlan, Order, OrderIter, Partition};
-pub use sample::Sample;
+pub use sample::{Sample, parse_label};

@@ -320,14 +320,14 @@ impl Sample {
                 run = match run {
                     Some((s, e)) if a >= s && a <= e + PAGE => Some((s, e.max(b))),
                     Some((s, e)) => {
-                        crate::dataset::will_need(m, s as u64, (e - s) as u64);
+                        will_need(m, s as u64, (e - s) as u64);
                         Some((a, b))
                     }
                     None => Some((a, b)),
                 };
             }
             if let Some((s, e)) = run {
-                crate::dataset::will_need(m, s as u64, (e - s) as u64);
+                will_need(m, s as u64, (e - s) as u64);
             }
         }
     }
@@ -348,4 +348,28 @@ impl fmt::Debug for Sample {
             .field("mapped", &self.is_mapped())
             .finish()
     }
+}
+
+/// Asks the kernel to start reading `len` bytes of the map at `offset` (one
+/// request for the whole range) unless they are cached; pages are then
+/// faulted in without further I/O. A failure only loses the hint.
+///
+/// A range within one 4 KiB block is left alone: faulting its page in does
+/// the same one-page read the hint would start (the maps are `MADV_RANDOM`:
+/// no read-ahead either way), and the system call would cost more than the
+/// read of a small cached sample.
+pub(crate) fn will_need(map: &Mmap, offset: u64, len: u64) {
+    if len == 0 || offset / 4096 == offset.saturating_add(len - 1) / 4096 {
+        return;
+    }
+    if let (Ok(o), Ok(l)) = (usize::try_from(offset), usize::try_from(len))
+        && l > 0
+    {
+        let _ = map.advise_range(memmap2::Advice::WillNeed, o, l);
+    }
+}
+
+/// Parses a `.cls` member: a decimal integer in ASCII, surrounding whitespace allowed.
+pub fn parse_label(data: &[u8]) -> Option<i64> {
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::dataset::Dataset;
 use crate::error::Result;
+use crate::sample::parse_label;
 
 /// A size histogram for percentiles in bounded memory: exact below 512,
 /// then 256 buckets per power of two (relative error under 0.4%).
@@ -144,11 +145,6 @@ pub struct DatasetStats {
     pub index_bytes: u64,
     /// Label counts, when asked for and the dataset has `.cls` members.
     pub labels: Option<LabelCounts>,
-}
-
-/// Parses a `.cls` member: a decimal integer in ASCII, surrounding whitespace allowed.
-pub fn parse_label(data: &[u8]) -> Option<i64> {
-    std::str::from_utf8(data).ok()?.trim().parse().ok()
 }
 
 impl Dataset {

@@ -10,7 +10,7 @@ use bale_pack::{ConvertFormat, ConvertOptions, ConvertProgress, PackError, conve
 use indicatif::ProgressBar;
 
 use crate::args::convert::{ConvertArgs, ConvertFormatArg};
-use crate::commands::pack::{EXIT_INTERRUPTED, human_bytes, install_ctrlc};
+use crate::commands::pack::{EXIT_INTERRUPTED, install_ctrlc};
 use crate::progress;
 
 /// A byte bar over the member bytes to copy.
@@ -90,11 +90,11 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
             "converted {} samples ({} members, {}) to {} in {}: {} shards, {}",
             s.samples,
             s.members,
-            human_bytes(s.bytes),
+            crate::units::size(s.bytes),
             s.format,
             s.output.display(),
             s.shards,
-            human_bytes(s.output_bytes)
+            crate::units::size(s.output_bytes)
         )?;
     }
     Ok(ExitCode::SUCCESS)

@@ -99,7 +99,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
             };
             let written = write_sample(&sample, out, args.force)?;
             for p in written {
-                eprintln!("wrote {}", bale_format::files::shown(&p));
+                eprintln!("wrote {}", bale_format::shown(&p));
             }
             Ok(ExitCode::SUCCESS)
         }

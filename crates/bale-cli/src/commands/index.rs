@@ -12,7 +12,7 @@ use bale_pack::{IndexOptions, IndexProgress, IndexSummary, PackError, expand_pat
 use indicatif::ProgressBar;
 
 use crate::args::index::IndexArgs;
-use crate::commands::pack::{human_bytes, install_ctrlc};
+use crate::commands::pack::install_ctrlc;
 use crate::progress;
 
 struct Bar(ProgressBar);
@@ -75,9 +75,9 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         summary.output,
         summary.samples,
         summary.members,
-        human_bytes(summary.bytes),
+        crate::units::size(summary.bytes),
         summary.seconds,
-        human_bytes(rate as u64),
+        crate::units::size(rate as u64),
         if args.checksum {
             "every byte read and checksummed"
         } else {

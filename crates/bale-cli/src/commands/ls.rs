@@ -13,7 +13,7 @@ use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
 use bale_reader::Dataset;
-use bale_reader::stats::parse_label;
+use bale_reader::parse_label;
 use serde::Serialize;
 
 use crate::args::ls::LsArgs;

@@ -7,7 +7,6 @@ use anyhow::anyhow;
 use bale_pack::{MergeOptions, merge};
 
 use crate::args::merge::MergeArgs;
-use crate::commands::pack::human_bytes;
 
 /// Runs `bale merge`.
 pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
@@ -28,7 +27,7 @@ pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
             s.output,
             s.samples,
             s.shards,
-            human_bytes(s.bytes),
+            crate::units::size(s.bytes),
             s.renamed,
             s.copied,
             s.seconds

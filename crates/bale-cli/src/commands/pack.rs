@@ -23,22 +23,6 @@ use crate::progress;
 /// Exit code after Ctrl-C (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
-/// Decimal units, as MB/s is quoted: `2.05 GB`.
-pub fn human_bytes(n: u64) -> String {
-    let units = ["B", "kB", "MB", "GB", "TB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1000.0 && u + 1 < units.len() {
-        v /= 1000.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", units[u])
-    }
-}
-
 /// Sets `flag` on Ctrl-C; a second Ctrl-C exits at once.
 pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
     let f = flag.clone();
@@ -178,10 +162,10 @@ pub fn summary_line(s: &PackSummary) -> String {
         "packed {} samples into {} shard{plural}{part}: {} in {:.2} s, {:.1} MB/s, {} written to {}{labels}",
         s.samples,
         s.shards,
-        human_bytes(s.input_bytes),
+        crate::units::size(s.input_bytes),
         s.seconds,
         s.mb_per_second(),
-        human_bytes(s.bytes),
+        crate::units::size(s.bytes),
         s.output.display(),
     )
 }
@@ -309,7 +293,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             let _ = writeln!(
                 err,
                 "  {}: {}",
-                bale_format::files::shown(&f.path),
+                bale_format::shown(&f.path),
                 crate::escape::message(&f.error)
             );
         }

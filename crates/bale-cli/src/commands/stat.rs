@@ -18,7 +18,7 @@ use anyhow::Context;
 use bale_format::{Compression, CreatedBy, Manifest};
 use bale_reader::Dataset;
 use bale_reader::stats::SizeHistogram;
-use indicatif::{HumanBytes, HumanCount};
+use indicatif::HumanCount;
 use serde::Serialize;
 
 use crate::args::stat::StatArgs;
@@ -259,7 +259,7 @@ fn raw_bytes(tar_bytes: u64, bytes: u64) -> String {
     if tar_bytes == 0 && bytes > 0 {
         "-".to_owned()
     } else {
-        HumanBytes(tar_bytes).to_string()
+        crate::units::size(tar_bytes)
     }
 }
 
@@ -267,11 +267,11 @@ fn print_sizes(out: &mut impl Write, label: &str, p: &Percentiles) -> std::io::R
     writeln!(
         out,
         "{label:<13}mean {}  p50 {}  p90 {}  p99 {}  max {}",
-        HumanBytes(p.mean),
-        HumanBytes(p.p50),
-        HumanBytes(p.p90),
-        HumanBytes(p.p99),
-        HumanBytes(p.max)
+        crate::units::size(p.mean),
+        crate::units::size(p.p50),
+        crate::units::size(p.p90),
+        crate::units::size(p.p99),
+        crate::units::size(p.max)
     )
 }
 
@@ -288,8 +288,8 @@ fn print_exts(out: &mut impl Write, exts: &[ExtRow]) -> std::io::Result<()> {
             "{:<12} {:>12} {:>12} {:>12}",
             field(&e.ext),
             HumanCount(e.count).to_string(),
-            HumanBytes(e.bytes).to_string(),
-            HumanBytes(mean).to_string()
+            crate::units::size(e.bytes),
+            crate::units::size(mean)
         )?;
     }
     Ok(())
@@ -327,8 +327,8 @@ fn print_dataset(out: &mut impl Write, s: &DatasetStat, all: bool) -> std::io::R
         writeln!(
             out,
             "bytes        {} in shards, {} in indexes",
-            HumanBytes(s.bytes),
-            HumanBytes(s.index_bytes)
+            crate::units::size(s.bytes),
+            crate::units::size(s.index_bytes)
         )?;
     } else {
         let ratio = if s.bytes == 0 {
@@ -339,10 +339,10 @@ fn print_dataset(out: &mut impl Write, s: &DatasetStat, all: bool) -> std::io::R
         writeln!(
             out,
             "bytes        {} in shards ({} compressed, {} raw, ratio {ratio:.2}), {} in indexes",
-            HumanBytes(s.bytes),
+            crate::units::size(s.bytes),
             s.compression,
-            HumanBytes(s.tar_bytes),
-            HumanBytes(s.index_bytes)
+            crate::units::size(s.tar_bytes),
+            crate::units::size(s.index_bytes)
         )?;
     }
     if s.skipped > 0 {
@@ -367,7 +367,7 @@ fn print_dataset(out: &mut impl Write, s: &DatasetStat, all: bool) -> std::io::R
             field(&r.file),
             HumanCount(r.samples).to_string(),
             HumanCount(r.members).to_string(),
-            HumanBytes(r.bytes).to_string(),
+            crate::units::size(r.bytes),
             raw_bytes(r.tar_bytes, r.bytes),
             r.compression.as_str()
         )?;
@@ -438,7 +438,7 @@ fn print_tree(out: &mut impl Write, s: &TreeStat) -> std::io::Result<()> {
         out,
         "files        {} ({}), forming {} samples",
         HumanCount(s.files),
-        HumanBytes(s.bytes),
+        crate::units::size(s.bytes),
         HumanCount(s.samples)
     )?;
     print_sizes(out, "file size", &s.file_bytes)?;

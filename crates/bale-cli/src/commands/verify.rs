@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use bale_format::verify::{self, Checksums, Level, NameRules, Problem, ShardReport, Visitor};
-use indicatif::{HumanBytes, HumanCount, ProgressBar};
+use indicatif::{HumanCount, ProgressBar};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -203,6 +203,6 @@ fn summary(dir: &Path, r: &Report<'_>, secs: f64) -> String {
         dir.display(),
         r.shards_checked,
         HumanCount(r.samples_checked),
-        HumanBytes(r.bytes_read),
+        crate::units::size(r.bytes_read),
     )
 }

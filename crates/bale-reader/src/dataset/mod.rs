@@ -12,10 +12,9 @@ use bale_format::{Compression, FormatError, MANIFEST_NAME, Manifest, SampleEntry
 use memmap2::Mmap;
 
 use crate::error::{ReaderError, Result};
-use crate::iter::SampleIter;
 use crate::plan::{EpochPlan, Order, Partition};
 use crate::sample::{Buf, BufPool, Field, Fields, Sample, SmallStr};
-use crate::stats::parse_label;
+use crate::sample::{parse_label, will_need};
 
 mod options;
 mod read;
@@ -24,7 +23,6 @@ mod shard;
 
 pub use options::{Backing, DatasetOptions};
 use residency::{Hint, Residency};
-pub(crate) use shard::will_need;
 use shard::{
     Handle, Shard, map_slice, open_handle, open_shard, unreachable_handle, unreachable_slot,
 };
@@ -258,20 +256,6 @@ impl Dataset {
     /// An invalid partition.
     pub fn order(&self, plan: EpochPlan, partition: Partition) -> Result<Order> {
         Order::new(plan, partition, &self.shard_sizes())
-    }
-
-    /// Iterates over an epoch: the samples `partition` gets under `plan`, in
-    /// plan order. Add [`SampleIter::start_at`] to resume and
-    /// [`SampleIter::prefetch`] to read ahead on background threads.
-    ///
-    /// Sequential and shard-shuffled plans read runs of consecutive samples
-    /// with one large read each (see [`DatasetOptions::read_chunk`]);
-    /// shuffled plans read each sample with one positioned read.
-    ///
-    /// # Errors
-    /// An invalid partition.
-    pub fn iter(&self, plan: EpochPlan, partition: Partition) -> Result<SampleIter> {
-        Ok(SampleIter::new(self.clone(), self.order(plan, partition)?))
     }
 
     /// Bytes of shard `s`'s index file.

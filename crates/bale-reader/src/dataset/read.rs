@@ -149,7 +149,7 @@ impl Dataset {
                     .ok()
                     .and_then(|a| map.get(a..a.checked_add(m.size.min(4096) as usize)?));
                 if let Some(bytes) = bytes {
-                    bale_format::read::prefetch(bytes);
+                    bale_format::prefetch(bytes);
                 }
             }
         }

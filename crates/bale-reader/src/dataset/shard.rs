@@ -17,25 +17,6 @@ pub(super) struct Shard {
     pub(super) handle: OnceLock<Handle>,
 }
 
-/// Asks the kernel to start reading `len` bytes of the map at `offset` (one
-/// request for the whole range) unless they are cached; pages are then
-/// faulted in without further I/O. A failure only loses the hint.
-///
-/// A range within one 4 KiB block is left alone: faulting its page in does
-/// the same one-page read the hint would start (the maps are `MADV_RANDOM`:
-/// no read-ahead either way), and the system call would cost more than the
-/// read of a small cached sample.
-pub(crate) fn will_need(map: &Mmap, offset: u64, len: u64) {
-    if len == 0 || offset / 4096 == offset.saturating_add(len - 1) / 4096 {
-        return;
-    }
-    if let (Ok(o), Ok(l)) = (usize::try_from(offset), usize::try_from(len))
-        && l > 0
-    {
-        let _ = map.advise_range(memmap2::Advice::WillNeed, o, l);
-    }
-}
-
 pub(super) fn map_slice<'a>(map: &'a Mmap, path: &Path, offset: u64, len: u64) -> Result<&'a [u8]> {
     let range = usize::try_from(offset)
         .ok()

@@ -213,10 +213,6 @@ pub fn label(s: &SourceReport) -> String {
     format!("{name} ({kind})")
 }
 
-fn human_bytes(b: u64) -> String {
-    indicatif::HumanBytes(b).to_string()
-}
-
 /// Prints the text report.
 pub fn print_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     for s in &r.sources {
@@ -232,7 +228,7 @@ pub fn print_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             s.path,
             fmt_count(s.samples),
             fmt_count(s.files),
-            human_bytes(s.bytes),
+            crate::units::size(s.bytes),
             if s.ram_backed {
                 " (RAM-backed: eviction does nothing here)"
             } else {
