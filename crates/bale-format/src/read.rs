@@ -183,14 +183,14 @@ pub struct ShardReader {
 
 /// One sample read by [`ShardReader::read`]: its key and members.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sample {
+pub struct OwnedSample {
     /// The key.
     pub key: String,
     /// `(extension, bytes)` for each member, in shard order.
     pub members: Vec<(String, Vec<u8>)>,
 }
 
-impl Sample {
+impl OwnedSample {
     /// The bytes of the member with extension `ext`.
     pub fn get(&self, ext: &str) -> Option<&[u8]> {
         self.members
@@ -276,7 +276,7 @@ impl ShardReader {
     ///
     /// # Errors
     /// As [`ShardReader::read_raw`], and checksum mismatches naming key and member.
-    pub fn read(&self, i: usize, verify: bool) -> Result<Sample> {
+    pub fn read(&self, i: usize, verify: bool) -> Result<OwnedSample> {
         if self.index.is_scattered() {
             return self.read_scattered(i, verify);
         }
@@ -290,13 +290,13 @@ impl ShardReader {
             }
             members.push((m.ext.to_owned(), data.to_vec()));
         }
-        Ok(Sample {
+        Ok(OwnedSample {
             key: key.to_owned(),
             members,
         })
     }
 
-    fn read_scattered(&self, i: usize, verify: bool) -> Result<Sample> {
+    fn read_scattered(&self, i: usize, verify: bool) -> Result<OwnedSample> {
         if i >= self.index.len() {
             return Err(FormatError::Limit {
                 path: self.path.clone(),
@@ -312,7 +312,7 @@ impl ShardReader {
             }
             members.push((m.ext.to_owned(), data));
         }
-        Ok(Sample {
+        Ok(OwnedSample {
             key: key.to_owned(),
             members,
         })

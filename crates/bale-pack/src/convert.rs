@@ -159,7 +159,7 @@ pub fn convert(
     }
     let total_bytes = manifest.fields.values().map(|f| f.bytes).sum();
     progress.start(manifest.samples, total_bytes);
-    let source = Source {
+    let source = SourceDataset {
         dir: src,
         manifest: &manifest,
     };
@@ -176,12 +176,12 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-struct Source<'a> {
+struct SourceDataset<'a> {
     dir: &'a Path,
     manifest: &'a Manifest,
 }
 
-impl Source<'_> {
+impl SourceDataset<'_> {
     /// The files the source dataset consists of: `--force` never removes them.
     fn inputs(&self) -> Inputs {
         let mut inputs = Inputs::default();
@@ -226,7 +226,7 @@ impl Source<'_> {
 }
 
 fn to_shards(
-    src: &Source<'_>,
+    src: &SourceDataset<'_>,
     dst: &Path,
     opts: &ConvertOptions,
     compression: Compression,
@@ -376,7 +376,7 @@ fn make_parents(root: &Path, rel: &Path) -> Result<()> {
 }
 
 fn to_dir(
-    src: &Source<'_>,
+    src: &SourceDataset<'_>,
     dst: &Path,
     opts: &ConvertOptions,
     progress: &dyn ConvertProgress,

@@ -67,7 +67,7 @@ pub use index::{IndexOptions, IndexProgress, IndexSummary, IndexedShard, index};
 pub use merge::{MergeOptions, MergeSummary, merge};
 pub use options::{
     CompressSpec, DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, MAX_JOBS,
-    OnError, Order, Part, check_jobs, parse_size,
+    OnError, PackOrder, Part, check_jobs, parse_size,
 };
 pub use packer::{PackSummary, Packer, PackerBuilder, ShapingOptions, default_jobs};
 pub use patterns::{MAX_EXPANSION, expand_all as expand_patterns, expand_braces};

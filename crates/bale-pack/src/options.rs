@@ -91,7 +91,7 @@ impl FromStr for LabelMode {
 
 /// The order of samples before they are cut into shards.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Order {
+pub enum PackOrder {
     /// Sorted by key, byte-wise (the default).
     #[default]
     Sorted,

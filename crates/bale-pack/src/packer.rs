@@ -14,7 +14,7 @@ use crate::discover::{Discover, FileList, Filter, Ignored, dir_id};
 use crate::error::{PackError, Result, SampleTransformError, TransformError};
 use crate::hooks::{MemberData, SampleTransformFn};
 use crate::options::{
-    DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError, Order, Part,
+    DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError, PackOrder, Part,
 };
 use crate::output::{Inputs, Output};
 use crate::pipeline::{WriteCtx, write_all};
@@ -132,7 +132,7 @@ pub struct PackerBuilder {
     labels: LabelMode,
     shard_size: u64,
     shard_samples: Option<u64>,
-    order: Order,
+    order: PackOrder,
     compression: Compression,
     zstd_level: i32,
     jobs: usize,
@@ -183,7 +183,7 @@ impl Default for PackerBuilder {
             labels: LabelMode::Auto,
             shard_size: DEFAULT_SHARD_SIZE,
             shard_samples: None,
-            order: Order::Sorted,
+            order: PackOrder::Sorted,
             compression: Compression::None,
             zstd_level: DEFAULT_ZSTD_LEVEL,
             jobs: 0,
@@ -265,8 +265,8 @@ impl PackerBuilder {
         self
     }
 
-    /// Sample order before sharding (default: [`Order::Sorted`]).
-    pub fn order(mut self, order: Order) -> Self {
+    /// PlannedSample order before sharding (default: [`PackOrder::Sorted`]).
+    pub fn order(mut self, order: PackOrder) -> Self {
         self.order = order;
         self
     }
@@ -527,7 +527,7 @@ impl Packer {
         }
 
         // Plan: order, part, sizes.
-        if let Order::Shuffle(seed) = o.order {
+        if let PackOrder::Shuffle(seed) = o.order {
             bale_format::shuffle::shuffle(&mut samples, seed);
         }
         if let Some(part) = o.part {
@@ -584,12 +584,12 @@ impl Packer {
             shard_size: o.shard_size,
             shard_samples: o.shard_samples,
             order: match o.order {
-                Order::Sorted => "sorted".into(),
-                Order::Shuffle(_) => "shuffle".into(),
+                PackOrder::Sorted => "sorted".into(),
+                PackOrder::Shuffle(_) => "shuffle".into(),
             },
             seed: match o.order {
-                Order::Sorted => None,
-                Order::Shuffle(s) => Some(s),
+                PackOrder::Sorted => None,
+                PackOrder::Shuffle(s) => Some(s),
             },
             compression: o.compression,
             zstd_level: (o.compression == Compression::Zstd).then_some(o.zstd_level),

@@ -27,7 +27,7 @@ use crate::error::{PackError, Result};
 use crate::hooks::{MemberData, SampleTransformFn};
 use crate::options::OnError;
 use crate::output::Output;
-use crate::plan::Sample;
+use crate::plan::PlannedSample;
 use crate::progress::{PackProgress, SkippedFile};
 use crate::shard_out::ShardOut;
 
@@ -211,7 +211,7 @@ fn check_eof(f: &mut File, path: &Path, size: u64) -> Result<()> {
 /// straight into its tar encoding, one for an `.h5` shard into checksummed
 /// members (no tar headers to build there).
 fn read_sample(
-    s: &Sample,
+    s: &PlannedSample,
     stream: bool,
     encode: bool,
     transform: Option<&SampleTransformFn>,
@@ -287,7 +287,7 @@ fn read_sample(
 /// Reads a sample's files straight into its tar encoding (headers, data,
 /// padding, the label as a `.cls` member in extension order) and checksums
 /// each member, on the reader thread.
-fn encode_sample(s: &Sample) -> Result<EncodedSample> {
+fn encode_sample(s: &PlannedSample) -> Result<EncodedSample> {
     let label = s.label.map(|l| l.to_string());
     let mut e = EncodedSample::new(&s.key, encoded_len(s) as usize)?;
     let mut label = label.as_deref();
@@ -343,14 +343,14 @@ impl Current {
 }
 
 /// A range of a shard file whose writeback to start.
-type Kick = (Arc<File>, u64, u64);
+type WritebackRange = (Arc<File>, u64, u64);
 
 /// Starts the disk writeback of shard ranges on a thread of its own: on
 /// Linux `sync_file_range` maps and submits the pages in the caller, work
 /// that is better kept off the writer's critical path. Without the thread
 /// (it could not start) the writer does it itself.
 struct Writeback {
-    tx: Option<crossbeam_channel::Sender<Kick>>,
+    tx: Option<crossbeam_channel::Sender<WritebackRange>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -362,7 +362,7 @@ impl Writeback {
                 thread: None,
             };
         }
-        let (tx, rx) = crossbeam_channel::unbounded::<Kick>();
+        let (tx, rx) = crossbeam_channel::unbounded::<WritebackRange>();
         let thread = std::thread::Builder::new()
             .name("bale-pack-writeback".into())
             .spawn(move || {
@@ -519,7 +519,7 @@ impl Sink<'_, '_> {
     }
 
     /// Records an input error: skipped under `--on-error skip`, else returned.
-    fn fail(&mut self, s: &Sample, e: PackError) -> Result<()> {
+    fn fail(&mut self, s: &PlannedSample, e: PackError) -> Result<()> {
         if self.ctx.on_error != OnError::Skip || !e.is_input_error() {
             return Err(e);
         }
@@ -549,7 +549,7 @@ impl Sink<'_, '_> {
         Ok(())
     }
 
-    fn write(&mut self, s: &Sample, data: Result<Loaded>) -> Result<()> {
+    fn write(&mut self, s: &PlannedSample, data: Result<Loaded>) -> Result<()> {
         let data = match data {
             Ok(Loaded::Members(d)) => d,
             Ok(Loaded::Encoded(e)) => return self.write_encoded(s, &e),
@@ -602,7 +602,7 @@ impl Sink<'_, '_> {
         Ok(())
     }
 
-    fn write_encoded(&mut self, s: &Sample, e: &EncodedSample) -> Result<()> {
+    fn write_encoded(&mut self, s: &PlannedSample, e: &EncodedSample) -> Result<()> {
         let bytes = e.tar_len();
         self.room_for(&s.key, bytes)?;
         let Some(cur) = self.cur.as_mut() else {
@@ -614,7 +614,7 @@ impl Sink<'_, '_> {
     }
 
     /// Counts a sample written to the current shard.
-    fn written(&mut self, s: &Sample, bytes: u64, members: usize) {
+    fn written(&mut self, s: &PlannedSample, bytes: u64, members: usize) {
         if let Some(cur) = self.cur.as_mut() {
             cur.tar_bytes += bytes;
             cur.samples += 1;
@@ -630,7 +630,7 @@ impl Sink<'_, '_> {
 }
 
 /// Bytes a sample takes in the tar stream, its label included.
-fn encoded_len(s: &Sample) -> u64 {
+fn encoded_len(s: &PlannedSample) -> u64 {
     let label = s.label.map_or(0, |l| {
         tar_member_len(&s.key, "cls", l.to_string().len() as u64)
     });
@@ -644,7 +644,7 @@ fn encoded_len(s: &Sample) -> u64 {
 /// Reads and writes `samples` in order into shards in `out`.
 pub(crate) fn write_all(
     ctx: &WriteCtx<'_>,
-    mut samples: Vec<Sample>,
+    mut samples: Vec<PlannedSample>,
     out: &mut Output,
     jobs: usize,
 ) -> Result<Written> {

@@ -20,7 +20,7 @@ pub(crate) struct Member {
 
 /// A planned sample.
 #[derive(Debug)]
-pub(crate) struct Sample {
+pub(crate) struct PlannedSample {
     pub key: String,
     /// Sorted by extension, byte-wise.
     pub members: Vec<Member>,
@@ -29,7 +29,7 @@ pub(crate) struct Sample {
     pub fail: Option<PackError>,
 }
 
-impl Sample {
+impl PlannedSample {
     pub fn first_path(&self) -> &Path {
         self.members
             .first()
@@ -42,13 +42,13 @@ impl Sample {
 /// # Errors
 /// [`PackError::DuplicateMember`] naming both files when two different files
 /// map to one key and extension (the same file listed twice is kept once).
-pub(crate) fn group(mut files: Vec<Found>) -> Result<Vec<Sample>> {
+pub(crate) fn group(mut files: Vec<Found>) -> Result<Vec<PlannedSample>> {
     files.sort_unstable_by(|a, b| {
         (a.key(), a.ext(), a.root, &a.path).cmp(&(b.key(), b.ext(), b.root, &b.path))
     });
     // The cheap `rel` comparison first: only a file listed twice gets to the path one.
     files.dedup_by(|b, a| a.root == b.root && a.rel == b.rel && a.path == b.path);
-    let mut samples: Vec<Sample> = Vec::new();
+    let mut samples: Vec<PlannedSample> = Vec::new();
     let mut prev: Option<&Found> = None;
     for f in &files {
         if let Some(p) = prev
@@ -66,9 +66,11 @@ pub(crate) fn group(mut files: Vec<Found>) -> Result<Vec<Sample>> {
     }
     for f in files {
         let ext = f.ext().to_owned();
-        let same = samples.last().is_some_and(|s: &Sample| s.key == f.key());
+        let same = samples
+            .last()
+            .is_some_and(|s: &PlannedSample| s.key == f.key());
         if !same {
-            samples.push(Sample {
+            samples.push(PlannedSample {
                 key: f.key().to_owned(),
                 members: Vec::with_capacity(1),
                 label: None,
@@ -125,7 +127,7 @@ fn depth(key: &str) -> usize {
 /// any class (directory labels) into `ignored`, marks samples without a CSV
 /// label as failing.
 pub(crate) fn apply_labels(
-    samples: &mut Vec<Sample>,
+    samples: &mut Vec<PlannedSample>,
     mode: &LabelMode,
     ignored: &mut Ignored,
 ) -> Result<LabelOutcome> {
@@ -406,7 +408,7 @@ fn is_header(name: &str, label: &str) -> bool {
 
 /// Stats every member in parallel (on the current rayon pool): fills sizes,
 /// marks samples whose files vanished or are no longer regular files.
-pub(crate) fn stat_all(samples: &mut [Sample]) {
+pub(crate) fn stat_all(samples: &mut [PlannedSample]) {
     samples.par_iter_mut().for_each(|s| {
         if s.fail.is_some() {
             return;

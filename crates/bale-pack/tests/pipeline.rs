@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bale_format::read::ShardReader;
 use bale_format::{Compression, Manifest, ShardEntry};
 use bale_pack::{
-    FileList, LabelMode, MemberData, MergeOptions, NoProgress, OnError, Order, PackError,
+    FileList, LabelMode, MemberData, MergeOptions, NoProgress, OnError, PackError, PackOrder,
     PackProgress, PackSummary, Packer, PackerBuilder, Part, SampleTransformError, merge,
 };
 
@@ -405,7 +405,7 @@ fn shuffle_is_a_seeded_permutation_of_the_sorted_samples() {
     };
     let run = |name: &str, seed: u64| {
         let out = t.path().join(name);
-        pack(builder(&input, &out).order(Order::Shuffle(seed))).unwrap();
+        pack(builder(&input, &out).order(PackOrder::Shuffle(seed))).unwrap();
         read_dataset(&out)
     };
     let (a, b, c) = (run("a", 7), run("b", 7), run("c", 8));
@@ -439,7 +439,7 @@ fn output_is_byte_identical_for_any_job_count_and_budget() {
             .jobs(jobs)
             .in_flight_bytes(budget)
             .shard_size(40_000)
-            .order(Order::Shuffle(3));
+            .order(PackOrder::Shuffle(3));
         if zstd {
             b = b.compression(Compression::Zstd, 5);
         }
@@ -855,7 +855,7 @@ fn three_parts_merged_hold_exactly_the_samples_of_one_pack() {
     let input = t.path().join("in");
     numbered_tree(&input, 50, 500);
     let one = t.path().join("one");
-    let opts = |b: PackerBuilder| b.shard_size(6000).order(Order::Shuffle(11));
+    let opts = |b: PackerBuilder| b.shard_size(6000).order(PackOrder::Shuffle(11));
     pack(opts(builder(&input, &one))).unwrap();
     let mut parts = Vec::new();
     for i in 0..3 {

@@ -205,7 +205,7 @@ impl Inline {
 }
 
 #[derive(Debug)]
-struct PState {
+struct PrefetchState {
     jobs: JobGen,
     peeked: Option<Job>,
     next_seq: u64,
@@ -215,15 +215,15 @@ struct PState {
 }
 
 #[derive(Debug)]
-struct PShared {
-    state: Mutex<PState>,
+struct PrefetchShared {
+    state: Mutex<PrefetchState>,
     cv: Condvar,
     max_samples: u64,
     max_bytes: u64,
 }
 
-impl PShared {
-    fn lock(&self) -> MutexGuard<'_, PState> {
+impl PrefetchShared {
+    fn lock(&self) -> MutexGuard<'_, PrefetchState> {
         // A poisoned lock only means a thread panicked while holding it; the
         // state is plain counters and stays consistent.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -242,7 +242,7 @@ struct Done {
 /// and hands their results back in order.
 #[derive(Debug)]
 struct Prefetcher {
-    shared: Arc<PShared>,
+    shared: Arc<PrefetchShared>,
     rx: Receiver<Done>,
     threads: Vec<JoinHandle<()>>,
     reorder: BTreeMap<u64, Done>,
@@ -260,8 +260,8 @@ impl Prefetcher {
         max_bytes: u64,
     ) -> std::result::Result<Self, JobGen> {
         let ds = jobs.ds.clone();
-        let shared = Arc::new(PShared {
-            state: Mutex::new(PState {
+        let shared = Arc::new(PrefetchShared {
+            state: Mutex::new(PrefetchState {
                 jobs,
                 peeked: None,
                 next_seq: 0,
@@ -331,7 +331,7 @@ impl Prefetcher {
     }
 }
 
-fn worker(shared: &PShared, tx: &Sender<Done>, ds: &Dataset) {
+fn worker(shared: &PrefetchShared, tx: &Sender<Done>, ds: &Dataset) {
     loop {
         let (seq, job) = {
             let mut st = shared.lock();
@@ -405,23 +405,23 @@ impl Drop for Prefetcher {
 }
 
 #[derive(Debug)]
-enum Source {
+enum Feed {
     Inline(Inline),
     Threads(Box<Prefetcher>),
 }
 
-impl Source {
+impl Feed {
     fn next(&mut self) -> Option<Result<Sample>> {
         match self {
-            Source::Inline(i) => i.next(),
-            Source::Threads(p) => p.next(),
+            Feed::Inline(i) => i.next(),
+            Feed::Threads(p) => p.next(),
         }
     }
 }
 
 #[derive(Debug)]
 struct Engine {
-    source: Source,
+    source: Feed,
     mix: Option<Reservoir<Result<Sample>>>,
 }
 
@@ -554,11 +554,11 @@ impl SampleIter {
                     (p.max_samples / p.threads as u64).clamp(1, BATCH)
                 }),
             };
-            let inline = |jobs| Source::Inline(Inline::new(jobs));
+            let inline = |jobs| Feed::Inline(Inline::new(jobs));
             let source = match prefetch {
                 None => inline(jobs),
                 Some(p) => match Prefetcher::start(jobs, p.threads, p.max_samples, p.max_bytes) {
-                    Ok(pf) => Source::Threads(Box::new(pf)),
+                    Ok(pf) => Feed::Threads(Box::new(pf)),
                     Err(jobs) => inline(jobs),
                 },
             };

@@ -24,12 +24,12 @@ use crate::escape::quoted;
 
 /// A sample read whole: its key and `(extension, bytes)` per member, in shard order.
 #[derive(Debug)]
-struct Sample {
+struct Fetched {
     key: String,
     members: Vec<(String, Vec<u8>)>,
 }
 
-impl Sample {
+impl Fetched {
     fn get(&self, ext: &str) -> Option<&[u8]> {
         self.members
             .iter()
@@ -74,13 +74,13 @@ fn locate(ds: &Dataset, sample: &str, force_key: bool) -> anyhow::Result<u64> {
 pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     let ds = Dataset::open(&args.path)?;
     let i = locate(&ds, &args.sample, args.key)?;
-    let read = || -> anyhow::Result<Sample> {
+    let read = || -> anyhow::Result<Fetched> {
         let mut members = Vec::new();
         for m in ds.members(i)? {
             let data = ds.read_member(i, m.ext)?.unwrap_or_default();
             members.push((m.ext.to_owned(), data));
         }
-        Ok(Sample {
+        Ok(Fetched {
             key: ds.key(i)?.to_owned(),
             members,
         })
@@ -107,7 +107,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn write_member(
-    sample: &Sample,
+    sample: &Fetched,
     ext: &str,
     output: Option<&Path>,
     force: bool,
@@ -188,7 +188,7 @@ fn safe_relative(key: &str, ext: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// Writes every member of `sample` to `<dir>/<key>.<ext>`; returns the files written.
-fn write_sample(sample: &Sample, dir: &Path, force: bool) -> anyhow::Result<Vec<PathBuf>> {
+fn write_sample(sample: &Fetched, dir: &Path, force: bool) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
     // Check every name before writing any.

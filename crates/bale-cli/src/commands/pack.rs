@@ -13,7 +13,7 @@ use anyhow::anyhow;
 use bale_format::ShardEntry;
 use bale_image::ImageOptions;
 use bale_pack::{
-    FileList, Ignored, Order, PackError, PackProgress, PackSummary, Packer, SkippedFile,
+    FileList, Ignored, PackError, PackOrder, PackProgress, PackSummary, Packer, SkippedFile,
 };
 use indicatif::ProgressBar;
 
@@ -235,9 +235,9 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         .shard_size(args.shard_size)
         .shard_samples(args.shard_samples)
         .order(if args.shuffle {
-            Order::Shuffle(args.seed)
+            PackOrder::Shuffle(args.seed)
         } else {
-            Order::Sorted
+            PackOrder::Sorted
         })
         .compression(compression, level)
         .jobs(args.jobs.unwrap_or(0))

@@ -48,7 +48,7 @@ pub(super) fn past_end(
 
 /// Reads the entry whose first header is at `pos` (which is < `end` or == `end`).
 pub(super) fn next_entry(
-    src: &mut dyn Source,
+    src: &mut dyn ByteSource,
     path: &Path,
     mut pos: u64,
     end: u64,

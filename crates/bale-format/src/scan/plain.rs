@@ -16,7 +16,7 @@ pub(super) fn scan_plain(
         bytes_read: 0,
     };
     let mut seq = opts.checksums.then(|| Sequential::new(file, path, len));
-    let src: &mut dyn Source = match seq.as_mut() {
+    let src: &mut dyn ByteSource = match seq.as_mut() {
         Some(s) => s,
         None => &mut pread,
     };

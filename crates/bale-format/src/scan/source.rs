@@ -4,7 +4,7 @@
 use super::*;
 
 /// Tar bytes by offset. Offsets passed to one source only grow.
-pub(super) trait Source {
+pub(super) trait ByteSource {
     /// Reads `buf.len()` bytes at `offset` of the tar stream; the caller has
     /// checked that they lie before the stream's end.
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
@@ -19,7 +19,7 @@ pub(super) struct Pread<'a> {
     pub(super) bytes_read: u64,
 }
 
-impl Source for Pread<'_> {
+impl ByteSource for Pread<'_> {
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.file
             .read_exact_at(buf, offset)
@@ -113,7 +113,7 @@ impl<'a> Sequential<'a> {
     }
 }
 
-impl Source for Sequential<'_> {
+impl ByteSource for Sequential<'_> {
     fn read_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
         let mut done = 0;
         while done < out.len() {
@@ -152,7 +152,7 @@ impl Slice {
     }
 }
 
-impl Source for Slice {
+impl ByteSource for Slice {
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
         buf.copy_from_slice(self.range(offset, buf.len() as u64));
         Ok(())

@@ -57,7 +57,7 @@ pub struct Tree {
 
 /// What is measured.
 #[derive(Debug)]
-pub enum Source {
+pub enum Subject {
     /// A plain tree of files.
     Tree(Tree),
     /// A bale dataset (`None` while closed for eviction).
@@ -70,7 +70,7 @@ pub struct Opened {
     /// The directory.
     pub path: PathBuf,
     /// What it is.
-    pub source: Source,
+    pub source: Subject,
     /// Samples.
     pub samples: u64,
     /// Files: loose files of a tree, shard files of a dataset.
@@ -83,19 +83,19 @@ pub struct Opened {
 
 /// The order samples are read in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
+pub enum ReadOrder {
     /// Tree: walk order (sorted by name); dataset: shard order.
     Sequential,
     /// A seeded permutation of all samples.
     Random,
 }
 
-impl Order {
+impl ReadOrder {
     /// The JSON name.
     pub fn name(self) -> &'static str {
         match self {
-            Order::Sequential => "sequential",
-            Order::Random => "random",
+            ReadOrder::Sequential => "sequential",
+            ReadOrder::Random => "random",
         }
     }
 }
@@ -123,7 +123,7 @@ pub struct Pass {
 #[derive(Debug, Clone)]
 pub struct Figure {
     /// The order.
-    pub order: Order,
+    pub order: ReadOrder,
     /// Threads.
     pub threads: usize,
     /// The warm pass.
@@ -173,7 +173,7 @@ impl Opened {
                 samples: ds.len(),
                 files: shards,
                 bytes,
-                source: Source::Dataset(Some(ds)),
+                source: Subject::Dataset(Some(ds)),
                 ram_backed,
             })
         } else {
@@ -183,7 +183,7 @@ impl Opened {
                 samples: (tree.starts.len() - 1) as u64,
                 files: tree.files.len() as u64,
                 bytes: tree.files.iter().map(|f| f.len).sum(),
-                source: Source::Tree(tree),
+                source: Subject::Tree(tree),
                 ram_backed,
             })
         }
@@ -191,7 +191,7 @@ impl Opened {
 
     /// Whether this is a plain tree.
     pub fn is_tree(&self) -> bool {
-        matches!(self.source, Source::Tree(_))
+        matches!(self.source, Subject::Tree(_))
     }
 }
 
@@ -385,16 +385,16 @@ impl Opened {
             thread_counts.push(1);
         }
         let mut figures = Vec::new();
-        for order in [Order::Sequential, Order::Random] {
+        for order in [ReadOrder::Sequential, ReadOrder::Random] {
             let list = match order {
-                Order::Sequential => &sequential,
-                Order::Random => &random,
+                ReadOrder::Sequential => &sequential,
+                ReadOrder::Random => &random,
             };
             for &threads in &thread_counts {
                 say(&format!("{} {threads} thread(s): warm-up", order.name()));
                 let warmup = self.pass(order, list, threads, &Cap::None, s, false)?;
                 let cap = match (&self.source, order) {
-                    (Source::Dataset(_), Order::Sequential) => {
+                    (Subject::Dataset(_), ReadOrder::Sequential) => {
                         Cap::PerThread(warmup.per_thread.clone())
                     }
                     _ => Cap::Total(warmup.rate.samples),
@@ -421,7 +421,7 @@ impl Opened {
         if s.decode {
             for &threads in thread_counts.iter().rev() {
                 say(&format!("decode {threads} thread(s)"));
-                decode.push(self.pass(Order::Random, &random, threads, &Cap::None, s, true)?);
+                decode.push(self.pass(ReadOrder::Random, &random, threads, &Cap::None, s, true)?);
             }
         }
         Ok(Measured { figures, decode })
@@ -432,14 +432,14 @@ impl Opened {
     /// and reopened: the open time is returned.
     fn refresh(&mut self, order: &[u64], n: u64, evict_pages: bool) -> anyhow::Result<Option<f64>> {
         match &mut self.source {
-            Source::Tree(tree) => {
+            Subject::Tree(tree) => {
                 if evict_pages {
                     let files: Vec<&Path> = tree.files_of(order, n as usize).collect();
                     files.par_iter().try_for_each(|p| evict(p))?;
                 }
                 Ok(None)
             }
-            Source::Dataset(ds) => {
+            Subject::Dataset(ds) => {
                 *ds = None;
                 if evict_pages {
                     for f in dataset_files(&self.path)? {
@@ -460,7 +460,7 @@ impl Opened {
     /// runs out, the cap is reached, or the samples end.
     fn pass(
         &self,
-        order: Order,
+        order: ReadOrder,
         list: &[u64],
         threads: usize,
         cap: &Cap,
@@ -491,7 +491,7 @@ impl Opened {
                     scope.spawn(move || {
                         let mut st = ThreadStats::default();
                         match (&self.source, order) {
-                            (Source::Dataset(Some(ds)), Order::Sequential) => {
+                            (Subject::Dataset(Some(ds)), ReadOrder::Sequential) => {
                                 let my_cap = match cap {
                                     Cap::PerThread(v) => v.get(t).copied().unwrap_or(0),
                                     _ => u64::MAX,
@@ -529,14 +529,14 @@ impl Opened {
                                     }
                                     let i = list[k as usize];
                                     let r = match source {
-                                        Source::Tree(tree) => {
+                                        Subject::Tree(tree) => {
                                             tree.read_sample(i as usize, &mut buf, &mut st, decode)
                                         }
-                                        Source::Dataset(Some(ds)) => ds
+                                        Subject::Dataset(Some(ds)) => ds
                                             .get(i)
                                             .map(|sample| st.dataset_sample(&sample, decode))
                                             .map_err(Into::into),
-                                        Source::Dataset(None) => {
+                                        Subject::Dataset(None) => {
                                             Err(anyhow::anyhow!("dataset is closed"))
                                         }
                                     };

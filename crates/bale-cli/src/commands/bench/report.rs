@@ -10,7 +10,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::diagnose::{Diagnosis, Metrics, Rate, diagnose, fmt_count, fmt_rate};
-use super::measure::{Measured, Opened, Order, Pass, Settings};
+use super::measure::{Measured, Opened, Pass, ReadOrder, Settings};
 
 /// The JSON schema version.
 pub const SCHEMA: u32 = 1;
@@ -114,7 +114,7 @@ pub struct DecodeRun {
     pub decode_secs: f64,
 }
 
-fn run(order: Order, cache: &'static str, threads: usize, p: &Pass) -> RunReport {
+fn run(order: ReadOrder, cache: &'static str, threads: usize, p: &Pass) -> RunReport {
     RunReport {
         order: order.name(),
         cache,
@@ -167,7 +167,7 @@ pub fn source_report(
         }
     });
     let n = s.threads.max(1);
-    let find = |order: Order, threads: usize, cold: bool| -> Rate {
+    let find = |order: ReadOrder, threads: usize, cold: bool| -> Rate {
         m.figures
             .iter()
             .find(|f| f.order == order && f.threads == threads)
@@ -177,10 +177,10 @@ pub fn source_report(
     let metrics = Metrics {
         tree: src.is_tree(),
         threads: n,
-        seq_cold_n: find(Order::Sequential, n, true),
-        rand_warm_n: find(Order::Random, n, false),
-        rand_cold_1: find(Order::Random, 1, true),
-        rand_cold_n: find(Order::Random, n, true),
+        seq_cold_n: find(ReadOrder::Sequential, n, true),
+        rand_warm_n: find(ReadOrder::Random, n, false),
+        rand_cold_1: find(ReadOrder::Random, 1, true),
+        rand_cold_n: find(ReadOrder::Random, n, true),
         decode_secs_per_sample: decode
             .as_ref()
             .filter(|d| d.runs.first().is_some_and(|r| r.samples > 0))
