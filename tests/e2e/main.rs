@@ -3,6 +3,7 @@
 mod bench;
 mod common;
 mod convert;
+mod data_loss;
 mod format_interop;
 #[cfg(feature = "hdf5")]
 mod h5;
@@ -14,3 +15,4 @@ mod reader;
 mod stage;
 mod stat;
 mod verify;
+mod wrong_success;

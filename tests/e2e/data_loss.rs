@@ -1,0 +1,506 @@
+//! "Nothing lost" (DESIGN.md, Promises to the user's data): no command
+//! overwrites or deletes a file it did not create unless `--force` says so,
+//! and `--force` never deletes or replaces a file an input refers to; it
+//! refuses, naming the file. A failed `pack`, `convert` or `index` removes
+//! only what it put in place.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use bale_format::{Manifest, ShardIndex};
+use bale_tests::{assert_success as ok, bale_bin, describe as text, run_bale as bale};
+
+use crate::common::{Running, snapshot, text_tree};
+
+/// Packs `n` text samples into the one-shard dataset `out` and returns the
+/// path of its shard (`out/shard-000000.tar`).
+fn packed(work: &Path, name: &str, n: usize) -> PathBuf {
+    let input = work.join(format!("{name}-in"));
+    text_tree(&input, "a", name, n);
+    let out = work.join(name);
+    ok(&bale(
+        &["pack", "-q", "--labels", "none", "-o"],
+        &[&out, &input],
+    ));
+    out.join("shard-000000.tar")
+}
+
+fn run(args: &[&str]) -> Output {
+    bale(args, &[])
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts that `o` failed and that its stderr names `name` (and holds every
+/// one of `words`).
+fn refused(o: &Output, name: &str, words: &[&str]) {
+    assert!(!o.status.success(), "should have failed:\n{}", text(o));
+    let err = stderr(o);
+    assert!(
+        err.contains(name),
+        "the error should name {name}:\n{}",
+        text(o)
+    );
+    for w in words {
+        assert!(err.contains(w), "the error should say {w:?}:\n{}", text(o));
+    }
+}
+
+fn verifies(ds: &Path) {
+    let o = bale(&["verify"], &[ds]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "verify {}: {}",
+        ds.display(),
+        text(&o)
+    );
+}
+
+/// `bale index --wids-json` never writes over a tar it indexes (with or
+/// without `--force`), nor over an index the run writes; an unrelated file
+/// is replaced only with `--force`.
+#[test]
+fn index_wids_json_never_overwrites_an_input_or_its_own_output() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "src", 10);
+    let u = t.path().join("u");
+    fs::create_dir(&u).unwrap();
+    let tar = u.join("data.tar");
+    fs::copy(&shard, &tar).unwrap();
+    let original = fs::read(&tar).unwrap();
+    let ds = u.join("ds");
+
+    for force in [false, true] {
+        let mut args = vec!["index", "-o", p(&ds), "--wids-json", p(&tar), p(&tar)];
+        if force {
+            args.push("--force");
+        }
+        let o = run(&args);
+        refused(&o, "data.tar", &["input"]);
+        assert_eq!(
+            fs::read(&tar).unwrap(),
+            original,
+            "--wids-json over the indexed tar (force {force}) changed it"
+        );
+        assert!(
+            !ds.join("bale.json").exists(),
+            "force {force}: {}",
+            text(&o)
+        );
+    }
+
+    // Onto the index this very run writes.
+    let idx = ds.join("data.idx");
+    let o = run(&[
+        "index",
+        "--force",
+        "-o",
+        p(&ds),
+        "--wids-json",
+        p(&idx),
+        p(&tar),
+    ]);
+    refused(&o, "data.idx", &[]);
+    assert!(!ds.join("bale.json").exists(), "{}", text(&o));
+    assert_eq!(fs::read(&tar).unwrap(), original);
+
+    // Onto an unrelated existing file: kept without --force, replaced with it.
+    let other = u.join("other.json");
+    fs::write(&other, b"the user's own json").unwrap();
+    let o = run(&["index", "-o", p(&ds), "--wids-json", p(&other), p(&tar)]);
+    refused(&o, "other.json", &["--force"]);
+    assert_eq!(fs::read(&other).unwrap(), b"the user's own json");
+    assert!(!ds.join("bale.json").exists(), "{}", text(&o));
+    ok(&run(&[
+        "index",
+        "-q",
+        "--force",
+        "-o",
+        p(&ds),
+        "--wids-json",
+        p(&other),
+        p(&tar),
+    ]));
+    let wids: serde_json::Value = serde_json::from_slice(&fs::read(&other).unwrap()).unwrap();
+    assert_eq!(wids["__kind__"], "wids-shard-index-v1", "{wids}");
+    assert_eq!(wids["shardlist"][0]["nsamples"], 10, "{wids}");
+    assert_eq!(fs::read(&tar).unwrap(), original);
+    verifies(&ds);
+}
+
+/// `bale convert SRC -o DIR --force`, where DIR holds the tars SRC (made by
+/// `bale index`) refers to, named like bale's shards: refused, naming the
+/// tar, which survives, and SRC still verifies.
+#[test]
+fn convert_force_never_deletes_the_tars_of_its_source() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "src", 10);
+    let x = t.path().join("x");
+    fs::create_dir(&x).unwrap();
+    let tar = x.join("shard-000000.tar");
+    fs::copy(&shard, &tar).unwrap();
+    let ds = x.join("ds");
+    ok(&bale(&["index", "-q", "-o"], &[&ds, &tar]));
+    let before = snapshot(&x);
+
+    let o = bale(&["convert", "--force", "-o"], &[&x, &ds]);
+    refused(&o, "shard-000000.tar", &["input"]);
+    assert_eq!(snapshot(&x), before, "convert changed its own source");
+    verifies(&ds);
+}
+
+/// `bale pack DIR -o DIR --force`, where DIR holds an input file named like
+/// a shard: refused, naming it, and nothing in DIR changes.
+#[test]
+fn pack_force_never_deletes_an_input_named_like_a_shard() {
+    let t = tempfile::tempdir().unwrap();
+    let raw = t.path().join("raw");
+    text_tree(&raw, "a", "raw", 10);
+    fs::write(
+        raw.join("shard-000000.tar"),
+        b"the user's file, not a bale shard",
+    )
+    .unwrap();
+    let before = snapshot(&raw);
+
+    let o = bale(
+        &["pack", "--labels", "none", "--force", "-o"],
+        &[&raw, &raw],
+    );
+    refused(&o, "shard-000000.tar", &["input"]);
+    assert_eq!(snapshot(&raw), before, "pack changed its own input");
+}
+
+/// `bale merge ... -o OUT --force` never deletes a part's file: not when OUT
+/// is one of the parts, and not when the parts' shards live in OUT (the part
+/// directories hold symlinks to them).
+#[test]
+fn merge_force_never_deletes_a_parts_files() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    text_tree(&input, "a", "merge", 12);
+    let part = |dir: &Path, i: usize| {
+        ok(&bale(
+            &[
+                "pack",
+                "-q",
+                "--labels",
+                "none",
+                "--part",
+                &format!("{i}/2"),
+                "-o",
+            ],
+            &[dir, &input],
+        ));
+    };
+    let (p0, p1) = (t.path().join("p0"), t.path().join("p1"));
+    part(&p0, 0);
+    part(&p1, 1);
+    let parts_before = (snapshot(&p0), snapshot(&p1));
+
+    let o = bale(&["merge", "--force", "-o"], &[&p0, &p0, &p1]);
+    refused(&o, "p0", &["one of the parts"]);
+    assert_eq!((snapshot(&p0), snapshot(&p1)), parts_before);
+
+    // The parts' shards and indexes moved into OUT, symlinked from the parts.
+    let out = t.path().join("merged");
+    fs::create_dir(&out).unwrap();
+    for p in [&p0, &p1] {
+        for e in fs::read_dir(p).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            if name.starts_with("part-") {
+                fs::rename(e.path(), out.join(&name)).unwrap();
+                std::os::unix::fs::symlink(Path::new("../merged").join(&name), e.path()).unwrap();
+            }
+        }
+    }
+    let before = (snapshot(&out), snapshot(&p0), snapshot(&p1));
+    let o = bale(&["merge", "--force", "-o"], &[&out, &p0, &p1]);
+    refused(&o, "part-000", &["input"]);
+    assert_eq!(
+        (snapshot(&out), snapshot(&p0), snapshot(&p1)),
+        before,
+        "merge --force deleted or moved what its parts refer to"
+    );
+    for p in [&p0, &p1] {
+        // Every part still reads (through its symlinks).
+        let m = Manifest::read(p).unwrap();
+        for s in &m.shards {
+            let idx = ShardIndex::open(Manifest::resolve(p, &s.index)).unwrap();
+            assert_eq!(idx.len() as u64, s.samples);
+            assert_eq!(
+                fs::metadata(Manifest::resolve(p, &s.file)).unwrap().len(),
+                s.bytes
+            );
+        }
+    }
+}
+
+/// `bale index TAR -o DIR` where DIR holds a file under the index's name
+/// that bale did not write: refused without `--force`, the file unchanged;
+/// with `--force` replaced, and the dataset verifies.
+#[test]
+fn index_never_replaces_a_file_it_did_not_write_unless_forced() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "src", 10);
+    let u2 = t.path().join("u2");
+    fs::create_dir(&u2).unwrap();
+    let tar = u2.join("data.tar");
+    fs::copy(&shard, &tar).unwrap();
+    fs::write(u2.join("data.idx"), b"the user's data.idx").unwrap();
+    let before = snapshot(&u2);
+
+    let o = bale(&["index", "-o"], &[&u2, &tar]);
+    refused(&o, "data.idx", &["--force"]);
+    assert_eq!(
+        snapshot(&u2),
+        before,
+        "a refused index changed the directory"
+    );
+
+    ok(&bale(&["index", "-q", "--force", "-o"], &[&u2, &tar]));
+    let idx = ShardIndex::open(u2.join("data.idx")).unwrap();
+    assert_eq!(idx.len(), 10);
+    assert_eq!(Manifest::read(&u2).unwrap().samples, 10);
+    verifies(&u2);
+}
+
+/// A failed `bale index` into the tars' own directory leaves every file it
+/// did not write as it was: a truncated tar makes it fail after it indexed
+/// the good one; a file under an index name it would write is refused.
+#[test]
+fn a_failed_index_keeps_every_file_it_did_not_write() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "src", 10);
+    let u3 = t.path().join("u3");
+    fs::create_dir(&u3).unwrap();
+    let tar = u3.join("data.tar");
+    fs::copy(&shard, &tar).unwrap();
+    let bad = u3.join("bad.tar");
+    fs::write(&bad, b"not a tar").unwrap();
+    fs::write(u3.join("notes.txt"), b"notes").unwrap();
+    fs::write(u3.join("shard-000000.tar"), b"the user's, not an input").unwrap();
+    fs::write(u3.join("shard-000000.idx"), b"the user's idx").unwrap();
+    let before = snapshot(&u3);
+
+    let o = bale(&["index", "-o"], &[&u3, &tar, &bad]);
+    refused(&o, "bad.tar", &[]);
+    assert_eq!(
+        snapshot(&u3),
+        before,
+        "a failed index changed the directory"
+    );
+
+    // The index name it would write is taken by the user's file.
+    fs::write(u3.join("data.idx"), b"the user's data.idx").unwrap();
+    let before = snapshot(&u3);
+    let o = bale(&["index", "-o"], &[&u3, &tar, &bad]);
+    refused(&o, "data.idx", &[]);
+    assert_eq!(
+        snapshot(&u3),
+        before,
+        "a failed index changed the directory"
+    );
+}
+
+/// A failed `bale pack` leaves every file it did not create: with `--force`
+/// (an old dataset beside the user's files) and a FIFO among the inputs; and
+/// without it, when the user's files appear in the output while the pack
+/// runs (it waits for its file list on stdin): a shard name taken by the
+/// user's file makes the pack fail, never replace it.
+#[test]
+fn a_failed_pack_keeps_every_file_it_did_not_create() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    text_tree(&input, "a", "pack", 10);
+
+    // --force over an old dataset, a FIFO among the inputs.
+    let out = t.path().join("out");
+    ok(&bale(
+        &["pack", "-q", "--labels", "none", "-o"],
+        &[&out, &input],
+    ));
+    fs::write(out.join("notes.txt"), b"notes").unwrap();
+    fs::create_dir(out.join("mine")).unwrap();
+    fs::write(out.join("mine/keep.bin"), b"keep").unwrap();
+    let fifo_in = t.path().join("fifo-in");
+    text_tree(&fifo_in, "a", "fifo", 4);
+    ok(&Command::new("mkfifo")
+        .arg(fifo_in.join("a/0002.json"))
+        .output()
+        .unwrap());
+    let o = bale(
+        &["pack", "--labels", "none", "--force", "-o"],
+        &[&out, &fifo_in],
+    );
+    refused(&o, "0002.json", &[]);
+    for (name, bytes) in [("notes.txt", &b"notes"[..]), ("mine/keep.bin", b"keep")] {
+        assert_eq!(
+            fs::read(out.join(name)).unwrap(),
+            bytes,
+            "{name}: {}",
+            text(&o)
+        );
+    }
+    assert!(!out.join("bale.json").exists(), "{}", text(&o));
+
+    // Without --force: the user's files arrive while the pack waits for its list.
+    let out = t.path().join("out2");
+    let mut run = Running::start(
+        Command::new(bale_bin())
+            .args(["pack", "--labels", "none", "--files-from", "-", "-o"])
+            .arg(&out)
+            .arg(&input)
+            .stdin(Stdio::piped()),
+    );
+    let start = Instant::now();
+    while !out.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "bale pack never created its output"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let user: [(&str, &[u8]); 3] = [
+        ("notes.txt", b"notes"),
+        ("shard-000000.tar", b"the user's tar"),
+        ("shard-000000.idx", b"the user's idx"),
+    ];
+    for (name, bytes) in user {
+        fs::write(out.join(name), bytes).unwrap();
+    }
+    {
+        use std::io::Write;
+        let mut stdin = run.child().stdin.take().unwrap();
+        let list: String = (0..10).map(|i| format!("a/{i:04}.txt\n")).collect();
+        stdin.write_all(list.as_bytes()).unwrap();
+    }
+    let o = run.finish_within(Duration::from_secs(60));
+    refused(&o, "shard-000000.tar", &["already exists"]);
+    for (name, bytes) in user {
+        assert_eq!(
+            fs::read(out.join(name)).unwrap(),
+            bytes,
+            "{name}: {}",
+            text(&o)
+        );
+    }
+    let left: Vec<String> = snapshot(&out).into_keys().collect();
+    assert_eq!(
+        left,
+        ["notes.txt", "shard-000000.idx", "shard-000000.tar"],
+        "{}",
+        text(&o)
+    );
+}
+
+/// A failed `bale convert` leaves every file it did not create: with
+/// `--force` and a corrupt source shard; and without it, when the user's
+/// files appear in the output while the convert runs: a shard name taken by
+/// the user's file makes the convert fail, never replace it.
+#[test]
+fn a_failed_convert_keeps_every_file_it_did_not_create() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    text_tree(&input, "a", "convert", 400);
+    let src = t.path().join("src");
+    ok(&bale(
+        &["pack", "-q", "--labels", "none", "-o"],
+        &[&src, &input],
+    ));
+
+    // --force over an old dataset, the source's last sample corrupt.
+    let bad = t.path().join("bad");
+    ok(&bale(
+        &["pack", "-q", "--labels", "none", "-o"],
+        &[&bad, &input],
+    ));
+    let shard = bad.join("shard-000000.tar");
+    let mut bytes = fs::read(&shard).unwrap();
+    let at = bytes
+        .windows(16)
+        .rposition(|w| w == b"convert sample 3")
+        .unwrap();
+    bytes[at] ^= 0x20;
+    fs::write(&shard, bytes).unwrap();
+    let out = t.path().join("out");
+    ok(&bale(
+        &["pack", "-q", "--labels", "none", "-o"],
+        &[&out, &input],
+    ));
+    fs::write(out.join("notes.txt"), b"notes").unwrap();
+    fs::create_dir(out.join("mine")).unwrap();
+    fs::write(out.join("mine/keep.bin"), b"keep").unwrap();
+    let o = bale(&["convert", "--force", "-o"], &[&out, &bad]);
+    assert!(!o.status.success(), "{}", text(&o));
+    for (name, bytes) in [("notes.txt", &b"notes"[..]), ("mine/keep.bin", b"keep")] {
+        assert_eq!(
+            fs::read(out.join(name)).unwrap(),
+            bytes,
+            "{name}: {}",
+            text(&o)
+        );
+    }
+    assert!(!out.join("bale.json").exists(), "{}", text(&o));
+
+    // Without --force: one shard per sample; once the convert has started
+    // writing, the user's files take the names of later shards.
+    let out = t.path().join("out2");
+    fs::create_dir(&out).unwrap();
+    let run = Running::start(
+        Command::new(bale_bin())
+            .args(["convert", "--shard-samples", "1", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .stdin(Stdio::null()),
+    );
+    let start = Instant::now();
+    while fs::read_dir(&out).unwrap().next().is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "bale convert never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let user: [(&str, &[u8]); 3] = [
+        ("notes.txt", b"notes"),
+        ("shard-000300.tar", b"the user's tar"),
+        ("shard-000300.idx", b"the user's idx"),
+    ];
+    for (name, bytes) in user {
+        // create_new: were the name taken already, the convert would be too far along to test.
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(out.join(name))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let o = run.finish_within(Duration::from_secs(120));
+    refused(&o, "shard-000300.tar", &["already exists"]);
+    for (name, bytes) in user {
+        assert_eq!(
+            fs::read(out.join(name)).unwrap(),
+            bytes,
+            "{name}: {}",
+            text(&o)
+        );
+    }
+    let left: Vec<String> = snapshot(&out).into_keys().collect();
+    assert_eq!(
+        left,
+        ["notes.txt", "shard-000300.idx", "shard-000300.tar"],
+        "{}",
+        text(&o)
+    );
+}
