@@ -98,20 +98,22 @@ impl Output {
                     }
                     top = parent.to_path_buf();
                 }
-                fs::create_dir_all(dir).map_err(|e| PackError::io(dir, e))?;
-                Some(top)
+                if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    fs::create_dir_all(parent).map_err(|e| PackError::io(parent, e))?;
+                }
+                // Only the run whose mkdir succeeds created it: a run racing
+                // into the same new directory must never remove it.
+                match fs::create_dir(dir) {
+                    Ok(()) => Some(top),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+                    Err(e) => return Err(PackError::io(dir, e)),
+                }
             }
             Err(e) => return Err(PackError::io(dir, e)),
         };
-        let lock = match DirLock::try_lock(dir) {
-            Ok(l) => l,
-            Err(e) => {
-                if let Some(top) = &created {
-                    remove_empty_dirs(dir, top);
-                }
-                return Err(e.into());
-            }
-        };
+        // A run that does not get the lock leaves the directory as it is:
+        // the holder is writing into it.
+        let lock = DirLock::try_lock(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             created,
@@ -261,12 +263,16 @@ mod tests {
     }
 
     #[test]
-    fn a_second_writer_fails_at_once() {
+    fn a_second_writer_fails_at_once_and_leaves_the_directory_to_the_first() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("new");
         let first = Output::open(&out, false).unwrap();
         let err = Output::open(&out, true).unwrap_err();
         assert!(err.to_string().contains("another bale command"), "{err}");
+        assert!(
+            out.is_dir(),
+            "the loser does not remove the winner's directory"
+        );
         drop(first);
         assert!(!out.exists(), "the first run made it and removes it");
     }

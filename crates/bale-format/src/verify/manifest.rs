@@ -52,7 +52,8 @@ pub(super) fn looks_like_shard(name: &str) -> bool {
 /// Only the dataset directory is scanned (not its subdirectories, nor the
 /// directories of shards it refers to elsewhere: other tars there are none
 /// of its business). In a dataset written by `bale index`, whose directory
-/// may hold the user's other tars, only unlisted `.idx` files are unknown.
+/// may hold the user's other tars, only unlisted `.idx` files and files named
+/// like bale's shards (`shard-*`, `part-*`) are unknown.
 pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
     let mut out = Vec::new();
     let samples: u64 = m.shards.iter().map(|s| s.samples).sum();
@@ -128,7 +129,7 @@ pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
                 );
             } else if looks_like_shard(&name)
                 && !known.contains(&path)
-                && (!adopted || name.ends_with(".idx"))
+                && (!adopted || name.ends_with(".idx") || crate::is_bale_file_name(&name))
             {
                 out.push(Problem::new(
                     shown,
