@@ -13,26 +13,7 @@ fn is_control(c: char) -> bool {
 /// `s` with every control character and backslash escaped (`\n`, `\t`,
 /// `\r`, `\\`, `\x1b`, `\u{85}`): one field of line-oriented output.
 pub fn field(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(|c| is_control(c) || c == '\\') {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x80 && is_control(c) => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if is_control(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
+    escaped(s, |c| is_control(c) || c == '\\')
 }
 
 /// `s` quoted and escaped as Rust's `{:?}` does (`"a\nb"`), for messages.
@@ -44,23 +25,28 @@ pub fn quoted(s: &str) -> String {
 /// that separate its lines are escaped (they can only come from data, such
 /// as a file name holding an escape sequence).
 pub fn message(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(|c| is_control(c) && c != '\n') {
+    escaped(s, |c| is_control(c) && c != '\n')
+}
+
+/// `s` with the characters `escape` picks written as escapes.
+fn escaped(s: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !s.chars().any(&escape) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        match c {
-            '\n' => out.push('\n'),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x80 && is_control(c) => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if is_control(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
+        if !escape(c) {
+            out.push(c);
+            continue;
         }
+        let _ = match c {
+            '\n' => write!(out, "\\n"),
+            '\t' => write!(out, "\\t"),
+            '\r' => write!(out, "\\r"),
+            '\\' => write!(out, "\\\\"),
+            c if (c as u32) < 0x80 => write!(out, "\\x{:02x}", c as u32),
+            c => write!(out, "\\u{{{:x}}}", c as u32),
+        };
     }
     Cow::Owned(out)
 }

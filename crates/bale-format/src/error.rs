@@ -237,6 +237,22 @@ impl FormatError {
         }
     }
 
+    /// `end_sample` called with no sample open, in the shard `path`.
+    pub(crate) fn no_open_sample(path: &Path) -> Self {
+        FormatError::Limit {
+            path: path.to_path_buf(),
+            what: "end_sample without an open sample".into(),
+        }
+    }
+
+    /// A sample `key` that ended without members.
+    pub(crate) fn empty_sample(key: String) -> Self {
+        FormatError::InvalidName {
+            name: key,
+            reason: "a sample needs at least one member",
+        }
+    }
+
     pub(crate) fn tar(path: impl Into<PathBuf>, offset: u64, what: impl Into<String>) -> Self {
         FormatError::Tar {
             path: path.into(),

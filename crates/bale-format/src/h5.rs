@@ -260,18 +260,17 @@ impl H5ShardWriter {
         Ok(())
     }
 
-    /// Adds a member of `size` bytes streamed from `reader`; `source` names it in errors.
+    /// Adds a member streamed from `src`.
     ///
     /// # Errors
     /// As [`H5ShardWriter::add_member`]; a reader that ends early (naming
-    /// `source`). The shard is then unusable and must be discarded.
-    pub fn add_member_from(
-        &mut self,
-        ext: &str,
-        size: u64,
-        reader: &mut dyn Read,
-        source: &Path,
-    ) -> Result<()> {
+    /// `src.path`). The shard is then unusable and must be discarded.
+    pub fn add_member_from(&mut self, ext: &str, src: crate::MemberSource<'_>) -> Result<()> {
+        let crate::MemberSource {
+            size,
+            reader,
+            path: source,
+        } = src;
         self.check_member(ext)?;
         let sp = self.spool(ext)?;
         let offset = sp.len;
@@ -306,17 +305,9 @@ impl H5ShardWriter {
     /// # Errors
     /// No open sample, or a sample without members.
     pub fn end_sample(&mut self) -> Result<()> {
-        let Some(cur) = self.cur.take() else {
-            return Err(FormatError::Limit {
-                path: self.dest.clone(),
-                what: "end_sample without an open sample".into(),
-            });
-        };
+        let cur = (self.cur.take()).ok_or_else(|| FormatError::no_open_sample(&self.dest))?;
         if cur.members.is_empty() {
-            return Err(FormatError::InvalidName {
-                name: cur.key,
-                reason: "a sample needs at least one member",
-            });
+            return Err(FormatError::empty_sample(cur.key));
         }
         if self.samples.len() >= u32::MAX as usize - 1 {
             return Err(FormatError::Limit {
@@ -391,17 +382,7 @@ impl H5ShardWriter {
         }
         let index = index.to_bytes(shard_len, 0);
         let index_name = index_file_name(&self.file_name);
-        let index_path = self.dir.join(&index_name);
-        let mut idx_file = AtomicFile::create(&index_path)?;
-        idx_file
-            .write_all(&index)
-            .map_err(|e| FormatError::io(&index_path, e))?;
-        h5_file.commit()?;
-        if let Err(e) = idx_file.commit() {
-            // The shard was just put in place by this writer: it goes with its index.
-            let _ = fs::remove_file(&dest);
-            return Err(e);
-        }
+        crate::shard::commit_with_index(h5_file, &self.dir.join(&index_name), &index)?;
         Ok(ShardEntry {
             file: self.file_name.clone(),
             index: index_name,
@@ -680,7 +661,14 @@ mod tests {
         w.begin_sample("a").unwrap();
         let mut short: &[u8] = b"only five";
         let e = w
-            .add_member_from("bin", 100, &mut short, Path::new("shrunk.bin"))
+            .add_member_from(
+                "bin",
+                crate::MemberSource {
+                    size: 100,
+                    reader: &mut short,
+                    path: Path::new("shrunk.bin"),
+                },
+            )
             .unwrap_err()
             .to_string();
         assert!(e.contains("shrunk.bin") && e.contains("shrank"), "{e}");

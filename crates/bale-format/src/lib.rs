@@ -65,8 +65,8 @@ pub use manifest::{
 };
 pub use name::{split_member_name, validate_ext, validate_key};
 pub use shard::{
-    DEFAULT_ZSTD_LEVEL, EncodedSample, Member, ShardBuf, ShardFileWriter, ShardSummary,
-    ShardWriter, index_file_name, is_bale_file_name, shard_file_name,
+    DEFAULT_ZSTD_LEVEL, EncodedSample, Member, MemberSource, ShardBuf, ShardFileWriter,
+    ShardSummary, ShardWriter, index_file_name, is_bale_file_name, shard_file_name,
 };
 pub use stream::{STREAM_BUFFER, SampleStream, StreamMember, StreamSample, open_shard_stream};
 pub use tar::{TAR_END_LEN, tar_member_len};

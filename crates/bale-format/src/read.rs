@@ -43,19 +43,27 @@ pub fn read_exact_at(file: &File, path: &Path, offset: u64, len: u64) -> Result<
             what: format!("a read of {len} bytes does not fit in memory"),
         })?
     ];
-    file.read_exact_at(&mut buf, offset).map_err(|e| {
+    read_exact_into(file, path, offset, &mut buf)?;
+    Ok(buf)
+}
+
+/// Fills `buf` from `offset` of `file` with one positioned read.
+///
+/// # Errors
+/// I/O errors and short files, naming `path` and the offset.
+pub fn read_exact_into(file: &File, path: &Path, offset: u64, buf: &mut [u8]) -> Result<()> {
+    file.read_exact_at(buf, offset).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             FormatError::Truncated {
                 path: path.to_path_buf(),
                 what: "sample data",
-                needed: offset + len,
+                needed: offset + buf.len() as u64,
                 len: file.metadata().map(|m| m.len()).unwrap_or(0),
             }
         } else {
             FormatError::io_at(path, offset, e)
         }
-    })?;
-    Ok(buf)
+    })
 }
 
 thread_local! {

@@ -435,20 +435,19 @@ impl<W: Write> ShardWriter<W> {
         self.member_done(ext, offset, bytes.len() as u64, data.xxh3())
     }
 
-    /// Adds a member of `size` bytes streamed from `reader` (for members too
-    /// large to hold in memory). `source` names the reader in errors.
+    /// Adds a member streamed from `src` (for members too large to hold in
+    /// memory).
     ///
     /// # Errors
-    /// As [`ShardWriter::add_member`]; and when `reader` ends before `size`
-    /// bytes (the source shrank), an error naming `source`. The shard is then
-    /// unusable and must be discarded.
-    pub fn add_member_from(
-        &mut self,
-        ext: &str,
-        size: u64,
-        reader: &mut dyn Read,
-        source: &Path,
-    ) -> Result<()> {
+    /// As [`ShardWriter::add_member`]; and when the reader ends before
+    /// `src.size` bytes (the source shrank), an error naming `src.path`. The
+    /// shard is then unusable and must be discarded.
+    pub fn add_member_from(&mut self, ext: &str, src: MemberSource<'_>) -> Result<()> {
+        let MemberSource {
+            size,
+            reader,
+            path: source,
+        } = src;
         self.member_header(ext, size)?;
         let offset = self.tar_pos;
         let mut hasher = Xxh3::new();
@@ -465,17 +464,9 @@ impl<W: Write> ShardWriter<W> {
     /// # Errors
     /// No open sample, a sample without members, or an I/O error.
     pub fn end_sample(&mut self) -> Result<()> {
-        let Some(cur) = self.cur.take() else {
-            return Err(FormatError::Limit {
-                path: self.path.clone(),
-                what: "end_sample without an open sample".into(),
-            });
-        };
+        let cur = (self.cur.take()).ok_or_else(|| FormatError::no_open_sample(&self.path))?;
         if cur.members.is_empty() {
-            return Err(FormatError::InvalidName {
-                name: cur.key,
-                reason: "a sample needs at least one member",
-            });
+            return Err(FormatError::empty_sample(cur.key));
         }
         self.end_frame()?;
         let members: Vec<(&str, u64, u64, u64)> = cur
@@ -741,18 +732,7 @@ impl ShardFileWriter {
         let (buf, index, summary) = self.writer.finish()?;
         let file = buf.into_inner().map_err(|e| FormatError::io(&path, e))?;
         let index_name = index_file_name(&self.file_name);
-        let index_path = self.dir.join(&index_name);
-        let mut idx_file = AtomicFile::create(&index_path)?;
-        idx_file
-            .write_all(&index)
-            .map_err(|e| FormatError::io(&index_path, e))?;
-        // Shard first: an index never names a shard that is not in place.
-        file.commit()?;
-        if let Err(e) = idx_file.commit() {
-            // The shard was just put in place by this writer: it goes with its index.
-            let _ = std::fs::remove_file(&path);
-            return Err(e);
-        }
+        commit_with_index(file, &self.dir.join(&index_name), &index)?;
         Ok(ShardEntry {
             file: self.file_name,
             index: index_name,
@@ -780,6 +760,44 @@ pub fn is_bale_file_name(name: &str) -> bool {
                 || name.ends_with(".tar.zst")
                 || name.ends_with(".h5")
                 || name.ends_with(".idx")))
+}
+
+/// A member's bytes streamed from a reader: `size` bytes from `reader`,
+/// which `path` names in errors.
+pub struct MemberSource<'a> {
+    /// Bytes to take.
+    pub size: u64,
+    /// Where they come from.
+    pub reader: &'a mut dyn std::io::Read,
+    /// The file the reader reads, for errors.
+    pub path: &'a Path,
+}
+
+impl std::fmt::Debug for MemberSource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberSource")
+            .field("size", &self.size)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Puts a finished shard (written under a temporary name) and its index in
+/// place: the index is written, the shard renamed into place first (an index
+/// never names a shard that is not there), then the index; if the index
+/// cannot be put in place, the shard goes too.
+pub(crate) fn commit_with_index(shard: AtomicFile, index_path: &Path, index: &[u8]) -> Result<()> {
+    let shard_path = shard.dest().to_path_buf();
+    let mut idx_file = AtomicFile::create(index_path)?;
+    idx_file
+        .write_all(index)
+        .map_err(|e| FormatError::io(index_path, e))?;
+    shard.commit()?;
+    if let Err(e) = idx_file.commit() {
+        let _ = std::fs::remove_file(&shard_path);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// The checks that start a sample in a shard writer (tar or HDF5): a valid

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use bale_format::fuzzing::{PAX_HEADER_NAME, TarReader};
 use bale_format::{
-    Compression, FormatError, Member, SampleStream, ShardIndex, ShardWriter, index_file_name,
-    shard_file_name,
+    Compression, FormatError, Member, MemberSource, SampleStream, ShardIndex, ShardWriter,
+    index_file_name, shard_file_name,
 };
 use common::{TestSample, as_test_samples, collect_stream, write_shard};
 
@@ -223,10 +223,24 @@ fn streamed_members_match_in_memory_members() {
         b.begin_sample("big").unwrap();
         // A reader that returns a few bytes at a time.
         let mut src = common::ShortReader::new(&data[..], 5, false);
-        b.add_member_from("bin", data.len() as u64, &mut src, Path::new("src.bin"))
-            .unwrap();
-        b.add_member_from("txt", 0, &mut std::io::empty(), Path::new("empty.txt"))
-            .unwrap();
+        b.add_member_from(
+            "bin",
+            MemberSource {
+                size: data.len() as u64,
+                reader: &mut src,
+                path: Path::new("src.bin"),
+            },
+        )
+        .unwrap();
+        b.add_member_from(
+            "txt",
+            MemberSource {
+                size: 0,
+                reader: &mut std::io::empty(),
+                path: Path::new("empty.txt"),
+            },
+        )
+        .unwrap();
         b.end_sample().unwrap();
         let (ta, ia, _) = a.finish().unwrap();
         let (tb, ib, _) = b.finish().unwrap();
@@ -237,7 +251,14 @@ fn streamed_members_match_in_memory_members() {
     w.begin_sample("k").unwrap();
     let mut short = (&data[..100]).take(100);
     let e = w
-        .add_member_from("bin", 200, &mut short, Path::new("shrunk.bin"))
+        .add_member_from(
+            "bin",
+            MemberSource {
+                size: 200,
+                reader: &mut short,
+                path: Path::new("shrunk.bin"),
+            },
+        )
         .unwrap_err();
     assert!(
         e.to_string().contains("shrunk.bin") && e.to_string().contains("shrank"),

@@ -121,6 +121,26 @@ pub struct ConvertSummary {
     pub output_bytes: u64,
 }
 
+impl ConvertSummary {
+    fn new(
+        dst: &Path,
+        opts: &ConvertOptions,
+        (samples, members, bytes): (u64, u64, u64),
+        shards: u64,
+        output_bytes: u64,
+    ) -> Self {
+        ConvertSummary {
+            output: dst.to_path_buf(),
+            format: opts.format.as_str(),
+            samples,
+            members,
+            bytes,
+            shards,
+            output_bytes,
+        }
+    }
+}
+
 /// Converts the dataset in `src` into `dst`.
 ///
 /// Every member is checked against its index checksum as it is read. The
@@ -302,15 +322,13 @@ fn to_shards(
     manifest.skipped = src.manifest.skipped;
     manifest.write(dst)?;
     out.commit();
-    Ok(ConvertSummary {
-        output: dst.to_path_buf(),
-        format: opts.format.as_str(),
-        samples,
-        members,
-        bytes,
-        shards: manifest.shards.len() as u64,
-        output_bytes: manifest.bytes,
-    })
+    Ok(ConvertSummary::new(
+        dst,
+        opts,
+        (samples, members, bytes),
+        manifest.shards.len() as u64,
+        manifest.bytes,
+    ))
 }
 
 /// Checks that `<key>.<ext>` is a relative path of plain components, and
@@ -436,15 +454,13 @@ fn to_dir(
     staging.done = true;
     out.commit();
     bale_format::atomic::sync_dir(&dst.join("x"));
-    Ok(ConvertSummary {
-        output: dst.to_path_buf(),
-        format: opts.format.as_str(),
-        samples,
-        members,
+    Ok(ConvertSummary::new(
+        dst,
+        opts,
+        (samples, members, bytes),
+        0,
         bytes,
-        shards: 0,
-        output_bytes: bytes,
-    })
+    ))
 }
 
 #[cfg(test)]

@@ -2,9 +2,11 @@
 //! [`ShardFileWriter`] or an HDF5 [`H5ShardWriter`] (feature `hdf5`), behind
 //! one set of calls.
 
-use std::io::{self, Read};
+use std::fs::File;
+use std::io;
 use std::path::Path;
 
+use bale_format::MemberSource;
 use bale_format::h5::H5ShardWriter;
 use bale_format::hash::Hashed;
 use bale_format::{Compression, EncodedSample, ShardEntry, ShardFileWriter};
@@ -70,16 +72,17 @@ impl ShardOut {
         Ok(())
     }
 
+    /// Streams member `ext` of `size` bytes from the file `path`, open as `file`.
     pub fn add_member_from(
         &mut self,
         ext: &str,
         size: u64,
-        reader: &mut dyn Read,
-        source: &Path,
+        file: &mut File,
+        path: &Path,
     ) -> Result<()> {
         match self {
-            ShardOut::Tar(w) => w.writer().add_member_from(ext, size, reader, source)?,
-            ShardOut::H5(w) => w.add_member_from(ext, size, reader, source)?,
+            ShardOut::Tar(w) => w.writer().add_member_from(ext, source(size, file, path))?,
+            ShardOut::H5(w) => w.add_member_from(ext, source(size, file, path))?,
         }
         Ok(())
     }
@@ -98,5 +101,13 @@ impl ShardOut {
             ShardOut::Tar(w) => (*w).finish()?,
             ShardOut::H5(w) => (*w).finish()?,
         })
+    }
+}
+
+fn source<'a>(size: u64, file: &'a mut File, path: &'a Path) -> MemberSource<'a> {
+    MemberSource {
+        size,
+        reader: file,
+        path,
     }
 }

@@ -502,9 +502,7 @@ impl PyDataset {
         num_workers: u64,
         even: bool,
     ) -> PyResult<Vec<u64>> {
-        let part = Partition::new(rank, world_size)
-            .with_workers(worker, num_workers)
-            .with_even(even);
+        let part = partition(rank, world_size, worker, num_workers, even);
         Ok(self
             .order_of(plan, seed, epoch, buffer, part)?
             .iter()
@@ -521,9 +519,7 @@ impl PyDataset {
         num_workers: u64,
         even: bool,
     ) -> PyResult<u64> {
-        let part = Partition::new(rank, world_size)
-            .with_workers(worker, num_workers)
-            .with_even(even);
+        let part = partition(rank, world_size, worker, num_workers, even);
         Ok(self.order_of("sequential", 0, 0, 1, part)?.len())
     }
 
@@ -546,9 +542,7 @@ impl PyDataset {
         prefetch: usize,
     ) -> PyResult<PyIter> {
         let this = slf.get();
-        let part = Partition::new(rank, world_size)
-            .with_workers(worker, num_workers)
-            .with_even(even);
+        let part = partition(rank, world_size, worker, num_workers, even);
         let plan = parse_plan(plan, seed, epoch, buffer)?;
         let it = this
             .ds
@@ -687,4 +681,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// Rank `rank` of `world_size`, worker `worker` of `num_workers`, as the Python API names them.
+fn partition(rank: u64, world_size: u64, worker: u64, num_workers: u64, even: bool) -> Partition {
+    Partition::new(rank, world_size)
+        .with_workers(worker, num_workers)
+        .with_even(even)
 }

@@ -56,13 +56,8 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// No progress or summary line.
-    #[arg(short, long)]
-    pub quiet: bool,
-
-    /// Print the summary as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: super::output::OutputFlags,
 }
 
 /// `--format` of `bale convert`.

@@ -94,11 +94,6 @@ pub struct IndexArgs {
     #[arg(long, short = 'j', value_name = "N")]
     pub jobs: Option<usize>,
 
-    /// No progress bar, notes or summary line.
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
-
-    /// Print the summary as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: super::output::OutputFlags,
 }

@@ -26,11 +26,6 @@ pub struct MergeArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// No summary line.
-    #[arg(short, long)]
-    pub quiet: bool,
-
-    /// Print the summary as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: super::output::OutputFlags,
 }

@@ -8,6 +8,7 @@ pub mod get;
 pub mod index;
 pub mod ls;
 pub mod merge;
+pub mod output;
 pub mod pack;
 pub mod stage;
 pub mod stat;

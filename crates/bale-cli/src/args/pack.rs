@@ -170,13 +170,8 @@ pub struct PackArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// No progress, warnings or summary line.
-    #[arg(short, long)]
-    pub quiet: bool,
-
-    /// Print the summary as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: super::output::OutputFlags,
 }
 
 /// The shard format of `bale pack --format`.

@@ -1,6 +1,5 @@
 //! `bale convert`: a dataset to another form (tar, tar.zst, h5, dir).
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -55,7 +54,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
     let bar = Bar {
-        quiet: args.quiet,
+        quiet: args.out.quiet,
         bar: std::sync::OnceLock::new(),
     };
     let result = convert(&args.source, &args.output, &opts, &bar, &cancel);
@@ -81,12 +80,8 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
             ));
         }
     };
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
-    } else if !args.quiet {
-        writeln!(
-            out,
+    args.out.summary(&s, || {
+        format!(
             "converted {} samples ({} members, {}) to {} in {}: {} shards, {}",
             s.samples,
             s.members,
@@ -95,7 +90,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
             s.output.display(),
             s.shards,
             crate::units::size(s.output_bytes)
-        )?;
-    }
+        )
+    })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -45,7 +45,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         force: args.force,
         jobs: args.jobs.unwrap_or(0),
     };
-    let quiet = args.quiet || args.json;
+    let quiet = args.out.quiet || args.out.json;
     let bar = Bar(progress::bar(0, "shards", quiet));
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
@@ -56,11 +56,11 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(with_hint(e)),
     };
     let mut stdout = std::io::stdout().lock();
-    if args.json {
+    if args.out.json {
         writeln!(stdout, "{}", serde_json::to_string_pretty(&summary)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    if args.quiet {
+    if args.out.quiet {
         return Ok(ExitCode::SUCCESS);
     }
     let mut err = std::io::stderr().lock();

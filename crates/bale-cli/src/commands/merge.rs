@@ -1,6 +1,5 @@
 //! `bale merge`: joins the part directories of `bale pack --part I/N`.
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::anyhow;
@@ -16,12 +15,8 @@ pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
     };
     let s = merge(&args.parts, &args.output, &opts)
         .map_err(|e| anyhow!("{e}\nnothing was merged: the parts are as they were"))?;
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
-    } else if !args.quiet {
-        writeln!(
-            out,
+    args.out.summary(&s, || {
+        format!(
             "merged {} parts into {}: {} samples in {} shards, {} ({} files renamed, {} copied) in {:.2} s",
             s.parts,
             s.output,
@@ -31,7 +26,7 @@ pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
             s.renamed,
             s.copied,
             s.seconds
-        )?;
-    }
+        )
+    })?;
     Ok(ExitCode::SUCCESS)
 }

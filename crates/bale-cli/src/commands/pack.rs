@@ -263,7 +263,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("give an input directory, or --files-from FILE");
     }
     let packer = b.build().map_err(|e| anyhow!("{e}"))?;
-    let bars = Bars::new(args.quiet);
+    let bars = Bars::new(args.out.quiet);
     let result = packer.run(&bars);
     bars.finish();
     let summary = match result {
@@ -278,7 +278,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(failure(e, &args.output)),
     };
     let mut err = std::io::stderr().lock();
-    if !args.quiet
+    if !args.out.quiet
         && let Some(line) = ignored_line(&summary.ignored)
     {
         let _ = writeln!(err, "{line}");
@@ -299,12 +299,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         }
     }
     drop(err);
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
-    } else if !args.quiet {
-        writeln!(out, "{}", summary_line(&summary))?;
-    }
+    args.out.summary(&summary, || summary_line(&summary))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -332,11 +332,7 @@ pub(super) fn scan_zstd(
                 }
                 continue;
             };
-            let sum = if opts.checksums {
-                src.hash_at(m.data_offset, m.size)?
-            } else {
-                0
-            };
+            let sum = member_sum(&mut src, &m, opts.checksums)?;
             match open.as_mut() {
                 Some(o) if o.tar_key == m.key => g.add(o, m, sum)?,
                 Some(o) => {
@@ -367,14 +363,7 @@ pub(super) fn scan_zstd(
                             ),
                         ));
                     }
-                    let mut o = OpenSample {
-                        tar_key: m.key.clone(),
-                        tar_offset: m.header_offset,
-                        end: 0,
-                        members: Vec::new(),
-                    };
-                    g.add(&mut o, m, sum)?;
-                    open = Some(o);
+                    open = Some(g.start(m, sum)?);
                 }
             }
         }

@@ -101,6 +101,18 @@ impl<'a> Grouper<'a> {
     }
 
     /// Adds a member to `open` (which must hold the same key).
+    /// Opens a sample with its first member `m`.
+    pub(super) fn start(&mut self, m: Found, sum: u64) -> Result<OpenSample> {
+        let mut o = OpenSample {
+            tar_key: m.key.clone(),
+            tar_offset: m.header_offset,
+            end: 0,
+            members: Vec::new(),
+        };
+        self.add(&mut o, m, sum)?;
+        Ok(o)
+    }
+
     pub(super) fn add(&mut self, open: &mut OpenSample, m: Found, sum: u64) -> Result<()> {
         if let Some(prev) = open.members.iter().find(|p| p.0 == m.ext) {
             return Err(FormatError::tar(
@@ -284,5 +296,14 @@ impl<'a> Grouper<'a> {
             stats: self.stats,
             index: self.index,
         }
+    }
+}
+
+/// The xxh3 of member `m`'s data when checksums are asked for, else 0.
+pub(super) fn member_sum(src: &mut dyn ByteSource, m: &Found, checksums: bool) -> Result<u64> {
+    if checksums {
+        src.hash_at(m.data_offset, m.size)
+    } else {
+        Ok(0)
     }
 }

@@ -48,25 +48,14 @@ pub(super) fn scan_plain(
         let Some(m) = g.member_of(&e)? else {
             continue;
         };
-        let sum = if opts.checksums {
-            src.hash_at(m.data_offset, m.size)?
-        } else {
-            0
-        };
+        let sum = member_sum(src, &m, opts.checksums)?;
         match open.as_mut() {
             Some(o) if o.tar_key == m.key => g.add(o, m, sum)?,
             _ => {
                 if let Some(done) = open.take() {
                     g.close(done, None)?;
                 }
-                let mut o = OpenSample {
-                    tar_key: m.key.clone(),
-                    tar_offset: m.header_offset,
-                    end: 0,
-                    members: Vec::new(),
-                };
-                g.add(&mut o, m, sum)?;
-                open = Some(o);
+                open = Some(g.start(m, sum)?);
             }
         }
     };

@@ -50,12 +50,8 @@ pub(super) fn full_pass(
     visitor: &mut dyn Visitor,
 ) {
     let name = r.shard.clone();
-    let file = match open_shard(path) {
-        Ok(f) => f,
-        Err(e) => {
-            r.push(Problem::new(&name, format!("shard cannot be opened: {e}")));
-            return;
-        }
+    let Some(file) = open_or_report(r, path) else {
+        return;
     };
     let hasher = Rc::new(RefCell::new(Xxh3::new()));
     let pos = Rc::new(Cell::new(0u64));

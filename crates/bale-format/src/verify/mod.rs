@@ -400,6 +400,20 @@ fn error_offset(e: &FormatError) -> Option<u64> {
     }
 }
 
+/// Opens a shard for checking, or lists why it cannot be opened.
+fn open_or_report(r: &mut ShardReport, path: &Path) -> Option<File> {
+    match open_shard(path) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            r.push(Problem::new(
+                r.shard.clone(),
+                format!("shard cannot be opened: {e}"),
+            ));
+            None
+        }
+    }
+}
+
 /// Opens a shard for checking: a regular file only (a FIFO would block, a
 /// device never end); the error says what it is instead.
 fn open_shard(path: &Path) -> Result<File, String> {

@@ -87,12 +87,8 @@ pub(super) fn quick_headers(
     visitor: &mut dyn Visitor,
 ) {
     let name = r.shard.clone();
-    let file = match open_shard(path) {
-        Ok(f) => f,
-        Err(e) => {
-            r.push(Problem::new(&name, format!("shard cannot be opened: {e}")));
-            return;
-        }
+    let Some(file) = open_or_report(r, path) else {
+        return;
     };
     let compressed = idx.compression() == Compression::Zstd;
     for i in 0..idx.len() {

@@ -102,12 +102,8 @@ pub(super) fn check_scattered(
     visitor: &mut dyn Visitor,
 ) {
     let name = r.shard.clone();
-    let mut file = match open_shard(path) {
-        Ok(f) => f,
-        Err(e) => {
-            r.push(Problem::new(&name, format!("shard cannot be opened: {e}")));
-            return;
-        }
+    let Some(mut file) = open_or_report(r, path) else {
+        return;
     };
     let mut sig = [0u8; 8];
     if entry.compression == Compression::H5

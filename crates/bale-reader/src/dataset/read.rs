@@ -468,22 +468,7 @@ impl Dataset {
             what: format!("a read of {len} bytes does not fit in memory"),
         })?;
         self.inner.pool.filled(n, |buf| {
-            file.read_exact_at(buf, offset).map_err(|e| {
-                ReaderError::from(if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    FormatError::Truncated {
-                        path: path.to_path_buf(),
-                        what: "sample data",
-                        needed: offset + len,
-                        len: file.metadata().map(|m| m.len()).unwrap_or(0),
-                    }
-                } else {
-                    FormatError::IoAt {
-                        path: path.to_path_buf(),
-                        offset,
-                        source: e,
-                    }
-                })
-            })
+            bale_format::read::read_exact_into(file, path, offset, buf).map_err(ReaderError::from)
         })
     }
 
