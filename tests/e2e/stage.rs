@@ -363,3 +363,334 @@ fn mount_as_root_mounts_a_tmpfs_and_unstage_unmounts_it() {
     assert!(!is_mounted(&target));
     assert!(!target.exists());
 }
+
+// Regressions pinned when the engine moved into bale-reader: locking, bounded
+// reads of untrusted files, checked sizes, named mismatches, checked reuse,
+// memory figures and --allow-swap, no replacing of files bale did not write.
+
+/// Runs `bale ARGS` with bounds: killed after `secs` seconds, no file it
+/// writes may pass 64 MiB and its address space 4 GiB (an unbounded copy of
+/// /dev/zero is stopped, not left to fill the disk or the memory).
+fn bale_bounded(args: &[&str], secs: u32) -> (i32, String, String) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -f 131072; ulimit -v 4194304; exec timeout -s KILL {secs} \"$0\" \"$@\""
+        ))
+        .arg(bale_tests::bale_bin())
+        .args(args)
+        .output()
+        .expect("cannot run bale");
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+/// Waits for `child` at most `secs` seconds (then kills it and fails).
+fn wait_bounded(mut child: std::process::Child, secs: u64) -> std::process::Output {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            panic!("bale did not finish within {secs}s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn spawn_stage(ds: &Path, target: &Path, extra: &[&str]) -> std::process::Child {
+    Command::new(bale_tests::bale_bin())
+        .args(["stage", s(ds), "--to", s(target)])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot run bale")
+}
+
+fn edit_manifest(ds: &Path, edit: impl FnOnce(&mut Value)) {
+    let path = ds.join("bale.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at] ^= 1;
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn stage_and_unstage_fail_at_once_when_another_run_holds_the_target() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    assert_eq!(stage(&ds, &target, &[]).0, 0);
+    let lock = bale_format::files::DirLock::try_lock(&target).unwrap();
+    let held = format!(
+        "{} is being written by another bale command",
+        target.display()
+    );
+    let t0 = std::time::Instant::now();
+    let (code, out, err) = bale_bounded(&["stage", s(&ds), "--to", s(&target)], 20);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(err.contains(&held), "{err}");
+    assert!(err.contains("hint: pass --wait"), "{err}");
+    let (code, _, err) = bale_bounded(&["unstage", s(&target)], 20);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&held), "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(15));
+    assert!(target.join("bale.json").exists());
+    drop(lock);
+    assert!(bale(&["unstage", s(&target)]).status.success());
+}
+
+#[test]
+fn stage_wait_waits_for_the_other_run_and_reuses_its_copy() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    assert_eq!(stage(&ds, &target, &[]).0, 0);
+    let lock = bale_format::files::DirLock::try_lock(&target).unwrap();
+    let mut child = spawn_stage(&ds, &target, &["--wait"]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let early = child.try_wait().unwrap();
+    drop(lock);
+    let out = wait_bounded(child, 60);
+    let err = text(&out.stderr);
+    assert!(early.is_none(), "returned while the lock was held: {err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(text(&out.stdout), format!("{}\n", target.display()));
+    assert!(
+        err.contains(&format!(
+            "waiting for another bale stage or unstage of {}",
+            target.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("reusing the complete staged copy"), "{err}");
+}
+
+#[test]
+fn concurrent_stages_with_wait_make_one_copy() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    let children: Vec<_> = (0..3)
+        .map(|_| spawn_stage(&ds, &target, &["--wait"]))
+        .collect();
+    let mut copies = 0;
+    for c in children {
+        let out = wait_bounded(c, 60);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert_eq!(text(&out.stdout), format!("{}\n", target.display()));
+        if err.contains("6 files copied") {
+            copies += 1;
+        } else {
+            assert!(err.contains("reusing the complete staged copy"), "{err}");
+        }
+    }
+    assert_eq!(copies, 1);
+    same_files(&ds, &target, &dataset_files(&ds));
+}
+
+#[test]
+fn devices_fifos_and_oversized_files_are_refused_without_reading_them() {
+    fn mkfifo(p: &Path) {
+        std::fs::remove_file(p).unwrap();
+        assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+    }
+    fn link(p: &Path, to: &str) {
+        std::fs::remove_file(p).unwrap();
+        std::os::unix::fs::symlink(to, p).unwrap();
+    }
+    type Damage = fn(&Path);
+    let cases: [(&str, Damage, &str); 6] = [
+        (
+            "shard-000000.tar",
+            |p| mkfifo(p),
+            "is a FIFO, not a regular file",
+        ),
+        (
+            "shard-000001.tar",
+            |p| link(p, "/dev/zero"),
+            "is a device, not a regular file",
+        ),
+        (
+            "shard-000002.idx",
+            |p| link(p, "/dev/urandom"),
+            "is a device, not a regular file",
+        ),
+        (
+            "shard-000000.idx",
+            |p| mkfifo(p),
+            "is a FIFO, not a regular file",
+        ),
+        (
+            "bale.json",
+            |p| link(p, "/dev/zero"),
+            "is a device, not a regular file",
+        ),
+        (
+            // A sparse terabyte where the manifest records a small shard.
+            "shard-000001.tar",
+            |p| {
+                let f = std::fs::OpenOptions::new().append(true).open(p).unwrap();
+                f.set_len(1 << 40).unwrap();
+            },
+            "has 1099511627776 bytes, the manifest records",
+        ),
+    ];
+    for (file, damage, want) in cases {
+        let tmp = scratch();
+        let ds = tmp.path().join("ds");
+        make_dataset(&ds, Compression::None, false);
+        damage(&ds.join(file));
+        let target = tmp.path().join("staged");
+        let (code, out, err) = bale_bounded(&["stage", s(&ds), "--to", s(&target)], 20);
+        assert_eq!((code, out.as_str()), (2, ""), "{file}: {err}");
+        assert!(err.contains(&format!("{file} {want}")), "{file}: {err}");
+        assert!(!target.exists(), "{file}: a refusal leaves nothing behind");
+    }
+}
+
+#[test]
+fn sizes_past_2_pow_64_in_the_manifest_are_refused() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    edit_manifest(&ds, |v| v["shards"][1]["bytes"] = u64::MAX.into());
+    let target = tmp.path().join("staged");
+    let (code, out, err) = bale_bounded(&["stage", s(&ds), "--to", s(&target)], 20);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.contains("its manifest records shard sizes that add up to more than 2^64 bytes"),
+        "{err}"
+    );
+    assert!(!target.exists());
+}
+
+#[test]
+fn a_wrong_shard_size_in_the_manifest_is_named() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    let m = make_dataset(&ds, Compression::None, false);
+    let real = m.shards[1].bytes;
+    edit_manifest(&ds, |v| {
+        v["shards"][1]["bytes"] = (real + 512).into();
+        v["bytes"] = (m.bytes + 512).into();
+    });
+    let target = tmp.path().join("staged");
+    let (code, _, err) = stage(&ds, &target, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "shard-000001.idx does not match the manifest: the index describes a shard of {real} bytes, the manifest records {}",
+            real + 512
+        )),
+        "{err}"
+    );
+    assert!(err.contains("hint: run `bale verify"), "{err}");
+    assert!(!target.exists());
+}
+
+#[test]
+fn a_reused_copy_is_checked_and_redone_when_damaged() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    let m = make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    assert_eq!(stage(&ds, &target, &[]).0, 0);
+    // A damaged staged index, same size: found on reuse, copied again.
+    let idx = target.join(&m.shards[1].index);
+    let len = std::fs::metadata(&idx).unwrap().len() as usize;
+    flip(&idx, len / 2);
+    let (code, out, err) = stage(&ds, &target, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("{}\n", target.display()));
+    assert!(err.contains("fails its check"), "{err}");
+    assert!(
+        err.contains("1 files copied") && err.contains("5 already in place"),
+        "{err}"
+    );
+    same_files(&ds, &target, &dataset_files(&ds));
+    // A damaged staged shard, same size: --verify hashes it, and it is copied again.
+    flip(&target.join(&m.shards[2].file), 700);
+    let (code, _, err) = stage(&ds, &target, &["--verify"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("fails its check") && err.contains("does not match the manifest's checksum"),
+        "{err}"
+    );
+    assert!(err.contains("1 files copied"), "{err}");
+    same_files(&ds, &target, &dataset_files(&ds));
+    let (code, _, err) = stage(&ds, &target, &["--verify"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("reusing the complete staged copy"), "{err}");
+}
+
+#[test]
+fn the_memory_refusal_states_its_figures_and_allow_swap_overrides_it() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    let (code, _, err) = stage(&ds, &target, &["--assume-mem", "50000000"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the copy needs "), "{err}");
+    assert!(
+        err.contains("plus a margin of 64.") && err.contains("(5% + 64 MiB) kept free: 64."),
+        "{err}"
+    );
+    assert!(
+        err.contains("the machine has 47.68 MiB available (MemAvailable)"),
+        "{err}"
+    );
+    assert!(err.contains("or pass --allow-swap"), "{err}");
+    assert!(!target.exists());
+    let (code, out, err) = stage(&ds, &target, &["--assume-mem", "50000000", "--allow-swap"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("{}\n", target.display()));
+    let help = text(&bale(&["stage", "--help"]).stdout);
+    assert!(help.contains("5% + 64 MiB"), "{help}");
+    assert!(
+        help.contains("--allow-swap") && help.contains("swap"),
+        "{help}"
+    );
+}
+
+#[test]
+fn stage_never_replaces_a_file_it_did_not_write() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("staged");
+    assert_eq!(stage(&ds, &target, &[]).0, 0);
+    // Another version, whose first shard lands where the user keeps a file.
+    std::fs::remove_dir_all(&ds).unwrap();
+    let m2 = make_dataset(&ds, Compression::Zstd, false);
+    let mine = target.join(&m2.shards[0].file);
+    std::fs::write(&mine, b"the user's").unwrap();
+    let (code, out, err) = stage(&ds, &target, &[]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} is in the way of the staged copy and bale did not write it",
+            mine.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&mine).unwrap(), b"the user's");
+    std::fs::remove_file(&mine).unwrap();
+    let (code, _, err) = stage(&ds, &target, &[]);
+    assert_eq!(code, 0, "{err}");
+    same_files(&ds, &target, &dataset_files(&ds));
+}

@@ -103,4 +103,88 @@ pub enum ReaderError {
         /// What happened.
         what: String,
     },
+    /// Staging ([`crate::stage::stage`], [`crate::stage::unstage`]) refused
+    /// to start, or stopped: `kind` says which case, `what` is the whole
+    /// message and names `path`.
+    #[error("{what}")]
+    Stage {
+        /// The target folder, or the source or staged file concerned.
+        path: PathBuf,
+        /// What went wrong, in words.
+        what: String,
+        /// Which case, for a front that adds advice (the CLI's `hint:` lines).
+        kind: StageErrorKind,
+    },
+    /// A staging run stopped after it had written its marker: the folder
+    /// holds no manifest, so no reader takes it for a dataset, and the next
+    /// run resumes the copy.
+    #[error(
+        "staging into {} did not finish; staging again resumes it, unstaging removes it",
+        bale_format::shown(path)
+    )]
+    StageUnfinished {
+        /// The staging folder.
+        path: PathBuf,
+        /// Why it stopped.
+        #[source]
+        source: Box<ReaderError>,
+    },
+}
+
+/// The cases of [`ReaderError::Stage`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StageErrorKind {
+    /// The target holds files but no staging marker, or is not a directory
+    /// (stage); the folder to remove has no marker (unstage); the marker is
+    /// not one bale wrote.
+    NotStagingFolder,
+    /// The target and the dataset lie one inside the other.
+    Nested,
+    /// The manifest names a file outside the dataset directory, a file
+    /// twice, or sizes whose sum does not fit in 64 bits.
+    BadManifest,
+    /// A file of the dataset differs from what its manifest records (type,
+    /// size, counts, checksum): the dataset changed or is damaged.
+    SourceMismatch,
+    /// A staged file fails its check after the copy.
+    Damaged,
+    /// Too little free space on the target's file system.
+    NoSpace {
+        /// Bytes still to copy.
+        needed: u64,
+        /// `needed` with the margin.
+        required: u64,
+        /// Bytes free.
+        free: u64,
+    },
+    /// Too little available memory for a copy in RAM.
+    NoMemory {
+        /// Bytes still to copy.
+        needed: u64,
+        /// `needed` with the margin.
+        required: u64,
+        /// `MemAvailable`.
+        available: u64,
+    },
+    /// The target is not RAM-backed and mounting a tmpfs on it needs root.
+    NeedsRoot {
+        /// The mount command to run as root.
+        command: String,
+    },
+    /// Mounting a tmpfs failed.
+    MountFailed {
+        /// The mount command to run by hand.
+        command: String,
+    },
+    /// A mount was asked for where a staged copy already sits on a disk.
+    StagedOnDisk,
+    /// The staging folder holds files bale did not write: staging would
+    /// replace one, or unstaging would delete them.
+    ForeignFiles {
+        /// The files (at most a few are named in the message).
+        files: Vec<PathBuf>,
+    },
+    /// Unmounting the staging folder failed.
+    Unmount,
 }

@@ -8,7 +8,8 @@
 //! shuffled, or shard-shuffled with a bounded buffer) for one [`Partition`]
 //! (rank of `world_size`, worker of `num_workers`), resumable at any sample
 //! ([`SampleIter::start_at`]) and with background read-ahead
-//! ([`SampleIter::prefetch`]).
+//! ([`SampleIter::prefetch`]). [`stage`] copies a dataset to RAM-backed
+//! storage, checked and atomic, before a run reads it (`bale stage`).
 //!
 //! ```
 //! use bale_reader::{Dataset, EpochPlan, Partition};
@@ -50,6 +51,7 @@ mod error;
 mod iter;
 pub mod plan;
 mod sample;
+pub mod stage;
 pub mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -6,10 +6,13 @@ use std::path::PathBuf;
 ///
 /// The copy goes to `/dev/shm/bale/<name>-<hash>` unless `--to` says
 /// otherwise; only its path is printed on stdout, so `DATA=$(bale stage ds)`
-/// works. Free space and available memory are checked first (with a margin
-/// of 5% + 64 MiB). Shards are copied in parallel, checked against the
-/// manifest's checksums, and the manifest is written last. A complete copy of
-/// the same manifest is reused at once; a half-finished one is resumed.
+/// works. Free space, and available memory when the copy goes to RAM, must
+/// exceed the bytes to copy by a margin of 5% + 64 MiB. Shards are copied in
+/// parallel, checked against the manifest's checksums, and the manifest is
+/// written last. A complete copy of the same manifest is checked (sizes and
+/// indexes; shard bytes too with --verify) and reused; a half-finished or
+/// damaged one is resumed. Another `bale stage` or `bale unstage` of the same
+/// target makes this one fail at once, unless --wait.
 #[derive(Debug, clap::Args)]
 pub struct StageArgs {
     /// The dataset directory to copy.
@@ -25,6 +28,22 @@ pub struct StageArgs {
     /// Files copied at once (default: 4, or the number of cores if fewer).
     #[arg(long, short = 'j', value_name = "N")]
     pub jobs: Option<usize>,
+    /// When another bale stage of the same target is running, wait for it and
+    /// reuse its copy (for every rank of a node running bale stage), instead
+    /// of failing at once.
+    #[arg(long)]
+    pub wait: bool,
+    /// When reusing a complete copy, also hash every staged shard (against
+    /// the manifest's checksum, or member by member), not only sizes and
+    /// indexes.
+    #[arg(long)]
+    pub verify: bool,
+    /// Stage to RAM even when available memory (MemAvailable) is short of the
+    /// copy plus the 5% + 64 MiB margin. A tmpfs copy larger than free RAM
+    /// silently goes to swap, and reading it then runs at the swap device's
+    /// speed.
+    #[arg(long)]
+    pub allow_swap: bool,
     /// No progress bar and no messages (errors are still printed).
     #[arg(long, short = 'q')]
     pub quiet: bool,

@@ -256,23 +256,10 @@ fn walk_tree(root: &Path) -> anyhow::Result<Tree> {
     Ok(Tree { files, starts })
 }
 
-/// Whether `path` is on tmpfs or ramfs (where `POSIX_FADV_DONTNEED` evicts nothing).
+/// Whether `path` is on tmpfs or ramfs (where `POSIX_FADV_DONTNEED` evicts
+/// nothing); `false` when that cannot be told.
 fn is_ram_backed(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs is plain old data; all-zero is a valid value.
-    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path, `s` a writable statfs.
-    if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
-        return false;
-    }
-    #[allow(clippy::unnecessary_cast)] // f_type's type differs between targets.
-    let t = s.f_type as i64;
-    t == TMPFS_MAGIC || t == RAMFS_MAGIC
+    bale_reader::stage::is_ram_backed(path).unwrap_or(false)
 }
 
 /// Drops `path`'s pages from the page cache.

@@ -1,0 +1,693 @@
+//! Staging: a checked copy of a dataset on fast local storage (RAM-backed
+//! tmpfs by default), and its removal.
+//!
+//! [`stage`] copies a dataset into a staging folder and returns where;
+//! [`unstage`] removes such a copy. A staging folder is recognised by its
+//! marker, [`MARKER`] (`.bale-stage.json`), written before anything else:
+//! the source, the xxh3 of its manifest, whether bale mounted the folder,
+//! and the files the copy holds. The manifest is copied last, byte for byte:
+//! a folder with a marker and no manifest is a half-finished copy, which the
+//! next [`stage`] resumes and which no reader takes for a dataset.
+//!
+//! ```
+//! use bale_reader::stage::{self, StageOptions};
+//! # let dir = tempfile::tempdir()?;
+//! # let src = dir.path().join("ds");
+//! # std::fs::create_dir(&src)?;
+//! # bale_reader::testing::TestDataset::new(100, 4).write(&src)?;
+//! let mut options = StageOptions::default();
+//! options.to = Some(dir.path().join("staged"));
+//! # options.assume.free = Some(1 << 40);
+//! # options.assume.mem_available = Some(1 << 40);
+//! let summary = stage::stage(&src, &options, &())?;
+//! assert_eq!(summary.files_copied, 8);
+//! let ds = bale_reader::Dataset::open(&summary.target)?;
+//! assert_eq!(ds.len(), 100);
+//!
+//! // Again: the complete copy is checked and reused.
+//! assert!(stage::stage(&src, &options, &())?.reused);
+//! stage::unstage(&summary.target, false)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Checks, in order
+//!
+//! 1. The manifest: a regular file of bounded size; every file it names
+//!    inside the dataset directory, once; sizes that add up within 64 bits.
+//! 2. The target: new, empty, or a staging folder (its marker), locked
+//!    exclusively ([`DirLock`]): another run on it makes [`stage`] fail at
+//!    once, or wait with [`StageOptions::wait`].
+//! 3. A complete copy of the same manifest is checked (sizes; every staged
+//!    index's counts, checksum and shard length; with
+//!    [`StageOptions::verify`], every shard's bytes) and reused; one that
+//!    fails is resumed.
+//! 4. The source files, before anything is copied: indexes opened with their
+//!    counts compared first, then their checksum and the shard length they
+//!    describe; shards regular files of the recorded length.
+//! 5. Memory (`MemAvailable`) when the copy goes to RAM, and free space on
+//!    the target (`statvfs`): both must exceed the bytes still to copy by
+//!    5% + 64 MiB.
+//!
+//! # Security
+//!
+//! Only regular files are read (a FIFO, device or socket named by the
+//! manifest is refused without blocking), and never more bytes than the
+//! manifest records. A file in the staging folder that bale did not write is
+//! never replaced ([`stage`]) nor deleted ([`unstage`] without `force`).
+//!
+//! [`DirLock`]: bale_format::files::DirLock
+
+mod capacity;
+mod copy;
+mod marker;
+mod plan;
+mod sys;
+mod unstage;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+use bale_format::atomic::{TEMP_PREFIX, write_atomic};
+use bale_format::files::{DirLock, FileId};
+use bale_format::hex64;
+use bale_format::shown;
+use bale_format::verify::NameRules;
+use bale_format::{FormatError, MANIFEST_NAME, Manifest, checksum};
+
+pub use crate::error::StageErrorKind;
+pub use marker::MARKER;
+pub use sys::is_ram_backed;
+pub use unstage::{UnstageSummary, unstage};
+
+use crate::error::{ReaderError, Result};
+use copy::{Ctx, Outcome};
+use marker::Marker;
+use plan::{Plan, What};
+
+/// Where staged copies go by default: `<DEFAULT_ROOT>/<name>-<hash>`.
+pub const DEFAULT_ROOT: &str = "/dev/shm/bale";
+
+/// How [`stage`] copies; `StageOptions::default()` gives the defaults each
+/// field documents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StageOptions {
+    /// Where to put the copy. Default `None`: [`DEFAULT_ROOT`]`/<name>-<the
+    /// first 12 hex digits of the manifest's xxh3>`, so the same dataset
+    /// version always lands in the same place.
+    pub to: Option<PathBuf>,
+    /// Mount a tmpfs of the needed size at the target when it is not
+    /// RAM-backed (needs root). Default `false`.
+    pub mount: bool,
+    /// Files copied at once. Default 0: 4, or the number of cores if fewer.
+    pub jobs: usize,
+    /// When another run holds the target's lock, wait for it, then reuse
+    /// (or resume) its copy. Default `false`: fail at once, naming the target.
+    pub wait: bool,
+    /// When a complete copy is reused, also hash every staged shard (against
+    /// `shard_xxh3`, or member by member when the manifest records none).
+    /// Default `false`: sizes and indexes are checked. Copies are always
+    /// checked as they are made.
+    pub verify: bool,
+    /// Copy to RAM even when available memory is short of the copy and its
+    /// margin. Default `false`. A tmpfs copy larger than free RAM silently
+    /// goes to swap, and reads from it run at the swap device's speed.
+    pub allow_swap: bool,
+    /// Figures to use instead of asking the system. Default: ask.
+    pub assume: Assume,
+}
+
+/// Figures [`stage`] uses instead of asking the system (for tests, and to
+/// rehearse a run). `Assume::default()` asks for each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Assume {
+    /// Bytes free on the target's file system. Default `None`: `statvfs`.
+    pub free: Option<u64>,
+    /// Available memory; when set, the memory check applies even to a
+    /// target that is not RAM-backed. Default `None`: `MemAvailable`, and
+    /// only for RAM-backed targets.
+    pub mem_available: Option<u64>,
+    /// Behave as when not running as root. Default `false`.
+    pub not_root: bool,
+}
+
+/// Receives what [`stage`] does as it goes. Every method has an empty
+/// default; `()` is the receiver that ignores everything. Methods are called
+/// from the copy threads, hence `Sync`.
+pub trait StageProgress: Sync {
+    /// Reading starts: `bytes` to copy or check in all. May be called again
+    /// (a reused copy that fails its check is then resumed).
+    fn start(&self, bytes: u64) {
+        let _ = bytes;
+    }
+
+    /// `bytes` more were copied or checked.
+    fn bytes(&self, bytes: u64) {
+        let _ = bytes;
+    }
+
+    /// The total grows by `bytes`: a file in place failed its check and is
+    /// copied again.
+    fn more(&self, bytes: u64) {
+        let _ = bytes;
+    }
+
+    /// A message for the user: what was decided (reusing, resuming,
+    /// mounting) or is awaited (another run's lock).
+    fn message(&self, text: &str) {
+        let _ = text;
+    }
+}
+
+impl StageProgress for () {}
+
+/// What [`stage`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StageSummary {
+    /// The staged copy: a dataset directory.
+    pub target: PathBuf,
+    /// The dataset copied (its canonical path).
+    pub source: PathBuf,
+    /// Shards and indexes copied (the manifest is not counted).
+    pub files_copied: u64,
+    /// Their bytes.
+    pub bytes_copied: u64,
+    /// Shards and indexes already in place that passed their check.
+    pub files_kept: u64,
+    /// Their bytes.
+    pub bytes_kept: u64,
+    /// Whether a complete copy of the same manifest was found, checked and
+    /// reused (then nothing was copied).
+    pub reused: bool,
+    /// Whether this run mounted a tmpfs at the target.
+    pub mounted: bool,
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> ReaderError {
+    FormatError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+    .into()
+}
+
+/// Copies the dataset in `src` to a staging folder (see the [module
+/// docs](self)) and returns what it did; the copy is a dataset at
+/// [`StageSummary::target`].
+///
+/// # Errors
+/// [`ReaderError::Stage`] for each refusal ([`StageErrorKind`] says which),
+/// [`FormatError::Locked`] (as [`ReaderError::Format`]) when another run
+/// holds the target and `wait` is off, the manifest's own errors, I/O
+/// errors. An error after the marker was written is
+/// [`ReaderError::StageUnfinished`]: the next run resumes the copy. A
+/// refusal before it leaves nothing behind.
+pub fn stage(
+    src: &Path,
+    options: &StageOptions,
+    progress: &dyn StageProgress,
+) -> Result<StageSummary> {
+    let src = fs::canonicalize(src).map_err(|e| io_error(src, e))?;
+    let manifest_bytes = Manifest::read_bytes(&src)?;
+    let manifest = Manifest::from_slice(&manifest_bytes, &Manifest::path_in(&src))?;
+    let hash = hex64(checksum(&manifest_bytes));
+    let target = match &options.to {
+        Some(t) => std::path::absolute(t).map_err(|e| io_error(t, e))?,
+        None => {
+            let name = src
+                .file_name()
+                .map_or_else(|| "dataset".into(), |n| n.to_string_lossy().into_owned());
+            Path::new(DEFAULT_ROOT).join(format!("{name}-{}", &hash[..12]))
+        }
+    };
+    refuse_nested(&src, &normalized(&target), &target)?;
+    let mut plan = Plan::new(&src, &manifest, manifest_bytes.len() as u64)?;
+
+    let (lock, created) = lock_target(&target, options.wait, progress)?;
+    let mut wrote_marker = false;
+    let result = fs::canonicalize(&target)
+        .map_err(|e| io_error(&target, e))
+        .and_then(|canonical| refuse_nested(&src, &canonical, &target))
+        .and_then(|()| {
+            let run = Run {
+                src: &src,
+                target: &target,
+                manifest: &manifest,
+                manifest_bytes: &manifest_bytes,
+                hash: &hash,
+                options,
+                progress,
+            };
+            run.stage(&mut plan, lock, &mut wrote_marker)
+        });
+    match result {
+        Ok(s) => Ok(s),
+        Err(e) if wrote_marker => Err(ReaderError::StageUnfinished {
+            path: target,
+            source: Box::new(e),
+        }),
+        Err(e) => {
+            // A refusal before anything was written leaves no empty folder behind.
+            if created {
+                let _ = fs::remove_dir(&target);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `path` with `.` and `..` resolved by name (symlinks are checked later, on
+/// the canonical path).
+fn normalized(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn refuse_nested(src: &Path, target: &Path, shown_target: &Path) -> Result<()> {
+    if target.starts_with(src) || src.starts_with(target) {
+        return Err(ReaderError::Stage {
+            path: shown_target.to_path_buf(),
+            what: format!(
+                "cannot stage {} into {}: one contains the other",
+                shown(src),
+                shown(shown_target)
+            ),
+            kind: StageErrorKind::Nested,
+        });
+    }
+    Ok(())
+}
+
+/// Creates `target` if needed and locks it: at once, or waiting for another
+/// run with `wait`. Returns the lock and whether this call created the folder.
+fn lock_target(target: &Path, wait: bool, progress: &dyn StageProgress) -> Result<(DirLock, bool)> {
+    let mut created = false;
+    // The folder can be removed (a refused run cleans up) or mounted over
+    // while this run waits: then lock what the path reaches now.
+    for _ in 0..16 {
+        match fs::metadata(target) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(ReaderError::Stage {
+                    path: target.to_path_buf(),
+                    what: format!(
+                        "{} exists and is not a directory; refusing to write there",
+                        shown(target)
+                    ),
+                    kind: StageErrorKind::NotStagingFolder,
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match fs::create_dir_all(target) {
+                    Ok(()) => created = true,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(io_error(target, e)),
+                }
+            }
+            Err(e) => return Err(io_error(target, e)),
+        }
+        let before = FileId::of(target);
+        let lock = if wait {
+            DirLock::lock_waiting(target, || {
+                progress.message(&format!(
+                    "waiting for another bale stage or unstage of {}",
+                    shown(target)
+                ));
+            })?
+        } else {
+            DirLock::try_lock(target)?
+        };
+        if before.is_some() && FileId::of(target) == before {
+            return Ok((lock, created));
+        }
+    }
+    Err(io_error(
+        target,
+        std::io::Error::other("the folder kept changing while bale waited for its lock"),
+    ))
+}
+
+fn dir_is_empty(dir: &Path) -> Result<bool> {
+    Ok(fs::read_dir(dir)
+        .map_err(|e| io_error(dir, e))?
+        .next()
+        .is_none())
+}
+
+/// Removes temporary files of interrupted copies in `dir` and the directories of `rels`.
+fn remove_temp_files(dir: &Path, rels: &[String]) {
+    let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    dirs.insert(dir.to_path_buf());
+    for r in rels.iter().filter(|r| marker::is_plain_relative(r)) {
+        if let Some(p) = dir.join(r).parent() {
+            dirs.insert(p.to_path_buf());
+        }
+    }
+    for d in dirs {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Files of the plan that are in the way in `target` and that bale did not
+/// write (not listed in the marker found): a file (or something else) under
+/// the name, or under one of its folders.
+fn foreign_files(target: &Path, plan: &Plan, owned: &BTreeSet<String>) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for p in plan.files.iter().filter(|p| !owned.contains(&p.rel)) {
+        let mut at = target.to_path_buf();
+        let parts: Vec<_> = Path::new(&p.rel).components().collect();
+        for (i, c) in parts.iter().enumerate() {
+            at.push(c);
+            let last = i + 1 == parts.len();
+            match fs::symlink_metadata(&at) {
+                Ok(m) if !last && m.is_dir() => continue,
+                Ok(_) => found.push(at.clone()),
+                Err(_) => {}
+            }
+            break;
+        }
+    }
+    found
+}
+
+/// One staging run, once the target is locked.
+struct Run<'a> {
+    src: &'a Path,
+    target: &'a Path,
+    manifest: &'a Manifest,
+    manifest_bytes: &'a [u8],
+    hash: &'a str,
+    options: &'a StageOptions,
+    progress: &'a dyn StageProgress,
+}
+
+impl Run<'_> {
+    fn summary(&self) -> StageSummary {
+        StageSummary {
+            target: self.target.to_path_buf(),
+            source: self.src.to_path_buf(),
+            files_copied: 0,
+            bytes_copied: 0,
+            files_kept: 0,
+            bytes_kept: 0,
+            reused: false,
+            mounted: false,
+        }
+    }
+
+    fn threads(&self) -> usize {
+        match self.options.jobs {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            n => n,
+        }
+    }
+
+    fn ctx<'b>(&'b self, owned: &'b BTreeSet<String>) -> Ctx<'b> {
+        Ctx {
+            src: self.src,
+            target: self.target,
+            manifest: self.manifest,
+            owned,
+            rules: NameRules::for_manifest(self.manifest),
+            progress: self.progress,
+        }
+    }
+
+    fn stage(
+        &self,
+        plan: &mut Plan,
+        lock: DirLock,
+        wrote_marker: &mut bool,
+    ) -> Result<StageSummary> {
+        let mut lock = lock;
+        let (target, progress) = (self.target, self.progress);
+        let found = marker::read(target)?;
+        let owned: BTreeSet<String> = found
+            .as_ref()
+            .map(|m| m.owned().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default();
+        match &found {
+            None => {
+                if !dir_is_empty(target)? {
+                    return Err(ReaderError::Stage {
+                        path: target.to_path_buf(),
+                        what: format!(
+                            "{} is not empty and is not a bale staging folder (no {MARKER}); refusing to write into it",
+                            shown(target)
+                        ),
+                        kind: StageErrorKind::NotStagingFolder,
+                    });
+                }
+            }
+            Some(mk) => {
+                let staged_manifest = target.join(MANIFEST_NAME);
+                let same = mk.manifest_xxh3 == self.hash;
+                let complete = same
+                    && Manifest::read_bytes(target).ok().as_deref() == Some(self.manifest_bytes);
+                let mut failed_check = false;
+                if complete {
+                    match self.check_complete(plan, &owned) {
+                        Ok(()) => {
+                            progress.message(&format!(
+                                "reusing the complete staged copy of {} at {} (same manifest{})",
+                                shown(self.src),
+                                shown(target),
+                                if self.options.verify {
+                                    ", verified"
+                                } else {
+                                    ""
+                                }
+                            ));
+                            return Ok(StageSummary {
+                                reused: true,
+                                ..self.summary()
+                            });
+                        }
+                        Err(why) => {
+                            progress.message(&format!(
+                                "the staged copy at {} fails its check ({why}): copying the damaged files again",
+                                shown(target)
+                            ));
+                            failed_check = true;
+                        }
+                    }
+                }
+                // Not usable as it is: no reader may take it for a dataset from now on.
+                if fs::symlink_metadata(&staged_manifest).is_ok() {
+                    fs::remove_file(&staged_manifest).map_err(|e| io_error(&staged_manifest, e))?;
+                }
+                if !same {
+                    progress.message(&format!(
+                        "redoing the staged copy at {}: it holds another version of the dataset",
+                        shown(target)
+                    ));
+                    let keep: BTreeSet<&str> = plan.files.iter().map(|p| p.rel.as_str()).collect();
+                    for f in owned.iter().filter(|f| !keep.contains(f.as_str())) {
+                        let _ = fs::remove_file(target.join(f));
+                    }
+                } else if !failed_check {
+                    progress.message(&format!(
+                        "resuming the half-finished staged copy at {}",
+                        shown(target)
+                    ));
+                }
+                remove_temp_files(target, &mk.files);
+            }
+        }
+        let foreign = foreign_files(target, plan, &owned);
+        if let Some(first) = foreign.first() {
+            return Err(ReaderError::Stage {
+                path: target.to_path_buf(),
+                what: format!(
+                    "{} is in the way of the staged copy and bale did not write it{}; refusing to replace it",
+                    shown(first),
+                    match foreign.len() {
+                        1 => String::new(),
+                        n => format!(" ({} more such files)", n - 1),
+                    }
+                ),
+                kind: StageErrorKind::ForeignFiles { files: foreign },
+            });
+        }
+
+        // The source, then space and memory, counting only what is still to copy.
+        plan.check_sources(self.src, self.manifest)?;
+        let to_copy = plan.to_copy(self.src, target)?;
+        let assume = self.options.assume;
+        let ram = is_ram_backed(target).map_err(|e| io_error(target, e))?;
+        let will_mount = self.options.mount && !ram;
+        if will_mount {
+            // The mount's size: the copy and its margin.
+            let required = capacity::check(
+                self.src,
+                target,
+                &capacity::Figures {
+                    to_copy,
+                    free: None,
+                    memory: None,
+                    allow_swap: true,
+                },
+            )?;
+            if found.is_some() {
+                return Err(ReaderError::Stage {
+                    path: target.to_path_buf(),
+                    what: format!(
+                        "{} holds a staged copy on a file system that is not tmpfs; remove it before staging there with a tmpfs mount",
+                        shown(target)
+                    ),
+                    kind: StageErrorKind::StagedOnDisk,
+                });
+            }
+            if !sys::is_root() || assume.not_root {
+                return Err(ReaderError::Stage {
+                    path: target.to_path_buf(),
+                    what: format!(
+                        "{} is not a tmpfs, and mounting one needs root",
+                        shown(target)
+                    ),
+                    kind: StageErrorKind::NeedsRoot {
+                        command: sys::mount_command(target, required),
+                    },
+                });
+            }
+        } else if self.options.mount {
+            progress.message(&format!(
+                "{} is already RAM-backed: not mounting",
+                shown(target)
+            ));
+        }
+        let memory = if ram || will_mount || assume.mem_available.is_some() {
+            Some(match assume.mem_available {
+                Some(m) => m,
+                None => sys::mem_available()?,
+            })
+        } else {
+            None
+        };
+        let free = if will_mount {
+            None
+        } else {
+            Some(match assume.free {
+                Some(f) => f,
+                None => sys::free_bytes(target)?,
+            })
+        };
+        let required = capacity::check(
+            self.src,
+            target,
+            &capacity::Figures {
+                to_copy,
+                free,
+                memory,
+                allow_swap: self.options.allow_swap,
+            },
+        )?;
+        let mut mounted_now = false;
+        if will_mount {
+            sys::mount_tmpfs(target, required)?;
+            mounted_now = true;
+            progress.message(&format!(
+                "mounted a tmpfs of {} at {}",
+                sys::tmpfs_size_option(required).trim_start_matches("size="),
+                shown(target)
+            ));
+            // The lock held so far is on the folder under the mount.
+            lock = DirLock::try_lock(target)?;
+        }
+
+        // The marker first, then the files (indexes before shards), then the manifest.
+        let mounted = mounted_now || found.as_ref().is_some_and(|m| m.mounted);
+        marker::write(
+            target,
+            &Marker::new(self.src, self.hash.to_owned(), mounted, plan.rels()),
+        )?;
+        *wrote_marker = true;
+        progress.start(plan.total(self.src)?);
+        let ctx = self.ctx(&owned);
+        let mut summary = StageSummary {
+            mounted: mounted_now,
+            ..self.summary()
+        };
+        for indexes in [true, false] {
+            let files: Vec<_> = plan
+                .files
+                .iter()
+                .filter(|p| matches!(p.what, What::Index { .. }) == indexes)
+                .collect();
+            let outcomes = copy::run_parallel(files.len(), self.threads(), |i| {
+                copy::stage_file(&ctx, files[i])
+            })?;
+            for o in outcomes {
+                match o {
+                    Outcome::Copied(b) => {
+                        summary.files_copied += 1;
+                        summary.bytes_copied += b;
+                    }
+                    Outcome::Kept(b) => {
+                        summary.files_kept += 1;
+                        summary.bytes_kept += b;
+                    }
+                }
+            }
+        }
+        write_atomic(target.join(MANIFEST_NAME), self.manifest_bytes)?;
+        drop(lock);
+        Ok(summary)
+    }
+
+    /// Checks a complete staged copy against the manifest: every file's
+    /// type and size, every index's counts, checksum and shard length; with
+    /// `verify`, every shard's bytes. Returns the first thing wrong.
+    fn check_complete(&self, plan: &Plan, owned: &BTreeSet<String>) -> Result<(), String> {
+        let ctx = self.ctx(owned);
+        if self.options.verify {
+            let shard_bytes = plan
+                .files
+                .iter()
+                .filter(|p| matches!(p.what, What::Shard { .. }))
+                .try_fold(0u64, |t, p| t.checked_add(p.len))
+                .ok_or("the manifest's sizes pass 2^64")?;
+            self.progress.start(shard_bytes);
+        }
+        for indexes in [true, false] {
+            let files: Vec<_> = plan
+                .files
+                .iter()
+                .filter(|p| matches!(p.what, What::Index { .. }) == indexes)
+                .collect();
+            copy::run_parallel(files.len(), self.threads(), |i| {
+                copy::check_staged(&ctx, files[i], self.options.verify).map_err(|what| {
+                    ReaderError::Stage {
+                        path: self.target.join(&files[i].rel),
+                        what,
+                        kind: StageErrorKind::Damaged,
+                    }
+                })
+            })
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,214 @@
+//! The system calls behind staging: free space, file system type, available
+//! memory, mount and unmount.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use bale_format::FormatError;
+use bale_format::shown;
+
+use crate::error::{ReaderError, Result, StageErrorKind};
+
+/// `TMPFS_MAGIC` from linux/magic.h.
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+/// `RAMFS_MAGIC` from linux/magic.h.
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+fn io_error(path: &Path, source: io::Error) -> ReaderError {
+    FormatError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+    .into()
+}
+
+fn cpath(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the path holds a NUL byte"))
+}
+
+/// Bytes available to an unprivileged user on the file system holding `path`.
+pub(crate) fn free_bytes(path: &Path) -> Result<u64> {
+    let c = cpath(path).map_err(|e| io_error(path, e))?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path, `s` a writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return Err(io_error(path, io::Error::last_os_error()));
+    }
+    #[allow(clippy::unnecessary_cast)] // The field types differ between targets.
+    Ok((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
+}
+
+/// Whether `path` lies on a RAM-backed file system (tmpfs or ramfs), where
+/// files live in memory (or swap) and dropping the page cache evicts nothing.
+///
+/// # Errors
+/// The OS error of `statfs` (a missing path, a path holding a NUL byte).
+///
+/// ```
+/// # fn main() -> std::io::Result<()> {
+/// let on_ram = bale_reader::stage::is_ram_backed(std::path::Path::new("/"))?;
+/// # let _ = on_ram;
+/// # Ok(()) }
+/// ```
+pub fn is_ram_backed(path: &Path) -> io::Result<bool> {
+    let c = cpath(path)?;
+    // SAFETY: statfs is plain old data; all-zero is a valid value.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path, `s` a writable statfs.
+    if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's type differs between targets.
+    let t = s.f_type as i64;
+    Ok(t == TMPFS_MAGIC || t == RAMFS_MAGIC)
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes.
+pub(crate) fn mem_available() -> Result<u64> {
+    let path = Path::new("/proc/meminfo");
+    let text = std::fs::read_to_string(path).map_err(|e| io_error(path, e))?;
+    parse_meminfo(&text).ok_or_else(|| {
+        io_error(
+            path,
+            io::Error::new(io::ErrorKind::InvalidData, "no MemAvailable line"),
+        )
+    })
+}
+
+fn parse_meminfo(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
+/// Whether the process runs as root.
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether `dir` is a mount point (its device differs from its parent's).
+pub(crate) fn is_mount_point(dir: &Path) -> bool {
+    let Some(parent) = dir.parent() else {
+        return true;
+    };
+    match (std::fs::metadata(dir), std::fs::metadata(parent)) {
+        (Ok(a), Ok(b)) => a.dev() != b.dev(),
+        _ => false,
+    }
+}
+
+/// The `size=` option for a tmpfs of at least `bytes`, in MiB.
+pub(crate) fn tmpfs_size_option(bytes: u64) -> String {
+    format!("size={}m", bytes.div_ceil(1 << 20).max(1))
+}
+
+/// The mount command a user can run.
+pub(crate) fn mount_command(dir: &Path, bytes: u64) -> String {
+    format!(
+        "sudo mount -t tmpfs -o {},mode=0755 tmpfs {}",
+        tmpfs_size_option(bytes),
+        shell_quote(&dir.display().to_string())
+    )
+}
+
+/// Quotes `s` for a POSIX shell when it needs it.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,@".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Mounts a tmpfs of `bytes` at `dir`.
+pub(crate) fn mount_tmpfs(dir: &Path, bytes: u64) -> Result<()> {
+    let failed = |e: io::Error| {
+        let command = mount_command(dir, bytes);
+        ReaderError::Stage {
+            path: dir.to_path_buf(),
+            what: format!("cannot mount a tmpfs at {}: {e}", shown(dir)),
+            kind: StageErrorKind::MountFailed { command },
+        }
+    };
+    let target = cpath(dir).map_err(failed)?;
+    let source = c"tmpfs";
+    let data = CString::new(format!("{},mode=0755", tmpfs_size_option(bytes)))
+        .map_err(|e| failed(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+    // SAFETY: all pointers are valid NUL-terminated strings for the call's duration.
+    let r = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            source.as_ptr(),
+            0,
+            data.as_ptr().cast(),
+        )
+    };
+    if r != 0 {
+        return Err(failed(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Unmounts `dir`.
+pub(crate) fn unmount(dir: &Path) -> Result<()> {
+    let failed = |e: io::Error| ReaderError::Stage {
+        path: dir.to_path_buf(),
+        what: format!(
+            "cannot unmount {}: {e} (is a process still using it?)",
+            shown(dir)
+        ),
+        kind: StageErrorKind::Unmount,
+    };
+    let target = cpath(dir).map_err(failed)?;
+    // SAFETY: `target` is a valid NUL-terminated path.
+    if unsafe { libc::umount2(target.as_ptr(), 0) } != 0 {
+        return Err(failed(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_quoting_and_mount_options() {
+        let text = "MemTotal:       24684096 kB\nMemFree:  1 kB\nMemAvailable:   24037492 kB\n";
+        assert_eq!(parse_meminfo(text), Some(24_037_492 * 1024));
+        assert_eq!(parse_meminfo("MemTotal: 1 kB\n"), None);
+        assert_eq!(
+            parse_meminfo("MemAvailable: 99999999999999999999 kB\n"),
+            None
+        );
+        assert_eq!(shell_quote("/dev/shm/bale/x-1"), "/dev/shm/bale/x-1");
+        assert_eq!(shell_quote("/tmp/a b"), "'/tmp/a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(tmpfs_size_option(1), "size=1m");
+        assert_eq!(tmpfs_size_option(3 << 20), "size=3m");
+        assert_eq!(tmpfs_size_option((3 << 20) + 1), "size=4m");
+        assert_eq!(
+            mount_command(Path::new("/mnt/a b"), 1),
+            "sudo mount -t tmpfs -o size=1m,mode=0755 tmpfs '/mnt/a b'"
+        );
+    }
+
+    #[test]
+    fn space_memory_and_file_system_type_are_readable() {
+        assert!(free_bytes(Path::new("/")).unwrap() > 0);
+        assert!(mem_available().unwrap() > 0);
+        assert!(is_ram_backed(Path::new("/proc/self/nonexistent")).is_err());
+        if Path::new("/dev/shm").is_dir() {
+            assert!(is_ram_backed(Path::new("/dev/shm")).unwrap());
+        }
+    }
+}
