@@ -194,6 +194,15 @@ pub enum FormatError {
         /// The directory.
         dir: PathBuf,
     },
+    /// A path bale must create a file or directory through is something else
+    /// (a symlink, a file where a directory is needed).
+    #[error("{} is {kind}; refusing to write through it", shown(path))]
+    InTheWay {
+        /// The path in the way.
+        path: PathBuf,
+        /// What it is (`"a symlink"`, `"a regular file"`).
+        kind: &'static str,
+    },
     /// A file bale was about to create already exists, and bale did not create it.
     #[error(
         "{} already exists; refusing to replace a file this command did not create",

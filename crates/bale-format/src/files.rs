@@ -222,6 +222,95 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     std::fs::rename(from, to)
 }
 
+/// The path, relative to an output directory, of member `ext` of sample
+/// `key` written as a file (`bale get -o`, `bale convert --format dir`):
+/// plain components only, never absolute or `..`.
+///
+/// # Errors
+/// [`FormatError::InvalidName`] for a key or extension that would escape
+/// the directory.
+pub fn member_path(key: &str, ext: &str) -> Result<PathBuf> {
+    let name = format!("{key}.{ext}");
+    let escape = |reason| {
+        Err(FormatError::InvalidName {
+            name: name.clone(),
+            reason,
+        })
+    };
+    if crate::validate_key(key).is_err() {
+        return escape(
+            "the key would escape the output directory (absolute, `..`, or not a plain relative path)",
+        );
+    }
+    if crate::validate_ext(ext).is_err() {
+        return escape("the extension would escape the output directory");
+    }
+    let path = PathBuf::from(&name);
+    if !path
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)))
+    {
+        return escape("the key would escape the output directory");
+    }
+    Ok(path)
+}
+
+/// Creates the directories of the relative path `rel` under `root`, one
+/// component at a time, refusing any that exists as something other than a
+/// real directory (a symlink above all): nothing written below can land
+/// outside `root`.
+///
+/// # Errors
+/// [`FormatError::InTheWay`] naming the component; I/O errors.
+pub fn create_parents(root: &Path, rel: &Path) -> Result<()> {
+    let mut at = root.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    for c in &parts[..parts.len().saturating_sub(1)] {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(m) => {
+                return Err(FormatError::InTheWay {
+                    path: at,
+                    kind: kind_of(&m),
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::create_dir(&at).map_err(|e| FormatError::io(&at, e))?;
+            }
+            Err(e) => return Err(FormatError::io(&at, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Creates the file `path` for writing, never through a symlink at its last
+/// component. An existing file is an error, unless `replace`, which
+/// truncates it.
+///
+/// # Errors
+/// [`FormatError::Exists`]; [`FormatError::InTheWay`] for a symlink; I/O errors.
+pub fn create_file(path: &Path, replace: bool) -> Result<File> {
+    let mut o = OpenOptions::new();
+    o.write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    if replace {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    o.open(path).map_err(|e| match e.kind() {
+        io::ErrorKind::AlreadyExists => FormatError::Exists {
+            path: path.to_path_buf(),
+        },
+        _ if e.raw_os_error() == Some(libc::ELOOP) => FormatError::InTheWay {
+            path: path.to_path_buf(),
+            kind: "a symlink",
+        },
+        _ => FormatError::io(path, e),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +356,42 @@ mod tests {
         assert!(matches!(err, FormatError::Locked { .. }), "{err}");
         drop(first);
         DirLock::try_lock(d.path()).unwrap();
+    }
+
+    #[test]
+    fn member_files_never_escape_or_write_through_links() {
+        assert_eq!(member_path("a/b", "jpg").unwrap(), PathBuf::from("a/b.jpg"));
+        for (k, e) in [
+            ("../x", "jpg"),
+            ("/etc/passwd", "x"),
+            ("a", "b/../../c"),
+            ("a/../../b", "x"),
+            ("a/./b", "x"),
+            ("x", ".."),
+        ] {
+            assert!(member_path(k, e).is_err(), "{k} {e}");
+        }
+        let d = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("a")).unwrap();
+        let err = create_parents(d.path(), Path::new("a/0001.bin")).unwrap_err();
+        assert!(
+            err.to_string().contains("refusing to write through it"),
+            "{err}"
+        );
+        create_parents(d.path(), Path::new("b/c/0001.bin")).unwrap();
+        assert!(d.path().join("b/c").is_dir());
+        let f = d.path().join("b/c/0001.bin");
+        create_file(&f, false).unwrap();
+        assert!(matches!(
+            create_file(&f, false),
+            Err(FormatError::Exists { .. })
+        ));
+        create_file(&f, true).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("x"), d.path().join("l")).unwrap();
+        let err = create_file(&d.path().join("l"), true).unwrap_err();
+        assert!(err.to_string().contains("is a symlink"), "{err}");
+        assert!(!outside.path().join("x").exists());
     }
 
     #[test]

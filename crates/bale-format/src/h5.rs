@@ -20,7 +20,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
-use std::io::{BufReader, BufWriter, Read, Write};
+#[cfg(feature = "hdf5")]
+use std::io::Read;
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::hash::{Xxh3, xxh3_64};

@@ -14,14 +14,13 @@
 
 use std::fs;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bale_format::atomic::TEMP_PREFIX;
 use bale_format::read::ShardReader;
 use bale_format::{
     Compression, CreatedBy, Manifest, ShardEntry, TAR_END_LEN, shard_file_name, tar_member_len,
-    validate_ext, validate_key,
 };
 use serde::Serialize;
 
@@ -331,29 +330,6 @@ fn to_shards(
     ))
 }
 
-/// Checks that `<key>.<ext>` is a relative path of plain components, and
-/// returns it.
-fn safe_relative(key: &str, ext: &str) -> Result<PathBuf> {
-    let name = format!("{key}.{ext}");
-    let refuse = |why: &str| {
-        PackError::Format(bale_format::FormatError::InvalidName {
-            name: name.clone(),
-            reason: if why == "key" {
-                "the key would escape the output directory (absolute, `..`, or not a plain relative path)"
-            } else {
-                "the extension would escape the output directory"
-            },
-        })
-    };
-    validate_key(key).map_err(|_| refuse("key"))?;
-    validate_ext(ext).map_err(|_| refuse("ext"))?;
-    let path = PathBuf::from(&name);
-    if !path.components().all(|c| matches!(c, Component::Normal(_))) {
-        return Err(refuse("key"));
-    }
-    Ok(path)
-}
-
 /// Removes the staging directory on drop, unless done.
 struct Staging {
     dir: PathBuf,
@@ -366,31 +342,6 @@ impl Drop for Staging {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
-}
-
-/// Makes the directories of `rel` under `root`, refusing any component that
-/// exists as something other than a real directory (a symlink above all).
-fn make_parents(root: &Path, rel: &Path) -> Result<()> {
-    let mut at = root.to_path_buf();
-    let parts: Vec<_> = rel.components().collect();
-    for c in &parts[..parts.len().saturating_sub(1)] {
-        at.push(c);
-        match fs::symlink_metadata(&at) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(PackError::Conflict {
-                    path: at,
-                    what: "it exists and is not a directory (a symlink or file): refusing to write through it"
-                        .into(),
-                });
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir(&at).map_err(|e| PackError::io(&at, e))?;
-            }
-            Err(e) => return Err(PackError::io(&at, e)),
-        }
-    }
-    Ok(())
 }
 
 fn to_dir(
@@ -412,8 +363,8 @@ fn to_dir(
     let (mut samples, mut members, mut bytes) = (0u64, 0u64, 0u64);
     src.for_each(cancel, |key, list| {
         for (ext, data) in list {
-            let rel = safe_relative(key, ext)?;
-            make_parents(&staging.dir, &rel)?;
+            let rel = bale_format::files::member_path(key, ext)?;
+            bale_format::files::create_parents(&staging.dir, &rel)?;
             let path = staging.dir.join(&rel);
             let mut f = fs::OpenOptions::new()
                 .write(true)
@@ -461,42 +412,4 @@ fn to_dir(
         0,
         bytes,
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escaping_names_are_refused() {
-        for (key, ext) in [
-            ("../x", "bin"),
-            ("/etc/x", "bin"),
-            ("a/../../x", "bin"),
-            ("a\\..\\x", "bin"),
-            ("a/./b", "bin"),
-            ("x", "a/b"),
-            ("x", ".."),
-        ] {
-            assert!(safe_relative(key, ext).is_err(), "{key}.{ext}");
-        }
-        assert_eq!(
-            safe_relative("a/b/0001", "seg.png").unwrap(),
-            PathBuf::from("a/b/0001.seg.png")
-        );
-    }
-
-    #[test]
-    fn parents_that_are_symlinks_are_refused() {
-        let d = tempfile::tempdir().unwrap();
-        let outside = d.path().join("outside");
-        fs::create_dir(&outside).unwrap();
-        let root = d.path().join("root");
-        fs::create_dir(&root).unwrap();
-        std::os::unix::fs::symlink(&outside, root.join("a")).unwrap();
-        let err = make_parents(&root, Path::new("a/0001.bin")).unwrap_err();
-        assert!(err.to_string().contains("refusing"), "{err}");
-        make_parents(&root, Path::new("b/c/0001.bin")).unwrap();
-        assert!(root.join("b/c").is_dir());
-    }
 }

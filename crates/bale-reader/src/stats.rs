@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use bale_format::{Compression, CreatedBy};
+
 use crate::dataset::Dataset;
 use crate::error::Result;
 use crate::sample::parse_label;
@@ -31,7 +33,7 @@ impl Default for SizeHistogram {
 }
 
 /// Percentiles of a [`SizeHistogram`], in bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Percentiles {
     /// Values counted.
     pub count: u64,
@@ -220,6 +222,175 @@ impl Dataset {
             }
         }
         Ok(total)
+    }
+}
+
+/// One shard of a [`DatasetReport`], as the manifest records it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShardRow {
+    /// The shard file, as the manifest names it.
+    pub file: String,
+    /// Its index file.
+    pub index: String,
+    /// Samples.
+    pub samples: u64,
+    /// Members.
+    pub members: u64,
+    /// Bytes of the shard file.
+    pub bytes: u64,
+    /// Bytes of its tar stream (0 for a shard without one).
+    pub tar_bytes: u64,
+    /// How it is stored.
+    pub compression: Compression,
+}
+
+/// The members with one extension, over the dataset.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExtRow {
+    /// The extension.
+    pub ext: String,
+    /// Members.
+    pub count: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// One class of a [`LabelReport`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LabelRow {
+    /// The `.cls` value.
+    pub label: i64,
+    /// Its class name from the manifest.
+    pub name: Option<String>,
+    /// Samples with it.
+    pub count: u64,
+}
+
+/// The label histogram of a [`DatasetReport`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LabelReport {
+    /// How the `.cls` members were read: "positioned" (plain tar, HDF5),
+    /// "sequential" (zstd: each sample's frame decompressed) or "mixed".
+    pub read: &'static str,
+    /// One row per `.cls` value, in order.
+    pub classes: Vec<LabelRow>,
+    /// Samples without a `.cls` member.
+    pub unlabeled: u64,
+    /// `.cls` members that are not an integer.
+    pub unparsed: u64,
+}
+
+/// What a dataset holds, for `bale stat` and its `--json` (the schema is
+/// pinned by the CLI's tests): the manifest's totals and shards, sample
+/// sizes from the indexes, and labels.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DatasetReport {
+    /// Always "dataset".
+    pub kind: &'static str,
+    /// The dataset directory.
+    pub path: String,
+    /// The manifest's format version.
+    pub format_version: String,
+    /// Samples.
+    pub samples: u64,
+    /// Shards.
+    pub shards: u64,
+    /// Members.
+    pub members: u64,
+    /// Bytes of the shard files.
+    pub bytes: u64,
+    /// Bytes of their tar streams.
+    pub tar_bytes: u64,
+    /// Bytes of the indexes.
+    pub index_bytes: u64,
+    /// "none", "zstd", "h5", or "mixed".
+    pub compression: &'static str,
+    /// Every shard.
+    pub shard_table: Vec<ShardRow>,
+    /// Members by extension.
+    pub extensions: Vec<ExtRow>,
+    /// Sample sizes (the sum of their members).
+    pub sample_bytes: Percentiles,
+    /// Samples per label, when asked for and present.
+    pub labels: Option<LabelReport>,
+    /// Input files skipped when packing.
+    pub skipped: u64,
+    /// How the dataset was made.
+    pub created_by: CreatedBy,
+}
+
+impl Dataset {
+    /// The [`DatasetReport`] of this dataset; with `labels`, every `.cls`
+    /// member is read (see [`Dataset::stats`]).
+    ///
+    /// # Errors
+    /// As [`Dataset::stats`].
+    pub fn report(&self, labels: bool) -> Result<DatasetReport> {
+        let st = self.stats(labels, 0)?;
+        let m = self.manifest();
+        let kinds: std::collections::BTreeSet<&'static str> =
+            m.shards.iter().map(|s| s.compression.as_str()).collect();
+        let compression = match kinds.len() {
+            0 => "none",
+            1 => kinds.first().copied().unwrap_or("none"),
+            _ => "mixed",
+        };
+        let labels = st.labels.map(|l| LabelReport {
+            read: match compression {
+                "none" | "h5" => "positioned",
+                "zstd" => "sequential",
+                _ => "mixed",
+            },
+            classes: l
+                .counts
+                .iter()
+                .map(|(&label, &count)| LabelRow {
+                    label,
+                    name: self.label_name(label).map(str::to_owned),
+                    count,
+                })
+                .collect(),
+            unlabeled: l.unlabeled,
+            unparsed: l.unparsed,
+        });
+        Ok(DatasetReport {
+            kind: "dataset",
+            path: self.dir().display().to_string(),
+            format_version: m.format_version.clone(),
+            samples: m.samples,
+            shards: m.shards.len() as u64,
+            members: m.shards.iter().map(|s| s.members).sum(),
+            bytes: m.bytes,
+            tar_bytes: m.shards.iter().map(|s| s.tar_bytes).sum(),
+            index_bytes: st.index_bytes,
+            compression,
+            shard_table: m
+                .shards
+                .iter()
+                .map(|s| ShardRow {
+                    file: s.file.clone(),
+                    index: s.index.clone(),
+                    samples: s.samples,
+                    members: s.members,
+                    bytes: s.bytes,
+                    tar_bytes: s.tar_bytes,
+                    compression: s.compression,
+                })
+                .collect(),
+            extensions: m
+                .fields
+                .iter()
+                .map(|(ext, f)| ExtRow {
+                    ext: ext.clone(),
+                    count: f.count,
+                    bytes: f.bytes,
+                })
+                .collect(),
+            sample_bytes: st.sample_bytes.summary(),
+            labels,
+            skipped: m.skipped,
+            created_by: m.created_by.clone(),
+        })
     }
 }
 

@@ -10,13 +10,13 @@
 //! created or checked one component at a time and must not be a symlink, and
 //! files are opened with `O_NOFOLLOW` (and `O_EXCL` unless `--force`).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{IsTerminal, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use bale_format::{FormatError, files};
 use bale_reader::Dataset;
 
 use crate::args::get::GetArgs;
@@ -143,90 +143,31 @@ fn write_member(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens `path` for writing without following a symlink at its last
-/// component; refuses an existing file unless `force`.
+/// Creates `path` for writing, never through a symlink; an existing file
+/// only with `force`.
 fn open_new(path: &Path, force: bool) -> anyhow::Result<File> {
-    let mut o = OpenOptions::new();
-    o.write(true).custom_flags(libc::O_NOFOLLOW);
-    if force {
-        o.create(true).truncate(true);
-    } else {
-        o.create_new(true);
-    }
-    o.open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => {
-            anyhow::anyhow!(
-                "{} already exists; use --force to overwrite it",
-                path.display()
-            )
-        }
-        _ if e.raw_os_error() == Some(libc::ELOOP) => {
-            anyhow::anyhow!(
-                "{} is a symlink; refusing to write through it",
-                path.display()
-            )
-        }
-        _ => anyhow::Error::new(e).context(format!("cannot create {}", path.display())),
+    files::create_file(path, force).map_err(|e| match e {
+        FormatError::Exists { .. } => anyhow::anyhow!(
+            "{} already exists; use --force to overwrite it",
+            path.display()
+        ),
+        e => e.into(),
     })
 }
 
-/// The relative path `<key>.<ext>` as checked components, or why it would escape.
-fn safe_relative(key: &str, ext: &str) -> anyhow::Result<PathBuf> {
-    let name = format!("{key}.{ext}");
-    let rel = Path::new(&name);
-    let mut out = PathBuf::new();
-    for c in rel.components() {
-        match c {
-            Component::Normal(p) => out.push(p),
-            _ => bail!("refusing to write {name:?}: it would escape the output directory"),
-        }
-    }
-    if ext.contains('/') || out.as_os_str().is_empty() {
-        bail!("refusing to write {name:?}: it would escape the output directory");
-    }
-    Ok(out)
-}
-
-/// Writes every member of `sample` to `<dir>/<key>.<ext>`; returns the files written.
+/// Writes every member of `sample` to `<dir>/<key>.<ext>`; returns the files
+/// written. Every name is checked before any is written, and directories are
+/// created one component at a time, never through a symlink.
 fn write_sample(sample: &Fetched, dir: &Path, force: bool) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut written = Vec::new();
-    // Check every name before writing any.
     let rels: Vec<PathBuf> = sample
         .members
         .iter()
-        .map(|(ext, _)| safe_relative(&sample.key, ext))
-        .collect::<anyhow::Result<_>>()?;
+        .map(|(ext, _)| files::member_path(&sample.key, ext))
+        .collect::<Result<_, _>>()?;
+    let mut written = Vec::new();
     for ((_, data), rel) in sample.members.iter().zip(&rels) {
-        // Walk (and create) the parent directories one component at a time,
-        // refusing symlinks, so nothing lands outside `dir`.
-        let mut at = dir.to_path_buf();
-        let parents: Vec<_> = rel
-            .parent()
-            .map(|p| p.components().collect())
-            .unwrap_or_default();
-        for c in parents {
-            at.push(c);
-            match std::fs::symlink_metadata(&at) {
-                Ok(md) if md.file_type().is_symlink() => {
-                    bail!(
-                        "{} is a symlink; refusing to write through it",
-                        at.display()
-                    )
-                }
-                Ok(md) if md.is_dir() => {}
-                Ok(_) => bail!("{} exists and is not a directory", at.display()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    std::fs::create_dir(&at)
-                        .with_context(|| format!("cannot create {}", at.display()))?;
-                }
-                Err(e) => {
-                    return Err(
-                        anyhow::Error::new(e).context(format!("cannot stat {}", at.display()))
-                    );
-                }
-            }
-        }
+        files::create_parents(dir, rel)?;
         let path = dir.join(rel);
         let mut f = open_new(&path, force)?;
         f.write_all(data)
@@ -234,25 +175,4 @@ fn write_sample(sample: &Fetched, dir: &Path, force: bool) -> anyhow::Result<Vec
         written.push(path);
     }
     Ok(written)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escaping_names_are_refused() {
-        assert_eq!(
-            safe_relative("a/b", "jpg").unwrap(),
-            PathBuf::from("a/b.jpg")
-        );
-        for (k, e) in [
-            ("../x", "jpg"),
-            ("/etc/passwd", "x"),
-            ("a", "b/../../c"),
-            ("a/../../b", "x"),
-        ] {
-            assert!(safe_relative(k, e).is_err(), "{k} {e}");
-        }
-    }
 }

@@ -67,7 +67,7 @@ pub fn run(args: StageArgs) -> anyhow::Result<ExitCode> {
     let mut options = StageOptions::default();
     options.to = args.to.clone();
     options.mount = args.mount;
-    options.jobs = args.jobs.unwrap_or(0);
+    options.jobs = bale_pack::check_jobs(args.jobs.unwrap_or(0))?;
     options.wait = args.wait;
     options.verify = args.verify;
     options.allow_swap = args.allow_swap;

@@ -15,9 +15,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use bale_format::{Compression, CreatedBy, Manifest};
+use bale_format::Manifest;
 use bale_reader::Dataset;
-use bale_reader::stats::SizeHistogram;
+use bale_reader::stats::{DatasetReport, ExtRow, Percentiles, SizeHistogram};
 use indicatif::HumanCount;
 use serde::Serialize;
 
@@ -27,87 +27,6 @@ use crate::escape::field;
 /// Rows shown in the human tables unless `--all`.
 const SHARD_ROWS: usize = 20;
 const LABEL_ROWS: usize = 40;
-
-/// Size percentiles in bytes.
-#[derive(Debug, Serialize)]
-struct Percentiles {
-    count: u64,
-    mean: u64,
-    p50: u64,
-    p90: u64,
-    p99: u64,
-    max: u64,
-}
-
-impl From<&SizeHistogram> for Percentiles {
-    fn from(h: &SizeHistogram) -> Self {
-        let p = h.summary();
-        Percentiles {
-            count: p.count,
-            mean: p.mean,
-            p50: p.p50,
-            p90: p.p90,
-            p99: p.p99,
-            max: p.max,
-        }
-    }
-}
-
-#[derive(Debug, Serialize)]
-struct ShardRow {
-    file: String,
-    index: String,
-    samples: u64,
-    members: u64,
-    bytes: u64,
-    tar_bytes: u64,
-    compression: Compression,
-}
-
-#[derive(Debug, Serialize)]
-struct ExtRow {
-    ext: String,
-    count: u64,
-    bytes: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct LabelRow {
-    label: i64,
-    name: Option<String>,
-    count: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct Labels {
-    /// How the `.cls` members were read: "positioned" (plain tar) or "sequential" (zstd) or "mixed".
-    read: &'static str,
-    classes: Vec<LabelRow>,
-    /// Samples without a `.cls` member.
-    unlabeled: u64,
-    /// `.cls` members that are not an integer.
-    unparsed: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct DatasetStat {
-    kind: &'static str,
-    path: String,
-    format_version: String,
-    samples: u64,
-    shards: u64,
-    members: u64,
-    bytes: u64,
-    tar_bytes: u64,
-    index_bytes: u64,
-    compression: &'static str,
-    shard_table: Vec<ShardRow>,
-    extensions: Vec<ExtRow>,
-    sample_bytes: Percentiles,
-    labels: Option<Labels>,
-    skipped: u64,
-    created_by: CreatedBy,
-}
 
 #[derive(Debug, Serialize)]
 struct TreeStat {
@@ -132,7 +51,7 @@ pub fn run(args: StatArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(meta.is_dir(), "{} is not a directory", path.display());
     let mut out = std::io::stdout().lock();
     if Manifest::path_in(path).exists() {
-        let s = dataset_stat(path, !args.no_labels)?;
+        let s = Dataset::open(path)?.report(!args.no_labels)?;
         if args.json {
             serde_json::to_writer_pretty(&mut out, &s)?;
             writeln!(out)?;
@@ -150,75 +69,6 @@ pub fn run(args: StatArgs) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn dataset_stat(dir: &Path, labels: bool) -> anyhow::Result<DatasetStat> {
-    let ds = Dataset::open(dir)?;
-    let st = ds.stats(labels, 0)?;
-    let m = ds.manifest();
-    let kinds: std::collections::BTreeSet<&'static str> =
-        m.shards.iter().map(|s| s.compression.as_str()).collect();
-    let compression = match kinds.len() {
-        0 => "none",
-        1 => kinds.first().copied().unwrap_or("none"),
-        _ => "mixed",
-    };
-    let labels = st.labels.map(|l| Labels {
-        read: match compression {
-            "none" | "h5" => "positioned",
-            "zstd" => "sequential",
-            _ => "mixed",
-        },
-        classes: l
-            .counts
-            .iter()
-            .map(|(&label, &count)| LabelRow {
-                label,
-                name: ds.label_name(label).map(str::to_owned),
-                count,
-            })
-            .collect(),
-        unlabeled: l.unlabeled,
-        unparsed: l.unparsed,
-    });
-    Ok(DatasetStat {
-        kind: "dataset",
-        path: dir.display().to_string(),
-        format_version: m.format_version.clone(),
-        samples: m.samples,
-        shards: m.shards.len() as u64,
-        members: m.shards.iter().map(|s| s.members).sum(),
-        bytes: m.bytes,
-        tar_bytes: m.shards.iter().map(|s| s.tar_bytes).sum(),
-        index_bytes: st.index_bytes,
-        compression,
-        shard_table: m
-            .shards
-            .iter()
-            .map(|s| ShardRow {
-                file: s.file.clone(),
-                index: s.index.clone(),
-                samples: s.samples,
-                members: s.members,
-                bytes: s.bytes,
-                tar_bytes: s.tar_bytes,
-                compression: s.compression,
-            })
-            .collect(),
-        extensions: m
-            .fields
-            .iter()
-            .map(|(ext, f)| ExtRow {
-                ext: ext.clone(),
-                count: f.count,
-                bytes: f.bytes,
-            })
-            .collect(),
-        sample_bytes: (&st.sample_bytes).into(),
-        labels,
-        skipped: m.skipped,
-        created_by: m.created_by.clone(),
-    })
 }
 
 /// A plain tree, walked as `bale pack` walks it ([`bale_pack::walk_tree`]).
@@ -247,7 +97,7 @@ fn tree_stat(root: &Path) -> anyhow::Result<TreeStat> {
             .into_iter()
             .map(|(ext, (count, bytes))| ExtRow { ext, count, bytes })
             .collect(),
-        file_bytes: (&hist).into(),
+        file_bytes: hist.summary(),
         no_extension: tree.ignored.no_extension.count + tree.ignored.hidden.count,
         not_regular: tree.ignored.symlinks.count + tree.refused,
     })
@@ -295,7 +145,7 @@ fn print_exts(out: &mut impl Write, exts: &[ExtRow]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn print_dataset(out: &mut impl Write, s: &DatasetStat, all: bool) -> std::io::Result<()> {
+fn print_dataset(out: &mut impl Write, s: &DatasetReport, all: bool) -> std::io::Result<()> {
     writeln!(
         out,
         "dataset      {} (bale format {})",

@@ -89,7 +89,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         problems.extend(verify::check_manifest(dir, m));
         let rules = NameRules::for_manifest(m);
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(args.jobs.unwrap_or(0))
+            .num_threads(bale_pack::check_jobs(args.jobs.unwrap_or(0))?)
             .build()
             .context("cannot start the verify threads")?;
         // Full: a byte bar over the shard files; quick: a bar over shards.

@@ -22,10 +22,10 @@ use crate::args::bench::BenchArgs;
 /// Runs `bale bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
-    let threads = args.threads.map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
-        usize::from,
-    );
+    let threads = match bale_pack::check_jobs(args.threads.map_or(0, usize::from))? {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     decode::set_resize(args.resize);
     let settings = measure::Settings {
         budget: Duration::from_secs_f64(args.budget),
