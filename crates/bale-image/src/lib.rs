@@ -35,6 +35,7 @@
 mod error;
 mod jpeg;
 mod options;
+pub mod region;
 mod transform;
 
 pub use error::ImageError;

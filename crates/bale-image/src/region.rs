@@ -1,0 +1,505 @@
+//! Decoding only what a crop needs, then resizing it: the loader's per-sample
+//! image work ([`RegionDecoder::crop_resize_into`]).
+//!
+//! A JPEG is decoded by the system libjpeg-turbo when the feature `libjpeg`
+//! is on: only the crop's rows are transformed (rows above it are skipped
+//! after their entropy decoding, rows below it are never read, columns are
+//! cropped to the iMCU), and when the crop is at least twice the output in
+//! both directions it is decoded at 1/2, 1/4 or 1/8 scale in the DCT domain.
+//! Without the feature, and for PNG, WebP and the rest, the whole image is
+//! decoded by the `image` crate. `.npy` members (uint8, H x W x 3 or 1) need
+//! no decoding. The resize is a Pillow-style bilinear convolution
+//! (`fast_image_resize`), antialiased when shrinking, as torchvision's
+//! `resized_crop` on a PIL image.
+
+use std::cell::RefCell;
+use std::io::Cursor;
+
+use fast_image_resize::images::{Image, ImageRef};
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use image::{ImageDecoder, ImageFormat, ImageReader};
+
+use crate::{ImageError, format_of};
+
+/// A crop box in an image's pixels: left, top, width, height (fractions allowed).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CropBox {
+    /// Left edge.
+    pub x: f64,
+    /// Top edge.
+    pub y: f64,
+    /// Width.
+    pub width: f64,
+    /// Height.
+    pub height: f64,
+}
+
+impl CropBox {
+    /// The whole of a `width` x `height` image.
+    pub fn whole(width: u32, height: u32) -> Self {
+        CropBox {
+            x: 0.0,
+            y: 0.0,
+            width: f64::from(width),
+            height: f64::from(height),
+        }
+    }
+}
+
+/// How a sample's image was decoded, for statistics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decoded {
+    /// The DCT scale the JPEG was decoded at, as eighths (8: full size; 4, 2, 1).
+    pub scale_eighths: u8,
+    /// Pixels decoded (the region's width times height, at that scale).
+    pub pixels: u64,
+}
+
+/// Decodes and resizes image regions, keeping its scratch buffers between
+/// calls: one per thread.
+#[derive(Debug, Default)]
+pub struct RegionDecoder {
+    pixels: Vec<u8>,
+    resizer: Resizer,
+}
+
+/// Width and height of the image `bytes` of format `ext` (`jpg`, `png`,
+/// `npy`, ...), from its header.
+///
+/// # Errors
+/// [`ImageError::Unsupported`] for an extension that names no image;
+/// [`ImageError::Decode`] for a header that does not parse.
+pub fn dimensions(ext: &str, bytes: &[u8]) -> Result<(u32, u32), ImageError> {
+    if is_npy(ext) {
+        let (h, w, _) = npy_hwc(ext, bytes)?;
+        return Ok((w, h));
+    }
+    let format = image_format(ext)?;
+    #[cfg(feature = "libjpeg")]
+    if format == ImageFormat::Jpeg {
+        return libjpeg::info(bytes)
+            .map(|i| (i.width, i.height))
+            .map_err(|m| decode_err(ext, m));
+    }
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    reader.no_limits();
+    let decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
+    Ok(decoder.dimensions())
+}
+
+fn is_npy(ext: &str) -> bool {
+    ext == "npy" || ext.ends_with(".npy")
+}
+
+fn image_format(ext: &str) -> Result<ImageFormat, ImageError> {
+    format_of(ext).ok_or_else(|| ImageError::Unsupported {
+        ext: ext.to_owned(),
+    })
+}
+
+fn decode_err(ext: &str, e: impl std::fmt::Display) -> ImageError {
+    ImageError::Decode {
+        ext: ext.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// Height, width and channels (1 or 3) of a uint8 `.npy` image.
+fn npy_hwc(ext: &str, bytes: &[u8]) -> Result<(u32, u32, u8), ImageError> {
+    let header = bale_format::npy::parse(bytes).map_err(|e| decode_err(ext, e))?;
+    let ([h, w, c], _) = header
+        .u8_hwc(bytes.len() as u64)
+        .filter(|(s, _)| s[2] == 1 || s[2] == 3)
+        .ok_or_else(|| decode_err(ext, "not a uint8 array of shape (H, W, 3) or (H, W, 1)"))?;
+    let fit = |v: usize| u32::try_from(v).map_err(|_| decode_err(ext, "array too large"));
+    Ok((fit(h)?, fit(w)?, c as u8))
+}
+
+/// The largest DCT reduction (as eighths: 8, 4, 2 or 1) that keeps a crop of
+/// `crop` source pixels at least `out` pixels in both directions.
+pub fn dct_scale(crop: (f64, f64), out: (u32, u32)) -> u8 {
+    let mut eighths = 8u8;
+    while eighths > 1 {
+        let next = eighths / 2;
+        let s = f64::from(next) / 8.0;
+        if crop.0 * s >= f64::from(out.0) && crop.1 * s >= f64::from(out.1) {
+            eighths = next;
+        } else {
+            break;
+        }
+    }
+    eighths
+}
+
+thread_local! {
+    static DECODER: RefCell<RegionDecoder> = RefCell::new(RegionDecoder::default());
+}
+
+impl RegionDecoder {
+    /// Runs `f` with this thread's decoder.
+    pub fn with<T>(f: impl FnOnce(&mut RegionDecoder) -> T) -> T {
+        DECODER.with(|d| f(&mut d.borrow_mut()))
+    }
+
+    /// Decodes the image `bytes` of format `ext`, crops `crop` (in the
+    /// image's pixels) and resizes it to `out_width` x `out_height` RGB
+    /// (8 bits, row after row) into `out`. With `dct_scaling`, a JPEG crop at
+    /// least twice the output in both directions is decoded at a reduced
+    /// scale (see the module docs).
+    ///
+    /// # Errors
+    /// [`ImageError::Decode`] for damaged or truncated bytes (a truncated
+    /// JPEG is refused, as Pillow refuses it); [`ImageError::Unsupported`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn crop_resize_into(
+        &mut self,
+        ext: &str,
+        bytes: &[u8],
+        crop: CropBox,
+        out_width: u32,
+        out_height: u32,
+        dct_scaling: bool,
+        out: &mut [u8],
+    ) -> Result<Decoded, ImageError> {
+        let need = out_width as usize * out_height as usize * 3;
+        if out.len() != need || out_width == 0 || out_height == 0 {
+            return Err(ImageError::Option(format!(
+                "an output of {out_width}x{out_height} RGB needs {need} bytes, the buffer has {}",
+                out.len()
+            )));
+        }
+        let (w, h, box_in_pixels, decoded) =
+            self.decode(ext, bytes, crop, (out_width, out_height), dct_scaling)?;
+        let src =
+            ImageRef::new(w, h, &self.pixels, PixelType::U8x3).map_err(|e| decode_err(ext, e))?;
+        let mut dst = Image::from_slice_u8(out_width, out_height, out, PixelType::U8x3)
+            .map_err(|e| decode_err(ext, e))?;
+        let options = ResizeOptions::new()
+            .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+            .crop(
+                box_in_pixels.x,
+                box_in_pixels.y,
+                box_in_pixels.width,
+                box_in_pixels.height,
+            );
+        self.resizer
+            .resize(&src, &mut dst, &options)
+            .map_err(|e| decode_err(ext, e))?;
+        Ok(decoded)
+    }
+
+    /// Decodes what the crop needs into `self.pixels` (RGB): its width and
+    /// height, the crop box in those pixels, and how it was decoded.
+    fn decode(
+        &mut self,
+        ext: &str,
+        bytes: &[u8],
+        crop: CropBox,
+        out: (u32, u32),
+        dct_scaling: bool,
+    ) -> Result<(u32, u32, CropBox, Decoded), ImageError> {
+        #[cfg(not(feature = "libjpeg"))]
+        let _ = (out, dct_scaling);
+        if is_npy(ext) {
+            let (h, w, c) = npy_hwc(ext, bytes)?;
+            let data = &bytes[bytes.len() - (h as usize * w as usize * c as usize)..];
+            self.pixels.clear();
+            if c == 3 {
+                self.pixels.extend_from_slice(data);
+            } else {
+                self.pixels.extend(data.iter().flat_map(|&g| [g, g, g]));
+            }
+            check_crop(ext, crop, w, h)?;
+            let pixels = u64::from(w) * u64::from(h);
+            return Ok((
+                w,
+                h,
+                crop,
+                Decoded {
+                    scale_eighths: 8,
+                    pixels,
+                },
+            ));
+        }
+        let format = image_format(ext)?;
+        #[cfg(feature = "libjpeg")]
+        if format == ImageFormat::Jpeg {
+            crate::jpeg::check_complete(bytes).map_err(|m| decode_err(ext, m))?;
+            let info = libjpeg::info(bytes).map_err(|m| decode_err(ext, m))?;
+            check_crop(ext, crop, info.width, info.height)?;
+            let eighths = if dct_scaling {
+                dct_scale((crop.width, crop.height), out)
+            } else {
+                8
+            };
+            // The scaled image is ceil(W * s) x ceil(H * s) (libjpeg's rule).
+            let s = f64::from(eighths) / 8.0;
+            let sw = (u64::from(info.width) * u64::from(eighths)).div_ceil(8) as u32;
+            let sh = (u64::from(info.height) * u64::from(eighths)).div_ceil(8) as u32;
+            let x0 = ((crop.x * s).floor() as u32).min(sw - 1);
+            let y0 = ((crop.y * s).floor() as u32).min(sh - 1);
+            let x1 = (((crop.x + crop.width) * s).ceil() as u32).clamp(x0 + 1, sw);
+            let y1 = (((crop.y + crop.height) * s).ceil() as u32).clamp(y0 + 1, sh);
+            let (rw, rh) = (x1 - x0, y1 - y0);
+            self.pixels.resize(rw as usize * rh as usize * 3, 0);
+            match libjpeg::decode_region(bytes, eighths, x0, y0, rw, rh, &mut self.pixels) {
+                Ok(()) => {
+                    let in_region = CropBox {
+                        x: (crop.x * s - f64::from(x0)).max(0.0),
+                        y: (crop.y * s - f64::from(y0)).max(0.0),
+                        width: (crop.width * s).min(f64::from(rw)),
+                        height: (crop.height * s).min(f64::from(rh)),
+                    };
+                    let pixels = u64::from(rw) * u64::from(rh);
+                    return Ok((
+                        rw,
+                        rh,
+                        in_region,
+                        Decoded {
+                            scale_eighths: eighths,
+                            pixels,
+                        },
+                    ));
+                }
+                Err(libjpeg::Failure::Unsupported) => {}
+                Err(libjpeg::Failure::Error(m)) => return Err(decode_err(ext, m)),
+            }
+        }
+        if format == ImageFormat::Jpeg {
+            crate::jpeg::check_complete(bytes).map_err(|m| decode_err(ext, m))?;
+        }
+        let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+        reader.no_limits();
+        let img = reader.decode().map_err(|e| decode_err(ext, e))?.into_rgb8();
+        let (w, h) = img.dimensions();
+        check_crop(ext, crop, w, h)?;
+        self.pixels = img.into_raw();
+        let pixels = u64::from(w) * u64::from(h);
+        Ok((
+            w,
+            h,
+            crop,
+            Decoded {
+                scale_eighths: 8,
+                pixels,
+            },
+        ))
+    }
+}
+
+fn check_crop(ext: &str, c: CropBox, w: u32, h: u32) -> Result<(), ImageError> {
+    let ok = c.x >= 0.0
+        && c.y >= 0.0
+        && c.width > 0.0
+        && c.height > 0.0
+        && c.x + c.width <= f64::from(w) + 1e-6
+        && c.y + c.height <= f64::from(h) + 1e-6;
+    if ok {
+        Ok(())
+    } else {
+        Err(decode_err(
+            ext,
+            format!("crop {c:?} does not lie inside the {w}x{h} image"),
+        ))
+    }
+}
+
+#[cfg(feature = "libjpeg")]
+mod libjpeg {
+    //! The calls into `csrc/jpeg_region.c`.
+
+    use std::ffi::{c_char, c_int};
+
+    #[repr(C)]
+    #[derive(Debug, Default, Clone, Copy)]
+    pub struct Info {
+        pub width: u32,
+        pub height: u32,
+        pub components: i32,
+        pub color_space: i32,
+    }
+
+    unsafe extern "C" {
+        fn bale_jpeg_info_of(
+            data: *const u8,
+            len: usize,
+            info: *mut Info,
+            msg: *mut c_char,
+            msg_len: usize,
+        ) -> c_int;
+        #[allow(clippy::too_many_arguments)]
+        fn bale_jpeg_decode_region(
+            data: *const u8,
+            len: usize,
+            scale_num: c_int,
+            x: u32,
+            y: u32,
+            w: u32,
+            h: u32,
+            out: *mut u8,
+            out_cap: usize,
+            msg: *mut c_char,
+            msg_len: usize,
+        ) -> c_int;
+    }
+
+    pub enum Failure {
+        Unsupported,
+        Error(String),
+    }
+
+    fn message(buf: &[u8]) -> String {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    }
+
+    pub fn info(bytes: &[u8]) -> Result<Info, String> {
+        let mut info = Info::default();
+        let mut msg = [0u8; 200];
+        // SAFETY: the pointers and lengths describe live buffers for the
+        // call's duration; the C side catches every libjpeg error.
+        let r = unsafe {
+            bale_jpeg_info_of(
+                bytes.as_ptr(),
+                bytes.len(),
+                &mut info,
+                msg.as_mut_ptr().cast(),
+                msg.len(),
+            )
+        };
+        if r == 0 { Ok(info) } else { Err(message(&msg)) }
+    }
+
+    pub fn decode_region(
+        bytes: &[u8],
+        eighths: u8,
+        x: u32,
+        y: u32,
+        w: u32,
+        h: u32,
+        out: &mut [u8],
+    ) -> Result<(), Failure> {
+        let mut msg = [0u8; 200];
+        // SAFETY: as in `info`; the C side checks the region against the
+        // image and `out.len()` before writing.
+        let r = unsafe {
+            bale_jpeg_decode_region(
+                bytes.as_ptr(),
+                bytes.len(),
+                c_int::from(eighths),
+                x,
+                y,
+                w,
+                h,
+                out.as_mut_ptr(),
+                out.len(),
+                msg.as_mut_ptr().cast(),
+                msg.len(),
+            )
+        };
+        match r {
+            0 => Ok(()),
+            2 => Err(Failure::Unsupported),
+            _ => Err(Failure::Error(message(&msg))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dct_scale_keeps_the_crop_at_least_the_output() {
+        assert_eq!(dct_scale((500.0, 375.0), (224, 224)), 8);
+        assert_eq!(dct_scale((448.0, 448.0), (224, 224)), 4);
+        assert_eq!(dct_scale((447.0, 900.0), (224, 224)), 8);
+        assert_eq!(dct_scale((1800.0, 1800.0), (224, 224)), 1);
+        assert_eq!(dct_scale((900.0, 900.0), (224, 224)), 2);
+    }
+
+    fn photo_jpeg(w: u32, h: u32) -> Vec<u8> {
+        let img = image::RgbImage::from_fn(w, h, |x, y| {
+            let n = (x.wrapping_mul(2_654_435_761) ^ y.wrapping_mul(40_503)) % 23;
+            image::Rgb([
+                (x * 255 / w) as u8 ^ n as u8,
+                (y * 255 / h) as u8,
+                ((x + y) % 256) as u8,
+            ])
+        });
+        let mut out = Cursor::new(Vec::new());
+        img.write_to(&mut out, ImageFormat::Jpeg).unwrap();
+        out.into_inner()
+    }
+
+    fn psnr(a: &[u8], b: &[u8]) -> f64 {
+        let mse: f64 = a
+            .iter()
+            .zip(b)
+            .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+            .sum::<f64>()
+            / a.len() as f64;
+        10.0 * (255.0f64.powi(2) / mse.max(1e-12)).log10()
+    }
+
+    #[test]
+    fn a_region_matches_the_same_region_of_the_whole_image() {
+        let jpg = photo_jpeg(320, 240);
+        assert_eq!(dimensions("jpg", &jpg).unwrap(), (320, 240));
+        let mut d = RegionDecoder::default();
+        let mut whole = vec![0u8; 320 * 240 * 3];
+        d.crop_resize_into(
+            "jpg",
+            &jpg,
+            CropBox::whole(320, 240),
+            320,
+            240,
+            false,
+            &mut whole,
+        )
+        .unwrap();
+        let reference = image::load_from_memory(&jpg).unwrap().into_rgb8();
+        assert!(psnr(&whole, reference.as_raw()) > 35.0);
+        // A crop decoded on its own equals that crop of the whole image.
+        let (x, y, w, h) = (37u32, 51u32, 150u32, 101u32);
+        let mut part = vec![0u8; (w * h * 3) as usize];
+        let c = CropBox {
+            x: f64::from(x),
+            y: f64::from(y),
+            width: f64::from(w),
+            height: f64::from(h),
+        };
+        d.crop_resize_into("jpg", &jpg, c, w, h, false, &mut part)
+            .unwrap();
+        let mut expected = Vec::new();
+        for r in y..y + h {
+            let at = ((r * 320 + x) * 3) as usize;
+            expected.extend_from_slice(&whole[at..at + (w * 3) as usize]);
+        }
+        assert_eq!(part, expected);
+        // Truncated: refused.
+        let err = d
+            .crop_resize_into("jpg", &jpg[..jpg.len() / 2], c, w, h, false, &mut part)
+            .unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn a_large_crop_is_decoded_at_a_reduced_scale() {
+        let jpg = photo_jpeg(960, 720);
+        let mut d = RegionDecoder::default();
+        let mut small = vec![0u8; 224 * 224 * 3];
+        let c = CropBox::whole(960, 720);
+        let scaled = d
+            .crop_resize_into("jpg", &jpg, c, 224, 224, true, &mut small)
+            .unwrap();
+        assert_eq!(scaled.scale_eighths, 4);
+        let mut full = vec![0u8; 224 * 224 * 3];
+        let exact = d
+            .crop_resize_into("jpg", &jpg, c, 224, 224, false, &mut full)
+            .unwrap();
+        assert_eq!(exact.scale_eighths, 8);
+        assert_eq!(scaled.pixels * 4, exact.pixels);
+        assert!(psnr(&small, &full) > 30.0, "{}", psnr(&small, &full));
+    }
+}
