@@ -16,6 +16,8 @@
 //! decompressed into. Other fields are `bytes` (one copy).
 #![deny(missing_docs)]
 
+mod loader;
+
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
@@ -677,6 +679,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDataset>()?;
     m.add_class::<PyIter>()?;
     m.add_class::<SampleBuffer>()?;
+    m.add_class::<loader::PyLoader>()?;
+    m.add_class::<loader::PyBatches>()?;
+    m.add_class::<loader::BatchBuffer>()?;
     m.add("BaleError", py.get_type::<BaleError>())?;
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

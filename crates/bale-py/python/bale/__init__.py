@@ -47,6 +47,7 @@ import os
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
+from bale import _native
 from bale._native import BaleError, Dataset, FormatError, SampleBuffer, SampleIterator
 from bale._native import __version__
 
@@ -55,6 +56,7 @@ __all__ = [
     "Dataset",
     "FormatError",
     "IterableDataset",
+    "Loader",
     "SampleBuffer",
     "SampleIterator",
     "worker_offsets",
@@ -309,3 +311,205 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
 
     def __repr__(self) -> str:
         return f"bale.IterableDataset({self.path!r}, plan={self.plan!r}, seed={self.seed}, epoch={self.epoch})"
+
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
+    if isinstance(v, int):
+        return v, v
+    t = tuple(v)
+    if len(t) != 2:
+        raise ValueError(f"{name} must be an int or (height, width), not {v!r}")
+    return int(t[0]), int(t[1])
+
+
+class Loader:
+    """Decoded, augmented batches straight from a bale dataset.
+
+    Images are decoded, cropped, resized, flipped and converted in native
+    threads (the GIL is released), and batches come out as NumPy arrays that
+    ``torch.from_numpy`` takes without a copy: no DataLoader workers, no
+    pickling. Example::
+
+        loader = bale.Loader("/data/train", batch_size=64, crop="random_resized",
+                             size=224, flip=True, shuffle=True, seed=0)
+        for epoch in range(90):
+            loader.set_epoch(epoch)
+            for images, labels in loader:       # uint8 (64, 224, 224, 3), int64 (64,)
+                x = torch.from_numpy(images).cuda(non_blocking=True)
+                y = torch.from_numpy(labels).cuda(non_blocking=True)
+                ...
+
+    Args:
+        dataset: a dataset path (or URL), or a :class:`Dataset`.
+        batch_size: images per batch.
+        crop: ``"random_resized"`` (torchvision's ``RandomResizedCrop(size,
+            scale, ratio)``), ``"center"`` (``Resize(resize)`` then
+            ``CenterCrop(size)``; ``resize`` defaults to ``size * 256 / 224``)
+            or ``"resize"`` (the whole image to ``size``).
+        size: output size, an int or ``(height, width)``.
+        scale, ratio: of ``"random_resized"``, as torchvision's.
+        resize: shorter side before a ``"center"`` crop (``0``: none).
+        flip: flip each image left-right with probability 1/2.
+        shuffle: a random order per epoch (``order="shuffled"``); default:
+            shard by shard (``"sequential"``). ``order`` may also be
+            ``"shard_shuffled"`` (shards in random order, samples mixed in
+            ``buffer`` samples).
+        seed: seeds the order and every crop and flip: each sample's
+            decisions depend on ``(seed, epoch, sample index)`` only.
+        rank, world_size: this process's share of a distributed run (default:
+            from ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else all).
+        even: every rank gets the same number of samples (a few repeat).
+        drop_last: leave out a short last batch.
+        channels_first: images ``(B, 3, H, W)`` instead of ``(B, H, W, 3)``.
+        dtype: ``"uint8"`` (default), ``"float32"`` or ``"float16"``;
+            floats are ``(x / 255 - mean) / std``.
+        mean, std: per channel, for float outputs (ImageNet's by default).
+        threads: decoding threads (0: one per core).
+        prefetch: batches decoded ahead of the one you hold.
+        on_error: ``"fail"`` (a damaged image raises, naming the sample) or
+            ``"skip"`` (the sample is left out of its batch, counted in
+            :attr:`skipped` and reported with ``warnings.warn``).
+        image: the member holding the image (default: ``jpg``, ``jpeg``,
+            ``png``, ``webp`` or ``npy``, the first the dataset has).
+        fields: other members to pass through: the loop then gets
+            ``(images, labels, fields)`` with ``fields[name]`` a list of
+            ``bytes`` (``None`` where a sample lacks it).
+        dct_scaling: decode a JPEG at 1/2, 1/4 or 1/8 scale when its crop is
+            at least that many times the output.
+
+    Memory: ``prefetch + 1`` batch buffers in flight, reused once the arrays
+    you received are freed, and one decoded crop per thread.
+    """
+
+    def __init__(
+        self,
+        dataset: str | os.PathLike[str] | Dataset,
+        batch_size: int = 64,
+        *,
+        crop: str = "random_resized",
+        size: int | Sequence[int] = 224,
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
+        resize: int | None = None,
+        flip: bool = False,
+        shuffle: bool = False,
+        order: str | None = None,
+        buffer: int = 1024,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        even: bool = False,
+        drop_last: bool = False,
+        channels_first: bool = False,
+        dtype: str = "uint8",
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
+        threads: int = 0,
+        prefetch: int = 2,
+        on_error: str = "fail",
+        image: str | None = None,
+        fields: Sequence[str] = (),
+        dct_scaling: bool = True,
+    ) -> None:
+        import numpy  # noqa: F401  (the batches are NumPy arrays)
+
+        path = dataset.path if isinstance(dataset, Dataset) else os.fspath(dataset)
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if rank is None:
+            rank, world_size = _dist_rank_world() or (None, None)  # type: ignore[assignment]
+        if rank is None:
+            r, w = _env_int("RANK"), _env_int("WORLD_SIZE")
+            rank, world_size = (r, w) if r is not None and w is not None else (0, 1)
+        if order is None:
+            order = "shuffled" if shuffle else "sequential"
+        height, width = _pair(size, "size")
+        if resize is None:
+            resize = round(min(height, width) * 256 / 224)
+        self.path = path
+        self.batch_size = batch_size
+        self.epoch = 0
+        self.start = 0
+        self.skipped = 0
+        self._fields = list(fields)
+        self._native = _native.Loader(
+            path,
+            batch_size,
+            crop,
+            (height, width),
+            tuple(scale),
+            tuple(ratio),
+            resize or None,
+            flip,
+            channels_first,
+            dtype,
+            tuple(mean),
+            tuple(std),
+            order,
+            buffer,
+            seed,
+            rank,
+            world_size,
+            even,
+            threads,
+            prefetch,
+            on_error,
+            image,
+            self._fields,
+            drop_last,
+            dct_scaling,
+        )
+        self.rank, self.world_size = rank, world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch the next iteration reads (and clears ``start``)."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, not {epoch}")
+        self.epoch = epoch
+        self.start = 0
+
+    def resume(self, epoch: int, start: int) -> None:
+        """The next iteration reads ``epoch`` from its ``start``-th sample on
+        (batches seen so far times the batch size)."""
+        self.epoch = epoch
+        self.start = start
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return len(self._native)
+
+    @property
+    def image_member(self) -> str:
+        """The member images are taken from."""
+        return self._native.image_member
+
+    def sample_params(self, index: int, epoch: int | None = None) -> dict[str, Any]:
+        """The random decisions for sample ``index``: ``{"top", "left",
+        "height", "width", "flip"}`` (the crop box in the source image's pixels),
+        as torchvision's ``resized_crop`` and ``hflip`` take them."""
+        top, left, h, w, flip = self._native.sample_params(self.epoch if epoch is None else epoch, index)
+        return {"top": top, "left": left, "height": h, "width": w, "flip": flip}
+
+    def __iter__(self) -> Iterator[Any]:
+        import numpy
+        import warnings
+
+        batches = self._native.epoch(self.epoch, self.start)
+        for buf, shape, dtype, labels, indices, extra, skipped in batches:
+            for index, key, error in skipped:
+                self.skipped += 1
+                warnings.warn(f"bale.Loader skipped sample {index} ({key!r}): {error}", stacklevel=2)
+            images = numpy.frombuffer(buf, dtype=dtype).reshape(shape)
+            labels = numpy.frombuffer(labels, dtype=numpy.int64)
+            self.last_indices = numpy.frombuffer(indices, dtype=numpy.uint64)
+            if self._fields:
+                yield images, labels, extra
+            else:
+                yield images, labels
+
+    def __repr__(self) -> str:
+        return f"bale.Loader({self.path!r}, batch_size={self.batch_size}, epoch={self.epoch})"
