@@ -3,13 +3,17 @@
 mod bench;
 mod common;
 mod convert;
+mod crash;
 mod data_loss;
+mod errors;
 mod format_interop;
 #[cfg(feature = "hdf5")]
 mod h5;
+mod hangs;
 mod image;
 mod index;
 mod ls_get;
+mod output_escaping;
 mod pack;
 mod reader;
 mod stage;

@@ -353,6 +353,7 @@ fn to_dir(
 ) -> Result<ConvertSummary> {
     // Locked, and removed again on failure when this run created it.
     let out = Output::open(dst, opts.force)?;
+    out.clear_temps()?;
     // Everything is written into a fresh staging directory inside the output
     // (no symlink can be there but ours: we make none), then moved in place.
     let mut staging = Staging {

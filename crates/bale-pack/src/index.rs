@@ -184,6 +184,7 @@ pub fn index(
     }
     // Every name this run writes is free (or, with force, made free) before
     // any scan starts; the old manifest goes first.
+    out.clear_temps()?;
     out.make_room(MANIFEST_NAME, &inputs)?;
     for p in &plan {
         out.make_room(&p.index, &inputs)?;

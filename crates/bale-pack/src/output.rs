@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use bale_format::atomic::TEMP_PREFIX;
 use bale_format::files::{DirLock, FileId};
 use bale_format::{MANIFEST_NAME, is_bale_file_name};
 
@@ -132,6 +133,7 @@ impl Output {
         if self.created.is_some() || !self.force {
             return Ok(());
         }
+        self.clear_temps()?;
         let mut victims = Vec::new();
         for entry in fs::read_dir(&self.dir).map_err(|e| PackError::io(&self.dir, e))? {
             let entry = entry.map_err(|e| PackError::io(&self.dir, e))?;
@@ -150,6 +152,33 @@ impl Output {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(PackError::io(&v, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// With `force`, removes what interrupted runs left under bale's
+    /// temporary prefix (`.bale-tmp-*` files, and the staging directories of
+    /// `convert --format dir`): never a symlink's target.
+    pub fn clear_temps(&self) -> Result<()> {
+        if !self.force {
+            return Ok(());
+        }
+        for entry in fs::read_dir(&self.dir).map_err(|e| PackError::io(&self.dir, e))? {
+            let entry = entry.map_err(|e| PackError::io(&self.dir, e))?;
+            if !entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                continue;
+            }
+            let path = entry.path();
+            // The entry's own type: a symlink is removed, not followed.
+            let removed = match entry.file_type() {
+                Ok(t) if t.is_dir() => fs::remove_dir_all(&path),
+                _ => fs::remove_file(&path),
+            };
+            match removed {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(PackError::io(&path, e)),
             }
         }
         Ok(())

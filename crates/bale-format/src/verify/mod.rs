@@ -458,8 +458,11 @@ pub fn check_shard_with(
     // The shard file: present, regular, of the recorded size.
     let shard_len = match std::fs::metadata(&shard_path) {
         Ok(m) if m.is_file() => Some(m.len()),
-        Ok(_) => {
-            r.push(Problem::new(&name, "shard is not a regular file"));
+        Ok(m) => {
+            r.push(Problem::new(
+                &name,
+                format!("shard is {}, not a regular file", crate::files::kind_of(&m)),
+            ));
             None
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {

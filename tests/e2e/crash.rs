@@ -1,0 +1,435 @@
+//! Crash consistency: `bale pack`, `bale convert` and `bale index` killed
+//! with SIGKILL at points spread over their run. A killed writer leaves
+//! either no manifest or a dataset that verifies, and the same command with
+//! `--force` into the same output then succeeds and verifies.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::common::{bale_bounded, bale_cmd, random_tree, run_bounded};
+
+/// Runs `bale ARGS` to the end (at most `limit`), returning how long it took.
+fn timed(args: &[OsString], limit: Duration) -> Duration {
+    let o = run_bounded(&mut bale_cmd(args), limit, 4096);
+    assert!(
+        o.killed.is_none() && o.status.is_some_and(|s| s.success()),
+        "bale {args:?}: {}",
+        o.describe()
+    );
+    o.elapsed
+}
+
+/// `Ok` when `bale verify DIR` passes.
+fn verifies(dir: &Path) -> Result<(), String> {
+    let o = bale_bounded(&["verify".as_ref(), dir.as_os_str()]);
+    if o.killed.is_none() && o.status.is_some_and(|s| s.success()) {
+        Ok(())
+    } else {
+        Err(format!("bale verify {}: {}", dir.display(), o.describe()))
+    }
+}
+
+/// After a kill: no manifest, or a dataset that verifies.
+fn consistent(dir: &Path) -> Result<&'static str, String> {
+    if !dir.join("bale.json").exists() {
+        return Ok("no manifest");
+    }
+    verifies(dir).map(|()| "a complete dataset")
+}
+
+/// Runs `args` (which write `out` with `--force`) to the end and checks the
+/// result verifies and, when `no_temps`, holds no temporary file.
+fn redo(args: &[OsString], out: &Path, no_temps: bool) -> Result<(), String> {
+    let o = run_bounded(&mut bale_cmd(args), Duration::from_secs(120), 4096);
+    if !(o.killed.is_none() && o.status.is_some_and(|s| s.success())) {
+        return Err(format!("redo bale {args:?}: {}", o.describe()));
+    }
+    verifies(out)?;
+    let temps: Vec<String> = fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".bale-tmp-"))
+        .collect();
+    if temps.is_empty() || !no_temps {
+        Ok(())
+    } else {
+        Err(format!("temporary files left after the redo: {temps:?}"))
+    }
+}
+
+fn args(parts: &[&OsStr]) -> Vec<OsString> {
+    parts.iter().map(|p| p.to_os_string()).collect()
+}
+
+/// How many shard and index files in `dir` were written at or after `since`.
+fn written_since(dir: &Path, since: SystemTime) -> usize {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("shard-"))
+        .filter(|e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| m >= since)
+        })
+        .count()
+}
+
+/// Starts `bale ARGS` and kills it with SIGKILL as soon as `out` holds
+/// `files` shard and index files it wrote (at once when 0), unless it ends
+/// first; returns whether it was killed. Kill points follow the command's
+/// progress, so they spread over its run however fast the machine is.
+fn kill_at_progress(args: &[OsString], out: &Path, files: usize) -> bool {
+    // File times have a coarser clock than SystemTime::now(): step back a little.
+    let since = SystemTime::now() - Duration::from_millis(20);
+    kill_when(args, || files == 0 || written_since(out, since) >= files)
+}
+
+/// Starts `bale ARGS` and kills it with SIGKILL once `ready()` holds, unless
+/// it ends first; returns whether it was killed.
+fn kill_when(args: &[OsString], ready: impl Fn() -> bool) -> bool {
+    let mut child = bale_cmd(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !ready() {
+        if child.try_wait().unwrap().is_some() || start.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The child is not reaped yet: its pid is still its own.
+    let killed = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    killed
+}
+
+#[test]
+fn sigkill_at_20_points_of_a_pack_leaves_no_dataset_or_a_valid_one() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    random_tree(&input, 1500);
+    let out = t.path().join("out");
+    // `--force` packs (over a complete dataset) cut other shards, so a
+    // manifest left from before cannot pass for theirs.
+    let pack = |force: bool| {
+        let size = if force { "3MiB" } else { "2MiB" };
+        let mut a = args(&[
+            "pack".as_ref(),
+            "-q".as_ref(),
+            "--shard-size".as_ref(),
+            size.as_ref(),
+            input.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ]);
+        if force {
+            a.push("--force".into());
+        }
+        a
+    };
+    let redo_args = {
+        let mut a = pack(false);
+        a.push("--force".into());
+        a
+    };
+    // One uninterrupted run of each kind, to know how many files each writes.
+    let full = timed(&pack(true), Duration::from_secs(120));
+    verifies(&out).unwrap();
+    let files_force = 2 * bale_format::Manifest::read(&out).unwrap().shards.len();
+    fs::remove_dir_all(&out).unwrap();
+    let full = full.max(timed(&pack(false), Duration::from_secs(120)));
+    verifies(&out).unwrap();
+    let files_fresh = 2 * bale_format::Manifest::read(&out).unwrap().shards.len();
+    assert!(
+        files_force >= 20,
+        "{files_force} files: the kills should fall between and inside many shards"
+    );
+    let mut report = Vec::new();
+    let mut problems = Vec::new();
+    for k in 0..20u32 {
+        // Even kills: a fresh output; odd ones: a --force pack over the
+        // complete dataset the previous redo left.
+        let fresh = k % 2 == 0;
+        if fresh {
+            fs::remove_dir_all(&out).unwrap();
+        }
+        let total = if fresh { files_fresh } else { files_force };
+        // From at once to the moment the last index is in place (racing the
+        // manifest), in 10 steps for each kind.
+        let files = (k as usize / 2 * total).div_ceil(9);
+        let killed = kill_at_progress(&pack(!fresh), &out, files);
+        let state = consistent(&out);
+        let left = fs::read_dir(&out).map_or(0, Iterator::count);
+        let case = format!(
+            "kill {k} ({}) after {files} of {total} files",
+            if fresh { "fresh" } else { "--force" }
+        );
+        report.push(format!(
+            "{case}: killed {killed}, {left} entries left, {state:?}"
+        ));
+        if let Err(e) = state {
+            problems.push(format!("{case}: {e}"));
+        }
+        if let Err(e) = redo(&redo_args, &out, true) {
+            problems.push(format!("after {case}: {e}"));
+        }
+    }
+    eprintln!("uninterrupted pack: {full:.2?}\n{}", report.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "uninterrupted pack: {full:.2?}\n{}\n\nproblems:\n{}",
+        report.join("\n"),
+        problems.join("\n\n")
+    );
+}
+
+/// A dataset packed from `n` random files in 2 MiB shards, in `t/ds`.
+fn source(t: &Path, n: usize) -> std::path::PathBuf {
+    let input = t.join("in");
+    random_tree(&input, n);
+    let ds = t.join("ds");
+    crate::common::pack_quiet(&input, &ds, &["--shard-size", "2MiB"]);
+    ds
+}
+
+#[test]
+fn sigkill_of_convert_leaves_no_dataset_or_a_valid_one() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = source(t.path(), 800);
+    let conv = t.path().join("conv");
+    let convert = |force: bool| {
+        let mut a = args(&[
+            "convert".as_ref(),
+            "-q".as_ref(),
+            ds.as_os_str(),
+            "-o".as_ref(),
+            conv.as_os_str(),
+            "--format".as_ref(),
+            "tar.zst".as_ref(),
+        ]);
+        // The --force conversions over a complete dataset cut other shards.
+        let size = if force { "3MiB" } else { "2MiB" };
+        a.extend(args(&["--shard-size".as_ref(), size.as_ref()]));
+        if force {
+            a.push("--force".into());
+        }
+        a
+    };
+    // One uninterrupted run of each kind, to know how many files each writes.
+    let _ = timed(&convert(true), Duration::from_secs(120));
+    let files_force = 2 * bale_format::Manifest::read(&conv).unwrap().shards.len();
+    fs::remove_dir_all(&conv).unwrap();
+    let _ = timed(&convert(false), Duration::from_secs(120));
+    let files_fresh = 2 * bale_format::Manifest::read(&conv).unwrap().shards.len();
+    let redo_args = {
+        let mut a = convert(false);
+        a.push("--force".into());
+        a
+    };
+    let mut problems = Vec::new();
+    for k in 0..8usize {
+        // A fresh output, then a --force conversion over the complete one
+        // the redo left.
+        let fresh = k % 2 == 0;
+        if fresh {
+            fs::remove_dir_all(&conv).unwrap();
+        }
+        let total = if fresh { files_fresh } else { files_force };
+        let files = (k / 2 * total).div_ceil(3);
+        let killed = kill_at_progress(&convert(!fresh), &conv, files);
+        let state = consistent(&conv);
+        let case = format!(
+            "convert{} killed after {files} of {total} files (killed: {killed})",
+            if fresh { "" } else { " --force" }
+        );
+        eprintln!("{case}: {state:?}");
+        if let Err(e) = state {
+            problems.push(format!("{case}: {e}"));
+        }
+        if let Err(e) = redo(&redo_args, &conv, true) {
+            problems.push(format!("after {case}: {e}"));
+        }
+    }
+    verifies(&ds).unwrap();
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+/// The xxh3 of every file in `dir`, by name.
+fn digests(dir: &Path) -> std::collections::BTreeMap<String, u64> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                bale_format::hash::xxh3_64(&fs::read(e.path()).unwrap()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn sigkill_of_index_in_place_leaves_the_tars_and_no_dataset_or_a_valid_one() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = source(t.path(), 1000);
+    // WebDataset tars on their own, indexed in their own directory.
+    let tars = t.path().join("tars");
+    fs::create_dir(&tars).unwrap();
+    for e in fs::read_dir(&ds).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().ends_with(".tar") {
+            fs::copy(e.path(), tars.join(e.file_name())).unwrap();
+        }
+    }
+    let originals = digests(&tars);
+    // `bale index` writes beside the user's files and, by design, replaces
+    // only the names it writes: a temporary file a killed run left stays
+    // (verify warns about it), so the redo is not asked to remove it.
+    let pattern = tars.join("*.tar");
+    // Fresh runs record checksums; --force runs over a complete dataset do
+    // not, so their indexes differ and a manifest left from before cannot
+    // pass for theirs.
+    let index = |force: bool| {
+        let mut a = args(&[
+            "index".as_ref(),
+            "-q".as_ref(),
+            pattern.as_os_str(),
+            "-o".as_ref(),
+            tars.as_os_str(),
+        ]);
+        a.push(if force { "--force" } else { "--checksum" }.into());
+        a
+    };
+    let clean = |tars: &Path| {
+        for e in fs::read_dir(tars).unwrap() {
+            let e = e.unwrap();
+            if !e.file_name().to_string_lossy().ends_with(".tar") {
+                fs::remove_file(e.path()).unwrap();
+            }
+        }
+    };
+    // One index per tar, whichever kind of run.
+    let total = originals.len();
+    let redo_args = {
+        let mut a = index(false);
+        a.push("--force".into());
+        a
+    };
+    let mut problems = Vec::new();
+    for k in 0..8usize {
+        // A fresh run, then a --force run (without checksums) over the
+        // complete dataset (with checksums) the redo left.
+        let fresh = k % 2 == 0;
+        if fresh {
+            clean(&tars);
+        }
+        let files = (k / 2 * total).div_ceil(3);
+        let killed = kill_at_progress(&index(!fresh), &tars, files);
+        let state = consistent(&tars);
+        let case = format!(
+            "index{} killed after {files} of {total} indexes (killed: {killed})",
+            if fresh { "" } else { " --force" }
+        );
+        eprintln!("{case}: {state:?}");
+        if let Err(e) = state {
+            problems.push(format!("{case}: {e}"));
+        }
+        if let Err(e) = redo(&redo_args, &tars, false) {
+            problems.push(format!("after {case}: {e}"));
+        }
+        let now: std::collections::BTreeMap<String, u64> = digests(&tars)
+            .into_iter()
+            .filter(|(n, _)| n.ends_with(".tar"))
+            .collect();
+        if now != originals {
+            problems.push(format!("after {case}: the tars changed"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+/// Every path under `root`, relative, directories included.
+fn all_paths(root: &Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            out.insert(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn sigkill_of_convert_to_dir_then_force_leaves_exactly_the_samples() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = source(t.path(), 800);
+    let out = t.path().join("files");
+    let convert = |force: bool| {
+        let mut a = args(&[
+            "convert".as_ref(),
+            "-q".as_ref(),
+            ds.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            "--format".as_ref(),
+            "dir".as_ref(),
+        ]);
+        if force {
+            a.push("--force".into());
+        }
+        a
+    };
+    timed(&convert(false), Duration::from_secs(120));
+    let expected = all_paths(&out);
+    assert!(expected.len() > 1600, "{} paths", expected.len());
+    let mut problems = Vec::new();
+    for part in [4, 2] {
+        fs::remove_dir_all(&out).unwrap();
+        // Killed once a part of the samples' files are written (in its
+        // staging directory).
+        let want = expected.len() / part;
+        let killed = kill_when(&convert(false), || {
+            out.exists() && all_paths(&out).len() >= want
+        });
+        let at = format!("{want} of {} paths", expected.len());
+        // Into the output the killed run left: --force makes the conversion,
+        // and the output then holds the samples' files, nothing else.
+        let o = run_bounded(
+            &mut bale_cmd(&convert(true)),
+            Duration::from_secs(120),
+            4096,
+        );
+        if !(o.killed.is_none() && o.status.is_some_and(|s| s.success())) {
+            problems.push(format!("redo after a kill at {at}: {}", o.describe()));
+            continue;
+        }
+        let got = all_paths(&out);
+        let extra: Vec<&String> = got.difference(&expected).collect();
+        let missing: Vec<&String> = expected.difference(&got).collect();
+        if !extra.is_empty() || !missing.is_empty() {
+            problems.push(format!(
+                "after a kill at {at} (killed: {killed}) and a --force conversion: {} extra paths (first: {:?}), {} missing (first: {:?})",
+                extra.len(),
+                extra.iter().take(3).collect::<Vec<_>>(),
+                missing.len(),
+                missing.iter().take(3).collect::<Vec<_>>()
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
