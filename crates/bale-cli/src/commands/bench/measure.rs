@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use bale_format::{Manifest, split_member_name};
+use bale_format::Manifest;
 use bale_reader::{Dataset, EpochPlan, Partition, Sample};
 use rayon::prelude::*;
 
@@ -215,44 +215,20 @@ fn shard_totals(dir: &Path) -> anyhow::Result<(u64, u64)> {
     ))
 }
 
-/// Walks a tree in name order and groups files into samples by key, as
-/// `bale stat` counts them: hidden files and directories and files without an
-/// extension are skipped, as packing skips them.
+/// Walks a tree as `bale pack` would ([`bale_pack::walk_tree`]) and groups
+/// its files into samples by key.
 fn walk_tree(root: &Path) -> anyhow::Result<Tree> {
-    let mut files = Vec::new();
-    let mut starts = Vec::new();
-    let mut last_key: Option<String> = None;
-    let walk = walkdir::WalkDir::new(root)
-        .sort_by_file_name()
+    let tree = bale_pack::walk_tree(root)?;
+    let starts = tree.sample_starts();
+    let files = tree
+        .files
         .into_iter()
-        .filter_entry(|e| {
-            e.depth() == 0 || e.file_name().as_encoded_bytes().first() != Some(&b'.')
-        });
-    for entry in walk {
-        let entry = entry.with_context(|| format!("cannot walk {}", root.display()))?;
-        if !entry.file_type().is_file() {
-            continue;
-        }
-        let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
-        let rel = rel.to_string_lossy();
-        let Some((key, ext)) = split_member_name(&rel).filter(|(_, e)| !e.is_empty()) else {
-            continue;
-        };
-        let len = entry
-            .metadata()
-            .with_context(|| format!("cannot stat {}", entry.path().display()))?
-            .len();
-        if last_key.as_deref() != Some(key) {
-            starts.push(files.len());
-            last_key = Some(key.to_owned());
-        }
-        files.push(TreeFile {
-            path: entry.path().to_owned(),
-            ext: ext.into(),
-            len,
-        });
-    }
-    starts.push(files.len());
+        .map(|f| TreeFile {
+            path: f.path,
+            ext: f.ext.into(),
+            len: f.size,
+        })
+        .collect();
     Ok(Tree { files, starts })
 }
 
