@@ -2,7 +2,8 @@
 //!
 //! Steps, in order, stopping at the first failure:
 //! 1. tools: `python3` with `venv`, GNU `tar`, the `zstd` CLI, the HDF5 development
-//!    files (`libhdf5-dev`, `pkg-config`, for the `hdf5` feature); installed with apt-get
+//!    files (`libhdf5-dev`, `pkg-config`, for the `hdf5` feature), the libjpeg
+//!    development files (`libjpeg-dev`, for the loader); installed with apt-get
 //!    when missing and we are root, else a message naming the apt-get command;
 //! 2. the Python venv at `.venv` with `tests/python/requirements.txt` installed
 //!    (skipped when `.venv` records that file's sha256);
@@ -31,9 +32,9 @@ usage: cargo xtask ci
 
 Runs every check and test in order, stopping at the first failure:
   tools, venv, fmt, clippy, test, fuzz (if fuzz/ exists), pytest (if tests/python has tests).
-Missing tools (python3-venv, tar, zstd, and libhdf5-dev + pkg-config for the `hdf5`
-feature that --all-features builds) are installed with apt-get when run as root;
-otherwise ci stops with the apt-get command to run.";
+Missing tools (python3-venv, tar, zstd, libhdf5-dev + pkg-config for the `hdf5`
+feature that --all-features builds, libjpeg-dev for the loader) are installed with
+apt-get when run as root; otherwise ci stops with the apt-get command to run.";
 
 /// Requirements of the Python tests, relative to the repository root.
 const REQUIREMENTS: &str = "tests/python/requirements.txt";
@@ -300,6 +301,7 @@ fn check_tools() -> Result<()> {
     // builds the `hdf5` feature, which links the system HDF5 library.
     let mut apt = Apt::default();
     ensure_hdf5_dev(&mut apt)?;
+    ensure_libjpeg_dev(&mut apt)?;
     if missing.is_empty() {
         eprintln!("ci: tools: all present");
         return Ok(());
@@ -345,6 +347,28 @@ fn ensure_hdf5_dev(apt: &mut Apt) -> Result<()> {
     apt.install(&["libhdf5-dev", "pkg-config"], "the HDF5 development files")?;
     if !present() {
         bail!("HDF5 development files still missing after installing libhdf5-dev pkg-config");
+    }
+    Ok(())
+}
+
+/// libjpeg-turbo's development files, needed by the `libjpeg` feature of
+/// bale-image (the loader's JPEG region decoder; `--all-features` and the
+/// Python package build it).
+fn ensure_libjpeg_dev(apt: &mut Apt) -> Result<()> {
+    let present = || {
+        Path::new("/usr/include/jpeglib.h").exists()
+            || (util::which("pkg-config").is_some()
+                && Command::new("pkg-config")
+                    .args(["--exists", "libjpeg"])
+                    .status()
+                    .is_ok_and(|s| s.success()))
+    };
+    if present() {
+        return Ok(());
+    }
+    apt.install(&["libjpeg-dev", "pkg-config"], "the libjpeg development files")?;
+    if !present() {
+        bail!("libjpeg development files still missing after installing libjpeg-dev pkg-config");
     }
     Ok(())
 }
