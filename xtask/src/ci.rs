@@ -366,7 +366,10 @@ fn ensure_libjpeg_dev(apt: &mut Apt) -> Result<()> {
     if present() {
         return Ok(());
     }
-    apt.install(&["libjpeg-dev", "pkg-config"], "the libjpeg development files")?;
+    apt.install(
+        &["libjpeg-dev", "pkg-config"],
+        "the libjpeg development files",
+    )?;
     if !present() {
         bail!("libjpeg development files still missing after installing libjpeg-dev pkg-config");
     }
