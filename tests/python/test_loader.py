@@ -1,0 +1,265 @@
+"""bale.Loader: decoded, augmented batches, checked against Pillow and torchvision."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import bale
+from conftest import run_bale
+
+torch = pytest.importorskip("torch")
+import torchvision.transforms.functional as TF  # noqa: E402
+from torchvision.transforms import InterpolationMode  # noqa: E402
+
+N = 48
+CLASSES = ["ant", "bee", "cat"]
+
+
+def photo(i: int, w: int, h: int) -> np.ndarray:
+    rng = np.random.default_rng(i)
+    y, x = np.mgrid[0:h, 0:w]
+    arr = np.stack([x * 255 // w, y * 255 // h, (x + y) * 255 // (w + h)], -1)
+    arr = arr + rng.integers(-25, 25, (h, w, 3))
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
+def make(root: Path, fmt: str, size_of) -> dict[str, np.ndarray]:
+    """N images (JPEG quality 90 or PNG) in class dirs; returns key -> pixels as Pillow decodes them."""
+    pixels = {}
+    for i in range(N):
+        w, h = size_of(i)
+        cls = CLASSES[i % 3]
+        d = root / cls
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{i:04d}.{fmt}"
+        img = Image.fromarray(photo(i, w, h))
+        if fmt == "jpg":
+            img.save(path, quality=90, progressive=(i % 4 == 0))
+        else:
+            img.save(path)
+        with Image.open(path) as im:
+            pixels[f"{cls}/{i:04d}"] = np.asarray(im.convert("RGB"))
+    return pixels
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loader") / "jpg"
+    pixels = make(root, "jpg", lambda i: (300 + (i * 37) % 200, 220 + (i * 53) % 180))
+    out = root.parent / "jpg-ds"
+    run_bale("pack", root, "-o", out, "--shard-samples", "10")
+    return out, pixels
+
+
+@pytest.fixture(scope="module")
+def same_size(tmp_path_factory):
+    """JPEGs and PNGs all 160x120, to compare whole decodes."""
+    base = tmp_path_factory.mktemp("loader")
+    out = {}
+    for fmt in ("jpg", "png"):
+        root = base / fmt
+        pixels = make(root, fmt, lambda i: (160, 120))
+        ds = base / f"{fmt}-ds"
+        run_bale("pack", root, "-o", ds)
+        out[fmt] = (ds, pixels)
+    return out
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+def keys_of(path: Path) -> list[str]:
+    ds = bale.Dataset(path)
+    return [ds[i]["__key__"] for i in range(len(ds))]
+
+
+@pytest.mark.parametrize("fmt", ["jpg", "png"])
+def test_full_scale_pixels_match_pillow(same_size, fmt: str) -> None:
+    path, pixels = same_size[fmt]
+    keys = keys_of(path)
+    loader = bale.Loader(path, batch_size=16, crop="resize", size=(120, 160), dct_scaling=False)
+    n = 0
+    for images, labels in loader:
+        for img, label, index in zip(images, labels, loader.last_indices):
+            want = pixels[keys[int(index)]]
+            if fmt == "png":
+                np.testing.assert_array_equal(img, want)
+            else:
+                assert psnr(img, want) >= 40, keys[int(index)]
+            assert CLASSES[label] == keys[int(index)].split("/")[0]
+            n += 1
+    assert n == N
+
+
+def test_random_crops_and_flips_match_torchvision(jpegs) -> None:
+    path, pixels = jpegs
+    keys = keys_of(path)
+    loader = bale.Loader(path, batch_size=8, crop="random_resized", size=96, flip=True,
+                         shuffle=True, seed=5, dct_scaling=False)
+    loader.set_epoch(2)
+    flips = 0
+    for images, _ in loader:
+        for img, index in zip(images, loader.last_indices):
+            p = loader.sample_params(int(index))
+            src = Image.fromarray(pixels[keys[int(index)]])
+            want = TF.resized_crop(src, int(p["top"]), int(p["left"]), int(p["height"]), int(p["width"]),
+                                   [96, 96], interpolation=InterpolationMode.BILINEAR, antialias=True)
+            if p["flip"]:
+                want = TF.hflip(want)
+                flips += 1
+            want = np.asarray(want)
+            assert psnr(img, want) >= 40, (keys[int(index)], p, psnr(img, want))
+    assert 0 < flips < N
+
+
+def test_random_resized_crop_boxes_follow_torchvision_rules(jpegs) -> None:
+    path, pixels = jpegs
+    keys = keys_of(path)
+    loader = bale.Loader(path, batch_size=8, size=64, seed=1)
+    for index in range(N):
+        h, w = pixels[keys[index]].shape[:2]
+        p = loader.sample_params(index, epoch=0)
+        assert p["top"] + p["height"] <= h and p["left"] + p["width"] <= w
+        area = p["height"] * p["width"] / (h * w)
+        ratio = p["width"] / p["height"]
+        fallback = p["top"] == (h - p["height"]) // 2 and p["left"] == (w - p["width"]) // 2
+        assert fallback or (0.079 <= area <= 1.0 and 0.74 <= ratio <= 1.35), p
+        assert all(float(v).is_integer() for k, v in p.items() if k != "flip")
+
+
+def test_center_crop_matches_resize_then_center_crop(jpegs) -> None:
+    path, pixels = jpegs
+    keys = keys_of(path)
+    loader = bale.Loader(path, batch_size=16, crop="center", size=112, resize=128, dct_scaling=False)
+    for images, _ in loader:
+        for img, index in zip(images, loader.last_indices):
+            src = Image.fromarray(pixels[keys[int(index)]])
+            want = TF.center_crop(TF.resize(src, 128, interpolation=InterpolationMode.BILINEAR, antialias=True), 112)
+            # One resize of the exact box against two steps: close, not equal.
+            assert psnr(img, np.asarray(want)) >= 30
+
+
+def test_every_sample_once_per_epoch_in_each_order_and_labels_match(jpegs) -> None:
+    path, _ = jpegs
+    keys = keys_of(path)
+    for order in ("sequential", "shuffled", "shard_shuffled"):
+        loader = bale.Loader(path, batch_size=7, size=32, order=order, seed=3, buffer=5)
+        seen = []
+        for images, labels in loader:
+            assert images.shape[1:] == (32, 32, 3)
+            for label, index in zip(labels, loader.last_indices):
+                assert CLASSES[label] == keys[int(index)].split("/")[0]
+                seen.append(int(index))
+        assert sorted(seen) == list(range(N)), order
+        assert len(loader) == (N + 6) // 7
+
+
+def test_partitions_are_disjoint_and_cover_the_epoch(jpegs) -> None:
+    path, _ = jpegs
+    seen = []
+    for rank in range(3):
+        loader = bale.Loader(path, batch_size=5, size=32, shuffle=True, seed=9, rank=rank, world_size=3)
+        for _ in loader:
+            seen.extend(int(i) for i in loader.last_indices)
+    assert sorted(seen) == list(range(N))
+
+
+def batches(loader) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
+    return [(im.copy(), lb.copy(), list(loader.last_indices)) for im, lb in loader]
+
+
+def test_same_run_same_batches_whatever_the_threads_and_resume_is_exact(jpegs) -> None:
+    path, _ = jpegs
+    kw = dict(batch_size=6, size=48, flip=True, shuffle=True, seed=11)
+    one = bale.Loader(path, threads=1, **kw)
+    two = bale.Loader(path, threads=2, prefetch=3, **kw)
+    one.set_epoch(4)
+    two.set_epoch(4)
+    a, b = batches(one), batches(two)
+    assert len(a) == len(b) == N // 6
+    for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+        np.testing.assert_array_equal(ia, ib)
+        np.testing.assert_array_equal(la, lb)
+        assert xa == xb
+    resumed = bale.Loader(path, threads=2, **kw)
+    resumed.resume(4, 3 * 6)
+    rest = batches(resumed)
+    assert len(rest) == len(a) - 3
+    for (ia, la, xa), (ib, lb, xb) in zip(a[3:], rest):
+        np.testing.assert_array_equal(ia, ib)
+        assert xa == xb
+
+
+def test_layouts_dtypes_and_zero_copy_torch(jpegs) -> None:
+    path, _ = jpegs
+    hwc = bale.Loader(path, batch_size=4, size=(40, 56), crop="center", resize=64)
+    chw = bale.Loader(path, batch_size=4, size=(40, 56), crop="center", resize=64, channels_first=True, dtype="float32")
+    f16 = bale.Loader(path, batch_size=4, size=(40, 56), crop="center", resize=64, dtype="float16")
+    (a, la), (b, lb), (c, _) = next(iter(hwc)), next(iter(chw)), next(iter(f16))
+    assert a.shape == (4, 40, 56, 3) and a.dtype == np.uint8
+    assert b.shape == (4, 3, 40, 56) and b.dtype == np.float32
+    assert c.shape == (4, 40, 56, 3) and c.dtype == np.float16
+    mean, std = np.array(bale.IMAGENET_MEAN), np.array(bale.IMAGENET_STD)
+    want = (a.astype(np.float64) / 255 - mean) / std
+    np.testing.assert_allclose(b.transpose(0, 2, 3, 1), want, atol=1e-5)
+    np.testing.assert_allclose(c.astype(np.float64), want, atol=1e-2)
+    np.testing.assert_array_equal(la, lb)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = torch.from_numpy(a)
+        tl = torch.from_numpy(la)
+    assert t.data_ptr() == a.ctypes.data and tl.dtype == torch.int64
+    assert t.shape == (4, 40, 56, 3)
+
+
+def test_damaged_images_fail_naming_the_sample_or_are_skipped(tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    make(root, "jpg", lambda i: (100, 80))
+    bad = root / "bee" / "0004.jpg"
+    bad.write_bytes(bad.read_bytes()[:1500])
+    out = tmp_path / "ds"
+    run_bale("pack", root, "-o", out)
+    keys = keys_of(out)
+    loader = bale.Loader(out, batch_size=8, size=32)
+    with pytest.raises(bale.FormatError, match="bee/0004"):
+        for _ in loader:
+            pass
+    skipping = bale.Loader(out, batch_size=8, size=32, on_error="skip")
+    seen = []
+    with pytest.warns(UserWarning, match="bee/0004"):
+        for images, labels in skipping:
+            assert len(images) == len(labels)
+            seen.extend(int(i) for i in skipping.last_indices)
+    assert skipping.skipped == 1
+    assert keys.index("bee/0004") not in seen and len(seen) == N - 1
+
+
+def test_fields_pass_through(tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    make(root, "png", lambda i: (40, 30))
+    for i, p in enumerate(sorted(root.glob("*/*.png"))):
+        p.with_suffix(".txt").write_text(f"caption {p.stem}")
+    out = tmp_path / "ds"
+    run_bale("pack", root, "-o", out)
+    keys = keys_of(out)
+    loader = bale.Loader(out, batch_size=10, size=16, fields=["txt"])
+    for images, labels, fields in loader:
+        assert len(fields["txt"]) == len(images)
+        for text, index in zip(fields["txt"], loader.last_indices):
+            assert text == f"caption {keys[int(index)].split('/')[1]}".encode()
+
+
+def test_bad_options_are_value_errors(jpegs) -> None:
+    path, _ = jpegs
+    for kw in (dict(batch_size=0), dict(crop="diagonal"), dict(dtype="int7"), dict(scale=(0.5, 0.1)),
+               dict(size=0), dict(on_error="retry"), dict(image="txt")):
+        with pytest.raises(ValueError):
+            bale.Loader(path, **kw)
