@@ -263,3 +263,20 @@ def test_bad_options_are_value_errors(jpegs) -> None:
                dict(size=0), dict(on_error="retry"), dict(image="txt")):
         with pytest.raises(ValueError):
             bale.Loader(path, **kw)
+
+
+def test_batches_written_into_caller_buffers(jpegs) -> None:
+    path, _ = jpegs
+    kw = dict(batch_size=10, size=24, seed=2, shuffle=True)
+    expected = [(im.copy(), lb.copy()) for im, lb in bale.Loader(path, **kw)]
+    images = np.zeros((10, 24, 24, 3), dtype=np.uint8)
+    labels = np.zeros(10, dtype=np.int64)
+    loader = bale.Loader(path, **kw)
+    sizes = []
+    for k, n in enumerate(loader.into(images, labels)):
+        np.testing.assert_array_equal(images[:n], expected[k][0])
+        np.testing.assert_array_equal(labels[:n], expected[k][1])
+        sizes.append(n)
+    assert sizes == [10, 10, 10, 10, 8]
+    with pytest.raises(ValueError, match="shape"):
+        next(loader.into(np.zeros((10, 8, 8, 3), dtype=np.uint8), labels))

@@ -511,5 +511,31 @@ class Loader:
             else:
                 yield images, labels
 
+    def into(self, images: Any, labels: Any) -> Iterator[int]:
+        """Iterates the epoch writing each batch into the arrays you give
+        (e.g. views of pinned host memory reused across steps) and yields the
+        number of images written (the last batch may be short). Costs one
+        copy of each batch into your buffer. ``images`` must have the shape
+        and dtype of a full batch, ``labels`` shape ``(batch_size,)`` int64::
+
+            pinned = torch.empty((64, 224, 224, 3), dtype=torch.uint8).pin_memory()
+            y = torch.empty(64, dtype=torch.int64).pin_memory()
+            for n in loader.into(pinned.numpy(), y.numpy()):
+                x = pinned[:n].cuda(non_blocking=True)
+        """
+        import numpy
+
+        for batch in self:
+            got, got_labels = batch[0], batch[1]
+            n = len(got_labels)
+            if images.shape[1:] != got.shape[1:] or images.dtype != got.dtype or len(images) < n:
+                raise ValueError(
+                    f"images must be {got.dtype} of shape ({self.batch_size}, {', '.join(map(str, got.shape[1:]))}),"
+                    f" not {images.dtype} {tuple(images.shape)}"
+                )
+            numpy.copyto(images[:n], got)
+            numpy.copyto(labels[:n], got_labels)
+            yield n
+
     def __repr__(self) -> str:
         return f"bale.Loader({self.path!r}, batch_size={self.batch_size}, epoch={self.epoch})"

@@ -153,3 +153,58 @@ class SampleBuffer:
     @property
     def mapped(self) -> bool:
         """Whether the bytes are the shard's memory map (zero-copy)."""
+
+class BatchBuffer:
+    """Writable buffer over a batch's images, labels or indices: the base of
+    the arrays ``bale.Loader`` yields; images return to the loader's pool when freed."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+class Batches(Iterator[tuple[BatchBuffer, tuple[int, int, int, int], str, BatchBuffer, BatchBuffer, dict[str, list[bytes | None]], list[tuple[int, str, str]]]]):
+    """The batches of one epoch: (images, shape, dtype, labels, indices, fields, skipped)."""
+
+    def __iter__(self) -> Batches: ...
+    def __next__(self) -> tuple[BatchBuffer, tuple[int, int, int, int], str, BatchBuffer, BatchBuffer, dict[str, list[bytes | None]], list[tuple[int, str, str]]]: ...
+    def __len__(self) -> int:
+        """Batches still to come."""
+
+class Loader:
+    """The native loader behind ``bale.Loader`` (which documents the arguments)."""
+
+    def __init__(
+        self,
+        path: str,
+        batch_size: int,
+        crop: str,
+        size: tuple[int, int],
+        scale: tuple[float, float],
+        ratio: tuple[float, float],
+        resize: int | None,
+        flip: bool,
+        channels_first: bool,
+        dtype: str,
+        mean: tuple[float, float, float],
+        std: tuple[float, float, float],
+        order: str,
+        buffer: int,
+        seed: int,
+        rank: int,
+        world_size: int,
+        even: bool,
+        threads: int,
+        prefetch: int,
+        on_error: str,
+        image: str | None,
+        fields: list[str],
+        drop_last: bool,
+        dct_scaling: bool,
+    ) -> None: ...
+    def __len__(self) -> int:
+        """Batches per epoch."""
+    def samples_per_epoch(self) -> int: ...
+    @property
+    def image_member(self) -> str: ...
+    def epoch(self, epoch: int, start: int) -> Batches: ...
+    def sample_params(self, epoch: int, index: int) -> tuple[float, float, float, float, bool]:
+        """(top, left, height, width, flip) decided for sample ``index``."""
