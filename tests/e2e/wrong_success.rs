@@ -166,6 +166,11 @@ fn a_locked_output_makes_every_writer_fail_at_once_and_touch_nothing() {
                 "{c:?} should fail with the lock message naming {o}:\n{}",
                 text(&r)
             );
+            assert!(
+                !err.contains("removed"),
+                "{c:?} touched nothing, and should not say it removed files:\n{}",
+                text(&r)
+            );
             assert!(took < Duration::from_secs(5), "{c:?} took {took:?} to fail");
             assert_eq!(snapshot(out), before, "{c:?} changed the locked output");
         }

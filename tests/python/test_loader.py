@@ -280,3 +280,26 @@ def test_batches_written_into_caller_buffers(jpegs) -> None:
     assert sizes == [10, 10, 10, 10, 8]
     with pytest.raises(ValueError, match="shape"):
         next(loader.into(np.zeros((10, 8, 8, 3), dtype=np.uint8), labels))
+
+
+def test_decode_image_matches_pillow_and_refuses_damage(jpegs, same_size) -> None:
+    path, pixels = jpegs
+    ds = bale.Dataset(path)
+    for i in range(0, len(ds), 7):
+        got = bale.decode_image(ds[i]["jpg"])
+        want = pixels[ds.key(i)]
+        assert got.shape == want.shape and got.dtype == np.uint8
+        assert psnr(got, want) >= 40, ds.key(i)
+    got.fill(0)  # writable, owns its memory
+    png_path, png_pixels = same_size["png"]
+    pds = bale.Dataset(png_path)
+    assert np.array_equal(bale.decode_image(pds[3]["png"], "png"), png_pixels[pds.key(3)])
+    data = ds[0]["jpg"]
+    with pytest.raises(bale.FormatError):
+        bale.decode_image(data[: len(data) // 2])
+    with pytest.raises(bale.FormatError):
+        bale.decode_image(b"\x00" * 64, "png")
+    arr = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    assert np.array_equal(bale.decode_image(buf.getvalue(), "npy"), arr)

@@ -85,6 +85,13 @@ const BENCHES: &[Bench] = &[
             run: crate::bench_python::run,
         }],
     },
+    Bench {
+        name: "loader",
+        about: "bale.Loader's decoded, augmented batches, against torchvision, bale.Dataset + DataLoader and DALI",
+        runs: &[Run::Custom {
+            run: crate::bench_loader::run,
+        }],
+    },
 ];
 
 /// Where every benchmark finds its input tree, relative to the repository root.

@@ -10,7 +10,7 @@
 //!    `bale.Dataset` random access, loose files with `open()` in the same order and
 //!    `webdataset` sequential iteration, and the ratios.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
@@ -21,8 +21,9 @@ use crate::util;
 /// The benchmark script, relative to the repository root.
 const SCRIPT: &str = "crates/bale-py/benches/read.py";
 
-/// Builds, packs and runs the Python read benchmark; `extra` goes to the script.
-pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<()> {
+/// Builds `bale` and the Python package in release (the package into the venv
+/// of `python` with its maturin); returns the path of the `bale` binary.
+pub fn build_release(root: &Path, python: &Path) -> Result<PathBuf> {
     util::run(
         util::cargo()
             .current_dir(root)
@@ -48,7 +49,31 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
             .env("PATH", std::env::join_paths(paths)?),
     )
     .context("building the Python package (crates/bale-py) in release failed")?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    Ok(target.join("release/bale"))
+}
 
+/// Packs `tree` into `dataset` with `bale` and the `options`, unless a complete
+/// dataset (one with its `bale.json`) is there.
+pub fn pack_once(bale: &Path, tree: &Path, dataset: &Path, options: &[&str]) -> Result<()> {
+    if dataset.join("bale.json").exists() {
+        return Ok(());
+    }
+    let mut cmd = Command::new(bale);
+    cmd.arg("pack")
+        .arg(tree)
+        .arg("-o")
+        .arg(dataset)
+        .args(options)
+        .args(["--force", "--quiet"]);
+    eprintln!("$ {}", util::display(&cmd));
+    util::run(&mut cmd)
+}
+
+/// Builds, packs and runs the Python read benchmark; `extra` goes to the script.
+pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<()> {
+    let bale = build_release(root, python)?;
     let small = root.join("target/bench/png-20k");
     gen_tree::generate(
         &small,
@@ -62,21 +87,9 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
     )
     .context("generating the small-file tree")?;
 
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root.join("target"), std::path::PathBuf::from);
-    let bale = target.join("release/bale");
     for (name, tree) in [("imagenet-like", tree), ("png-20k", small.as_path())] {
         let dataset = root.join("target/bench/python").join(name);
-        if !dataset.join("bale.json").exists() {
-            util::run(
-                Command::new(&bale)
-                    .arg("pack")
-                    .arg(tree)
-                    .arg("-o")
-                    .arg(&dataset)
-                    .args(["--force", "--quiet"]),
-            )?;
-        }
+        pack_once(&bale, tree, &dataset, &[])?;
         eprintln!("\n--- {name}: {}", util::shown(tree));
         let mut cmd = Command::new(python);
         cmd.current_dir(root)

@@ -4,6 +4,7 @@
 //! `util` holds what they share. Messages and progress go to stderr.
 
 mod bench;
+mod bench_loader;
 mod bench_python;
 mod ci;
 mod demo;
@@ -30,7 +31,7 @@ const TASKS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "generate the benchmark tree, then run benchmarks: bench [pack|read|image|index|python|all]",
+        "generate the benchmark tree, then run benchmarks: bench [pack|read|image|index|python|loader|all]",
     ),
 ];
 

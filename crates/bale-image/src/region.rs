@@ -141,6 +141,25 @@ impl RegionDecoder {
         DECODER.with(|d| f(&mut d.borrow_mut()))
     }
 
+    /// The pixels the last decode left in the buffer (RGB rows): the whole
+    /// image after [`RegionDecoder::decode_rgb`].
+    pub fn pixels(&self) -> &[u8] {
+        &self.pixels
+    }
+
+    /// Decodes the whole image `bytes` of format `ext` at full scale (RGB, 8
+    /// bits, row after row) into this decoder's buffer and returns its width,
+    /// height and pixels. A JPEG goes through libjpeg-turbo with the feature
+    /// `libjpeg`, as the loader's crops do.
+    ///
+    /// # Errors
+    /// As [`RegionDecoder::crop_resize_into`].
+    pub fn decode_rgb(&mut self, ext: &str, bytes: &[u8]) -> Result<(u32, u32, &[u8]), ImageError> {
+        let (w, h) = dimensions(ext, bytes)?;
+        let (w, h, _, _) = self.decode(ext, bytes, CropBox::whole(w, h), (w, h), false)?;
+        Ok((w, h, &self.pixels))
+    }
+
     /// Decodes the image `bytes` of format `ext`, crops `crop` (in the
     /// image's pixels) and resizes it to `out_width` x `out_height` RGB
     /// (8 bits, row after row) into `out`. With `dct_scaling`, a JPEG crop at

@@ -168,6 +168,18 @@ pub enum PackError {
 }
 
 impl PackError {
+    /// Whether the command stopped before touching its output: a bad option,
+    /// an output that is not empty without `force`, or an output another
+    /// command holds (its lock).
+    pub fn left_output_untouched(&self) -> bool {
+        matches!(
+            self,
+            PackError::Option(_)
+                | PackError::OutputNotEmpty { .. }
+                | PackError::Format(FormatError::Locked { .. })
+        )
+    }
+
     /// Whether the error concerns one input file, so `--on-error skip` may skip it.
     pub fn is_input_error(&self) -> bool {
         matches!(

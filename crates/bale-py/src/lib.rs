@@ -682,6 +682,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyBatches>()?;
     m.add_class::<loader::BatchBuffer>()?;
+    m.add_function(wrap_pyfunction!(loader::decode_image, m)?)?;
     m.add("BaleError", py.get_type::<BaleError>())?;
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

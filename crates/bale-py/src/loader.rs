@@ -7,6 +7,7 @@ use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
+use bale_image::region::RegionDecoder;
 use bale_loader::{
     Batch, Batches, Crop, Dtype, Images, Loader, LoaderError, LoaderOptions, OnError, Order,
 };
@@ -14,7 +15,7 @@ use bale_reader::{Dataset, Partition};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
 
 use crate::{FormatError, to_py};
 
@@ -343,4 +344,21 @@ impl BatchBuffer {
     fn __len__(&self) -> usize {
         self.raw().1
     }
+}
+
+/// `bale._native.decode_image(data, ext)`: the image decoded whole, at full
+/// scale, as `(height, width, RGB bytearray)`, decoded with the GIL released by
+/// the loader's decoder (libjpeg-turbo for JPEG).
+#[pyfunction]
+pub fn decode_image<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    ext: &str,
+) -> PyResult<(u32, u32, Bound<'py, PyByteArray>)> {
+    let (w, h) = py
+        .detach(|| RegionDecoder::with(|d| d.decode_rgb(ext, data).map(|(w, h, _)| (w, h))))
+        .map_err(|e| FormatError::new_err(e.to_string()))?;
+    // Same thread, so its decoder still holds the pixels: one copy, into the bytes.
+    let pixels = RegionDecoder::with(|d| PyByteArray::new(py, d.pixels()));
+    Ok((h, w, pixels))
 }

@@ -70,7 +70,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
             );
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
-        Err(e @ (PackError::Option(_) | PackError::OutputNotEmpty { .. })) => {
+        Err(e) if e.left_output_untouched() => {
             return Err(anyhow!("{e}"));
         }
         Err(e) => {

@@ -172,7 +172,7 @@ pub fn summary_line(s: &PackSummary) -> String {
 
 fn failure(e: PackError, out: &Path) -> anyhow::Error {
     match e {
-        PackError::Option(_) | PackError::OutputNotEmpty { .. } => anyhow!("{e}"),
+        e if e.left_output_untouched() => anyhow!("{e}"),
         e => anyhow!(
             "{e}\nno dataset was written to {} (no manifest; partial shards and temporary files were removed)",
             out.display()

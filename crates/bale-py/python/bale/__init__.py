@@ -58,6 +58,7 @@ __all__ = [
     "IterableDataset",
     "Loader",
     "SampleBuffer",
+    "decode_image",
     "SampleIterator",
     "worker_offsets",
     "__version__",
@@ -324,6 +325,21 @@ def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
     if len(t) != 2:
         raise ValueError(f"{name} must be an int or (height, width), not {v!r}")
     return int(t[0]), int(t[1])
+
+
+def decode_image(data: bytes | bytearray | memoryview, ext: str = "jpg") -> Any:
+    """Decodes one image whole, at full scale, to a NumPy ``uint8`` array
+    ``(H, W, 3)`` (RGB), with the GIL released: the decoder of :class:`Loader`
+    (libjpeg-turbo for JPEG; PNG, WebP; ``.npy`` of ``(H, W)`` or
+    ``(H, W, 3)`` uint8 passes through). The array is writable and owns its
+    memory. ``ext`` names the format, as a
+    member's extension does. Raises :class:`FormatError` for damaged or
+    truncated bytes. Example: ``bale.decode_image(ds[0]["jpg"])``.
+    """
+    import numpy
+
+    height, width, pixels = _native.decode_image(bytes(data) if not isinstance(data, bytes) else data, ext)
+    return numpy.frombuffer(pixels, dtype=numpy.uint8).reshape(height, width, 3)
 
 
 class Loader:

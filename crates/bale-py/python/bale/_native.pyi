@@ -208,3 +208,6 @@ class Loader:
     def epoch(self, epoch: int, start: int) -> Batches: ...
     def sample_params(self, epoch: int, index: int) -> tuple[float, float, float, float, bool]:
         """(top, left, height, width, flip) decided for sample ``index``."""
+
+def decode_image(data: bytes, ext: str) -> tuple[int, int, bytearray]:
+    """(height, width, RGB bytearray) of the image decoded whole."""
