@@ -8,6 +8,7 @@ use std::panic;
 use std::path::{Path, PathBuf};
 
 use bale_format::fuzzing::{check_index, check_manifest, check_npy, check_tar};
+use bale_format::npy;
 
 /// The fuzz targets of bale-format, by name in `fuzz/Cargo.toml`: one test
 /// each below.
@@ -97,6 +98,24 @@ fn tar_headers_inputs() {
 #[test]
 fn npy_header_inputs() {
     replay("npy_header", check_npy);
+}
+
+/// The `npy_header` seeds are NumPy's own files: each plain array's data
+/// fills the file from `data_offset` on, as `Header::data_len` says.
+#[test]
+fn numpy_seeds_hold_exactly_their_data() {
+    for path in inputs(&fuzz_dir().join("seeds/npy_header")) {
+        let bytes = fs::read(&path).unwrap();
+        let header = npy::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if let npy::Header::Simple { data_offset, .. } = header {
+            assert_eq!(
+                header.data_len().map(|n| n + data_offset as u64),
+                Some(bytes.len() as u64),
+                "{}: {header:?}",
+                path.display()
+            );
+        }
+    }
 }
 
 /// Every fuzz target has seeds, every input directory belongs to a target,
