@@ -8,7 +8,9 @@
 //!
 //! The output is deterministic; the seeds are checked in, so rerun this only
 //! when the format changes. `fuzz/seeds/tar_headers/` also holds tars made by
-//! GNU tar and Python (see fuzz/seeds/README.md); this program leaves them alone.
+//! GNU tar and Python, and the seeds of `npy_header` and `jpeg_markers` are
+//! NumPy's and Pillow's (`fuzz/seeds/gen_numpy_pillow.py`; see
+//! fuzz/seeds/README.md); this program leaves them alone.
 
 use std::fs;
 use std::path::Path;

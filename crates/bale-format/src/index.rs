@@ -656,6 +656,8 @@ impl ShardIndex {
                         format!("sample {i}: byte ranges must be 0 in a scattered index"),
                     );
                 }
+                // `sample_bytes` adds the sizes up.
+                let mut sample_bytes = 0u64;
                 for j in e.member_start as usize..(e.member_start + e.member_count) as usize {
                     let mat = self.members_at + MEMBER_LEN * j;
                     let (offset, size) = (u64_at(b, mat), u64_at(b, mat + 8));
@@ -672,6 +674,13 @@ impl ShardIndex {
                     {
                         return bad(mat, format!("member {j}: data range past the shard's end"));
                     }
+                    let Some(sum) = sample_bytes.checked_add(size) else {
+                        return bad(
+                            mat + 8,
+                            format!("sample {i}: member sizes add up past 2^64 bytes"),
+                        );
+                    };
+                    sample_bytes = sum;
                 }
                 continue;
             }
@@ -1077,6 +1086,18 @@ mod tests {
         let bad = patched(bytes.clone(), HEADER_LEN + 8, &5u64.to_le_bytes());
         let err = ShardIndex::from_bytes(bad, "x").unwrap_err().to_string();
         assert!(err.contains("must be 0"), "{err}");
+        // Member sizes that add up past u64 (each inside the shard):
+        // `sample_bytes` would overflow (fuzz/regressions/index/scattered-sizes-overflow.idx).
+        let mut bad = patched(bytes.clone(), 40, &u64::MAX.to_le_bytes());
+        for at in [members_at, members_at + MEMBER_LEN] {
+            bad = patched(
+                bad,
+                at,
+                &[0u64.to_le_bytes(), (1u64 << 63).to_le_bytes()].concat(),
+            );
+        }
+        let err = ShardIndex::from_bytes(bad, "x").unwrap_err().to_string();
+        assert!(err.contains("add up past 2^64"), "{err}");
         // Scattered with minor version 0, HDF5 without scattered, scattered with zstd.
         for (at, value) in [
             (10, 0u32.to_le_bytes()[..2].to_vec()),

@@ -41,6 +41,8 @@
 pub mod atomic;
 mod error;
 pub mod files;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod h5;
 pub mod hash;
 mod index;
@@ -70,13 +72,3 @@ pub use shard::{
 };
 pub use stream::{STREAM_BUFFER, SampleStream, StreamMember, StreamSample, open_shard_stream};
 pub use tar::{TAR_END_LEN, tar_member_len};
-
-/// The tar parser and writer internals, for the fuzz targets and tests that
-/// build tars by hand (feature `fuzzing`); not a stable API.
-#[cfg(feature = "fuzzing")]
-pub mod fuzzing {
-    pub use crate::tar::{
-        BLOCK, Entry, EntryKind, PAX_HEADER_NAME, TarReader, encode_member_header, padded,
-        parse_header, parse_pax,
-    };
-}

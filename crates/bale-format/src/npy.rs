@@ -26,8 +26,9 @@ pub enum Header {
 }
 
 impl Header {
-    /// Bytes per element of a plain dtype (`<f4` is 4, `|u1` is 1), from the
-    /// digits of its `descr`; `None` for a structured dtype or one without a size.
+    /// Bytes per element of a plain dtype (`<f4` is 4, `|u1` is 1, `<U8` is
+    /// 32), from the digits of its `descr`; `None` for a structured dtype or
+    /// one without a size.
     pub fn itemsize(&self) -> Option<u64> {
         let Header::Simple { descr, .. } = self else {
             return None;
@@ -37,7 +38,14 @@ impl Header {
             .skip_while(|c| !c.is_ascii_digit())
             .take_while(char::is_ascii_digit)
             .collect();
-        digits.parse().ok().filter(|n| *n > 0)
+        let n: u64 = digits.parse().ok().filter(|n| *n > 0)?;
+        // `U<n>` counts UCS-4 characters, 4 bytes each.
+        let kind = descr.trim_start_matches(['<', '>', '=', '|']);
+        if kind.starts_with('U') {
+            n.checked_mul(4)
+        } else {
+            Some(n)
+        }
     }
 
     /// Bytes the array's data takes: the product of the shape and the item
@@ -399,7 +407,9 @@ mod tests {
             3,
             "{\"descr\": \"<U3\", \"fortran_order\": False, \"shape\": ()}",
         );
-        assert!(matches!(parse(&b).unwrap(), Header::Simple { ref shape, .. } if shape.is_empty()));
+        let h = parse(&b).unwrap();
+        assert!(matches!(h, Header::Simple { ref shape, .. } if shape.is_empty()));
+        assert_eq!(h.itemsize(), Some(12), "3 UCS-4 characters");
         let b = npy(
             1,
             "{'descr': [('a', '<i4'), ('b', '<f8', (2,))], 'fortran_order': False, 'shape': (2,), }",

@@ -33,6 +33,8 @@
 #![deny(missing_docs)]
 
 mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod jpeg;
 mod options;
 pub mod region;

@@ -503,6 +503,9 @@ mod tests {
         assert!(err.to_string().contains("truncated"), "{err}");
     }
 
+    /// The DCT-domain scaling is libjpeg-turbo's (the `image` crate decodes
+    /// at full scale); CI tests with `--all-features`.
+    #[cfg(feature = "libjpeg")]
     #[test]
     fn a_large_crop_is_decoded_at_a_reduced_scale() {
         let jpg = photo_jpeg(960, 720);
