@@ -8,7 +8,8 @@
 //!    (20,000 PNGs of ~2 KB in `target/bench/png-20k`, generated when missing);
 //! 3. runs `crates/bale-py/benches/read.py` on each, which prints samples/s for
 //!    `bale.Dataset` random access, loose files with `open()` in the same order and
-//!    `webdataset` sequential iteration, and the ratios.
+//!    `webdataset` sequential iteration, and the ratios;
+//! 4. runs `crates/bale-py/benches/timed.py`: what `bale.timed` adds per step.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +21,8 @@ use crate::util;
 
 /// The benchmark script, relative to the repository root.
 const SCRIPT: &str = "crates/bale-py/benches/read.py";
+/// The cost of `bale.timed` per step.
+const TIMED: &str = "crates/bale-py/benches/timed.py";
 
 /// Builds `bale` and the Python package in release (the package into the venv
 /// of `python` with its maturin); returns the path of the `bale` binary.
@@ -102,5 +105,8 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
         eprintln!("$ {}", util::display(&cmd));
         util::run(&mut cmd)?;
     }
-    Ok(())
+    let mut cmd = Command::new(python);
+    cmd.current_dir(root).arg(root.join(TIMED));
+    eprintln!("\n$ {}", util::display(&cmd));
+    util::run(&mut cmd)
 }

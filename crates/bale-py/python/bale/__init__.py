@@ -50,6 +50,7 @@ from typing import Any, Callable, Iterator, Sequence
 from bale import _native
 from bale._native import BaleError, Dataset, FormatError, SampleBuffer, SampleIterator
 from bale._native import __version__
+from bale._timed import timed
 
 __all__ = [
     "BaleError",
@@ -59,6 +60,7 @@ __all__ = [
     "Loader",
     "SampleBuffer",
     "decode_image",
+    "timed",
     "SampleIterator",
     "worker_offsets",
     "__version__",
@@ -480,6 +482,8 @@ class Loader:
             dct_scaling,
         )
         self.rank, self.world_size = rank, world_size
+        #: Decoding threads (``threads=0`` resolved to the cores this process may use).
+        self.threads = threads if threads > 0 else len(os.sched_getaffinity(0))
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iteration reads (and clears ``start``)."""
