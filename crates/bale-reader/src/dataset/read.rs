@@ -101,7 +101,7 @@ impl Dataset {
         if at.len() > 1 {
             self.prefetch(&at);
         }
-        let mut hinted = self.inner.residency.hint(0);
+        let mut hinted = self.inner.residency.hint();
         let mut out = Vec::with_capacity(at.len());
         for &(s, local) in &at {
             out.push(self.read_entry(s, local, Hint::Learnt)?);
@@ -222,7 +222,7 @@ impl Dataset {
         let (buf, base) = match (&h.map, &h.file, compression) {
             (Some(map), _, Compression::None) => {
                 map_slice(map, &shard.path, e.file_offset, e.file_len)?;
-                if hint == Hint::Always || self.inner.residency.hint(e.file_len) {
+                if hint == Hint::Always || self.inner.residency.hint() {
                     will_need(map, e.file_offset, e.file_len);
                 }
                 (Buf::Map(Arc::clone(map)), e.file_offset as usize)
