@@ -56,11 +56,43 @@ pub struct Decoded {
 }
 
 /// Decodes and resizes image regions, keeping its scratch buffers between
-/// calls: one per thread.
-#[derive(Debug, Default)]
+/// calls: one per thread. An image over the pixel limit
+/// ([`RegionDecoder::set_max_pixels`], default
+/// [`DEFAULT_MAX_PIXELS`](crate::DEFAULT_MAX_PIXELS), Pillow's bomb limit) is
+/// refused from its header, before anything is allocated for its pixels.
+#[derive(Debug)]
 pub struct RegionDecoder {
     pixels: Vec<u8>,
     resizer: Resizer,
+    max_pixels: u64,
+}
+
+impl Default for RegionDecoder {
+    fn default() -> Self {
+        RegionDecoder {
+            pixels: Vec::new(),
+            resizer: Resizer::default(),
+            max_pixels: crate::DEFAULT_MAX_PIXELS,
+        }
+    }
+}
+
+/// Refuses an image of `w` x `h` over `max` pixels, or of none.
+fn check_pixels(ext: &str, w: u32, h: u32, max: u64) -> Result<(), ImageError> {
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > max {
+        return Err(ImageError::TooLarge {
+            ext: ext.to_owned(),
+            width: w,
+            height: h,
+            pixels,
+            max,
+        });
+    }
+    if pixels == 0 {
+        return Err(decode_err(ext, "the image has no pixels"));
+    }
+    Ok(())
 }
 
 /// Width and height of the image `bytes` of format `ext` (`jpg`, `png`,
@@ -136,6 +168,12 @@ thread_local! {
 }
 
 impl RegionDecoder {
+    /// Sets the pixel limit: larger images are refused from their header
+    /// ([`ImageError::TooLarge`]).
+    pub fn set_max_pixels(&mut self, max: u64) {
+        self.max_pixels = max;
+    }
+
     /// Runs `f` with this thread's decoder.
     pub fn with<T>(f: impl FnOnce(&mut RegionDecoder) -> T) -> T {
         DECODER.with(|d| f(&mut d.borrow_mut()))
@@ -245,6 +283,7 @@ impl RegionDecoder {
         if format == ImageFormat::Jpeg {
             crate::jpeg::check_complete(bytes).map_err(|m| decode_err(ext, m))?;
             let info = libjpeg::info(bytes).map_err(|m| decode_err(ext, m))?;
+            check_pixels(ext, info.width, info.height, self.max_pixels)?;
             check_crop(ext, crop, info.width, info.height)?;
             let eighths = if dct_scaling {
                 dct_scale((crop.width, crop.height), out)
@@ -289,7 +328,12 @@ impl RegionDecoder {
         }
         let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
         reader.no_limits();
-        let img = reader.decode().map_err(|e| decode_err(ext, e))?.into_rgb8();
+        let decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
+        let (w, h) = decoder.dimensions();
+        check_pixels(ext, w, h, self.max_pixels)?;
+        let img = image::DynamicImage::from_decoder(decoder)
+            .map_err(|e| decode_err(ext, e))?
+            .into_rgb8();
         let (w, h) = img.dimensions();
         check_crop(ext, crop, w, h)?;
         self.pixels = img.into_raw();

@@ -110,6 +110,10 @@ pub struct LoaderOptions {
     /// Decode a JPEG at 1/2, 1/4 or 1/8 scale in the DCT domain when its
     /// crop is at least that many times the output (default `true`).
     pub dct_scaling: bool,
+    /// Largest image decoded, in pixels: a larger one (a decompression bomb,
+    /// or a mislabelled scan) is refused from its header as a damaged image
+    /// (default: `bale_image::DEFAULT_MAX_PIXELS`, Pillow's bomb limit).
+    pub max_pixels: u64,
 }
 
 /// ImageNet's per-channel mean, as torchvision uses it.
@@ -138,6 +142,7 @@ impl Default for LoaderOptions {
             fields: Vec::new(),
             drop_last: false,
             dct_scaling: true,
+            max_pixels: bale_image::DEFAULT_MAX_PIXELS,
         }
     }
 }

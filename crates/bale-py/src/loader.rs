@@ -79,7 +79,7 @@ impl PyLoader {
     #[pyo3(signature = (
         path, batch_size, crop, size, scale, ratio, resize, flip, channels_first, dtype, mean,
         std, order, buffer, seed, rank, world_size, even, threads, prefetch, on_error, image,
-        fields, drop_last, dct_scaling
+        fields, drop_last, dct_scaling, max_pixels
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -109,6 +109,7 @@ impl PyLoader {
         fields: Vec<String>,
         drop_last: bool,
         dct_scaling: bool,
+        max_pixels: u64,
     ) -> PyResult<Self> {
         let opts = LoaderOptions {
             batch_size,
@@ -137,6 +138,7 @@ impl PyLoader {
             fields,
             drop_last,
             dct_scaling,
+            max_pixels,
         };
         let ds = py.detach(|| Dataset::open(&path)).map_err(to_py)?;
         let loader = Loader::new(ds, opts).map_err(loader_err)?;
@@ -354,9 +356,15 @@ pub fn decode_image<'py>(
     py: Python<'py>,
     data: &[u8],
     ext: &str,
+    max_pixels: u64,
 ) -> PyResult<(u32, u32, Bound<'py, PyByteArray>)> {
     let (w, h) = py
-        .detach(|| RegionDecoder::with(|d| d.decode_rgb(ext, data).map(|(w, h, _)| (w, h))))
+        .detach(|| {
+            RegionDecoder::with(|d| {
+                d.set_max_pixels(max_pixels);
+                d.decode_rgb(ext, data).map(|(w, h, _)| (w, h))
+            })
+        })
         .map_err(|e| FormatError::new_err(e.to_string()))?;
     // Same thread, so its decoder still holds the pixels: one copy, into the bytes.
     let pixels = RegionDecoder::with(|d| PyByteArray::new(py, d.pixels()));

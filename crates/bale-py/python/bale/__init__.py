@@ -329,18 +329,27 @@ def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
     return int(t[0]), int(t[1])
 
 
-def decode_image(data: bytes | bytearray | memoryview, ext: str = "jpg") -> Any:
+#: Pillow's decompression-bomb limit: larger images are refused from their header.
+MAX_PIXELS = 178_956_970
+
+
+def decode_image(
+    data: bytes | bytearray | memoryview, ext: str = "jpg", max_pixels: int = MAX_PIXELS
+) -> Any:
     """Decodes one image whole, at full scale, to a NumPy ``uint8`` array
     ``(H, W, 3)`` (RGB), with the GIL released: the decoder of :class:`Loader`
     (libjpeg-turbo for JPEG; PNG, WebP; ``.npy`` of ``(H, W)`` or
     ``(H, W, 3)`` uint8 passes through). The array is writable and owns its
     memory. ``ext`` names the format, as a
     member's extension does. Raises :class:`FormatError` for damaged or
-    truncated bytes. Example: ``bale.decode_image(ds[0]["jpg"])``.
+    truncated bytes, and for an image over ``max_pixels`` (refused from its
+    header, before its pixels are allocated). Example:
+    ``bale.decode_image(ds[0]["jpg"])``.
     """
     import numpy
 
-    height, width, pixels = _native.decode_image(bytes(data) if not isinstance(data, bytes) else data, ext)
+    raw = data if isinstance(data, bytes) else bytes(data)
+    height, width, pixels = _native.decode_image(raw, ext, max_pixels)
     return numpy.frombuffer(pixels, dtype=numpy.uint8).reshape(height, width, 3)
 
 
@@ -398,6 +407,9 @@ class Loader:
             ``bytes`` (``None`` where a sample lacks it).
         dct_scaling: decode a JPEG at 1/2, 1/4 or 1/8 scale when its crop is
             at least that many times the output.
+        max_pixels: an image larger than this (a decompression bomb) is
+            refused from its header, as a damaged image (``on_error``
+            applies); Pillow's limit by default.
 
     Memory: ``prefetch + 1`` batch buffers in flight, reused once the arrays
     you received are freed, and one decoded crop per thread.
@@ -432,6 +444,7 @@ class Loader:
         image: str | None = None,
         fields: Sequence[str] = (),
         dct_scaling: bool = True,
+        max_pixels: int = MAX_PIXELS,
     ) -> None:
         import numpy  # noqa: F401  (the batches are NumPy arrays)
 
@@ -480,6 +493,7 @@ class Loader:
             self._fields,
             drop_last,
             dct_scaling,
+            max_pixels,
         )
         self.rank, self.world_size = rank, world_size
         #: Decoding threads (``threads=0`` resolved to the cores this process may use).

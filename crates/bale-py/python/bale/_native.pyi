@@ -199,6 +199,7 @@ class Loader:
         fields: list[str],
         drop_last: bool,
         dct_scaling: bool,
+        max_pixels: int,
     ) -> None: ...
     def __len__(self) -> int:
         """Batches per epoch."""
@@ -209,5 +210,5 @@ class Loader:
     def sample_params(self, epoch: int, index: int) -> tuple[float, float, float, float, bool]:
         """(top, left, height, width, flip) decided for sample ``index``."""
 
-def decode_image(data: bytes, ext: str) -> tuple[int, int, bytearray]:
+def decode_image(data: bytes, ext: str, max_pixels: int) -> tuple[int, int, bytearray]:
     """(height, width, RGB bytearray) of the image decoded whole."""
