@@ -260,7 +260,9 @@ def test_fields_pass_through(tmp_path: Path) -> None:
 def test_bad_options_are_value_errors(jpegs) -> None:
     path, _ = jpegs
     for kw in (dict(batch_size=0), dict(crop="diagonal"), dict(dtype="int7"), dict(scale=(0.5, 0.1)),
-               dict(size=0), dict(on_error="retry"), dict(image="txt")):
+               dict(size=0), dict(on_error="retry"), dict(image="txt"), dict(threads=100_000),
+               dict(prefetch=10**9), dict(batch_size=10**9), dict(std=(0.0, 1.0, 1.0), dtype="float32"),
+               dict(rank=3, world_size=2)):
         with pytest.raises(ValueError):
             bale.Loader(path, **kw)
 
