@@ -56,3 +56,39 @@ pub use location::{Location, SCHEMES, is_url, url_scheme};
 pub use options::StorageOptions;
 pub use runtime::Pending;
 pub use store::{Object, Store};
+
+/// The object at `url` (`s3://bucket/prefix/name`).
+///
+/// # Errors
+/// As [`Store::open`] and [`Store::object`].
+pub fn object_at(url: &str, options: &StorageOptions) -> Result<Object> {
+    let Some((parent, name)) = url.trim_end_matches('/').rsplit_once('/') else {
+        return Err(StorageError::BadUrl {
+            url: url.to_owned(),
+            what: "no object name in the URL".into(),
+        });
+    };
+    if parent.ends_with(':') || parent.ends_with(":/") {
+        return Err(StorageError::BadUrl {
+            url: url.to_owned(),
+            what: "no object name after the bucket".into(),
+        });
+    }
+    Store::open(parent, options)?.object(name)
+}
+
+/// Makes every file opened by path in `bale-format` (the scan of `bale
+/// index`, the checks of `bale verify`, indexes, manifests) reach URLs
+/// through this crate, with `options`: an object is read with ranged GETs
+/// of at least 64 KiB (so the headers of small members share requests).
+pub fn install_url_opener(options: &StorageOptions) {
+    let options = options.clone();
+    bale_format::read_at::set_url_opener(std::sync::Arc::new(move |url: &str| {
+        let object = object_at(url, &options)?;
+        let len = object.head()?;
+        let object = object.expect_size(len);
+        let reader: Box<dyn bale_format::read_at::ReadAt> =
+            Box::new(WindowReader::new(&object, len, 64 << 10));
+        Ok((reader, len))
+    }));
+}
