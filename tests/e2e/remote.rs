@@ -232,15 +232,21 @@ fn missing_objects_wrong_credentials_and_bad_urls_are_clear_errors() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("does not exist"), "{err}");
-    // Wrong credentials.
-    let mut o = options(s);
-    o.set("aws_secret_access_key", "wrong");
-    let err = Dataset::options()
-        .storage_options(o)
-        .open(&url)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("refused the credentials"), "{err}");
+    // Wrong credentials: an unknown key, and the right key with a wrong secret.
+    for (k, v) in [
+        ("aws_access_key_id", "bale-wrong-key"),
+        ("aws_secret_access_key", "wrong"),
+    ] {
+        let mut o = options(s);
+        o.set(k, v);
+        let err = Dataset::options()
+            .storage_options(o)
+            .open(&url)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("refused the credentials"), "{k}: {err}");
+    }
     // A missing shard: open succeeds (indexes are there), the read names the object.
     s.delete(bucket, "ds/shard-000001.tar").unwrap();
     let remote = remote_opts(s).open(&url).unwrap();
@@ -248,9 +254,9 @@ fn missing_objects_wrong_credentials_and_bad_urls_are_clear_errors() {
     let err = remote.get(i).unwrap_err().to_string();
     assert!(err.contains("shard-000001.tar") && err.contains("does not exist"), "{err}");
     // A missing index: open fails naming it.
-    s.delete(bucket, "ds/shard-000002.idx").unwrap();
+    s.delete(bucket, "ds/shard-000000.idx").unwrap();
     let err = remote_opts(s).open(&url).unwrap_err().to_string();
-    assert!(err.contains("shard-000002.idx") && err.contains("does not exist"), "{err}");
+    assert!(err.contains("shard-000000.idx") && err.contains("does not exist"), "{err}");
     // URLs with a fragment, an unknown scheme.
     let err = remote_opts(s).open(format!("{url}#x")).unwrap_err().to_string();
     assert!(err.contains("%23"), "{err}");
@@ -332,7 +338,7 @@ fn read_commands_take_urls() {
     assert_success(&o);
     let o = bale(&with_options(s, &["verify", "--quick", &url]));
     assert_success(&o);
-    for cmd in [vec!["stat"], vec!["ls"], vec!["ls", "-l"]] {
+    for cmd in [vec!["stat"], vec!["ls"], vec!["ls", "--json"], vec!["stat", "--json"]] {
         let mut a = cmd.clone();
         a.push(&url);
         let remote = bale(&with_options(s, &a));
@@ -361,7 +367,7 @@ fn read_commands_take_urls() {
         let f = bale_format::files::member_path(&key, ext).unwrap();
         assert_eq!(std::fs::read(out.join(f)).unwrap(), bytes);
     }
-    let o = bale(&with_options(s, &["bench", &url, "--json", "-q"]));
+    let o = bale(&with_options(s, &["bench", &url, "--json", "-q", "--budget", "0.5"]));
     assert_success(&o);
 }
 

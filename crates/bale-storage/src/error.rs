@@ -274,6 +274,13 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
     if let Some(r) = retries {
         what.push_str(&format!(" ({r} retries)"));
     }
+    // The request as sent ("GET http://host:port/bucket/key"): names the endpoint.
+    if let Some(at) = text.find("Error performing ")
+        && let Some(end) = text[at + 17..].find(" in ")
+    {
+        let rest = &text[at + 17..];
+        what.push_str(&format!("; request: {}", &rest[..end]));
+    }
     what
 }
 

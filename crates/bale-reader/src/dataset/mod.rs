@@ -112,7 +112,7 @@ impl Dataset {
             t => t,
         }
         .min(n.div_ceil(32).max(1));
-        let open_one = |i: usize| open_shard(dir, &manifest_path, &manifest, i);
+        let open_one = |i: usize| open_shard(dir, &manifest_path, &manifest, i, &options.storage);
         let shards: Vec<Result<Shard>> = if threads <= 1 {
             (0..n).map(open_one).collect()
         } else {
@@ -134,12 +134,20 @@ impl Dataset {
                 .collect()
         };
         let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
+        // Shards in a bucket (tars indexed in place) are read as a remote dataset's.
+        let store = match shards.iter().find_map(|s| s.remote.as_ref()) {
+            Some(r) => Some(bale_storage::Store::open(
+                r.object.url().rsplit_once('/').map_or(r.object.url(), |(d, _)| d),
+                &options.storage,
+            )?),
+            None => None,
+        };
         Ok(Self::assemble(
             dir.to_path_buf(),
             shards,
             manifest,
             options,
-            None,
+            store,
             None,
         ))
     }

@@ -64,6 +64,7 @@ pub(super) fn open_shard(
     manifest_path: &Path,
     manifest: &Manifest,
     i: usize,
+    storage: &bale_storage::StorageOptions,
 ) -> Result<Shard> {
     let entry = &manifest.shards[i];
     let index_path = Manifest::resolve(dir, &entry.index);
@@ -81,6 +82,19 @@ pub(super) fn open_shard(
         r => r?,
     };
     check_against_manifest(manifest_path, manifest, i, &index, &index_path)?;
+    if let Some(url) = path.to_str().filter(|_| bale_storage::is_url(&path)) {
+        // A tar in a bucket indexed into a local directory (`bale index s3://...`).
+        let object = bale_storage::object_at(url, storage)?.expect_size(entry.bytes);
+        return Ok(Shard {
+            path,
+            index,
+            handle: OnceLock::new(),
+            remote: Some(RemoteShard {
+                object,
+                uncached: Default::default(),
+            }),
+        });
+    }
     let meta = std::fs::metadata(&path).map_err(|e| FormatError::Io {
         path: path.clone(),
         source: e,
