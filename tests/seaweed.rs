@@ -419,6 +419,25 @@ impl Seaweed {
         Ok(())
     }
 
+    /// Waits until `s3://bucket/key` can be read (after a restart the
+    /// gateway answers 500 until its volumes are back).
+    ///
+    /// # Errors
+    /// When it cannot be read within 60 s.
+    pub fn wait_object(&self, bucket: &str, key: &str) -> Result<()> {
+        self.boto(
+            "import time\n\
+             for i in range(240):\n\
+             \x20   try:\n\
+             \x20       s3.get_object(Bucket=sys.argv[1], Key=sys.argv[2])['Body'].read(); break\n\
+             \x20   except Exception:\n\
+             \x20       if i == 239: raise\n\
+             \x20       time.sleep(0.25)\n",
+            &[bucket, key],
+        )?;
+        Ok(())
+    }
+
     /// Kills the server at once (SIGKILL), keeping its data for [`Seaweed::restart`].
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

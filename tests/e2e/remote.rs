@@ -429,6 +429,9 @@ fn stage_from_a_bucket_is_checked_atomic_and_resumes_after_the_server_dies() {
     assert!(!to.join("bale.json").exists());
     // Restarted, the rerun resumes: the shards already staged are kept.
     server.restart().unwrap();
+    for f in ["bale.json", "shard-000019.tar"] {
+        server.wait_object(&b, &format!("ds/{f}")).unwrap();
+    }
     let o = bale(&with_options(
         &server,
         &[
