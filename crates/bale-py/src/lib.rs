@@ -455,7 +455,13 @@ impl PyDataset {
         kwargs.set_item("storage_options", &self.spec.storage_options)?;
         kwargs.set_item("cache_dir", &self.spec.cache_dir)?;
         kwargs.set_item("cache_limit", self.spec.cache_limit)?;
-        Ok((PyTuple::new(py, [&self.spec.path])?, kwargs))
+        // A URL as text: pathlib would fold its `//`.
+        let path = if bale_storage::is_url(&self.spec.path) {
+            PyString::new(py, &self.spec.path.to_string_lossy()).into_any()
+        } else {
+            self.spec.path.clone().into_pyobject(py)?.into_any()
+        };
+        Ok((PyTuple::new(py, [path])?, kwargs))
     }
 
     fn __len__(&self) -> usize {
