@@ -45,9 +45,24 @@ pub const DEFAULT_TIMEOUT: &str = "60s";
 /// assert_eq!(o.get("aws_endpoint_url"), Some("http://127.0.0.1:9000"));
 /// # Ok::<(), bale_storage::StorageError>(())
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct StorageOptions {
     entries: BTreeMap<String, String>,
+}
+
+/// Values of keys that hold secrets are not shown.
+impl std::fmt::Debug for StorageOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut m = f.debug_map();
+        for (k, v) in &self.entries {
+            let secret = ["secret", "token", "password", "sas", "credential", "_key"]
+                .iter()
+                .any(|s| k.contains(s))
+                && !k.ends_with("key_id");
+            m.entry(k, &if secret { "<redacted>" } else { v.as_str() });
+        }
+        m.finish()
+    }
 }
 
 impl StorageOptions {
@@ -252,5 +267,8 @@ mod tests {
         assert_eq!(o.retry().unwrap().max_retries, 2);
         o.set("retry_timeout", "soon");
         assert!(o.retry().unwrap_err().to_string().contains("retry_timeout"));
+        o.set("AWS_SECRET_ACCESS_KEY", "hunter2").set("aws_access_key_id", "AKIA");
+        let shown = format!("{o:?}");
+        assert!(!shown.contains("hunter2") && shown.contains("AKIA"), "{shown}");
     }
 }
