@@ -41,7 +41,12 @@ fn remote_opts(s: &Seaweed) -> DatasetOptions {
 }
 
 /// A packed dataset of `n` files in several shards, uploaded to `s3://bucket/ds`.
-fn packed(s: &Seaweed, tag: &str, n: usize, extra: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+fn packed(
+    s: &Seaweed,
+    tag: &str,
+    n: usize,
+    extra: &[&str],
+) -> (tempfile::TempDir, PathBuf, String) {
     let tmp = tempfile::tempdir().unwrap();
     let tree = tmp.path().join("tree");
     random_tree(&tree, n);
@@ -62,7 +67,9 @@ fn flat(s: &Sample) -> Flat {
         s.key().to_owned(),
         s.index(),
         s.label(),
-        s.fields().map(|(e, b)| (e.to_owned(), b.to_vec())).collect(),
+        s.fields()
+            .map(|(e, b)| (e.to_owned(), b.to_vec()))
+            .collect(),
     )
 }
 
@@ -101,7 +108,11 @@ fn check_every_path(local: &Dataset, remote: &Dataset) {
         EpochPlan::shard_shuffled(7, 1, 16),
     ] {
         for part in [Partition::ALL, Partition::new(1, 2).with_workers(1, 2)] {
-            assert_eq!(all(remote, plan, part), all(local, plan, part), "{plan:?} {part:?}");
+            assert_eq!(
+                all(remote, plan, part),
+                all(local, plan, part),
+                "{plan:?} {part:?}"
+            );
         }
         // With an explicit prefetch budget too.
         let it = remote
@@ -149,7 +160,13 @@ fn the_cache_fills_checked_copies_and_reads_them() {
     let cache = tmp.path().join("cache");
     std::fs::create_dir_all(&cache).unwrap();
     std::fs::write(cache.join("keep.txt"), b"not the cache's").unwrap();
-    let largest = local.manifest().shards.iter().map(|e| e.bytes).max().unwrap();
+    let largest = local
+        .manifest()
+        .shards
+        .iter()
+        .map(|e| e.bytes)
+        .max()
+        .unwrap();
     // Too small for one shard: refused at open, naming the figures.
     let err = remote_opts(s)
         .cache(&cache, largest - 1)
@@ -170,8 +187,14 @@ fn the_cache_fills_checked_copies_and_reads_them() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("bc-"))
         .map(|e| e.metadata().unwrap().len())
         .sum();
-    assert!(cached > 0 && cached <= limit, "{cached} bytes cached, limit {limit}");
-    assert_eq!(std::fs::read(cache.join("keep.txt")).unwrap(), b"not the cache's");
+    assert!(
+        cached > 0 && cached <= limit,
+        "{cached} bytes cached, limit {limit}"
+    );
+    assert_eq!(
+        std::fs::read(cache.join("keep.txt")).unwrap(),
+        b"not the cache's"
+    );
 }
 
 /// Flips one byte of member data of the first sample of shard 0 and uploads
@@ -209,10 +232,17 @@ fn a_flipped_byte_is_named_by_verify_on_read_and_by_verify() {
     assert!(errs[0].contains(&key), "{errs:?}");
     let mut args = vec!["verify".to_owned(), url.clone()];
     args.extend(s.cli_options());
-    let o = Command::new(bale_tests::bale_bin()).args(&args).output().unwrap();
+    let o = Command::new(bale_tests::bale_bin())
+        .args(&args)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains(&key) && out.contains("checksum"), "{}", describe(&o));
+    assert!(
+        out.contains(&key) && out.contains("checksum"),
+        "{}",
+        describe(&o)
+    );
 }
 
 #[test]
@@ -252,13 +282,22 @@ fn missing_objects_wrong_credentials_and_bad_urls_are_clear_errors() {
     let remote = remote_opts(s).open(&url).unwrap();
     let i = remote.shard_sizes()[0];
     let err = remote.get(i).unwrap_err().to_string();
-    assert!(err.contains("shard-000001.tar") && err.contains("does not exist"), "{err}");
+    assert!(
+        err.contains("shard-000001.tar") && err.contains("does not exist"),
+        "{err}"
+    );
     // A missing index: open fails naming it.
     s.delete(bucket, "ds/shard-000000.idx").unwrap();
     let err = remote_opts(s).open(&url).unwrap_err().to_string();
-    assert!(err.contains("shard-000000.idx") && err.contains("does not exist"), "{err}");
+    assert!(
+        err.contains("shard-000000.idx") && err.contains("does not exist"),
+        "{err}"
+    );
     // URLs with a fragment, an unknown scheme.
-    let err = remote_opts(s).open(format!("{url}#x")).unwrap_err().to_string();
+    let err = remote_opts(s)
+        .open(format!("{url}#x"))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("%23"), "{err}");
     let err = Dataset::open("ftp://host/ds").unwrap_err().to_string();
     assert!(err.contains("unsupported URL scheme"), "{err}");
@@ -287,7 +326,10 @@ fn garbage_manifests_and_indexes_of_the_wrong_size_are_refused_cheaply() {
     s.put_file(&m, bucket, "ds/bale.json").unwrap();
     let t = Instant::now();
     let err = remote_opts(s).open(&url).unwrap_err().to_string();
-    assert!(err.contains("more than the") && err.contains("manifest"), "{err}");
+    assert!(
+        err.contains("more than the") && err.contains("manifest"),
+        "{err}"
+    );
     assert!(t.elapsed() < Duration::from_secs(10));
 }
 
@@ -314,7 +356,10 @@ fn an_endpoint_that_refuses_connections_fails_within_the_stated_time() {
         .unwrap_err()
         .to_string();
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
-    assert!(err.contains("bale.json") && err.contains(&port.to_string()), "{err}");
+    assert!(
+        err.contains("bale.json") && err.contains(&port.to_string()),
+        "{err}"
+    );
 }
 
 fn bale(args: &[String]) -> std::process::Output {
@@ -338,7 +383,12 @@ fn read_commands_take_urls() {
     assert_success(&o);
     let o = bale(&with_options(s, &["verify", "--quick", &url]));
     assert_success(&o);
-    for cmd in [vec!["stat"], vec!["ls"], vec!["ls", "--json"], vec!["stat", "--json"]] {
+    for cmd in [
+        vec!["stat"],
+        vec!["ls"],
+        vec!["ls", "--json"],
+        vec!["stat", "--json"],
+    ] {
         let mut a = cmd.clone();
         a.push(&url);
         let remote = bale(&with_options(s, &a));
@@ -367,7 +417,10 @@ fn read_commands_take_urls() {
         let f = bale_format::files::member_path(&key, ext).unwrap();
         assert_eq!(std::fs::read(out.join(f)).unwrap(), bytes);
     }
-    let o = bale(&with_options(s, &["bench", &url, "--json", "-q", "--budget", "0.5"]));
+    let o = bale(&with_options(
+        s,
+        &["bench", &url, "--json", "-q", "--budget", "0.5"],
+    ));
     assert_success(&o);
 }
 
@@ -423,9 +476,17 @@ fn stage_from_a_bucket_is_checked_atomic_and_resumes_after_the_server_dies() {
     }
     server.kill();
     let o = child.wait_with_output().unwrap();
-    assert!(!o.status.success(), "stage finished before the server died: {}", describe(&o));
+    assert!(
+        !o.status.success(),
+        "stage finished before the server died: {}",
+        describe(&o)
+    );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains(&b) && err.contains("did not finish"), "{}", describe(&o));
+    assert!(
+        err.contains(&b) && err.contains("did not finish"),
+        "{}",
+        describe(&o)
+    );
     assert!(!to.join("bale.json").exists());
     // Restarted, the rerun resumes: the shards already staged are kept.
     server.restart().unwrap();
@@ -509,12 +570,18 @@ fn index_reads_the_headers_of_tars_in_a_bucket() {
             "{name}"
         );
     }
-    let remote = remote_opts(s).verify_on_read(true).open(&out_remote).unwrap();
+    let remote = remote_opts(s)
+        .verify_on_read(true)
+        .open(&out_remote)
+        .unwrap();
     let local = Dataset::open(&out_local).unwrap();
     assert_eq!(
         all(&remote, EpochPlan::sequential(), Partition::ALL),
         all(&local, EpochPlan::sequential(), Partition::ALL)
     );
-    let o = bale(&with_options(s, &["verify", &out_remote.display().to_string()]));
+    let o = bale(&with_options(
+        s,
+        &["verify", &out_remote.display().to_string()],
+    ));
     assert_success(&o);
 }

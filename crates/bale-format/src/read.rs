@@ -1,8 +1,8 @@
 //! Random access: one positioned read per sample, guided by the index.
 
+use crate::read_at::ReadAt;
 use std::cell::RefCell;
 use std::fs::File;
-use crate::read_at::ReadAt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{FormatError, Result};

@@ -145,7 +145,9 @@ pub fn open(path: &std::path::Path) -> crate::Result<(Box<dyn ReadAt>, u64)> {
         let Some(opener) = opener else {
             return Err(crate::FormatError::io(
                 path,
-                io::Error::other("URLs are read through bale's storage layer, which this program did not set up"),
+                io::Error::other(
+                    "URLs are read through bale's storage layer, which this program did not set up",
+                ),
             ));
         };
         let url = path.to_str().unwrap_or_default();

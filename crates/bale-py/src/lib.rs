@@ -18,8 +18,8 @@
 
 mod loader;
 
-use std::ffi::{c_int, c_void};
 use std::collections::BTreeMap;
+use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 

@@ -331,9 +331,11 @@ impl Locked<'_> {
             if !flock(&file, libc::LOCK_EX | libc::LOCK_NB).unwrap_or(false) {
                 continue;
             }
-            let same = file.metadata().ok().zip(self.is_ours(&name)).is_some_and(
-                |(a, b)| a.dev() == b.dev() && a.ino() == b.ino(),
-            );
+            let same = file
+                .metadata()
+                .ok()
+                .zip(self.is_ours(&name))
+                .is_some_and(|(a, b)| a.dev() == b.dev() && a.ino() == b.ino());
             if !same {
                 continue;
             }
@@ -396,7 +398,10 @@ mod tests {
             limit: 10,
         })
         .unwrap();
-        let a = cache.get_or_fill("a", "tar", 4, fill_with(b"aaaa")).unwrap().unwrap();
+        let a = cache
+            .get_or_fill("a", "tar", 4, fill_with(b"aaaa"))
+            .unwrap()
+            .unwrap();
         assert_eq!(fs::read(&a.path).unwrap(), b"aaaa");
         let a_path = a.path.clone();
         drop(a);
@@ -406,12 +411,23 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(again.path, a_path);
-        let b = cache.get_or_fill("b", "tar", 4, fill_with(b"bbbb")).unwrap().unwrap();
+        let b = cache
+            .get_or_fill("b", "tar", 4, fill_with(b"bbbb"))
+            .unwrap()
+            .unwrap();
         // Both held: no room for c.
-        assert!(cache.get_or_fill("c", "tar", 4, fill_with(b"cccc")).unwrap().is_none());
+        assert!(
+            cache
+                .get_or_fill("c", "tar", 4, fill_with(b"cccc"))
+                .unwrap()
+                .is_none()
+        );
         drop(again);
         // a released (and least recently used): evicted for c.
-        let c = cache.get_or_fill("c", "tar", 4, fill_with(b"cccc")).unwrap().unwrap();
+        let c = cache
+            .get_or_fill("c", "tar", 4, fill_with(b"cccc"))
+            .unwrap()
+            .unwrap();
         assert!(!a_path.exists());
         assert_eq!(fs::read(&c.path).unwrap(), b"cccc");
         assert_eq!(fs::read(&b.path).unwrap(), b"bbbb");
@@ -425,11 +441,20 @@ mod tests {
         });
         assert!(failed.is_err());
         // Larger than the limit: no room, at once.
-        assert!(cache.get_or_fill("e", "tar", 11, fill_with(b"")).unwrap().is_none());
+        assert!(
+            cache
+                .get_or_fill("e", "tar", 11, fill_with(b""))
+                .unwrap()
+                .is_none()
+        );
         // Many evictions later, the user's files are still there.
         for k in 0..5 {
             let key = format!("k{k}");
-            drop(cache.get_or_fill(&key, "tar", 5, fill_with(b"12345")).unwrap());
+            drop(
+                cache
+                    .get_or_fill(&key, "tar", 5, fill_with(b"12345"))
+                    .unwrap(),
+            );
         }
         assert!(mine.exists());
         assert!(dir.path().join("notes.txt").exists());
@@ -449,14 +474,21 @@ mod tests {
             limit: 8,
         })
         .unwrap();
-        let a = cache.get_or_fill("a", "tar", 4, fill_with(b"aaaa")).unwrap().unwrap();
+        let a = cache
+            .get_or_fill("a", "tar", 4, fill_with(b"aaaa"))
+            .unwrap()
+            .unwrap();
         let path = a.path.clone();
         drop(a);
         // Someone puts their own file under the cache's name.
         fs::remove_file(&path).unwrap();
         fs::write(&path, b"theirs").unwrap();
         for k in 0..4 {
-            drop(cache.get_or_fill(&format!("k{k}"), "tar", 4, fill_with(b"1234")).unwrap());
+            drop(
+                cache
+                    .get_or_fill(&format!("k{k}"), "tar", 4, fill_with(b"1234"))
+                    .unwrap(),
+            );
         }
         assert_eq!(fs::read(&path).unwrap(), b"theirs");
     }

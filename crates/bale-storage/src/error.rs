@@ -261,9 +261,11 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
     }
     // `object_store` says "Error performing GET <url> in 1.2s, after 3 retries, ... - <cause>".
     let tail = text.split(" - ").skip(1).collect::<Vec<_>>().join(" - ");
-    let retries = text
-        .find(", after ")
-        .and_then(|a| text[a + 2..].find(" retries").map(|b| &text[a + 2..a + 2 + b]));
+    let retries = text.find(", after ").and_then(|a| {
+        text[a + 2..]
+            .find(" retries")
+            .map(|b| &text[a + 2..a + 2 + b])
+    });
     let cause = if tail.is_empty() { text } else { &tail };
     if status.is_none() || detail.is_empty() {
         if !what.is_empty() {

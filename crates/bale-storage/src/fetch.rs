@@ -164,7 +164,9 @@ pub fn get_sized_many(
             out[k] = Some(r);
         }
         out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(crate::StorageError::Runtime("a request was lost".into()))))
+            .map(|r| {
+                r.unwrap_or_else(|| Err(crate::StorageError::Runtime("a request was lost".into())))
+            })
             .collect()
     })
 }

@@ -6,15 +6,24 @@ use crate::error::{Result, StorageError};
 
 /// URL schemes bale reads, and what they mean.
 pub const SCHEMES: &[(&str, &str)] = &[
-    ("s3", "Amazon S3 or an S3-compatible server (AWS_ENDPOINT_URL)"),
+    (
+        "s3",
+        "Amazon S3 or an S3-compatible server (AWS_ENDPOINT_URL)",
+    ),
     ("s3a", "Amazon S3 (Hadoop's name)"),
     ("gs", "Google Cloud Storage"),
     ("az", "Azure Blob Storage"),
     ("abfs", "Azure Data Lake Storage Gen2"),
     ("abfss", "Azure Data Lake Storage Gen2 over TLS"),
     ("azure", "Azure Blob Storage"),
-    ("https", "any HTTP(S) server that answers ranged GETs (read-only)"),
-    ("http", "any HTTP server that answers ranged GETs (read-only; needs allow_http)"),
+    (
+        "https",
+        "any HTTP(S) server that answers ranged GETs (read-only)",
+    ),
+    (
+        "http",
+        "any HTTP server that answers ranged GETs (read-only; needs allow_http)",
+    ),
 ];
 
 /// A dataset's location: a local path or an object-storage URL.

@@ -267,8 +267,12 @@ mod tests {
         assert_eq!(o.retry().unwrap().max_retries, 2);
         o.set("retry_timeout", "soon");
         assert!(o.retry().unwrap_err().to_string().contains("retry_timeout"));
-        o.set("AWS_SECRET_ACCESS_KEY", "hunter2").set("aws_access_key_id", "AKIA");
+        o.set("AWS_SECRET_ACCESS_KEY", "hunter2")
+            .set("aws_access_key_id", "AKIA");
         let shown = format!("{o:?}");
-        assert!(!shown.contains("hunter2") && shown.contains("AKIA"), "{shown}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("AKIA"),
+            "{shown}"
+        );
     }
 }

@@ -165,7 +165,9 @@ mod tests {
     #[test]
     fn block_on_runs_from_plain_threads_and_from_inside_another_runtime() {
         assert_eq!(block_on(async { 7 }).unwrap(), 7);
-        let other = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let other = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let v = other.block_on(async { block_on(async { 8 }).unwrap() });
         assert_eq!(v, 8);
         let p = Pending::spawn(async { 9 }).unwrap();

@@ -127,7 +127,10 @@ impl Store {
     pub fn object(&self, name: &str) -> Result<Object> {
         let url = format!("{}/{name}", self.inner.url);
         let parts: Vec<&str> = name.split('/').collect();
-        if name.starts_with('/') || parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..")
+        if name.starts_with('/')
+            || parts
+                .iter()
+                .any(|p| p.is_empty() || *p == "." || *p == "..")
         {
             return Err(StorageError::BadUrl {
                 url,
@@ -251,10 +254,7 @@ impl Object {
     }
 
     /// The future that reads `range`.
-    pub(crate) fn fetch(
-        &self,
-        range: Range<u64>,
-    ) -> Result<BoxFuture<'static, Result<Bytes>>> {
+    pub(crate) fn fetch(&self, range: Range<u64>) -> Result<BoxFuture<'static, Result<Bytes>>> {
         let client = self.store.client()?;
         let this = self.clone();
         Ok(Box::pin(async move {

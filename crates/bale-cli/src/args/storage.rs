@@ -10,7 +10,11 @@ pub struct StorageArgs {
     /// aws_endpoint_url, aws_region, aws_access_key_id, allow_http, timeout,
     /// connect_timeout, max_retries, retry_timeout, and the other keys of the
     /// object_store crate (docs/remote.md).
-    #[arg(long = "storage-option", value_name = "KEY=VALUE", help_heading = "Object storage")]
+    #[arg(
+        long = "storage-option",
+        value_name = "KEY=VALUE",
+        help_heading = "Object storage"
+    )]
     pub storage_option: Vec<String>,
 }
 

@@ -416,11 +416,13 @@ fn open_or_report(r: &mut ShardReport, path: &Path) -> Option<Box<dyn crate::rea
 /// Opens a shard for checking: a regular file only (a FIFO would block, a
 /// device never end); the error says what it is instead.
 fn open_shard(path: &Path) -> Result<Box<dyn crate::read_at::ReadAt>, String> {
-    crate::read_at::open(path).map(|(src, _)| src).map_err(|e| match e {
-        FormatError::NotRegular { kind, .. } => format!("it is {kind}, not a regular file"),
-        FormatError::Io { source, .. } => source.to_string(),
-        other => other.to_string(),
-    })
+    crate::read_at::open(path)
+        .map(|(src, _)| src)
+        .map_err(|e| match e {
+            FormatError::NotRegular { kind, .. } => format!("it is {kind}, not a regular file"),
+            FormatError::Io { source, .. } => source.to_string(),
+            other => other.to_string(),
+        })
 }
 
 /// The length of the object at a URL (`Err(len)`: no local metadata), or

@@ -137,7 +137,10 @@ impl Dataset {
         // Shards in a bucket (tars indexed in place) are read as a remote dataset's.
         let store = match shards.iter().find_map(|s| s.remote.as_ref()) {
             Some(r) => Some(bale_storage::Store::open(
-                r.object.url().rsplit_once('/').map_or(r.object.url(), |(d, _)| d),
+                r.object
+                    .url()
+                    .rsplit_once('/')
+                    .map_or(r.object.url(), |(d, _)| d),
                 &options.storage,
             )?),
             None => None,

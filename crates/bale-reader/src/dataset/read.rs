@@ -342,7 +342,14 @@ impl Dataset {
         let span_len = (last.file_offset + last.file_len).saturating_sub(span_start);
         if let Some(obj) = self.remote_object(s)? {
             let bytes = obj.get_range(span_start..span_start.saturating_add(span_len))?;
-            return Ok(self.samples_of_run(s, local, count, Buf::Bytes(bytes), span_start, populate));
+            return Ok(self.samples_of_run(
+                s,
+                local,
+                count,
+                Buf::Bytes(bytes),
+                span_start,
+                populate,
+            ));
         }
         let h = self.handle(s)?;
         let buf = match (&h.map, &h.file) {

@@ -85,7 +85,14 @@ pub(super) fn open_remote(url: &str, options: DatasetOptions) -> Result<Dataset>
             }),
         });
     }
-    Ok(Dataset::assemble(dir, shards, manifest, options, Some(store), cache))
+    Ok(Dataset::assemble(
+        dir,
+        shards,
+        manifest,
+        options,
+        Some(store),
+        cache,
+    ))
 }
 
 impl Dataset {
@@ -151,10 +158,11 @@ impl Dataset {
             let mut h = bale_format::hash::Xxh3::new();
             for c in Chunks::new(object, 0..len, chunk, ahead) {
                 let (at, bytes) = c?;
-                file.write_all_at(&bytes, at).map_err(|e| StorageError::Cache {
-                    path: cache.dir().to_path_buf(),
-                    what: format!("cannot write the copy of {}: {e}", path.display()),
-                })?;
+                file.write_all_at(&bytes, at)
+                    .map_err(|e| StorageError::Cache {
+                        path: cache.dir().to_path_buf(),
+                        what: format!("cannot write the copy of {}: {e}", path.display()),
+                    })?;
                 h.update(&bytes);
             }
             check_filled(file, &path, index, entry.shard_xxh3.as_deref(), h.digest()).map_err(
@@ -367,7 +375,9 @@ fn check_filled(
             let at = m.offset.saturating_sub(e.tar_offset) as usize;
             let bytes = data
                 .get(at..at.saturating_add(m.size as usize))
-                .ok_or_else(|| format!("member {}.{} lies outside its sample", index.key(i), m.ext))?;
+                .ok_or_else(|| {
+                    format!("member {}.{} lies outside its sample", index.key(i), m.ext)
+                })?;
             verify_member(path, index.key(i), &m, bytes).map_err(|e| e.to_string())?;
         }
     }

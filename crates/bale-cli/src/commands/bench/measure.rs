@@ -169,7 +169,10 @@ impl Opened {
                 .open(path)
                 .with_context(|| format!("cannot open dataset {}", path.display()))?;
             let m = ds.manifest();
-            let (shards, bytes) = (m.shards.len() as u64, m.shards.iter().map(|s| s.bytes).sum());
+            let (shards, bytes) = (
+                m.shards.len() as u64,
+                m.shards.iter().map(|s| s.bytes).sum(),
+            );
             return Ok(Opened {
                 path: path.to_owned(),
                 samples: ds.len(),
