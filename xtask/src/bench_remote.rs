@@ -58,9 +58,10 @@ fn bench_venv(root: &Path, test_python: &Path, venv: &Path) -> Result<std::path:
             .context("creating the bench venv")?;
     }
     let site = |py: &Path| -> Result<String> {
-        Ok(util::output(
-            Command::new(py).args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]),
-        )?
+        Ok(util::output(Command::new(py).args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ]))?
         .trim()
         .to_owned())
     };
@@ -87,10 +88,20 @@ fn bench_venv(root: &Path, test_python: &Path, venv: &Path) -> Result<std::path:
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == sha) {
         return Ok(python);
     }
-    eprintln!("bench remote: installing {REQUIREMENTS} into {}", venv.display());
+    eprintln!(
+        "bench remote: installing {REQUIREMENTS} into {}",
+        venv.display()
+    );
     util::run(
         Command::new(&python)
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "-q", "-r"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-q",
+                "-r",
+            ])
             .arg(&requirements),
     )
     .context("installing the bench requirements")?;

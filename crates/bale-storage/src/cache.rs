@@ -339,10 +339,10 @@ impl Locked<'_> {
             if !same {
                 continue;
             }
-            if fs::remove_file(&path).is_ok() {
-                if let Some(e) = self.ledger.entries.remove(&name) {
-                    total -= e.size;
-                }
+            if fs::remove_file(&path).is_ok()
+                && let Some(e) = self.ledger.entries.remove(&name)
+            {
+                total -= e.size;
             }
         }
         self.save()?;

@@ -119,7 +119,8 @@ where
 /// blocks for its result. Dropping it cancels the request.
 #[derive(Debug)]
 pub struct Pending<T> {
-    rx: std::sync::mpsc::Receiver<T>,
+    /// In a mutex so that a `Pending` is `Sync` (only `wait`, which owns it, receives).
+    rx: Mutex<std::sync::mpsc::Receiver<T>>,
     abort: tokio::task::AbortHandle,
 }
 
@@ -135,7 +136,7 @@ impl<T: Send + 'static> Pending<T> {
             let _ = tx.send(fut.await);
         });
         Ok(Pending {
-            rx,
+            rx: Mutex::new(rx),
             abort: task.abort_handle(),
         })
     }
@@ -145,7 +146,7 @@ impl<T: Send + 'static> Pending<T> {
     /// # Errors
     /// [`StorageError::Runtime`] when the task stopped without a result.
     pub fn wait(self) -> Result<T> {
-        self.rx
+        lock(&self.rx)
             .recv()
             .map_err(|_| StorageError::Runtime("an I/O task stopped before it finished".into()))
     }

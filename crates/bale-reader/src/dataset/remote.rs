@@ -195,11 +195,11 @@ impl Dataset {
             return self.build(s, local, &e, Buf::owned(buf), 0, Some(&starts));
         }
         let bytes = obj.get_range(e.file_offset..e.file_offset.saturating_add(e.file_len))?;
-        self.from_bytes(s, local, &e, bytes)
+        self.sample_from_bytes(s, local, &e, bytes)
     }
 
     /// A sample from the bytes of its record (`file_len` bytes at `file_offset`).
-    pub(super) fn from_bytes(
+    pub(super) fn sample_from_bytes(
         &self,
         s: usize,
         local: usize,
@@ -248,7 +248,7 @@ impl Dataset {
             .map(|(&(s, local), w)| match w {
                 Some(w) => {
                     let e = self.inner.shards[s].index.sample(local);
-                    self.from_bytes(s, local, &e, got[w].clone())
+                    self.sample_from_bytes(s, local, &e, got[w].clone())
                 }
                 None => self.read_entry(s, local, Hint::Learnt),
             })
@@ -309,7 +309,7 @@ impl Dataset {
             match bytes {
                 Some(b) if count == 1 => {
                     let e = self.inner.shards[s].index.sample(local);
-                    out.push(self.from_bytes(s, local, &e, b));
+                    out.push(self.sample_from_bytes(s, local, &e, b));
                 }
                 Some(b) => {
                     let start = self.inner.shards[s].index.sample(local).file_offset;
