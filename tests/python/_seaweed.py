@@ -21,7 +21,8 @@ SECRET = "bale-test-secret"
 
 
 def weed_binary() -> Path:
-    exe = Path(sys.executable).with_name("weed")
+    """$BALE_WEED, else the `weed` beside this interpreter (the venv's)."""
+    exe = Path(os.environ.get("BALE_WEED") or Path(sys.executable).with_name("weed"))
     if not exe.exists():
         raise RuntimeError(
             f"{exe} is missing: the object-storage tests run SeaweedFS from the PyPI package "

