@@ -16,6 +16,7 @@ mod ls_get;
 mod output_escaping;
 mod pack;
 mod reader;
+mod remote;
 mod stage;
 mod stat;
 mod verify;

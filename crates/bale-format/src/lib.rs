@@ -50,6 +50,7 @@ mod manifest;
 mod name;
 pub mod npy;
 pub mod read;
+pub mod read_at;
 pub mod scan;
 mod shard;
 pub mod shuffle;

@@ -11,7 +11,7 @@ use bale_image::region::RegionDecoder;
 use bale_loader::{
     Batch, Batches, Crop, Dtype, Images, Loader, LoaderError, LoaderOptions, OnError, Order,
 };
-use bale_reader::{Dataset, Partition};
+use bale_reader::Partition;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -79,7 +79,7 @@ impl PyLoader {
     #[pyo3(signature = (
         path, batch_size, crop, size, scale, ratio, resize, flip, channels_first, dtype, mean,
         std, order, buffer, seed, rank, world_size, even, threads, prefetch, on_error, image,
-        fields, drop_last, dct_scaling, max_pixels
+        fields, drop_last, dct_scaling, max_pixels, storage_options=None, cache_dir=None, cache_limit=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -110,6 +110,9 @@ impl PyLoader {
         drop_last: bool,
         dct_scaling: bool,
         max_pixels: u64,
+        storage_options: Option<std::collections::BTreeMap<String, String>>,
+        cache_dir: Option<std::path::PathBuf>,
+        cache_limit: Option<u64>,
     ) -> PyResult<Self> {
         let opts = LoaderOptions {
             batch_size,
@@ -140,7 +143,13 @@ impl PyLoader {
             dct_scaling,
             max_pixels,
         };
-        let ds = py.detach(|| Dataset::open(&path)).map_err(to_py)?;
+        let options = crate::remote_options(
+            bale_reader::DatasetOptions::new(),
+            storage_options.as_ref(),
+            cache_dir.as_ref(),
+            cache_limit,
+        )?;
+        let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
         let loader = Loader::new(ds, opts).map_err(loader_err)?;
         Ok(PyLoader { loader })
     }

@@ -41,6 +41,9 @@ Examples:
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
 pub struct IndexArgs {
+    /// Options for a dataset in object storage.
+    #[command(flatten)]
+    pub storage: crate::args::storage::StorageArgs,
     /// The tar files: paths, brace patterns or globs.
     #[arg(value_name = "SHARD", required = true)]
     pub shards: Vec<String>,

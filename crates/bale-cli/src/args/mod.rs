@@ -12,6 +12,7 @@ pub mod output;
 pub mod pack;
 pub mod stage;
 pub mod stat;
+pub mod storage;
 pub mod verify;
 
 /// bale packs many small training files into a few large, indexed tar shards

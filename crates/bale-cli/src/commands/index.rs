@@ -28,6 +28,13 @@ impl IndexProgress for Bar {
 
 /// Runs `bale index`.
 pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
+    // Tars at URLs are read through the storage layer (headers by ranged GETs).
+    args.storage.options()?;
+    anyhow::ensure!(
+        !bale_storage::is_url(&args.output),
+        "{}: bale index writes its output to a local directory; write it there (-o DIR) and upload the .idx files and bale.json (bale.json last)",
+        args.output.display()
+    );
     let shards = expand_patterns(&args.shards)?;
     let opts = IndexOptions {
         shards,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -64,6 +64,9 @@ class Dataset:
         decode: None | str | Callable[[str, bytes | np.ndarray], Any] = None,
         verify_on_read: bool = False,
         backing: str = "mmap",
+        storage_options: Mapping[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, i: int) -> Sample:
@@ -200,6 +203,9 @@ class Loader:
         drop_last: bool,
         dct_scaling: bool,
         max_pixels: int,
+        storage_options: Mapping[str, str] | None = None,
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
     ) -> None: ...
     def __len__(self) -> int:
         """Batches per epoch."""
