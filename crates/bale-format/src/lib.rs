@@ -41,6 +41,7 @@
 pub mod atomic;
 mod error;
 pub mod files;
+pub mod foreign;
 pub mod h5;
 pub mod hash;
 mod index;
@@ -75,6 +76,7 @@ pub use tar::{TAR_END_LEN, tar_member_len};
 /// build tars by hand (feature `fuzzing`); not a stable API.
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing {
+    pub use crate::foreign::check_bytes as check_foreign;
     pub use crate::tar::{
         BLOCK, Entry, EntryKind, PAX_HEADER_NAME, TarReader, encode_member_header, padded,
         parse_header, parse_pax,
