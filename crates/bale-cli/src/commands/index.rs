@@ -28,6 +28,7 @@ impl IndexProgress for Bar {
 
 /// Runs `bale index`.
 pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
+    super::export_index::precheck(args.dali_index.as_deref(), &args.output)?;
     let shards = expand_patterns(&args.shards)?;
     let opts = IndexOptions {
         shards,
@@ -55,6 +56,12 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         Ok(s) => s,
         Err(e) => return Err(with_hint(e)),
     };
+    super::export_index::after_write(
+        args.dali_index.as_deref(),
+        &args.output,
+        args.force,
+        &args.out,
+    )?;
     let mut stdout = std::io::stdout().lock();
     if args.out.json {
         writeln!(stdout, "{}", serde_json::to_string_pretty(&summary)?)?;
