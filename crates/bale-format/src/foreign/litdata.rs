@@ -107,8 +107,8 @@ pub(crate) fn parse_index(
         (Some(c), None | Some("chunk")) if c == "zstd" || c.starts_with("zstd:") => true,
         (Some(c), level) => {
             return Err(ForeignError(format!(
-                "chunks compressed with {c:?} at level {}: bale reads whole-chunk zstd or uncompressed chunks",
-                level.unwrap_or("chunk")
+                "chunks compressed with {c:?} at compression_level {:?}: bale reads uncompressed chunks and whole-chunk zstd; optimize again with compression_level=\"chunk\" (or no compression)",
+                level.unwrap_or("batch")
             )));
         }
     };
