@@ -130,7 +130,11 @@ fn a_truncated_mds_shard_is_an_error_naming_the_file_and_offset() {
         mds_index(&[("shard.00000.mds", a, 4), ("shard.00001.mds", 10, 3)]),
     )
     .unwrap();
-    convert_fails(&src, &t.path().join("out"), &["shard.00001.mds", "truncated"]);
+    convert_fails(
+        &src,
+        &t.path().join("out"),
+        &["shard.00001.mds", "truncated"],
+    );
 }
 
 #[test]
@@ -193,7 +197,11 @@ fn huge_counts_and_sizes_in_index_json_allocate_nothing() {
         mds_index(&[("shard.00000.mds", shard.len() as u64, 1)]),
     )
     .unwrap();
-    convert_fails(&src, &t.path().join("out"), &["shard.00000.mds", "sample 0", "txt"]);
+    convert_fails(
+        &src,
+        &t.path().join("out"),
+        &["shard.00000.mds", "sample 0", "txt"],
+    );
 }
 
 #[test]
@@ -224,7 +232,11 @@ fn a_directory_that_is_no_dataset_is_named_as_such() {
     fs::write(t.path().join("index.json"), br#"{"something": "else"}"#).unwrap();
     convert_fails(t.path(), &t.path().join("out"), &["index.json"]);
     let empty = tempfile::tempdir().unwrap();
-    convert_fails(empty.path(), &t.path().join("out2"), &["no bale.json", "MDS"]);
+    convert_fails(
+        empty.path(),
+        &t.path().join("out2"),
+        &["no bale.json", "MDS"],
+    );
 }
 
 /// A packed dataset of 5 text samples for the export-index tests.
@@ -235,7 +247,10 @@ fn packed(root: &Path) -> std::path::PathBuf {
         fs::write(tree.join(format!("a/{i}.txt")), format!("t{i}")).unwrap();
     }
     let ds = root.join("ds");
-    ok(&bale(&["pack", "--labels", "none"], &[&tree, Path::new("-o"), &ds]));
+    ok(&bale(
+        &["pack", "--labels", "none"],
+        &[&tree, Path::new("-o"), &ds],
+    ));
     ds
 }
 
@@ -249,7 +264,11 @@ fn export(ds: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
 fn export_index_never_writes_into_the_dataset_or_over_a_file() {
     let t = tempfile::tempdir().unwrap();
     let ds = packed(t.path());
-    let before: Vec<_> = fs::read_dir(&ds).unwrap().flatten().map(|e| e.path()).collect();
+    let before: Vec<_> = fs::read_dir(&ds)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     // The dataset directory itself, also through a symlink.
     let o = export(&ds, &ds, &["--force"]);
     assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
@@ -257,7 +276,11 @@ fn export_index_never_writes_into_the_dataset_or_over_a_file() {
     std::os::unix::fs::symlink(&ds, t.path().join("link")).unwrap();
     let o = export(&ds, &t.path().join("link"), &[]);
     assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
-    let after: Vec<_> = fs::read_dir(&ds).unwrap().flatten().map(|e| e.path()).collect();
+    let after: Vec<_> = fs::read_dir(&ds)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert_eq!(before.len(), after.len());
     // A file path as the output.
     let file = t.path().join("notes.txt");
@@ -273,7 +296,10 @@ fn export_index_never_writes_into_the_dataset_or_over_a_file() {
     let o = export(&ds, &out, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("already exists"));
-    assert_eq!(fs::read(out.join("shard-000000.dali.idx")).unwrap(), b"user's");
+    assert_eq!(
+        fs::read(out.join("shard-000000.dali.idx")).unwrap(),
+        b"user's"
+    );
     ok(&export(&ds, &out, &["--force"]));
     let text = fs::read_to_string(out.join("shard-000000.dali.idx")).unwrap();
     assert!(text.starts_with("v1.2 5\ntxt 512 2 a/0.txt\n"), "{text}");
@@ -311,7 +337,11 @@ fn two_exports_at_once_leave_one_complete_set() {
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, ["shard-000000.dali.idx"], "no temporary file is left");
+    assert_eq!(
+        names,
+        ["shard-000000.dali.idx"],
+        "no temporary file is left"
+    );
     let text = fs::read_to_string(out.join("shard-000000.dali.idx")).unwrap();
     assert_eq!(text.lines().count(), 6);
 }

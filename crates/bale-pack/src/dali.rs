@@ -72,7 +72,13 @@ fn names(manifest: &Manifest) -> Vec<String> {
     if stems.windows(2).all(|w| w[0] < w[1]) {
         return stems;
     }
-    let width = manifest.shards.len().saturating_sub(1).to_string().len().max(6);
+    let width = manifest
+        .shards
+        .len()
+        .saturating_sub(1)
+        .to_string()
+        .len()
+        .max(6);
     stems
         .iter()
         .enumerate()
@@ -150,7 +156,9 @@ pub fn export_dali_index(dataset: &Path, out_dir: &Path, force: bool) -> Result<
             }
             .into());
         }
-        let len = fs::metadata(&shard).map_err(|e| PackError::io(&shard, e))?.len();
+        let len = fs::metadata(&shard)
+            .map_err(|e| PackError::io(&shard, e))?
+            .len();
         if len != entry.bytes || len != index.shard_len() {
             return Err(FormatError::IndexMismatch {
                 path: shard,
@@ -176,9 +184,7 @@ pub fn export_dali_index(dataset: &Path, out_dir: &Path, force: bool) -> Result<
         out.make_room(name, &empty)?;
     }
     let mut files = Vec::with_capacity(names.len());
-    for ((shard, text), (name, entry)) in texts
-        .into_iter()
-        .zip(names.iter().zip(&manifest.shards))
+    for ((shard, text), (name, entry)) in texts.into_iter().zip(names.iter().zip(&manifest.shards))
     {
         let path = out_dir.join(name);
         let mut file = AtomicFile::create(&path)?;
@@ -232,7 +238,10 @@ pub fn dali_text(index: &ShardIndex) -> Result<String> {
                 text.push(' ');
             }
             // For a plain tar the member offset is its data's offset in the file.
-            text.push_str(&format!("{} {} {} {key}.{}", m.ext, m.offset, m.size, m.ext));
+            text.push_str(&format!(
+                "{} {} {} {key}.{}",
+                m.ext, m.offset, m.size, m.ext
+            ));
         }
         text.push('\n');
     }
