@@ -66,7 +66,8 @@ def _run(shards, indexes, *, shard_id=0, num_shards=1, batch=5):
             name="r",
             **kw,
         )
-        return jpg, cls, fn.decoders.image(jpg, device="cpu")
+        # docs/dali.md's label recipe: the decimal text padded to 8 bytes.
+        return jpg, cls, fn.decoders.image(jpg, device="cpu"), fn.pad(cls, fill_value=0, shape=[8])
 
     p = pipe()
     p.build()
@@ -74,9 +75,11 @@ def _run(shards, indexes, *, shard_id=0, num_shards=1, batch=5):
     n = p.reader_meta("r")["epoch_size"] if num_shards == 1 else n
     got = []
     while len(got) < n:
-        jpg, cls, img = p.run()
+        jpg, cls, img, padded = p.run()
         for i in range(len(jpg)):
-            got.append((np.array(jpg[i]).tobytes(), np.array(cls[i]).tobytes(), np.array(img[i]).shape))
+            cls_bytes = np.array(cls[i]).tobytes()
+            assert int(np.array(padded[i]).tobytes().rstrip(b"\0")) == int(cls_bytes)
+            got.append((np.array(jpg[i]).tobytes(), cls_bytes, np.array(img[i]).shape))
     return got[:n]
 
 

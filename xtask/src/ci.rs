@@ -19,11 +19,11 @@
 //! 9. examples/rust-loader, a crate of its own that depends on bale-reader as an
 //!    outside loader would: built, and run over a dataset packed here;
 //! 10. the abi3 wheel: `maturin build --release` into `target/wheels`, installed (with
-//!    numpy) into a fresh venv whose PATH has no Rust toolchain, where
-//!    tests/wheel/check_wheel.py packs with `bale` and reads through the package;
+//!     numpy) into a fresh venv whose PATH has no Rust toolchain, where
+//!     tests/wheel/check_wheel.py packs with `bale` and reads through the package;
 //! 11. `pytest -q tests/python`, if it holds `test_*.py` files (exit code 5, no tests
-//!    collected, counts as success), with `BALE_BIN` set to `target/debug/bale`, after
-//!    the wheel of step 10 has been installed into the venv.
+//!     collected, counts as success), with `BALE_BIN` set to `target/debug/bale`, after
+//!     the wheel of step 10 has been installed into the venv.
 //!
 //! Steps 3..11 see `BALE_TEST_PYTHON` set to the venv's interpreter.
 

@@ -7,6 +7,9 @@ use serde_json::Value as Json;
 use super::values::{Value, mds_column};
 use super::{Column, ForeignError, ShardSpec, json_u64, shard_path};
 
+/// The column names, types and fixed sizes of a shard.
+type Layout = (Vec<String>, Vec<String>, Vec<Option<u64>>);
+
 fn strings(shard: &Json, field: &str, i: usize) -> Result<Vec<String>, ForeignError> {
     shard
         .get(field)
@@ -28,7 +31,7 @@ pub(crate) fn parse_index(
         .get("shards")
         .and_then(Json::as_array)
         .ok_or_else(|| ForeignError("\"shards\" is not a list".into()))?;
-    let mut columns: Option<(Vec<String>, Vec<String>, Vec<Option<u64>>)> = None;
+    let mut columns: Option<Layout> = None;
     let mut shards = Vec::with_capacity(list.len().min(1 << 16));
     for (i, shard) in list.iter().enumerate() {
         let format = shard.get("format").and_then(Json::as_str).unwrap_or("");

@@ -46,6 +46,9 @@ pub const MAX_INDEX_BYTES: u64 = crate::MAX_MANIFEST_BYTES;
 /// (4 bytes a sample).
 pub const MAX_SHARD_SAMPLES: u64 = 1 << 24;
 
+/// A sample's key and its members `(ext, bytes)`, as [`check_bytes`] returns them.
+pub type KeyedSample = (String, Vec<(String, Vec<u8>)>);
+
 /// A message about what a dataset holds that bale cannot map; the caller
 /// adds the file.
 #[derive(Debug)]
@@ -400,10 +403,7 @@ pub(crate) fn json_u64(
 /// # Errors
 /// As [`ForeignDataset::for_each`].
 #[cfg(any(test, feature = "fuzzing"))]
-pub fn check_bytes(
-    index_json: &[u8],
-    shard_bytes: &[u8],
-) -> Result<Vec<(String, Vec<(String, Vec<u8>)>)>> {
+pub fn check_bytes(index_json: &[u8], shard_bytes: &[u8]) -> Result<Vec<KeyedSample>> {
     let dir = Path::new("fuzz");
     let ds = ForeignDataset::from_index(dir, index_json)?;
     let mut out = Vec::new();

@@ -106,7 +106,7 @@ impl Value {
             Value::MdsArray { dtype, shape } => mds_array(dtype.as_ref(), shape.as_deref(), data),
             Value::LitArray => lit_array(data),
             Value::LitVector(dtype) => {
-                if data.len() as u64 % dtype.size != 0 {
+                if !(data.len() as u64).is_multiple_of(dtype.size) {
                     return Err(format!(
                         "{} bytes is not a whole number of {} values",
                         data.len(),
@@ -452,7 +452,8 @@ mod tests {
     #[test]
     fn arrays_become_npy() {
         // Dynamic dtype (int16 = 17) and shape (ndim 2, u8 dims): 2x3.
-        let mut data = vec![17u8, (2 << 2) | 0, 2, 3];
+        // Rank 2 in the high bits, shape dtype 0 (u8) in the low two.
+        let mut data = vec![17u8, 2 << 2, 2, 3];
         for i in 0..6i16 {
             data.extend_from_slice(&i.to_le_bytes());
         }
