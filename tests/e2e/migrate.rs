@@ -345,3 +345,40 @@ fn two_exports_at_once_leave_one_complete_set() {
     let text = fs::read_to_string(out.join("shard-000000.dali.idx")).unwrap();
     assert_eq!(text.lines().count(), 6);
 }
+
+#[test]
+fn bale_index_writes_the_same_dali_files_as_export_index() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = packed(t.path());
+    let exported = t.path().join("exported");
+    ok(&export(&ds, &exported, &[]));
+    let indexed = t.path().join("indexed");
+    let dali = t.path().join("dali");
+    let o = bale(
+        &["index", "--dali-index"],
+        &[
+            &dali,
+            &ds.join("shard-000000.tar"),
+            Path::new("-o"),
+            &indexed,
+        ],
+    );
+    ok(&o);
+    assert_eq!(
+        fs::read(dali.join("shard-000000.dali.idx")).unwrap(),
+        fs::read(exported.join("shard-000000.dali.idx")).unwrap()
+    );
+    // --dali-index naming the output itself is refused before anything is written.
+    let again = t.path().join("again");
+    let o = bale(
+        &["index", "--dali-index"],
+        &[
+            &again,
+            &ds.join("shard-000000.tar"),
+            Path::new("-o"),
+            &again,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
+    assert!(!again.exists());
+}
