@@ -13,6 +13,7 @@ mod hangs;
 mod image;
 mod index;
 mod ls_get;
+mod migrate;
 mod output_escaping;
 mod pack;
 mod reader;

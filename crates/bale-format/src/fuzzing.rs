@@ -273,3 +273,30 @@ pub fn check_npy(data: &[u8]) {
         }
     }
 }
+
+/// The MDS and LitData readers ([`crate::foreign`], what `bale convert`
+/// reads) over `data`: a little-endian u16 length, that many bytes of
+/// `index.json`, then the bytes of its first shard. An error names a file;
+/// what is accepted is a list of samples with keys and valid extensions.
+///
+/// # Panics
+/// When the readers panic, an error names no file, or a sample breaks
+/// those promises.
+pub fn check_foreign(data: &[u8]) {
+    if data.len() < 2 {
+        return;
+    }
+    let split = usize::from(u16::from_le_bytes([data[0], data[1]])).min(data.len() - 2);
+    let (index, shard) = data[2..].split_at(split);
+    match crate::foreign::check_bytes(index, shard) {
+        Err(e) => assert!(e.to_string().contains("fuzz/"), "error names no file: {e}"),
+        Ok(samples) => {
+            for (key, members) in samples {
+                assert!(!key.is_empty(), "a sample without a key");
+                for (ext, _) in members {
+                    crate::validate_ext(&ext).expect("extensions are checked");
+                }
+            }
+        }
+    }
+}

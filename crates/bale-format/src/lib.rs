@@ -43,6 +43,7 @@ mod error;
 pub mod files;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod foreign;
 pub mod h5;
 pub mod hash;
 mod index;

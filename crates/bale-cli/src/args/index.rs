@@ -93,6 +93,11 @@ pub struct IndexArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Once the dataset is complete, also write NVIDIA DALI's index files for
+    /// the tars into DIR (as `bale export-index --dali`; plain tar only).
+    #[arg(long, value_name = "DIR")]
+    pub dali_index: Option<PathBuf>,
+
     /// Shards scanned at once (default: one per core).
     #[arg(long, short = 'j', value_name = "N")]
     pub jobs: Option<usize>,
