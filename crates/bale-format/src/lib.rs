@@ -41,9 +41,9 @@
 pub mod atomic;
 mod error;
 pub mod files;
+pub mod foreign;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-pub mod foreign;
 pub mod h5;
 pub mod hash;
 mod index;
