@@ -26,6 +26,9 @@ use crate::npy::{self, Header};
 use crate::read::decompress_frame;
 use crate::{Manifest, SampleStream, ShardIndex, StreamSample, checksum};
 
+/// The MDS and LitData readers over an `index.json` and its first shard's
+/// bytes, as [`check_foreign`] runs them: the samples read, or the error.
+pub use crate::foreign::check_bytes as read_foreign;
 pub use crate::tar::{
     BLOCK, Entry, EntryKind, PAX_HEADER_NAME, TarReader, encode_member_header, padded,
     parse_header, parse_pax,

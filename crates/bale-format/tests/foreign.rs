@@ -3,7 +3,7 @@
 //! errors that name the file, never a panic or an allocation a size field
 //! asks for.
 
-use bale_format::fuzzing::check_foreign;
+use bale_format::fuzzing::read_foreign;
 use proptest::prelude::*;
 
 /// An MDS `index.json` of one shard with the columns `cls` (int), `txt`
@@ -64,7 +64,7 @@ proptest! {
     #[test]
     fn mds_samples_come_back_as_members(samples in samples()) {
         let shard = mds_shard(&samples);
-        let got = check_foreign(&mds_index(shard.len(), samples.len()), &shard).unwrap();
+        let got = read_foreign(&mds_index(shard.len(), samples.len()), &shard).unwrap();
         prop_assert_eq!(got.len(), samples.len());
         for (i, ((key, members), (cls, raw, txt))) in got.iter().zip(&samples).enumerate() {
             prop_assert_eq!(key, &format!("{i:08}"));
@@ -90,7 +90,7 @@ proptest! {
             shard[i] = v;
         }
         shard.truncate(cut.index(len + 1));
-        if let Err(e) = check_foreign(&mds_index(len, samples.len()), &shard) {
+        if let Err(e) = read_foreign(&mds_index(len, samples.len()), &shard) {
             assert_names_a_file(&e);
         }
     }
@@ -103,7 +103,7 @@ proptest! {
         // Also a count near the top of u32, which must not be allocated.
         for n in [u64::from(claimed), u64::from(u32::MAX), 3] {
             let index = mds_index(bytes.len(), n as usize);
-            if let Err(e) = check_foreign(&index, &bytes) {
+            if let Err(e) = read_foreign(&index, &bytes) {
                 assert_names_a_file(&e);
             }
         }
@@ -111,7 +111,7 @@ proptest! {
 
     #[test]
     fn arbitrary_index_json_is_an_error_never_a_panic(text in ".{0,300}") {
-        if let Err(e) = check_foreign(text.as_bytes(), b"") {
+        if let Err(e) = read_foreign(text.as_bytes(), b"") {
             assert_names_a_file(&e);
         }
     }
@@ -144,7 +144,7 @@ proptest! {
         let index = String::from_utf8_lossy(index)
             .replace("CHUNK", &chunk.len().to_string())
             .replace("COUNT", &items.len().to_string());
-        let got = check_foreign(index.as_bytes(), &chunk).unwrap();
+        let got = read_foreign(index.as_bytes(), &chunk).unwrap();
         prop_assert_eq!(got.len(), items.len());
         for ((_, members), (l, s, v)) in got.iter().zip(&items) {
             prop_assert_eq!(&members[0], &("label".to_string(), l.to_string().into_bytes()));
