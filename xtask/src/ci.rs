@@ -14,7 +14,7 @@
 //! 6. `cargo build --workspace --exclude xtask --bins --all-features` (so the tests
 //!    run a fresh `bale`), then `cargo test --workspace --all-features`;
 //! 7. `cargo check` of `fuzz/`, if it exists;
-//! 8. `cargo package` of bale-format, bale-image, bale-reader and bale-pack (each
+//! 8. `cargo package` of bale-format, bale-storage, bale-image, bale-reader and bale-pack (each
 //!    verified by building it from its packaged sources, against the others);
 //! 9. examples/rust-loader, a crate of its own that depends on bale-reader as an
 //!    outside loader would: built, and run over a dataset packed here;
@@ -79,7 +79,13 @@ const STEPS: &[&str] = &[
 ];
 
 /// The library crates `cargo package` must accept.
-const PACKAGES: &[&str] = &["bale-format", "bale-image", "bale-reader", "bale-pack"];
+const PACKAGES: &[&str] = &[
+    "bale-format",
+    "bale-storage",
+    "bale-image",
+    "bale-reader",
+    "bale-pack",
+];
 
 struct Ci {
     root: PathBuf,
@@ -168,7 +174,7 @@ impl Ci {
         )?;
         self.step(
             "package",
-            "cargo package -p bale-format -p bale-image -p bale-reader -p bale-pack",
+            "cargo package -p bale-format -p bale-storage -p bale-image -p bale-reader -p bale-pack",
             |ci| {
                 let mut cmd = ci.cargo();
                 cmd.args(["package", "--allow-dirty"]);
