@@ -751,16 +751,7 @@ pub fn ensure_venv(root: &Path) -> Result<PathBuf> {
     if !requirements.exists() {
         bail!("{} is missing", requirements.display());
     }
-    let sha = util::output(
-        Command::new(&python)
-            .args([
-                "-c",
-                "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())",
-            ])
-            .arg(&requirements),
-    )?
-    .trim()
-    .to_string();
+    let sha = util::sha256_of(&python, &requirements)?;
     let stamp = venv.join(VENV_STAMP);
     if fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == sha) {
         eprintln!(
