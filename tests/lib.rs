@@ -17,6 +17,8 @@ use std::sync::OnceLock;
 
 use anyhow::{Context, Result, bail};
 
+pub mod seaweed;
+
 /// The repository root (the parent of `tests/`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -663,7 +663,17 @@ fn help(args: &[&str]) -> String {
 fn command_help_shows_the_long_help_and_the_list_shows_summaries() {
     let list = help(&["--help"]);
     for cmd in [
-        "pack", "merge", "verify", "stat", "ls", "get", "index", "stage", "unstage",
+        "pack",
+        "merge",
+        "convert",
+        "verify",
+        "stat",
+        "ls",
+        "get",
+        "index",
+        "export-index",
+        "stage",
+        "unstage",
     ] {
         let line = list
             .lines()

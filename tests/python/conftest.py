@@ -1,7 +1,7 @@
 """Shared fixtures of the Python package tests: trees written here, packed by the real `bale`.
 
-`cargo xtask ci` installs the package (crates/bale-py) into the venv and sets BALE_BIN;
-run by hand:
+`cargo xtask ci` installs the package (the wheel of crates/bale-py it built) into the venv
+and sets BALE_BIN; run by hand:
 
     .venv/bin/maturin develop -m crates/bale-py/Cargo.toml   # with VIRTUAL_ENV=.venv
     .venv/bin/python -m pytest -q tests/python

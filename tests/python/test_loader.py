@@ -260,7 +260,9 @@ def test_fields_pass_through(tmp_path: Path) -> None:
 def test_bad_options_are_value_errors(jpegs) -> None:
     path, _ = jpegs
     for kw in (dict(batch_size=0), dict(crop="diagonal"), dict(dtype="int7"), dict(scale=(0.5, 0.1)),
-               dict(size=0), dict(on_error="retry"), dict(image="txt")):
+               dict(size=0), dict(on_error="retry"), dict(image="txt"), dict(threads=100_000),
+               dict(prefetch=10**9), dict(batch_size=10**9), dict(std=(0.0, 1.0, 1.0), dtype="float32"),
+               dict(rank=3, world_size=2)):
         with pytest.raises(ValueError):
             bale.Loader(path, **kw)
 
@@ -303,3 +305,65 @@ def test_decode_image_matches_pillow_and_refuses_damage(jpegs, same_size) -> Non
     buf = io.BytesIO()
     np.save(buf, arr)
     assert np.array_equal(bale.decode_image(buf.getvalue(), "npy"), arr)
+
+
+def bomb_png(w: int, h: int) -> bytes:
+    """A PNG whose header claims w x h RGB pixels, with a few rows of data."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    rows = zlib.compress(b"\x00" * (1 + 3 * w) * 4)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
+def bomb_jpeg(w: int, h: int) -> bytes:
+    """A small JPEG with its frame header patched to claim w x h pixels."""
+    buf = io.BytesIO()
+    Image.fromarray(photo(1, 32, 32)).save(buf, "JPEG")
+    b = bytearray(buf.getvalue())
+    sof = b.index(b"\xff\xc0")
+    b[sof + 5 : sof + 7] = h.to_bytes(2, "big")
+    b[sof + 7 : sof + 9] = w.to_bytes(2, "big")
+    return bytes(b)
+
+
+def test_decompression_bombs_are_refused_from_their_header(tmp_path: Path) -> None:
+    import resource
+
+    for ext, data in [("png", bomb_png(60000, 60000)), ("jpg", bomb_jpeg(60000, 60000))]:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with pytest.raises(bale.FormatError, match="pixels"):
+            bale.decode_image(data, ext)
+        # Nothing near 60000 x 60000 x 3 bytes (10 GB) was allocated.
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB
+        # Under a lower limit, a normal image is refused too; above it, decoded.
+        ok = bale.decode_image(bomb_jpeg(32, 32) if ext == "jpg" else _png(32, 32), ext)
+        assert ok.shape[:2] == (32, 32)
+        with pytest.raises(bale.FormatError, match="pixels"):
+            bale.decode_image(_png(32, 32) if ext == "png" else bomb_jpeg(32, 32), ext, max_pixels=1000)
+
+    # In a dataset: the loader fails naming the sample, or skips it.
+    root = tmp_path / "in"
+    (root / "a").mkdir(parents=True)
+    for i in range(6):
+        Image.fromarray(photo(i, 64, 48)).save(root / "a" / f"{i}.png")
+    (root / "a" / "3.png").write_bytes(bomb_png(60000, 60000))
+    ds = tmp_path / "ds"
+    run_bale("pack", root, "-o", ds)
+    with pytest.raises(bale.FormatError, match="a/3"):
+        list(bale.Loader(ds, batch_size=2, crop="center", size=16, image="png"))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        loader = bale.Loader(ds, batch_size=2, crop="center", size=16, image="png", on_error="skip")
+        n = sum(len(labels) for _, labels in loader)
+    assert n == 5 and loader.skipped == 1
+
+
+def _png(w: int, h: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(photo(2, w, h)).save(buf, "PNG")
+    return buf.getvalue()

@@ -86,6 +86,13 @@ const BENCHES: &[Bench] = &[
         }],
     },
     Bench {
+        name: "remote",
+        about: "reading from object storage (SeaweedFS on 127.0.0.1): bale against raw GETs, WebDataset, MosaicML Streaming, LitData; stage against boto3",
+        runs: &[Run::Custom {
+            run: crate::bench_remote::run,
+        }],
+    },
+    Bench {
         name: "loader",
         about: "bale.Loader's decoded, augmented batches, against torchvision, bale.Dataset + DataLoader and DALI",
         runs: &[Run::Custom {

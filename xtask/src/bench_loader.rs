@@ -1,26 +1,25 @@
 //! `cargo xtask bench loader`: `bale.Loader` against torchvision, `bale.Dataset` +
 //! DataLoader and NVIDIA DALI's CPU pipeline.
 //!
-//! 1. builds `bale` and the Python package in release (as `bench python` does);
-//! 2. installs DALI into the venv from crates/bale-loader/benches/requirements.txt
-//!    when `import nvidia.dali` fails (about 1 GB; the CPU pipelines need no GPU);
-//! 3. packs the benchmark tree twice, unless complete datasets are there: as it is
+//! 1. builds `bale` and the Python package in release (as `bench python` does),
+//!    into the test venv, which has DALI (pinned in tests/python/requirements.txt;
+//!    its CPU pipelines need no GPU);
+//! 2. packs the benchmark tree twice, unless complete datasets are there: as it is
 //!    (`target/bench/loader/as-is`) and pre-resized (`--resize shorter:256`,
 //!    `target/bench/loader/short256`);
-//! 4. runs crates/bale-loader/benches/loader.py on both, which prints images/s of
+//! 3. runs crates/bale-loader/benches/loader.py on both, which prints images/s of
 //!    each subject, the ratios, and the per-core decode rates.
 
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::bench_python::{build_release, pack_once};
 use crate::util;
 
-/// The benchmark script and DALI's pinned requirements, relative to the repository root.
+/// The benchmark script, relative to the repository root.
 const SCRIPT: &str = "crates/bale-loader/benches/loader.py";
-const REQUIREMENTS: &str = "crates/bale-loader/benches/requirements.txt";
 
 /// Builds, installs, packs and runs the loader benchmark; `extra` goes to the script.
 pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<()> {
@@ -29,22 +28,13 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
         .args(["-c", "import nvidia.dali"])
         .stderr(std::process::Stdio::null())
         .status()
-        .is_ok_and(|s| s.success());
+        .is_ok_and(|st| st.success());
     if !has_dali && !extra.iter().any(|a| a == "--no-dali") {
-        eprintln!("bench loader: installing NVIDIA DALI into the venv ({REQUIREMENTS})");
-        util::run(
-            Command::new(python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--disable-pip-version-check",
-                    "-q",
-                    "-r",
-                ])
-                .arg(root.join(REQUIREMENTS)),
-        )
-        .context("installing DALI (pass `-- --no-dali` to leave it out)")?;
+        anyhow::bail!(
+            "`import nvidia.dali` fails in {}: the venv lacks tests/python/requirements.txt \
+             (run `cargo xtask ci`, which installs it), or pass `-- --no-dali`",
+            python.display()
+        );
     }
     let base = root.join("target/bench/loader");
     let as_is = base.join("as-is");

@@ -9,14 +9,23 @@
 //!    (skipped when `.venv` records that file's sha256);
 //! 3. `cargo fmt --all --check`;
 //! 4. `cargo clippy --workspace --all-targets --all-features -- -D warnings`;
-//! 5. `cargo build --workspace --exclude xtask --bins --all-features` (so the tests
+//! 5. `cargo install --debug --path crates/bale-cli` into `target/ci/install` (a user's
+//!    `cargo install`), then that `bale` packs and verifies a small tree;
+//! 6. `cargo build --workspace --exclude xtask --bins --all-features` (so the tests
 //!    run a fresh `bale`), then `cargo test --workspace --all-features`;
-//! 6. `cargo check` of `fuzz/`, if it exists;
-//! 7. `pytest -q tests/python`, if it holds `test_*.py` files (exit code 5, no tests
-//!    collected, counts as success), with `BALE_BIN` set to `target/debug/bale`, after
-//!    `maturin develop` has built the Python package (crates/bale-py) into the venv.
+//! 7. `cargo check` of `fuzz/`, if it exists;
+//! 8. `cargo package` of bale-format, bale-storage, bale-image, bale-reader and bale-pack (each
+//!    verified by building it from its packaged sources, against the others);
+//! 9. examples/rust-loader, a crate of its own that depends on bale-reader as an
+//!    outside loader would: built, and run over a dataset packed here;
+//! 10. the abi3 wheel: `maturin build --release` into `target/wheels`, installed (with
+//!     numpy) into a fresh venv whose PATH has no Rust toolchain, where
+//!     tests/wheel/check_wheel.py packs with `bale` and reads through the package;
+//! 11. `pytest -q tests/python`, if it holds `test_*.py` files (exit code 5, no tests
+//!     collected, counts as success), with `BALE_BIN` set to `target/debug/bale`, after
+//!     the wheel of step 10 has been installed into the venv.
 //!
-//! Steps 3..7 see `BALE_TEST_PYTHON` set to the venv's interpreter.
+//! Steps 3..11 see `BALE_TEST_PYTHON` set to the venv's interpreter.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -31,7 +40,10 @@ const USAGE: &str = "\
 usage: cargo xtask ci
 
 Runs every check and test in order, stopping at the first failure:
-  tools, venv, fmt, clippy, test, fuzz (if fuzz/ exists), pytest (if tests/python has tests).
+  tools, venv, fmt, clippy, install (cargo install of bale), test, fuzz (if fuzz/
+  exists), package (cargo package of the library crates), example
+  (examples/rust-loader), wheel (the abi3 wheel in a fresh venv without Rust),
+  pytest (if tests/python has tests).
 Missing tools (python3-venv, tar, zstd, libhdf5-dev + pkg-config for the `hdf5`
 feature that --all-features builds, libjpeg-dev for the loader) are installed with
 apt-get when run as root; otherwise ci stops with the apt-get command to run.";
@@ -51,6 +63,7 @@ pub fn main(args: Args) -> Result<()> {
     let mut ci = Ci {
         root: util::repo_root(),
         python: None,
+        wheel: None,
         done: Vec::new(),
     };
     let start = Instant::now();
@@ -60,12 +73,26 @@ pub fn main(args: Args) -> Result<()> {
 }
 
 /// Names of the steps, for the `[i/N]` headers.
-const STEPS: &[&str] = &["tools", "venv", "fmt", "clippy", "test", "fuzz", "pytest"];
+const STEPS: &[&str] = &[
+    "tools", "venv", "fmt", "clippy", "install", "test", "fuzz", "package", "example", "wheel",
+    "pytest",
+];
+
+/// The library crates `cargo package` must accept.
+const PACKAGES: &[&str] = &[
+    "bale-format",
+    "bale-storage",
+    "bale-image",
+    "bale-reader",
+    "bale-pack",
+];
 
 struct Ci {
     root: PathBuf,
     /// The venv's interpreter, once step 2 has made it.
     python: Option<PathBuf>,
+    /// The wheel the wheel step built.
+    wheel: Option<PathBuf>,
     /// (step, elapsed, outcome) of the steps run so far.
     done: Vec<(&'static str, Duration, &'static str)>,
 }
@@ -107,6 +134,14 @@ impl Ci {
                 Ok(Outcome::Passed)
             },
         )?;
+        self.step(
+            "install",
+            "cargo install --debug --path crates/bale-cli; pack and verify with it",
+            |ci| {
+                install_and_try(ci)?;
+                Ok(Outcome::Passed)
+            },
+        )?;
         self.step("test", "cargo test --workspace --all-features", |ci| {
             // The end-to-end tests run target/<profile>/bale as it is; build it fresh
             // first, with the features the tests use. (xtask is excluded: rebuilding it
@@ -137,6 +172,40 @@ impl Ci {
                 Ok(Outcome::Passed)
             },
         )?;
+        self.step(
+            "package",
+            "cargo package -p bale-format -p bale-storage -p bale-image -p bale-reader -p bale-pack",
+            |ci| {
+                let mut cmd = ci.cargo();
+                cmd.args(["package", "--allow-dirty"]);
+                for p in PACKAGES {
+                    cmd.args(["-p", p]);
+                }
+                util::run(&mut cmd).context(
+                    "the library crates do not package (or their packaged sources do not build)",
+                )?;
+                Ok(Outcome::Passed)
+            },
+        )?;
+        self.step(
+            "example",
+            "examples/rust-loader over a packed dataset",
+            |ci| {
+                run_example(ci)?;
+                Ok(Outcome::Passed)
+            },
+        )?;
+        self.step(
+            "wheel",
+            "maturin build --release; install into a fresh venv without Rust; read test",
+            |ci| {
+                let python = ci.python.clone().context("the venv step did not run")?;
+                let wheel = build_wheel(ci, &python)?;
+                check_wheel(ci, &wheel)?;
+                ci.wheel = Some(wheel);
+                Ok(Outcome::Passed)
+            },
+        )?;
         self.step("pytest", "pytest -q tests/python", |ci| {
             if !has_python_tests(&ci.root.join("tests/python"))? {
                 return Ok(Outcome::Skipped("no tests/python/test_*.py"));
@@ -146,9 +215,7 @@ impl Ci {
             let mut cmd = ci.command(python);
             cmd.args(["-m", "pytest", "-q", "tests/python"]);
             // The binary the test step built, for the Python tests to run.
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map_or_else(|| ci.root.join("target"), PathBuf::from);
-            let bale = target.join("debug/bale");
+            let bale = ci.target().join("debug/bale");
             if std::env::var_os("BALE_BIN").is_none() && bale.exists() {
                 cmd.env("BALE_BIN", bale);
             }
@@ -211,6 +278,11 @@ impl Ci {
         cmd
     }
 
+    /// Cargo's target directory (`$CARGO_TARGET_DIR`, else `target/`).
+    fn target(&self) -> PathBuf {
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| self.root.join("target"), PathBuf::from)
+    }
+
     fn cargo(&self) -> Command {
         let mut cmd = util::cargo();
         cmd.current_dir(&self.root);
@@ -221,20 +293,259 @@ impl Ci {
     }
 }
 
-/// Builds the Python package (crates/bale-py) into the venv with the venv's pinned
-/// maturin: debug profile (dependencies optimised), target/ shared with cargo.
+/// Installs the wheel the wheel step built into the test venv (instead of
+/// building the package a second time with `maturin develop`).
 fn install_python_package(ci: &Ci, python: &Path) -> Result<()> {
+    let wheel = ci.wheel.as_ref().context("the wheel step did not run")?;
+    util::run(
+        ci.command(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-q",
+                "--no-deps",
+                "--force-reinstall",
+            ])
+            .arg(wheel),
+    )
+    .context("installing the bale wheel into the test venv failed")
+}
+
+/// Makes `dir` empty: removes it when it exists (a directory under target/
+/// that ci owns), then creates it.
+fn fresh_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+}
+
+/// A small tree of two classes for the smoke checks: `n` samples of a
+/// `.bin` member each.
+fn small_tree(dir: &Path, n: usize) -> Result<()> {
+    for i in 0..n {
+        let class = dir.join(["cat", "dog"][i % 2]);
+        fs::create_dir_all(&class)?;
+        let data: Vec<u8> = (0..100 + 37 * i).map(|j| (i * 31 + j) as u8).collect();
+        fs::write(class.join(format!("{i:04}.bin")), data)?;
+    }
+    Ok(())
+}
+
+/// `cargo install --path crates/bale-cli` (debug, into target/ci/install, sharing
+/// the target directory), then the installed `bale` packs and verifies a tree.
+fn install_and_try(ci: &Ci) -> Result<()> {
+    let base = ci.target().join("ci/install");
+    fresh_dir(&base)?;
+    util::run(
+        ci.cargo()
+            .args([
+                "install",
+                "--locked",
+                "--debug",
+                "--path",
+                "crates/bale-cli",
+                "--root",
+            ])
+            .arg(&base)
+            .arg("--target-dir")
+            .arg(ci.target()),
+    )
+    .context("`cargo install --path crates/bale-cli` failed")?;
+    let bale = base.join("bin/bale");
+    let version = util::output(Command::new(&bale).arg("--version"))?;
+    if !version.starts_with("bale ") {
+        bail!("{} --version printed {version:?}", bale.display());
+    }
+    let tree = base.join("tree");
+    small_tree(&tree, 20)?;
+    let ds = base.join("ds");
+    util::run(
+        Command::new(&bale)
+            .arg("pack")
+            .arg(&tree)
+            .arg("-o")
+            .arg(&ds)
+            .arg("-q"),
+    )?;
+    util::run(Command::new(&bale).arg("verify").arg(&ds))?;
+    eprintln!("ci: install: {} packs and verifies", version.trim());
+    Ok(())
+}
+
+/// Builds examples/rust-loader (its own workspace and lock file) and runs it
+/// over a dataset packed with the test step's `bale`.
+fn run_example(ci: &Ci) -> Result<()> {
+    let manifest = ci.root.join("examples/rust-loader/Cargo.toml");
+    util::run(
+        ci.cargo()
+            .args(["build", "--locked", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(ci.target()),
+    )
+    .context("building examples/rust-loader failed")?;
+    let base = ci.target().join("ci/example");
+    fresh_dir(&base)?;
+    small_tree(&base.join("tree"), 45)?;
+    let ds = base.join("ds");
+    util::run(
+        Command::new(ci.target().join("debug/bale"))
+            .arg("pack")
+            .arg(base.join("tree"))
+            .arg("-o")
+            .arg(&ds)
+            .args(["--shard-samples", "8", "-q"]),
+    )?;
+    let out = util::output(
+        Command::new(ci.target().join("debug/bale-rust-loader-example"))
+            .arg(&ds)
+            .arg("3"),
+    )?;
+    let bytes: usize = (0..45).map(|i| 100 + 37 * i + 1).sum(); // .bin and .cls ("0"/"1")
+    let want = format!("samples=45 bytes={bytes} ranks=3 labelled=45");
+    if out.trim() != want {
+        bail!(
+            "examples/rust-loader printed {:?}, expected {want:?}",
+            out.trim()
+        );
+    }
+    eprintln!("ci: example: {want}");
+    Ok(())
+}
+
+/// Builds the abi3 wheel of crates/bale-py in release with the venv's maturin,
+/// into `target/wheels` (emptied of bale wheels first); returns its path.
+fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
     let bin = python
         .parent()
         .context("the venv's python has no directory")?;
-    let venv = bin.parent().context("the venv's bin has no parent")?;
+    let out = ci.target().join("wheels");
+    if let Ok(entries) = fs::read_dir(&out) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("bale-") && name.ends_with(".whl") {
+                fs::remove_file(e.path())?;
+            }
+        }
+    }
     let mut cmd = ci.command(bin.join("maturin"));
-    cmd.args(["develop", "--quiet", "-m", "crates/bale-py/Cargo.toml"]);
-    cmd.env("VIRTUAL_ENV", venv);
+    cmd.args([
+        "build",
+        "--release",
+        "--quiet",
+        "-m",
+        "crates/bale-py/Cargo.toml",
+        "-i",
+    ])
+    .arg(python)
+    .arg("--out")
+    .arg(&out);
+    util::run(&mut cmd).context("building the wheel (crates/bale-py) failed")?;
+    let wheels: Vec<PathBuf> = fs::read_dir(&out)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("bale-") && n.ends_with(".whl"))
+        })
+        .collect();
+    match wheels.as_slice() {
+        [one] => {
+            let name = one.file_name().unwrap_or_default().to_string_lossy();
+            if !name.contains("abi3") {
+                bail!("{name} is not an abi3 wheel");
+            }
+            eprintln!("ci: wheel: {}", util::shown(one));
+            Ok(one.clone())
+        }
+        _ => bail!(
+            "expected one bale wheel in {}, found {wheels:?}",
+            out.display()
+        ),
+    }
+}
+
+/// The PATH without any directory that holds cargo, rustc or rustup.
+fn path_without_rust() -> Result<std::ffi::OsString> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let paths = std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path));
-    cmd.env("PATH", std::env::join_paths(paths)?);
-    util::run(&mut cmd).context("building the Python package (crates/bale-py) failed")
+    let kept = std::env::split_paths(&path).filter(|dir| {
+        !["cargo", "rustc", "rustup", "maturin"]
+            .iter()
+            .any(|tool| dir.join(tool).exists())
+    });
+    Ok(std::env::join_paths(kept)?)
+}
+
+/// The pinned numpy of the test requirements (`numpy==X`).
+fn pinned_numpy(root: &Path) -> Result<String> {
+    let text = fs::read_to_string(root.join(REQUIREMENTS))?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("numpy=="))
+        .map(str::to_owned)
+        .context("tests/python/requirements.txt pins no numpy")
+}
+
+/// Installs `wheel` (and the pinned numpy) into a fresh venv under
+/// target/ci/wheel, with no Rust toolchain on PATH, and runs
+/// tests/wheel/check_wheel.py there.
+fn check_wheel(ci: &Ci, wheel: &Path) -> Result<()> {
+    let base = ci.target().join("ci/wheel");
+    fresh_dir(&base)?;
+    let path = path_without_rust()?;
+    let clean = |program: &Path| {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(&base).env("PATH", &path);
+        for var in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "RUSTUP_HOME",
+            "RUSTUP_TOOLCHAIN",
+            "RUSTC",
+            "VIRTUAL_ENV",
+            "PYTHONPATH",
+            "BALE_TEST_PYTHON",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd
+    };
+    let venv = base.join("venv");
+    // `python -m venv` run by a venv's interpreter makes a venv of the base
+    // interpreter: a fresh one, not nested in the test venv.
+    let test_python = ci.python.clone().context("the venv step did not run")?;
+    util::run(clean(&test_python).args(["-m", "venv"]).arg(&venv))
+        .context("creating the wheel venv")?;
+    let python = venv.join("bin/python");
+    util::run(
+        clean(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-q",
+            ])
+            .arg(wheel)
+            .arg(pinned_numpy(&ci.root)?),
+    )
+    .context("installing the wheel into a fresh venv failed")?;
+    let work = base.join("work");
+    fs::create_dir_all(&work)?;
+    util::run(
+        clean(&python)
+            .arg(ci.root.join("tests/wheel/check_wheel.py"))
+            .arg(ci.target().join("debug/bale"))
+            .arg(&work),
+    )
+    .context("the wheel's read test failed")
 }
 
 fn has_python_tests(dir: &Path) -> Result<bool> {

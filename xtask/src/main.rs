@@ -6,6 +6,7 @@
 mod bench;
 mod bench_loader;
 mod bench_python;
+mod bench_remote;
 mod ci;
 mod demo;
 mod gen_tree;

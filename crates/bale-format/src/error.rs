@@ -212,6 +212,15 @@ pub enum FormatError {
         /// The file.
         path: PathBuf,
     },
+    /// Another tool's dataset (MosaicML Streaming, LitData) holds something
+    /// bale cannot map: a column type, a compression, a layout.
+    #[error("{}: {what}", shown(path))]
+    Unsupported {
+        /// The file that says so (`index.json`, a shard).
+        path: PathBuf,
+        /// What, and what to do about it.
+        what: String,
+    },
     /// A value does not fit the format's limits.
     #[error("{}: {what}", shown(path))]
     Limit {

@@ -81,6 +81,21 @@ pub fn open_regular(path: &Path) -> Result<File> {
 /// # Errors
 /// As [`open_regular`]; [`FormatError::Limit`] when the file is larger than `cap`.
 pub fn read_capped(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>> {
+    if crate::read_at::is_url(path) {
+        let (src, len) = crate::read_at::open(path)?;
+        if len > cap {
+            return Err(FormatError::Limit {
+                path: path.to_path_buf(),
+                what: format!(
+                    "{len} bytes is larger than any {what} bale writes (at most {cap} bytes)"
+                ),
+            });
+        }
+        let mut bytes = vec![0u8; len as usize];
+        src.read_exact_at(&mut bytes, 0)
+            .map_err(|e| FormatError::io(path, e))?;
+        return Ok(bytes);
+    }
     let file = open_regular(path)?;
     let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
     let too_large = |len: u64| FormatError::Limit {

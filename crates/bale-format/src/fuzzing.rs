@@ -26,6 +26,9 @@ use crate::npy::{self, Header};
 use crate::read::decompress_frame;
 use crate::{Manifest, SampleStream, ShardIndex, StreamSample, checksum};
 
+/// The MDS and LitData readers over an `index.json` and its first shard's
+/// bytes, as [`check_foreign`] runs them: the samples read, or the error.
+pub use crate::foreign::check_bytes as read_foreign;
 pub use crate::tar::{
     BLOCK, Entry, EntryKind, PAX_HEADER_NAME, TarReader, encode_member_header, padded,
     parse_header, parse_pax,
@@ -270,6 +273,33 @@ pub fn check_npy(data: &[u8]) {
             assert!(pixels > 0);
             assert_eq!(Some(pixels), data_len);
             assert_eq!(offset as u64 + pixels, total);
+        }
+    }
+}
+
+/// The MDS and LitData readers ([`crate::foreign`], what `bale convert`
+/// reads) over `data`: a little-endian u16 length, that many bytes of
+/// `index.json`, then the bytes of its first shard. An error names a file;
+/// what is accepted is a list of samples with keys and valid extensions.
+///
+/// # Panics
+/// When the readers panic, an error names no file, or a sample breaks
+/// those promises.
+pub fn check_foreign(data: &[u8]) {
+    if data.len() < 2 {
+        return;
+    }
+    let split = usize::from(u16::from_le_bytes([data[0], data[1]])).min(data.len() - 2);
+    let (index, shard) = data[2..].split_at(split);
+    match crate::foreign::check_bytes(index, shard) {
+        Err(e) => assert!(e.to_string().contains("fuzz/"), "error names no file: {e}"),
+        Ok(samples) => {
+            for (key, members) in samples {
+                assert!(!key.is_empty(), "a sample without a key");
+                for (ext, _) in members {
+                    crate::validate_ext(&ext).expect("extensions are checked");
+                }
+            }
         }
     }
 }

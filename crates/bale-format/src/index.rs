@@ -403,6 +403,9 @@ impl ShardIndex {
     /// I/O errors, and every structural problem, naming the file and offset.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        if crate::read_at::is_url(path) {
+            return Self::open_url(path, None);
+        }
         let file = crate::files::open_regular(path)?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
         Self::open_file(file, len, path)
@@ -440,6 +443,9 @@ impl ShardIndex {
     /// manifest's; as [`ShardIndex::open`].
     pub fn open_expecting(path: impl AsRef<Path>, samples: u64, members: u64) -> Result<Self> {
         let path = path.as_ref();
+        if crate::read_at::is_url(path) {
+            return Self::open_url(path, Some((samples, members)));
+        }
         let file = crate::files::open_regular(path)?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
         let mut head = [0u8; HEADER_LEN];
@@ -467,6 +473,55 @@ impl ShardIndex {
             }
         }
         Self::open_file(file, len, path)
+    }
+
+    /// An index at a URL (through the storage layer, see
+    /// [`crate::read_at::open`]): its header is read first and, with
+    /// `expect`, compared with the manifest's counts; its length must be the
+    /// one its counts give before the rest is read.
+    fn open_url(path: &Path, expect: Option<(u64, u64)>) -> Result<Self> {
+        let (src, len) = crate::read_at::open(path)?;
+        let io = |e| FormatError::io(path, e);
+        if len >= (HEADER_LEN + FOOTER_LEN) as u64 {
+            let mut head = [0u8; HEADER_LEN];
+            src.read_exact_at(&mut head, 0).map_err(io)?;
+            if head[..8] == INDEX_MAGIC {
+                let (s, m, strings) = (u64_at(&head, 16), u64_at(&head, 24), u64_at(&head, 32));
+                if let Some((samples, members)) = expect {
+                    let mismatch = |what: String| {
+                        Err(FormatError::IndexMismatch {
+                            path: path.to_path_buf(),
+                            what,
+                        })
+                    };
+                    if s != samples {
+                        return mismatch(format!(
+                            "the index holds {s} samples, the manifest records {samples}"
+                        ));
+                    }
+                    if m != members {
+                        return mismatch(format!(
+                            "the index holds {m} members, the manifest records {members}"
+                        ));
+                    }
+                }
+                let expected = s
+                    .checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)
+                    .and_then(|a| a.checked_add(m.checked_mul(MEMBER_LEN as u64)?))
+                    .and_then(|a| a.checked_add(strings))
+                    .and_then(|a| a.checked_add((HEADER_LEN + FOOTER_LEN) as u64));
+                if expected != Some(len) {
+                    return Err(FormatError::corrupt(
+                        path,
+                        16,
+                        format!("header counts describe {expected:?} bytes, the object has {len}"),
+                    ));
+                }
+            }
+        }
+        let mut bytes = vec![0u8; len.min(u64::from(u32::MAX) * 4) as usize];
+        src.read_exact_at(&mut bytes, 0).map_err(io)?;
+        Self::from_bytes(bytes, path)
     }
 
     /// Validates an index held in memory; `path` names it in errors.

@@ -41,6 +41,7 @@
 pub mod atomic;
 mod error;
 pub mod files;
+pub mod foreign;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod h5;
@@ -50,6 +51,7 @@ mod manifest;
 mod name;
 pub mod npy;
 pub mod read;
+pub mod read_at;
 pub mod scan;
 mod shard;
 pub mod shuffle;

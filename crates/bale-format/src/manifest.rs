@@ -336,7 +336,8 @@ impl Manifest {
     /// Resolves a path from the manifest (a shard or index file) against the dataset directory.
     pub fn resolve(dir: &Path, file: &str) -> PathBuf {
         let p = Path::new(file);
-        if p.is_absolute() {
+        // A URL (`s3://bucket/x.tar`, written by `bale index` of tars in a bucket) is absolute.
+        if p.is_absolute() || crate::read_at::is_url(p) {
             p.to_path_buf()
         } else {
             dir.join(p)

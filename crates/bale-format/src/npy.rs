@@ -93,10 +93,21 @@ impl Header {
 /// with spaces to a 64-byte boundary and ended by a newline, then the data in
 /// C order. `descr` is a NumPy type string such as `|u1` or `<u2`.
 pub fn encode(descr: &str, shape: [usize; 3], data: &[u8]) -> Vec<u8> {
-    let dict = format!(
-        "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}, {}, {}), }}",
-        shape[0], shape[1], shape[2]
-    );
+    encode_shape(descr, &shape.map(|d| d as u64), data)
+}
+
+/// As [`encode`], for any number of dimensions (none: a 0-d array).
+pub fn encode_shape(descr: &str, shape: &[u64], data: &[u8]) -> Vec<u8> {
+    let dims = match shape {
+        [] => String::new(),
+        [d] => format!("{d},"),
+        _ => shape
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({dims}), }}");
     // 6 magic + 2 version + 2 length, the dict, padding, the newline.
     let unpadded = 10 + dict.len() + 1;
     let header_len = dict.len() + 1 + (64 - unpadded % 64) % 64;

@@ -1,8 +1,8 @@
 //! Random access: one positioned read per sample, guided by the index.
 
+use crate::read_at::ReadAt;
 use std::cell::RefCell;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{FormatError, Result};
@@ -35,7 +35,12 @@ impl SampleBuf {
 ///
 /// # Errors
 /// I/O errors and short files, naming `path` and the offset.
-pub fn read_exact_at(file: &File, path: &Path, offset: u64, len: u64) -> Result<Vec<u8>> {
+pub fn read_exact_at<R: ReadAt + ?Sized>(
+    file: &R,
+    path: &Path,
+    offset: u64,
+    len: u64,
+) -> Result<Vec<u8>> {
     let mut buf = vec![
         0u8;
         usize::try_from(len).map_err(|_| FormatError::Limit {
@@ -51,14 +56,19 @@ pub fn read_exact_at(file: &File, path: &Path, offset: u64, len: u64) -> Result<
 ///
 /// # Errors
 /// I/O errors and short files, naming `path` and the offset.
-pub fn read_exact_into(file: &File, path: &Path, offset: u64, buf: &mut [u8]) -> Result<()> {
+pub fn read_exact_into<R: ReadAt + ?Sized>(
+    file: &R,
+    path: &Path,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<()> {
     file.read_exact_at(buf, offset).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             FormatError::Truncated {
                 path: path.to_path_buf(),
                 what: "sample data",
                 needed: offset + buf.len() as u64,
-                len: file.metadata().map(|m| m.len()).unwrap_or(0),
+                len: file.len_hint().unwrap_or(offset),
             }
         } else {
             FormatError::io_at(path, offset, e)
@@ -126,8 +136,8 @@ pub fn decompress_frame(
 /// # Errors
 /// I/O errors, truncation, bad frames, naming the shard and offset; an HDF5
 /// shard (its samples are not one range).
-pub fn read_sample(
-    file: &File,
+pub fn read_sample<R: ReadAt + ?Sized>(
+    file: &R,
     path: &Path,
     compression: Compression,
     e: &SampleEntry,
@@ -157,7 +167,11 @@ pub fn read_sample(
 ///
 /// # Errors
 /// I/O errors and truncation, naming the shard and offset.
-pub fn read_member(file: &File, path: &Path, m: &MemberEntry<'_>) -> Result<Vec<u8>> {
+pub fn read_member<R: ReadAt + ?Sized>(
+    file: &R,
+    path: &Path,
+    m: &MemberEntry<'_>,
+) -> Result<Vec<u8>> {
     read_exact_at(file, path, m.offset, m.size)
 }
 

@@ -7,12 +7,12 @@ use std::fs;
 use std::panic;
 use std::path::{Path, PathBuf};
 
-use bale_format::fuzzing::{check_index, check_manifest, check_npy, check_tar};
+use bale_format::fuzzing::{check_foreign, check_index, check_manifest, check_npy, check_tar};
 use bale_format::npy;
 
 /// The fuzz targets of bale-format, by name in `fuzz/Cargo.toml`: one test
 /// each below.
-const TARGETS: &[&str] = &["index", "manifest", "tar_headers", "npy_header"];
+const TARGETS: &[&str] = &["index", "manifest", "tar_headers", "npy_header", "foreign"];
 
 /// Targets of other crates, whose inputs their own tests replay.
 const REPLAYED_ELSEWHERE: &[&str] = &[
@@ -98,6 +98,11 @@ fn tar_headers_inputs() {
 #[test]
 fn npy_header_inputs() {
     replay("npy_header", check_npy);
+}
+
+#[test]
+fn foreign_inputs() {
+    replay("foreign", check_foreign);
 }
 
 /// The `npy_header` seeds are NumPy's own files: each plain array's data

@@ -89,25 +89,24 @@ int bale_jpeg_info_of(const uint8_t *data, size_t len, bale_jpeg_info *info, cha
 }
 
 /*
- * Decodes the region [x, x + w) x [y, y + h) of the image scaled by
- * `scale_num / 8` (8: full size; 4, 2, 1: the DCT-domain 1/2, 1/4, 1/8), as
- * RGB, into `out` (row stride `w * 3`, `out_cap` bytes). The region is in the
- * scaled image's pixels and must lie inside it. Rows above the region are
- * skipped (entropy-decoded only), rows below it are never read; columns
- * outside it are not transformed beyond the iMCU they share with it.
+ * Decodes the rows [y, y + h) of the image scaled by `scale_num / 8` (8:
+ * full size; 4, 2, 1: the DCT-domain 1/2, 1/4, 1/8), columns [x, x + w) and
+ * as few more as libjpeg needs (its crop starts on an iMCU boundary), as RGB
+ * straight into `out` (row stride `*out_w * 3`, `out_cap` bytes). On return
+ * `*out_x` and `*out_w` give the columns decoded: `*out_x <= x` and
+ * `*out_x + *out_w >= x + w`. The region is in the scaled image's pixels and
+ * must lie inside it. Rows above the region are skipped (entropy-decoded
+ * only), rows below it are never read; columns outside the decoded ones are
+ * not transformed.
  */
 int bale_jpeg_decode_region(const uint8_t *data, size_t len, int scale_num, uint32_t x,
                             uint32_t y, uint32_t w, uint32_t h, uint8_t *out, size_t out_cap,
-                            char *msg, size_t msg_len) {
+                            uint32_t *out_x, uint32_t *out_w, char *msg, size_t msg_len) {
     struct jpeg_decompress_struct c;
     struct bale_err e;
-    JSAMPLE *row = NULL;
     setup(&c, &e, msg, msg_len);
     jpeg_create_decompress(&c);
     if (setjmp(e.jump)) {
-        if (row) {
-            free(row);
-        }
         jpeg_destroy_decompress(&c);
         return BALE_ERROR;
     }
@@ -126,7 +125,7 @@ int bale_jpeg_decode_region(const uint8_t *data, size_t len, int scale_num, uint
     c.dct_method = JDCT_ISLOW;
     jpeg_start_decompress(&c);
     if ((uint64_t)x + w > c.output_width || (uint64_t)y + h > c.output_height || w == 0 ||
-        h == 0 || (size_t)w * h * 3 > out_cap) {
+        h == 0) {
         jpeg_destroy_decompress(&c);
         if (msg && msg_len) {
             snprintf(msg, msg_len, "region %ux%u at (%u, %u) outside the %ux%u image", w, h, x,
@@ -138,28 +137,32 @@ int bale_jpeg_decode_region(const uint8_t *data, size_t len, int scale_num, uint
     if (x != 0 || w != c.output_width) {
         jpeg_crop_scanline(&c, &xoff, &cw);
     }
+    if ((size_t)cw * h * 3 > out_cap) {
+        jpeg_destroy_decompress(&c);
+        if (msg && msg_len) {
+            snprintf(msg, msg_len, "%u decoded columns need %zu bytes, the buffer has %zu", cw,
+                     (size_t)cw * h * 3, out_cap);
+        }
+        return BALE_ERROR;
+    }
     if (y > 0) {
         jpeg_skip_scanlines(&c, y);
     }
-    row = (JSAMPLE *)malloc((size_t)cw * 3);
-    if (!row) {
-        jpeg_destroy_decompress(&c);
-        return BALE_ERROR;
-    }
-    size_t skip = (size_t)(x - xoff) * 3;
-    for (uint32_t r = 0; r < h; r++) {
-        JSAMPROW rows[1] = {row};
-        if (jpeg_read_scanlines(&c, rows, 1) != 1) {
+    /* Rows straight into `out`, several per call (a row group at a time). */
+    JSAMPROW rows[16];
+    uint32_t done = 0;
+    while (done < h && !e.truncated) {
+        uint32_t want = h - done < 16 ? h - done : 16;
+        for (uint32_t r = 0; r < want; r++) {
+            rows[r] = out + (size_t)(done + r) * cw * 3;
+        }
+        JDIMENSION got = jpeg_read_scanlines(&c, rows, want);
+        if (got == 0) {
             break;
         }
-        memcpy(out + (size_t)r * w * 3, row + skip, (size_t)w * 3);
-        if (e.truncated) {
-            break;
-        }
+        done += got;
     }
-    free(row);
-    row = NULL;
-    int truncated = e.truncated;
+    int truncated = e.truncated || done < h;
     /* Rows below the region are never read: stop here. */
     jpeg_abort_decompress(&c);
     jpeg_destroy_decompress(&c);
@@ -169,5 +172,7 @@ int bale_jpeg_decode_region(const uint8_t *data, size_t len, int scale_num, uint
         }
         return BALE_ERROR;
     }
+    *out_x = xoff;
+    *out_w = cw;
     return BALE_OK;
 }

@@ -56,11 +56,46 @@ pub struct Decoded {
 }
 
 /// Decodes and resizes image regions, keeping its scratch buffers between
-/// calls: one per thread.
-#[derive(Debug, Default)]
+/// calls: one per thread. An image over the pixel limit
+/// ([`RegionDecoder::set_max_pixels`], default
+/// [`DEFAULT_MAX_PIXELS`](crate::DEFAULT_MAX_PIXELS), Pillow's bomb limit) is
+/// refused from its header, before anything is allocated for its pixels.
+#[derive(Debug)]
 pub struct RegionDecoder {
+    /// Scratch for decoded pixels; its first `valid` bytes are the last decode.
     pixels: Vec<u8>,
+    valid: usize,
     resizer: Resizer,
+    max_pixels: u64,
+}
+
+impl Default for RegionDecoder {
+    fn default() -> Self {
+        RegionDecoder {
+            pixels: Vec::new(),
+            valid: 0,
+            resizer: Resizer::default(),
+            max_pixels: crate::DEFAULT_MAX_PIXELS,
+        }
+    }
+}
+
+/// Refuses an image of `w` x `h` over `max` pixels, or of none.
+fn check_pixels(ext: &str, w: u32, h: u32, max: u64) -> Result<(), ImageError> {
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > max {
+        return Err(ImageError::TooLarge {
+            ext: ext.to_owned(),
+            width: w,
+            height: h,
+            pixels,
+            max,
+        });
+    }
+    if pixels == 0 {
+        return Err(decode_err(ext, "the image has no pixels"));
+    }
+    Ok(())
 }
 
 /// Width and height of the image `bytes` of format `ext` (`jpg`, `png`,
@@ -136,6 +171,12 @@ thread_local! {
 }
 
 impl RegionDecoder {
+    /// Sets the pixel limit: larger images are refused from their header
+    /// ([`ImageError::TooLarge`]).
+    pub fn set_max_pixels(&mut self, max: u64) {
+        self.max_pixels = max;
+    }
+
     /// Runs `f` with this thread's decoder.
     pub fn with<T>(f: impl FnOnce(&mut RegionDecoder) -> T) -> T {
         DECODER.with(|d| f(&mut d.borrow_mut()))
@@ -144,7 +185,7 @@ impl RegionDecoder {
     /// The pixels the last decode left in the buffer (RGB rows): the whole
     /// image after [`RegionDecoder::decode_rgb`].
     pub fn pixels(&self) -> &[u8] {
-        &self.pixels
+        &self.pixels[..self.valid]
     }
 
     /// Decodes the whole image `bytes` of format `ext` at full scale (RGB, 8
@@ -157,7 +198,7 @@ impl RegionDecoder {
     pub fn decode_rgb(&mut self, ext: &str, bytes: &[u8]) -> Result<(u32, u32, &[u8]), ImageError> {
         let (w, h) = dimensions(ext, bytes)?;
         let (w, h, _, _) = self.decode(ext, bytes, CropBox::whole(w, h), (w, h), false)?;
-        Ok((w, h, &self.pixels))
+        Ok((w, h, &self.pixels[..self.valid]))
     }
 
     /// Decodes the image `bytes` of format `ext`, crops `crop` (in the
@@ -189,8 +230,8 @@ impl RegionDecoder {
         }
         let (w, h, box_in_pixels, decoded) =
             self.decode(ext, bytes, crop, (out_width, out_height), dct_scaling)?;
-        let src =
-            ImageRef::new(w, h, &self.pixels, PixelType::U8x3).map_err(|e| decode_err(ext, e))?;
+        let src = ImageRef::new(w, h, &self.pixels[..self.valid], PixelType::U8x3)
+            .map_err(|e| decode_err(ext, e))?;
         let mut dst = Image::from_slice_u8(out_width, out_height, out, PixelType::U8x3)
             .map_err(|e| decode_err(ext, e))?;
         let options = ResizeOptions::new()
@@ -228,6 +269,7 @@ impl RegionDecoder {
             } else {
                 self.pixels.extend(data.iter().flat_map(|&g| [g, g, g]));
             }
+            self.valid = self.pixels.len();
             check_crop(ext, crop, w, h)?;
             let pixels = u64::from(w) * u64::from(h);
             return Ok((
@@ -245,6 +287,7 @@ impl RegionDecoder {
         if format == ImageFormat::Jpeg {
             crate::jpeg::check_complete(bytes).map_err(|m| decode_err(ext, m))?;
             let info = libjpeg::info(bytes).map_err(|m| decode_err(ext, m))?;
+            check_pixels(ext, info.width, info.height, self.max_pixels)?;
             check_crop(ext, crop, info.width, info.height)?;
             let eighths = if dct_scaling {
                 dct_scale((crop.width, crop.height), out)
@@ -260,14 +303,23 @@ impl RegionDecoder {
             let x1 = (((crop.x + crop.width) * s).ceil() as u32).clamp(x0 + 1, sw);
             let y1 = (((crop.y + crop.height) * s).ceil() as u32).clamp(y0 + 1, sh);
             let (rw, rh) = (x1 - x0, y1 - y0);
-            self.pixels.resize(rw as usize * rh as usize * 3, 0);
+            let cap = (rw + 2 * libjpeg::SLACK).min(sw) as usize * rh as usize * 3;
+            if self.pixels.len() < cap {
+                self.pixels.resize(cap, 0);
+            }
             match libjpeg::decode_region(bytes, eighths, x0, y0, rw, rh, &mut self.pixels) {
-                Ok(()) => {
+                Ok((dx, dw)) => {
+                    // The decoded columns start at `dx <= x0`, `dw` wide
+                    // (libjpeg's crop starts on an iMCU boundary).
+                    let (rw, x0) = (dw, dx);
+                    self.valid = rw as usize * rh as usize * 3;
+                    let x = (crop.x * s - f64::from(x0)).max(0.0);
+                    let y = (crop.y * s - f64::from(y0)).max(0.0);
                     let in_region = CropBox {
-                        x: (crop.x * s - f64::from(x0)).max(0.0),
-                        y: (crop.y * s - f64::from(y0)).max(0.0),
-                        width: (crop.width * s).min(f64::from(rw)),
-                        height: (crop.height * s).min(f64::from(rh)),
+                        x,
+                        y,
+                        width: (crop.width * s).min(f64::from(rw) - x),
+                        height: (crop.height * s).min(f64::from(rh) - y),
                     };
                     let pixels = u64::from(rw) * u64::from(rh);
                     return Ok((
@@ -289,10 +341,16 @@ impl RegionDecoder {
         }
         let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
         reader.no_limits();
-        let img = reader.decode().map_err(|e| decode_err(ext, e))?.into_rgb8();
+        let decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
+        let (w, h) = decoder.dimensions();
+        check_pixels(ext, w, h, self.max_pixels)?;
+        let img = image::DynamicImage::from_decoder(decoder)
+            .map_err(|e| decode_err(ext, e))?
+            .into_rgb8();
         let (w, h) = img.dimensions();
         check_crop(ext, crop, w, h)?;
         self.pixels = img.into_raw();
+        self.valid = self.pixels.len();
         let pixels = u64::from(w) * u64::from(h);
         Ok((
             w,
@@ -357,10 +415,16 @@ mod libjpeg {
             h: u32,
             out: *mut u8,
             out_cap: usize,
+            out_x: *mut u32,
+            out_w: *mut u32,
             msg: *mut c_char,
             msg_len: usize,
         ) -> c_int;
     }
+
+    /// Columns libjpeg may decode beyond a region on each side (its crop
+    /// starts on an iMCU boundary: at most 4 x 8 pixels wide).
+    pub const SLACK: u32 = 32;
 
     pub enum Failure {
         Unsupported,
@@ -389,6 +453,9 @@ mod libjpeg {
         if r == 0 { Ok(info) } else { Err(message(&msg)) }
     }
 
+    /// Decodes rows `y..y + h`, columns `x..x + w` and up to [`SLACK`] more
+    /// on each side into `out`; returns the first column and the width
+    /// decoded (the row stride is that width).
     pub fn decode_region(
         bytes: &[u8],
         eighths: u8,
@@ -397,8 +464,9 @@ mod libjpeg {
         w: u32,
         h: u32,
         out: &mut [u8],
-    ) -> Result<(), Failure> {
+    ) -> Result<(u32, u32), Failure> {
         let mut msg = [0u8; 200];
+        let (mut out_x, mut out_w) = (0u32, 0u32);
         // SAFETY: as in `info`; the C side checks the region against the
         // image and `out.len()` before writing.
         let r = unsafe {
@@ -412,12 +480,14 @@ mod libjpeg {
                 h,
                 out.as_mut_ptr(),
                 out.len(),
+                &mut out_x,
+                &mut out_w,
                 msg.as_mut_ptr().cast(),
                 msg.len(),
             )
         };
         match r {
-            0 => Ok(()),
+            0 => Ok((out_x, out_w)),
             2 => Err(Failure::Unsupported),
             _ => Err(Failure::Error(message(&msg))),
         }

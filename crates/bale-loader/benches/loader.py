@@ -315,7 +315,9 @@ def main() -> int:
         f"{args.batches} timed batches after {args.warmup}, median of {args.rounds} rounds",
         flush=True,
     )
-    results: dict = {"cores": n, "batch": BATCH, "size": SIZE, "datasets": {}}
+    load0 = os.getloadavg()[0]
+    print(f"load average at start: {load0:.2f}", flush=True)
+    results: dict = {"cores": n, "batch": BATCH, "size": SIZE, "datasets": {}, "load_start": load0}
     for name, path in datasets:
         subjects = {
             "torchvision ImageFolder + DataLoader": lambda: torchvision_loader(args.tree, n, args.seed),
@@ -333,10 +335,11 @@ def main() -> int:
         med = {k: statistics.median(v) for k, v in rates.items()}
         ours = med["bale.Loader"]
         print(f"\n{name} ({path}):")
-        print(f"  {'subject':<40} {'images/s':>10} {'bale.Loader is':>16}")
+        print(f"  {'subject':<40} {'images/s':>10} {'range':>13} {'bale.Loader is':>16}")
         for sname, rate in med.items():
             ratio = "" if sname == "bale.Loader" else f"{ours / rate:.2f}x"
-            print(f"  {sname:<40} {rate:>10,.0f} {ratio:>16}")
+            lo, hi = min(rates[sname]), max(rates[sname])
+            print(f"  {sname:<40} {rate:>10,.0f} {f'{lo:,.0f}-{hi:,.0f}':>13} {ratio:>16}")
         results["datasets"][name] = {"path": str(path), "images_per_s": med, "rounds": rates}
 
     print(f"\nper core, {args.decode_images} JPEGs of the tree in memory, one thread:", flush=True)
@@ -355,6 +358,8 @@ def main() -> int:
         f"{pc['bale.Loader RRC+flip, 1 thread'] / lj:.2f}x a full libjpeg-turbo decode"
     )
     results["per_core"] = {**pc, "megapixels_per_image": mp}
+    results["load_end"] = os.getloadavg()[0]
+    print(f"load average at end: {results['load_end']:.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2))
     print(f"\nresults: {args.json}")

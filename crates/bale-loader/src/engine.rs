@@ -412,6 +412,7 @@ fn render(
     let direct = opts.dtype == Dtype::U8 && !opts.channels_first;
     let write_hwc = |hwc: &mut [u8]| {
         RegionDecoder::with(|d| {
+            d.set_max_pixels(opts.max_pixels);
             d.crop_resize_into(
                 &sh.image,
                 bytes,

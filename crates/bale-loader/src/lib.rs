@@ -73,7 +73,9 @@ pub use augment::SampleParams;
 pub use batch::{Batch, ImageData, Images, Skipped};
 pub use engine::Batches;
 pub use error::{LoaderError, Result};
-pub use options::{Crop, Dtype, IMAGENET_MEAN, IMAGENET_STD, LoaderOptions, OnError, Order};
+pub use options::{
+    Crop, Dtype, IMAGENET_MEAN, IMAGENET_STD, LoaderOptions, MAX_BATCH_BYTES, OnError, Order,
+};
 
 /// Members the loader takes the image from when none is named, in this order.
 pub const IMAGE_EXTS: [&str; 5] = ["jpg", "jpeg", "png", "webp", "npy"];
@@ -92,9 +94,12 @@ impl Loader {
     ///
     /// # Errors
     /// [`LoaderError::Option`] for options that cannot be used, or a dataset
-    /// without an image member (none named, and none of [`IMAGE_EXTS`]).
+    /// without an image member (none named, and none of [`IMAGE_EXTS`]);
+    /// [`LoaderError::Reader`] for a partition that cannot be (a rank not
+    /// below the world size).
     pub fn new(ds: Dataset, opts: LoaderOptions) -> Result<Self> {
         opts.check()?;
+        opts.partition.validate()?;
         let image = match &opts.image {
             Some(e) => e.clone(),
             None => IMAGE_EXTS

@@ -110,7 +110,14 @@ pub struct LoaderOptions {
     /// Decode a JPEG at 1/2, 1/4 or 1/8 scale in the DCT domain when its
     /// crop is at least that many times the output (default `true`).
     pub dct_scaling: bool,
+    /// Largest image decoded, in pixels: a larger one (a decompression bomb,
+    /// or a mislabelled scan) is refused from its header as a damaged image
+    /// (default: `bale_image::DEFAULT_MAX_PIXELS`, Pillow's bomb limit).
+    pub max_pixels: u64,
 }
+
+/// Largest batch buffer, in bytes (`batch_size x height x width x 3` elements).
+pub const MAX_BATCH_BYTES: u64 = 8 << 30;
 
 /// ImageNet's per-channel mean, as torchvision uses it.
 pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
@@ -138,6 +145,7 @@ impl Default for LoaderOptions {
             fields: Vec::new(),
             drop_last: false,
             dct_scaling: true,
+            max_pixels: bale_image::DEFAULT_MAX_PIXELS,
         }
     }
 }
@@ -189,6 +197,27 @@ impl LoaderOptions {
         }
         if self.prefetch > 64 {
             return bad("prefetch", format!("{}: at most 64 batches", self.prefetch));
+        }
+        // What is in flight is allocated up front, batch by batch: refuse a
+        // batch no machine holds rather than abort on a failed allocation.
+        let elem: u64 = match self.dtype {
+            Dtype::U8 => 1,
+            Dtype::F16 => 2,
+            Dtype::F32 => 4,
+        };
+        let batch_bytes = (self.batch_size as u64)
+            .checked_mul(u64::from(h) * u64::from(w) * 3 * elem)
+            .filter(|b| *b <= MAX_BATCH_BYTES);
+        if batch_bytes.is_none() {
+            return bad(
+                "batch_size",
+                format!(
+                    "{} images of {h}x{w}x3 {:?} make a batch over {} GiB",
+                    self.batch_size,
+                    self.dtype,
+                    MAX_BATCH_BYTES >> 30
+                ),
+            );
         }
         Ok(())
     }

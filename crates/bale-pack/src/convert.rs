@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bale_format::atomic::TEMP_PREFIX;
+use bale_format::foreign::ForeignDataset;
 use bale_format::read::ShardReader;
 use bale_format::{
     Compression, CreatedBy, Manifest, ShardEntry, TAR_END_LEN, shard_file_name, tar_member_len,
@@ -108,6 +109,8 @@ pub struct ConvertSummary {
     pub output: PathBuf,
     /// The output form.
     pub format: &'static str,
+    /// What the source was: `bale`, `mds` (MosaicML Streaming) or `litdata`.
+    pub source: &'static str,
     /// Samples copied.
     pub samples: u64,
     /// Members copied.
@@ -123,6 +126,7 @@ pub struct ConvertSummary {
 impl ConvertSummary {
     fn new(
         dst: &Path,
+        source: &'static str,
         opts: &ConvertOptions,
         (samples, members, bytes): (u64, u64, u64),
         shards: u64,
@@ -131,6 +135,7 @@ impl ConvertSummary {
         ConvertSummary {
             output: dst.to_path_buf(),
             format: opts.format.as_str(),
+            source,
             samples,
             members,
             bytes,
@@ -169,22 +174,39 @@ pub fn convert(
             "--shard-samples must be at least 1".into(),
         ));
     }
-    let manifest = Manifest::read(src)?;
+    let source = open_source(src)?;
     if same_dir(src, dst) {
         return Err(PackError::Option(format!(
             "the output {} is the source dataset",
             dst.display()
         )));
     }
-    let total_bytes = manifest.fields.values().map(|f| f.bytes).sum();
-    progress.start(manifest.samples, total_bytes);
-    let source = SourceDataset {
-        dir: src,
-        manifest: &manifest,
-    };
+    progress.start(source.samples(), source.bytes());
     match opts.format.compression() {
         Some((c, level)) => to_shards(&source, dst, opts, c, level, progress, cancel),
         None => to_dir(&source, dst, opts, progress, cancel),
+    }
+}
+
+/// A bale dataset (`bale.json`), else a MosaicML Streaming or LitData one
+/// (`index.json`).
+fn open_source(src: &Path) -> Result<Source> {
+    if !Manifest::path_in(src).exists() && bale_format::foreign::detect(src)?.is_some() {
+        return Ok(Source::Foreign {
+            dir: src.to_path_buf(),
+            dataset: ForeignDataset::open(src)?,
+        });
+    }
+    match Manifest::read(src) {
+        Ok(manifest) => Ok(Source::Bale {
+            dir: src.to_path_buf(),
+            manifest,
+        }),
+        Err(bale_format::FormatError::Incomplete { .. }) => Err(PackError::Option(format!(
+            "{} is not a dataset bale converts: it has no bale.json, nor an index.json that MosaicML Streaming (MDS) or LitData wrote",
+            src.display()
+        ))),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -195,19 +217,71 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-struct SourceDataset<'a> {
-    dir: &'a Path,
-    manifest: &'a Manifest,
+/// What `bale convert` reads.
+enum Source {
+    /// A bale dataset.
+    Bale { dir: PathBuf, manifest: Manifest },
+    /// A MosaicML Streaming or LitData dataset.
+    Foreign {
+        dir: PathBuf,
+        dataset: ForeignDataset,
+    },
 }
 
-impl SourceDataset<'_> {
-    /// The files the source dataset consists of: `--force` never removes them.
+impl Source {
+    fn kind(&self) -> &'static str {
+        match self {
+            Source::Bale { .. } => "bale",
+            Source::Foreign { dataset, .. } => dataset.kind().as_str(),
+        }
+    }
+
+    fn samples(&self) -> u64 {
+        match self {
+            Source::Bale { manifest, .. } => manifest.samples,
+            Source::Foreign { dataset, .. } => dataset.samples(),
+        }
+    }
+
+    /// Member bytes (bale) or shard bytes (others) to read, for progress.
+    fn bytes(&self) -> u64 {
+        match self {
+            Source::Bale { manifest, .. } => manifest.fields.values().map(|f| f.bytes).sum(),
+            Source::Foreign { dataset, .. } => dataset.bytes(),
+        }
+    }
+
+    fn labels(&self) -> Option<Vec<String>> {
+        match self {
+            Source::Bale { manifest, .. } => manifest.labels.clone(),
+            Source::Foreign { .. } => None,
+        }
+    }
+
+    fn skipped(&self) -> u64 {
+        match self {
+            Source::Bale { manifest, .. } => manifest.skipped,
+            Source::Foreign { .. } => 0,
+        }
+    }
+
+    /// The files the source consists of: `--force` never removes them.
     fn inputs(&self) -> Inputs {
         let mut inputs = Inputs::default();
-        inputs.add(&Manifest::path_in(self.dir));
-        for e in &self.manifest.shards {
-            inputs.add(&Manifest::resolve(self.dir, &e.file));
-            inputs.add(&Manifest::resolve(self.dir, &e.index));
+        match self {
+            Source::Bale { dir, manifest } => {
+                inputs.add(&Manifest::path_in(dir));
+                for e in &manifest.shards {
+                    inputs.add(&Manifest::resolve(dir, &e.file));
+                    inputs.add(&Manifest::resolve(dir, &e.index));
+                }
+            }
+            Source::Foreign { dir, dataset } => {
+                inputs.add(dir);
+                for f in dataset.files() {
+                    inputs.add(&f);
+                }
+            }
         }
         inputs
     }
@@ -216,36 +290,56 @@ impl SourceDataset<'_> {
     fn for_each(
         &self,
         cancel: &AtomicBool,
-        mut f: impl FnMut(&str, &[(String, Vec<u8>)]) -> Result<()>,
+        f: impl FnMut(&str, &[(String, Vec<u8>)]) -> Result<()>,
     ) -> Result<()> {
-        for (i, entry) in self.manifest.shards.iter().enumerate() {
-            let file = Manifest::resolve(self.dir, &entry.file);
-            let index = Manifest::resolve(self.dir, &entry.index);
-            let reader = ShardReader::open(&file, &index)?;
-            let recorded = bale_format::parse_hex64(&entry.index_xxh3);
-            if recorded != Some(reader.index().checksum()) || reader.len() as u64 != entry.samples {
-                return Err(PackError::Format(bale_format::FormatError::Manifest {
-                    path: Manifest::path_in(self.dir),
-                    what: format!(
-                        "shard {i} ({}): its index does not match the manifest (checksum or sample count); run `bale verify`",
-                        entry.file
-                    ),
-                }));
-            }
-            for s in 0..reader.len() {
+        match self {
+            Source::Bale { dir, manifest } => for_each_bale(dir, manifest, cancel, f),
+            Source::Foreign { dataset, .. } => {
+                dataset.for_each(&|| cancel.load(Ordering::Relaxed), f)?;
                 if cancel.load(Ordering::Relaxed) {
                     return Err(PackError::Cancelled);
                 }
-                let sample = reader.read(s, true)?;
-                f(&sample.key, &sample.members)?;
+                Ok(())
             }
         }
-        Ok(())
     }
 }
 
+/// Calls `f(key, members)` for every sample of a bale dataset, checking
+/// members against their index checksums.
+fn for_each_bale(
+    dir: &Path,
+    manifest: &Manifest,
+    cancel: &AtomicBool,
+    mut f: impl FnMut(&str, &[(String, Vec<u8>)]) -> Result<()>,
+) -> Result<()> {
+    for (i, entry) in manifest.shards.iter().enumerate() {
+        let file = Manifest::resolve(dir, &entry.file);
+        let index = Manifest::resolve(dir, &entry.index);
+        let reader = ShardReader::open(&file, &index)?;
+        let recorded = bale_format::parse_hex64(&entry.index_xxh3);
+        if recorded != Some(reader.index().checksum()) || reader.len() as u64 != entry.samples {
+            return Err(PackError::Format(bale_format::FormatError::Manifest {
+                path: Manifest::path_in(dir),
+                what: format!(
+                    "shard {i} ({}): its index does not match the manifest (checksum or sample count); run `bale verify`",
+                    entry.file
+                ),
+            }));
+        }
+        for s in 0..reader.len() {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(PackError::Cancelled);
+            }
+            let sample = reader.read(s, true)?;
+            f(&sample.key, &sample.members)?;
+        }
+    }
+    Ok(())
+}
+
 fn to_shards(
-    src: &SourceDataset<'_>,
+    src: &Source,
     dst: &Path,
     opts: &ConvertOptions,
     compression: Compression,
@@ -312,17 +406,19 @@ fn to_shards(
         command: "convert".into(),
         options: serde_json::json!({
             "format": opts.format.as_str(),
+            "source": src.kind(),
             "shard_size": opts.shard_size,
             "shard_samples": opts.shard_samples,
             "zstd_level": match opts.format { ConvertFormat::TarZst(l) => Some(l), _ => None },
         }),
     };
-    let mut manifest = Manifest::new(shards, src.manifest.labels.clone(), created_by);
-    manifest.skipped = src.manifest.skipped;
+    let mut manifest = Manifest::new(shards, src.labels(), created_by);
+    manifest.skipped = src.skipped();
     manifest.write(dst)?;
     out.commit();
     Ok(ConvertSummary::new(
         dst,
+        src.kind(),
         opts,
         (samples, members, bytes),
         manifest.shards.len() as u64,
@@ -345,7 +441,7 @@ impl Drop for Staging {
 }
 
 fn to_dir(
-    src: &SourceDataset<'_>,
+    src: &Source,
     dst: &Path,
     opts: &ConvertOptions,
     progress: &dyn ConvertProgress,
@@ -408,6 +504,7 @@ fn to_dir(
     bale_format::atomic::sync_dir(&dst.join("x"));
     Ok(ConvertSummary::new(
         dst,
+        src.kind(),
         opts,
         (samples, members, bytes),
         0,

@@ -302,9 +302,20 @@ fn plan(paths: &[PathBuf], out: &Path, absolute: bool) -> Result<Vec<Planned>> {
     let mut by_index: HashMap<String, &Path> = HashMap::new();
     let mut plan = Vec::with_capacity(paths.len());
     for given in paths {
-        let canonical = fs::canonicalize(given).map_err(|e| PackError::read(given, e))?;
-        let meta = fs::metadata(&canonical).map_err(|e| PackError::read(given, e))?;
-        if !meta.is_file() {
+        let url = bale_format::read_at::is_url(given);
+        let canonical = if url {
+            given.clone()
+        } else {
+            fs::canonicalize(given).map_err(|e| PackError::read(given, e))?
+        };
+        let meta = if url {
+            None
+        } else {
+            Some(fs::metadata(&canonical).map_err(|e| PackError::read(given, e))?)
+        };
+        if let Some(meta) = meta
+            && !meta.is_file()
+        {
             return Err(PackError::bad(
                 given,
                 format!(
@@ -333,7 +344,8 @@ fn plan(paths: &[PathBuf], out: &Path, absolute: bool) -> Result<Vec<Planned>> {
                 out.join(&index).display()
             )));
         }
-        let recorded = if absolute {
+        // A tar in a bucket is recorded by its URL.
+        let recorded = if absolute || url {
             canonical.clone()
         } else {
             relative(&canonical, out)
@@ -448,7 +460,7 @@ fn write_wids(
         .iter()
         .zip(done)
         .map(|(p, (e, _))| {
-            let url = if absolute {
+            let url = if absolute || bale_format::read_at::is_url(&p.canonical) {
                 p.canonical.clone()
             } else {
                 relative(&p.canonical, base)

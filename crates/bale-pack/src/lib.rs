@@ -44,6 +44,7 @@
 #![deny(missing_docs)]
 
 mod convert;
+mod dali;
 mod discover;
 mod error;
 mod hooks;
@@ -60,6 +61,9 @@ mod progress;
 mod shard_out;
 
 pub use convert::{ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert};
+pub use dali::{
+    DALI_INDEX_SUFFIX, DALI_INDEX_VERSION, DaliIndexFile, DaliSummary, dali_text, export_dali_index,
+};
 pub use discover::{FileList, IGNORED_EXAMPLES, Ignored, IgnoredKind, Tree, TreeFile, walk_tree};
 pub use error::{PackError, Result, SampleTransformError, TransformError};
 pub use hooks::{MemberData, SampleTransformFn, TransformFn};

@@ -27,6 +27,17 @@ pub fn expand_all(args: &[String]) -> Result<Vec<PathBuf>> {
         let names = expand_braces(arg)?;
         let braces = names.len() > 1 || names.first().is_some_and(|n| n != arg);
         for name in names {
+            if bale_format::read_at::is_url(Path::new(&name)) {
+                // An object in a bucket: listing is not needed (braces name
+                // every shard), and a missing one is the scan's clear error.
+                if has_glob_meta(&name) {
+                    return Err(PackError::Option(format!(
+                        "{name:?}: globs are not expanded in URLs; name the shards with a brace pattern ({{000000..000099}})"
+                    )));
+                }
+                out.push(PathBuf::from(&name));
+                continue;
+            }
             if has_glob_meta(&name) {
                 let matches = glob(&name, arg)?;
                 if matches.is_empty() {

@@ -18,6 +18,7 @@
 
 mod loader;
 
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
@@ -57,6 +58,17 @@ fn to_py(e: ReaderError) -> PyErr {
         | ReaderError::InvalidOption { .. }
         | ReaderError::StartPastEnd { .. } => PyValueError::new_err(msg),
         ReaderError::Prefetch { .. } => BaleError::new_err(msg),
+        ReaderError::Storage(e) => {
+            use bale_storage::StorageError as S;
+            match e {
+                S::NotFound { .. } => PyFileNotFoundError::new_err(msg),
+                S::Credentials { .. } | S::Denied { .. } => {
+                    pyo3::exceptions::PyPermissionError::new_err(msg)
+                }
+                S::BadUrl { .. } | S::BadOption { .. } => PyValueError::new_err(msg),
+                _ => pyo3::exceptions::PyOSError::new_err(msg),
+            }
+        }
         _ => FormatError::new_err(msg),
     }
 }
@@ -83,6 +95,32 @@ struct Spec {
     decode: Decode,
     verify_on_read: bool,
     backing: Backing,
+    storage_options: Option<BTreeMap<String, String>>,
+    cache_dir: Option<PathBuf>,
+    cache_limit: Option<u64>,
+}
+
+/// The reader's options for a dataset in object storage, from Python's arguments.
+pub(crate) fn remote_options(
+    options: DatasetOptions,
+    storage_options: Option<&BTreeMap<String, String>>,
+    cache_dir: Option<&PathBuf>,
+    cache_limit: Option<u64>,
+) -> PyResult<DatasetOptions> {
+    let mut so = bale_storage::StorageOptions::new();
+    for (k, v) in storage_options.into_iter().flatten() {
+        so.set(k, v);
+    }
+    let options = options.storage_options(so);
+    Ok(match (cache_dir, cache_limit) {
+        (Some(dir), Some(limit)) => options.cache(dir, limit),
+        (None, None) => options,
+        _ => {
+            return Err(PyValueError::new_err(
+                "give both cache_dir and cache_limit (bytes), or neither",
+            ));
+        }
+    })
 }
 
 /// Map-style random access to a bale dataset.
@@ -105,7 +143,7 @@ struct Spec {
 ///         labels = [s["cls"] for s in batch]
 ///
 /// Args:
-///     path: the dataset directory (holding `bale.json`).
+///     path: the dataset directory (holding `bale.json`), or its URL.
 ///     fields: only these fields (extensions, "cls" included); default all.
 ///     decode: None or "numpy": `.npy` fields as arrays, the rest as bytes;
 ///         "bytes": every field as bytes; "memoryview": every field as a
@@ -115,6 +153,15 @@ struct Spec {
 ///     verify_on_read: check each member's checksum on every read.
 ///     backing: "mmap" (default, zero-copy) or "pread" (one read per sample;
 ///         errors instead of SIGBUS if a shard is truncated in place).
+///     storage_options: for a dataset in object storage (`path` a URL:
+///         `s3://bucket/prefix`, `gs://`, `az://`, `https://`): options on top
+///         of the standard environment (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`,
+///         ...), e.g. `{"aws_endpoint_url": "http://127.0.0.1:9000",
+///         "allow_http": "true"}` (docs/remote.md). A sample is one ranged GET;
+///         `ds[indices]` (`__getitems__`) requests a batch at once.
+///     cache_dir, cache_limit: keep whole shards of a dataset in object
+///         storage in this local directory, at most `cache_limit` bytes,
+///         shared by the processes of the node.
 ///
 /// Pickles as its arguments: an unpickled copy (a DataLoader worker) reopens
 /// the dataset from its path. Reads release the GIL.
@@ -321,7 +368,8 @@ impl PyDataset {
 impl PyDataset {
     /// Opens the dataset in `path` (a directory holding `bale.json`).
     #[new]
-    #[pyo3(signature = (path, *, fields=None, decode=None, verify_on_read=false, backing="mmap"))]
+    #[pyo3(signature = (path, *, fields=None, decode=None, verify_on_read=false, backing="mmap", storage_options=None, cache_dir=None, cache_limit=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -329,6 +377,9 @@ impl PyDataset {
         decode: Option<Bound<'_, PyAny>>,
         verify_on_read: bool,
         backing: &str,
+        storage_options: Option<BTreeMap<String, String>>,
+        cache_dir: Option<PathBuf>,
+        cache_limit: Option<u64>,
     ) -> PyResult<Self> {
         let decode = match decode {
             None => Decode::Numpy,
@@ -346,15 +397,20 @@ impl PyDataset {
             },
         };
         let backing = parse_backing(backing)?;
-        if !path.exists() {
+        if !bale_storage::is_url(&path) && !path.exists() {
             return Err(PyFileNotFoundError::new_err(format!(
                 "no such dataset directory: {}",
                 path.display()
             )));
         }
-        let options = DatasetOptions::new()
-            .verify_on_read(verify_on_read)
-            .backing(backing);
+        let options = remote_options(
+            DatasetOptions::new()
+                .verify_on_read(verify_on_read)
+                .backing(backing),
+            storage_options.as_ref(),
+            cache_dir.as_ref(),
+            cache_limit,
+        )?;
         let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
         let names = ds
             .fields()
@@ -370,6 +426,9 @@ impl PyDataset {
                 decode,
                 verify_on_read,
                 backing,
+                storage_options,
+                cache_dir,
+                cache_limit,
             },
         })
     }
@@ -393,7 +452,16 @@ impl PyDataset {
             _ => "mmap",
         };
         kwargs.set_item("backing", backing)?;
-        Ok((PyTuple::new(py, [&self.spec.path])?, kwargs))
+        kwargs.set_item("storage_options", &self.spec.storage_options)?;
+        kwargs.set_item("cache_dir", &self.spec.cache_dir)?;
+        kwargs.set_item("cache_limit", self.spec.cache_limit)?;
+        // A URL as text: pathlib would fold its `//`.
+        let path = if bale_storage::is_url(&self.spec.path) {
+            PyString::new(py, &self.spec.path.to_string_lossy()).into_any()
+        } else {
+            self.spec.path.clone().into_pyobject(py)?.into_any()
+        };
+        Ok((PyTuple::new(py, [path])?, kwargs))
     }
 
     fn __len__(&self) -> usize {

@@ -11,7 +11,7 @@ use bale_image::region::RegionDecoder;
 use bale_loader::{
     Batch, Batches, Crop, Dtype, Images, Loader, LoaderError, LoaderOptions, OnError, Order,
 };
-use bale_reader::{Dataset, Partition};
+use bale_reader::Partition;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -79,7 +79,7 @@ impl PyLoader {
     #[pyo3(signature = (
         path, batch_size, crop, size, scale, ratio, resize, flip, channels_first, dtype, mean,
         std, order, buffer, seed, rank, world_size, even, threads, prefetch, on_error, image,
-        fields, drop_last, dct_scaling
+        fields, drop_last, dct_scaling, max_pixels, storage_options=None, cache_dir=None, cache_limit=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -109,6 +109,10 @@ impl PyLoader {
         fields: Vec<String>,
         drop_last: bool,
         dct_scaling: bool,
+        max_pixels: u64,
+        storage_options: Option<std::collections::BTreeMap<String, String>>,
+        cache_dir: Option<std::path::PathBuf>,
+        cache_limit: Option<u64>,
     ) -> PyResult<Self> {
         let opts = LoaderOptions {
             batch_size,
@@ -137,8 +141,15 @@ impl PyLoader {
             fields,
             drop_last,
             dct_scaling,
+            max_pixels,
         };
-        let ds = py.detach(|| Dataset::open(&path)).map_err(to_py)?;
+        let options = crate::remote_options(
+            bale_reader::DatasetOptions::new(),
+            storage_options.as_ref(),
+            cache_dir.as_ref(),
+            cache_limit,
+        )?;
+        let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
         let loader = Loader::new(ds, opts).map_err(loader_err)?;
         Ok(PyLoader { loader })
     }
@@ -354,9 +365,15 @@ pub fn decode_image<'py>(
     py: Python<'py>,
     data: &[u8],
     ext: &str,
+    max_pixels: u64,
 ) -> PyResult<(u32, u32, Bound<'py, PyByteArray>)> {
     let (w, h) = py
-        .detach(|| RegionDecoder::with(|d| d.decode_rgb(ext, data).map(|(w, h, _)| (w, h))))
+        .detach(|| {
+            RegionDecoder::with(|d| {
+                d.set_max_pixels(max_pixels);
+                d.decode_rgb(ext, data).map(|(w, h, _)| (w, h))
+            })
+        })
         .map_err(|e| FormatError::new_err(e.to_string()))?;
     // Same thread, so its decoder still holds the pixels: one copy, into the bytes.
     let pixels = RegionDecoder::with(|d| PyByteArray::new(py, d.pixels()));

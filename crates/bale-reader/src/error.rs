@@ -19,6 +19,9 @@ pub enum ReaderError {
     /// An error reading the on-disk format (names the file and, where known, the offset).
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// An error reaching object storage (names the URL, byte range and status).
+    #[error(transparent)]
+    Storage(#[from] bale_storage::StorageError),
     /// A sample index past the end of the dataset.
     #[error(
         "sample {index} out of range: the dataset {} holds {len} samples",

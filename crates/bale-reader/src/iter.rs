@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, StartedPieces};
 use crate::error::{ReaderError, Result};
 use crate::plan::{EpochPlan, Order, Partition, Reservoir};
 use crate::sample::Sample;
@@ -404,10 +404,79 @@ impl Drop for Prefetcher {
     }
 }
 
+/// Runs the jobs of a dataset in object storage: the requests of the next
+/// jobs are in flight (on the storage runtime) while the caller consumes
+/// the current one, within a budget of bytes; samples are built on the
+/// caller's thread, in order.
+#[derive(Debug)]
+struct Remote {
+    jobs: JobGen,
+    ahead: VecDeque<(Job, StartedPieces)>,
+    ahead_bytes: u64,
+    /// Pieces (requests, before coalescing) of the jobs ahead.
+    ahead_pieces: usize,
+    budget: u64,
+    queue: VecDeque<Result<Sample>>,
+}
+
+fn pieces_of(job: &Job) -> Vec<(usize, usize, usize)> {
+    job.pieces
+        .iter()
+        .map(|p| (p.shard, p.local, p.count))
+        .collect()
+}
+
+impl Remote {
+    fn new(jobs: JobGen, budget: u64) -> Self {
+        Remote {
+            jobs,
+            ahead: VecDeque::new(),
+            ahead_bytes: 0,
+            ahead_pieces: 0,
+            budget: budget.max(1),
+            queue: VecDeque::new(),
+        }
+    }
+
+    /// Starts jobs until the byte budget or the request budget
+    /// ([`crate::DatasetOptions::max_requests`]) is spent; at least one job
+    /// is always in flight.
+    fn fill(&mut self) {
+        let max_requests = self.jobs.ds.max_requests();
+        while self.ahead.is_empty()
+            || (self.ahead_bytes < self.budget && self.ahead_pieces < max_requests)
+        {
+            let Some(job) = self.jobs.next_job() else {
+                break;
+            };
+            let started = self.jobs.ds.start_pieces(&pieces_of(&job));
+            self.ahead_bytes += job.bytes;
+            self.ahead_pieces += job.pieces.len();
+            self.ahead.push_back((job, started));
+        }
+    }
+
+    fn next(&mut self) -> Option<Result<Sample>> {
+        loop {
+            if let Some(x) = self.queue.pop_front() {
+                return Some(x);
+            }
+            self.fill();
+            let (job, started) = self.ahead.pop_front()?;
+            self.ahead_bytes -= job.bytes;
+            self.ahead_pieces -= job.pieces.len();
+            self.fill();
+            let samples = self.jobs.ds.finish_pieces(&pieces_of(&job), started);
+            self.queue.extend(samples);
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Feed {
     Inline(Inline),
     Threads(Box<Prefetcher>),
+    Remote(Box<Remote>),
 }
 
 impl Feed {
@@ -415,6 +484,7 @@ impl Feed {
         match self {
             Feed::Inline(i) => i.next(),
             Feed::Threads(p) => p.next(),
+            Feed::Remote(r) => r.next(),
         }
     }
 }
@@ -556,6 +626,11 @@ impl SampleIter {
             };
             let inline = |jobs| Feed::Inline(Inline::new(jobs));
             let source = match prefetch {
+                // In object storage, requests in flight hide the latency, not threads.
+                _ if ds.is_remote() => Feed::Remote(Box::new(Remote::new(
+                    jobs,
+                    prefetch.map_or(ds.read_ahead(), |p| p.max_bytes),
+                ))),
                 None => inline(jobs),
                 Some(p) => match Prefetcher::start(jobs, p.threads, p.max_samples, p.max_bytes) {
                     Ok(pf) => Feed::Threads(Box::new(pf)),

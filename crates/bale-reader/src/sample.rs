@@ -15,6 +15,8 @@ use smallvec::SmallVec;
 pub(crate) enum Buf {
     Heap(Arc<HeapBuf>),
     Map(Arc<Mmap>),
+    /// An answer from object storage (shared by the samples of one request).
+    Bytes(bytes::Bytes),
 }
 
 impl Buf {
@@ -35,6 +37,7 @@ impl Deref for Buf {
         match self {
             Buf::Heap(v) => v,
             Buf::Map(m) => m,
+            Buf::Bytes(b) => b,
         }
     }
 }
@@ -275,12 +278,17 @@ impl Sample {
     /// does not hold the whole run. Mapped samples are left alone (the map
     /// costs no heap).
     pub(crate) fn compact(&mut self) {
-        if let Buf::Heap(v) = &self.buf {
-            let (s, e) = self.span();
-            if s != 0 || e != v.len() {
+        let (s, e) = self.span();
+        match &self.buf {
+            Buf::Heap(v) if s != 0 || e != v.len() => {
                 self.buf = Buf::owned(v[s..e].to_vec());
                 self.base = 0;
             }
+            Buf::Bytes(b) if s != 0 || e != b.len() => {
+                self.buf = Buf::Bytes(bytes::Bytes::copy_from_slice(&b[s..e]));
+                self.base = 0;
+            }
+            _ => {}
         }
     }
 

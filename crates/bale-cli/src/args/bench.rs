@@ -48,6 +48,9 @@ The target is what the training step consumes: batch size / step time
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
 pub struct BenchArgs {
+    /// Options for a dataset in object storage.
+    #[command(flatten)]
+    pub storage: crate::args::storage::StorageArgs,
     /// A plain directory of files, or a bale dataset (a directory with bale.json).
     #[arg(value_name = "PATH")]
     pub path: PathBuf,

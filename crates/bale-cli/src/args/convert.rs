@@ -12,11 +12,20 @@ Examples:
   bale convert data-h5 -o data-zst --format tar.zst  back to compressed tar
   bale convert data -o big --shard-size 4GiB         reshard into larger tars
   bale convert data -o files --format dir            the samples as files KEY.EXT
+  bale convert mds-train -o train                    from a MosaicML Streaming (MDS) dataset
+  bale convert litdata-train -o train                from a LitData optimized dataset
 
 Keys, members (and their order), sample order and label names are kept; every
-member is checked against its index checksum as it is read. See docs/convert.md.";
+member is checked against its index checksum as it is read.
 
-/// Convert a bale dataset to another form: tar, tar.zst, h5 or a directory of files.
+MDS and LitData sources are read from their index.json and shards (no
+Python): sample i gets the key 00000000+i, each column a member named after
+it (jpeg -> .jpg, png -> .png, json -> .json, ndarray/numpy/pil -> .npy,
+numbers -> decimal text; a column `cls` is bale's label). Pickles, lists
+and tensors are refused by name. See docs/convert.md.";
+
+/// Convert a dataset to another form: tar, tar.zst, h5 or a directory of files;
+/// also from MosaicML Streaming (MDS) and LitData datasets.
 ///
 /// Streams the samples of SRC in dataset order into DST, one sample in memory
 /// at a time, and writes the shards like `bale pack` does (temporary names,
@@ -26,7 +35,9 @@ member is checked against its index checksum as it is read. See docs/convert.md.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
 pub struct ConvertArgs {
-    /// The source dataset (a directory with bale.json).
+    /// The source: a bale dataset (a directory with bale.json), or a
+    /// directory with the index.json of a MosaicML Streaming (MDS) or LitData
+    /// dataset.
     #[arg(value_name = "SRC")]
     pub source: PathBuf,
 

@@ -13,6 +13,9 @@ use std::path::PathBuf;
 /// refused, and existing files are not overwritten without `--force`.
 #[derive(Debug, clap::Args)]
 pub struct GetArgs {
+    /// Options for a dataset in object storage.
+    #[command(flatten)]
+    pub storage: crate::args::storage::StorageArgs,
     /// The dataset directory.
     #[arg(value_name = "DATASET")]
     pub path: PathBuf,

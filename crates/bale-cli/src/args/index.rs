@@ -41,6 +41,9 @@ Examples:
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
 pub struct IndexArgs {
+    /// Options for a dataset in object storage.
+    #[command(flatten)]
+    pub storage: crate::args::storage::StorageArgs,
     /// The tar files: paths, brace patterns or globs.
     #[arg(value_name = "SHARD", required = true)]
     pub shards: Vec<String>,
@@ -89,6 +92,11 @@ pub struct IndexArgs {
     /// Replace an existing bale.json in DATASET_DIR.
     #[arg(long)]
     pub force: bool,
+
+    /// Once the dataset is complete, also write NVIDIA DALI's index files for
+    /// the tars into DIR (as `bale export-index --dali`; plain tar only).
+    #[arg(long, value_name = "DIR")]
+    pub dali_index: Option<PathBuf>,
 
     /// Shards scanned at once (default: one per core).
     #[arg(long, short = 'j', value_name = "N")]

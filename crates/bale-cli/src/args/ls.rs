@@ -9,6 +9,9 @@ use std::path::PathBuf;
 /// the classes, else the `.cls` text, else `-`.
 #[derive(Debug, clap::Args)]
 pub struct LsArgs {
+    /// Options for a dataset in object storage.
+    #[command(flatten)]
+    pub storage: crate::args::storage::StorageArgs,
     /// The dataset directory.
     #[arg(value_name = "DATASET")]
     pub path: PathBuf,

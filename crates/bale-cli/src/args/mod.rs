@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 pub mod bench;
 pub mod convert;
+pub mod export_index;
 pub mod get;
 pub mod index;
 pub mod ls;
@@ -12,6 +13,7 @@ pub mod output;
 pub mod pack;
 pub mod stage;
 pub mod stat;
+pub mod storage;
 pub mod verify;
 
 /// bale packs many small training files into a few large, indexed tar shards
@@ -46,6 +48,7 @@ pub enum Command {
     Ls(ls::LsArgs),
     Get(get::GetArgs),
     Index(index::IndexArgs),
+    ExportIndex(export_index::ExportIndexArgs),
     Stage(stage::StageArgs),
     Unstage(stage::UnstageArgs),
     Bench(bench::BenchArgs),

@@ -170,6 +170,11 @@ pub struct PackArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Once the dataset is complete, also write NVIDIA DALI's index files for
+    /// its shards into DIR (as `bale export-index --dali`; plain tar only).
+    #[arg(long, value_name = "DIR")]
+    pub dali_index: Option<PathBuf>,
+
     #[command(flatten)]
     pub out: super::output::OutputFlags,
 }

@@ -15,6 +15,9 @@ use std::path::PathBuf;
 /// target makes this one fail at once, unless --wait.
 #[derive(Debug, clap::Args)]
 pub struct StageArgs {
+    /// Options for a dataset in object storage.
+    #[command(flatten)]
+    pub storage: crate::args::storage::StorageArgs,
     /// The dataset directory to copy.
     #[arg(value_name = "DATASET")]
     pub path: PathBuf,

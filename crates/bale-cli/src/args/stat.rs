@@ -24,6 +24,9 @@ use std::path::PathBuf;
 /// below 512 bytes and within 0.4% above.
 #[derive(Debug, clap::Args)]
 pub struct StatArgs {
+    /// Options for a dataset in object storage.
+    #[command(flatten)]
+    pub storage: crate::args::storage::StorageArgs,
     /// A dataset directory or a plain directory of files.
     #[arg(value_name = "PATH")]
     pub path: PathBuf,

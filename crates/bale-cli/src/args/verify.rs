@@ -48,6 +48,9 @@ Examples:
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
 pub struct VerifyArgs {
+    /// Options for a dataset in object storage.
+    #[command(flatten)]
+    pub storage: crate::args::storage::StorageArgs,
     /// The dataset directory.
     #[arg(value_name = "DATASET")]
     pub path: PathBuf,

@@ -72,7 +72,9 @@ fn locate(ds: &Dataset, sample: &str, force_key: bool) -> anyhow::Result<u64> {
 
 /// Runs `bale get`.
 pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
-    let ds = Dataset::open(&args.path)?;
+    let ds = Dataset::options()
+        .storage_options(args.storage.options()?)
+        .open(&args.path)?;
     let i = locate(&ds, &args.sample, args.key)?;
     let read = || -> anyhow::Result<Fetched> {
         let mut members = Vec::new();

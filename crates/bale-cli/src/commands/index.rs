@@ -28,6 +28,14 @@ impl IndexProgress for Bar {
 
 /// Runs `bale index`.
 pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
+    // Tars at URLs are read through the storage layer (headers by ranged GETs).
+    args.storage.options()?;
+    anyhow::ensure!(
+        !bale_storage::is_url(&args.output),
+        "{}: bale index writes its output to a local directory; write it there (-o DIR) and upload the .idx files and bale.json (bale.json last)",
+        args.output.display()
+    );
+    super::export_index::precheck(args.dali_index.as_deref(), &args.output)?;
     let shards = expand_patterns(&args.shards)?;
     let opts = IndexOptions {
         shards,
@@ -55,6 +63,12 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         Ok(s) => s,
         Err(e) => return Err(with_hint(e)),
     };
+    super::export_index::after_write(
+        args.dali_index.as_deref(),
+        &args.output,
+        args.force,
+        &args.out,
+    )?;
     let mut stdout = std::io::stdout().lock();
     if args.out.json {
         writeln!(stdout, "{}", serde_json::to_string_pretty(&summary)?)?;

@@ -39,7 +39,9 @@ struct SampleLine<'a> {
 
 /// Runs `bale ls`.
 pub fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
-    let ds = Dataset::open(&args.path)?;
+    let ds = Dataset::options()
+        .storage_options(args.storage.options()?)
+        .open(&args.path)?;
     let labelled = !args.no_labels && ds.fields().iter().any(|f| f == "cls");
     let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     for i in 0..ds.len() {

@@ -6,6 +6,7 @@ use crate::args::{Cli, Command};
 
 pub mod bench;
 pub mod convert;
+pub mod export_index;
 pub mod get;
 pub mod index;
 pub mod ls;
@@ -26,6 +27,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ls(a) => ls::run(a),
         Command::Get(a) => get::run(a),
         Command::Index(a) => index::run(a),
+        Command::ExportIndex(a) => export_index::run(a),
         Command::Stage(a) => stage::run(a),
         Command::Unstage(a) => stage::run_unstage(a),
         Command::Bench(a) => bench::run(a),

@@ -224,6 +224,12 @@ fn image_options(args: &PackArgs) -> anyhow::Result<ImageOptions> {
 /// Runs `bale pack`.
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     let (compression, level) = shard_compression(&args)?;
+    if args.dali_index.is_some() && compression != bale_format::Compression::None {
+        anyhow::bail!(
+            "--dali-index: DALI's webdataset reader reads plain tar shards only (drop --compress / --format h5)"
+        );
+    }
+    super::export_index::precheck(args.dali_index.as_deref(), &args.output)?;
     let image = image_options(&args)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
@@ -300,6 +306,12 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     }
     drop(err);
     args.out.summary(&summary, || summary_line(&summary))?;
+    super::export_index::after_write(
+        args.dali_index.as_deref(),
+        &args.output,
+        args.force,
+        &args.out,
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -74,6 +74,7 @@ pub fn run(args: StageArgs) -> anyhow::Result<ExitCode> {
     options.assume.free = args.assume_free;
     options.assume.mem_available = args.assume_mem;
     options.assume.not_root = args.assume_not_root;
+    options.storage = args.storage.options()?;
     let bar = Bar {
         quiet: args.quiet,
         bar: OnceLock::new(),

@@ -46,12 +46,19 @@ struct TreeStat {
 /// Runs `bale stat`.
 pub fn run(args: StatArgs) -> anyhow::Result<ExitCode> {
     let path = args.path.as_path();
-    let meta =
-        std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
-    anyhow::ensure!(meta.is_dir(), "{} is not a directory", path.display());
+    let storage = args.storage.options()?;
+    let url = bale_storage::is_url(path);
+    if !url {
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
+        anyhow::ensure!(meta.is_dir(), "{} is not a directory", path.display());
+    }
     let mut out = std::io::stdout().lock();
-    if Manifest::path_in(path).exists() {
-        let s = Dataset::open(path)?.report(!args.no_labels)?;
+    if url || Manifest::path_in(path).exists() {
+        let s = Dataset::options()
+            .storage_options(storage)
+            .open(path)?
+            .report(!args.no_labels)?;
         if args.json {
             serde_json::to_writer_pretty(&mut out, &s)?;
             writeln!(out)?;

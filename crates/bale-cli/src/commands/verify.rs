@@ -77,6 +77,8 @@ impl Visitor for CliVisitor {
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let dir = args.path.as_path();
+    // Shards, indexes and the manifest at a URL are read through the storage layer.
+    args.storage.options()?;
     let level = if args.quick {
         Level::Quick
     } else {

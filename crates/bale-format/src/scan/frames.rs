@@ -11,7 +11,7 @@ pub(super) struct Frame {
 }
 
 pub(super) fn read_le(
-    file: &File,
+    file: &dyn ReadAt,
     path: &Path,
     offset: u64,
     n: usize,
@@ -33,7 +33,7 @@ pub(super) fn read_le(
 }
 
 /// Finds the frame at `offset` and its length, from its header and block headers only.
-pub(super) fn frame_at(file: &File, path: &Path, offset: u64, len: u64) -> Result<Frame> {
+pub(super) fn frame_at(file: &dyn ReadAt, path: &Path, offset: u64, len: u64) -> Result<Frame> {
     let magic = read_le(file, path, offset, 4, len, "a zstd frame header")? as u32;
     if magic & 0xFFFF_FFF0 == SKIPPABLE_MAGIC {
         let size = read_le(
@@ -139,7 +139,7 @@ pub(super) fn frame_at(file: &File, path: &Path, offset: u64, len: u64) -> Resul
 
 /// A region of a file as a reader, hashing what passes through when asked.
 pub(super) struct At<'a> {
-    pub(super) file: &'a File,
+    pub(super) file: &'a dyn ReadAt,
     pub(super) pos: u64,
     pub(super) end: u64,
     pub(super) hash: Option<&'a mut Xxh3>,
@@ -173,7 +173,7 @@ impl Read for At<'_> {
 /// Every byte of the frame passes through `hash`. Returns the output and the
 /// number of bytes read from the file.
 pub(super) fn decompress(
-    file: &File,
+    file: &dyn ReadAt,
     path: &Path,
     f: Frame,
     limit: u64,
@@ -211,7 +211,7 @@ pub(super) fn decompress(
 }
 
 /// Reads a frame that holds no tar data, for the whole file's hash.
-pub(super) fn hash_frame(file: &File, path: &Path, f: Frame, hash: &mut Xxh3) -> Result<u64> {
+pub(super) fn hash_frame(file: &dyn ReadAt, path: &Path, f: Frame, hash: &mut Xxh3) -> Result<u64> {
     let mut at = At {
         file,
         pos: f.offset,
@@ -234,7 +234,7 @@ pub(super) fn single_frame_error(path: &Path) -> FormatError {
 }
 
 pub(super) fn scan_zstd(
-    file: &File,
+    file: &dyn ReadAt,
     path: &Path,
     len: u64,
     opts: &ScanOptions,

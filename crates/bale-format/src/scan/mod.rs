@@ -33,10 +33,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use crate::read_at::ReadAt;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::hash::Xxh3;
@@ -247,15 +246,9 @@ pub fn normalize_member_name(name: &str) -> &str {
 /// [`SplitPolicy::Regroup`].
 pub fn scan_shard(path: impl AsRef<Path>, opts: &ScanOptions) -> Result<ScannedShard> {
     let path = path.as_ref();
-    let file = crate::files::open_regular(path)?;
-    let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
-    if !meta.is_file() {
-        return Err(FormatError::io(
-            path,
-            io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"),
-        ));
-    }
-    let len = meta.len();
+    // A local regular file, or an object at a URL (through the storage layer).
+    let (file, len) = crate::read_at::open(path)?;
+    let file: &dyn ReadAt = &*file;
     let mut magic = [0u8; 6];
     let n = (len as usize).min(magic.len());
     file.read_exact_at(&mut magic[..n], 0)
@@ -284,9 +277,9 @@ pub fn scan_shard(path: impl AsRef<Path>, opts: &ScanOptions) -> Result<ScannedS
                      (or with --rename-split), or decompress it and index the plain .tar",
                 ));
             }
-            scan_zstd(&file, path, len, opts)?
+            scan_zstd(file, path, len, opts)?
         }
-        _ => scan_plain(&file, path, len, opts)?,
+        _ => scan_plain(file, path, len, opts)?,
     };
     shard.path = path.to_path_buf();
     Ok(shard)

@@ -4,7 +4,7 @@
 use super::*;
 
 pub(super) fn scan_plain(
-    file: &File,
+    file: &dyn ReadAt,
     path: &Path,
     len: u64,
     opts: &ScanOptions,

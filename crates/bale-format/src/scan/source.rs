@@ -14,7 +14,7 @@ pub(super) trait ByteSource {
 
 /// Positioned reads of a plain tar file: headers only, data never touched.
 pub(super) struct Pread<'a> {
-    pub(super) file: &'a File,
+    pub(super) file: &'a dyn ReadAt,
     pub(super) path: &'a Path,
     pub(super) bytes_read: u64,
 }
@@ -47,7 +47,7 @@ impl ByteSource for Pread<'_> {
 /// file is read in large chunks into one buffer; each byte is copied once
 /// and hashed from there.
 pub(super) struct Sequential<'a> {
-    pub(super) file: &'a File,
+    pub(super) file: &'a dyn ReadAt,
     pub(super) path: &'a Path,
     pub(super) buf: Vec<u8>,
     /// File offset of `buf[0]`.
@@ -58,7 +58,7 @@ pub(super) struct Sequential<'a> {
 }
 
 impl<'a> Sequential<'a> {
-    pub(super) fn new(file: &'a File, path: &'a Path, len: u64) -> Self {
+    pub(super) fn new(file: &'a dyn ReadAt, path: &'a Path, len: u64) -> Self {
         Self {
             file,
             path,

@@ -532,7 +532,7 @@ fn every_truncation_and_many_bit_flips_are_errors_or_valid_indexes() {
                 },
             ) {
                 let idx = ShardIndex::from_bytes(s.index_bytes(), "mem.idx").unwrap();
-                let file = File::open(&p).unwrap();
+                let file = std::fs::File::open(&p).unwrap();
                 for i in 0..idx.len() {
                     let buf =
                         crate::read::read_sample(&file, &p, idx.compression(), &idx.sample(i))
@@ -602,7 +602,7 @@ fn zstd_frame_walk_matches_the_library() {
     }
     let dir = tempfile::tempdir().unwrap();
     let p = write(dir.path(), "f.zst", &bytes);
-    let file = File::open(&p).unwrap();
+    let file = std::fs::File::open(&p).unwrap();
     let mut at = 0;
     let mut got = Vec::new();
     while at < bytes.len() as u64 {
@@ -613,7 +613,7 @@ fn zstd_frame_walk_matches_the_library() {
     assert_eq!(got, want);
     // A cut frame is truncated, naming the file.
     let p = write(dir.path(), "cut.zst", &bytes[..bytes.len() - 3]);
-    let file = File::open(&p).unwrap();
+    let file = std::fs::File::open(&p).unwrap();
     let last = want.last().unwrap().offset;
     let err = frame_at(&file, &p, last, bytes.len() as u64 - 3).unwrap_err();
     assert!(matches!(err, FormatError::Truncated { .. }), "{err}");

@@ -56,7 +56,7 @@ pub(super) fn full_pass(
     let hasher = Rc::new(RefCell::new(Xxh3::new()));
     let pos = Rc::new(Cell::new(0u64));
     let hashing = Hashing {
-        inner: file,
+        inner: crate::read_at::SeqRead::new(file),
         hasher: Rc::clone(&hasher),
         pos: Rc::clone(&pos),
     };
@@ -268,12 +268,11 @@ pub(super) fn full_pass(
     // Hash the rest of the file (end blocks and anything read-ahead missed).
     let consumed = pos.get();
     let rest = (|| -> io::Result<u64> {
-        let mut f = open_shard(path).map_err(io::Error::other)?;
-        f.seek(SeekFrom::Start(consumed))?;
+        let f = open_shard(path).map_err(io::Error::other)?;
         let mut buf = vec![0u8; 1 << 16];
         let mut total = 0u64;
         loop {
-            let k = f.read(&mut buf)?;
+            let k = f.read_at(&mut buf, consumed + total)?;
             if k == 0 {
                 return Ok(total);
             }

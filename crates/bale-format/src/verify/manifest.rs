@@ -13,7 +13,13 @@ use super::*;
 /// it holds no `bale.json` ([`FormatError::Incomplete`]), the file is not a
 /// bale manifest, or it has an unsupported major version.
 pub fn load_manifest(dir: &Path) -> Result<(Option<Manifest>, Vec<Problem>), FormatError> {
-    let meta = std::fs::metadata(dir).map_err(|e| FormatError::Io {
+    let meta = if crate::read_at::is_url(dir) {
+        // A prefix in object storage: no directory to stat.
+        std::fs::metadata("/")
+    } else {
+        std::fs::metadata(dir)
+    };
+    let meta = meta.map_err(|e| FormatError::Io {
         path: dir.to_path_buf(),
         source: e,
     })?;

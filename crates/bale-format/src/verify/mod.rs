@@ -64,8 +64,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -401,7 +400,7 @@ fn error_offset(e: &FormatError) -> Option<u64> {
 }
 
 /// Opens a shard for checking, or lists why it cannot be opened.
-fn open_or_report(r: &mut ShardReport, path: &Path) -> Option<File> {
+fn open_or_report(r: &mut ShardReport, path: &Path) -> Option<Box<dyn crate::read_at::ReadAt>> {
     match open_shard(path) {
         Ok(f) => Some(f),
         Err(e) => {
@@ -416,12 +415,24 @@ fn open_or_report(r: &mut ShardReport, path: &Path) -> Option<File> {
 
 /// Opens a shard for checking: a regular file only (a FIFO would block, a
 /// device never end); the error says what it is instead.
-fn open_shard(path: &Path) -> Result<File, String> {
-    crate::files::open_regular(path).map_err(|e| match e {
-        FormatError::NotRegular { kind, .. } => format!("it is {kind}, not a regular file"),
-        FormatError::Io { source, .. } => source.to_string(),
-        other => other.to_string(),
-    })
+fn open_shard(path: &Path) -> Result<Box<dyn crate::read_at::ReadAt>, String> {
+    crate::read_at::open(path)
+        .map(|(src, _)| src)
+        .map_err(|e| match e {
+            FormatError::NotRegular { kind, .. } => format!("it is {kind}, not a regular file"),
+            FormatError::Io { source, .. } => source.to_string(),
+            other => other.to_string(),
+        })
+}
+
+/// The length of the object at a URL (`Err(len)`: no local metadata), or
+/// the error opening it.
+fn url_len(path: &Path) -> io::Result<Result<std::fs::Metadata, u64>> {
+    match crate::read_at::open(path) {
+        Ok((_, len)) => Ok(Err(len)),
+        Err(FormatError::Io { source, .. }) => Err(source),
+        Err(e) => Err(io::Error::other(e.to_string())),
+    }
 }
 
 /// Checks one shard and its index at `level` with the default [`NameRules`]
@@ -456,9 +467,15 @@ pub fn check_shard_with(
     let index_path = Manifest::resolve(dir, &entry.index);
 
     // The shard file: present, regular, of the recorded size.
-    let shard_len = match std::fs::metadata(&shard_path) {
-        Ok(m) if m.is_file() => Some(m.len()),
-        Ok(m) => {
+    let shard_meta = if crate::read_at::is_url(&shard_path) {
+        url_len(&shard_path)
+    } else {
+        std::fs::metadata(&shard_path).map(Ok)
+    };
+    let shard_len = match shard_meta {
+        Ok(Err(len)) => Some(len),
+        Ok(Ok(m)) if m.is_file() => Some(m.len()),
+        Ok(Ok(m)) => {
             r.push(Problem::new(
                 &name,
                 format!("shard is {}, not a regular file", crate::files::kind_of(&m)),

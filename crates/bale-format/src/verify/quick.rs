@@ -4,13 +4,13 @@ use super::*;
 
 /// A positioned reader over a file, from an offset on.
 pub(super) struct ReadAt<'a> {
-    pub(super) file: &'a File,
+    pub(super) file: &'a dyn crate::read_at::ReadAt,
     pub(super) pos: u64,
 }
 
 impl Read for ReadAt<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = std::os::unix::fs::FileExt::read_at(self.file, buf, self.pos)?;
+        let n = self.file.read_at(buf, self.pos)?;
         self.pos += n as u64;
         Ok(n)
     }
@@ -108,7 +108,7 @@ pub(super) fn quick_headers(
         }
         // For a compressed shard, the sample's tar bytes; else read per member.
         let buf = if compressed {
-            match read_sample(&file, path, Compression::Zstd, &e) {
+            match read_sample(&*file, path, Compression::Zstd, &e) {
                 Ok(b) => Some(b),
                 Err(err) => {
                     r.push(
@@ -147,7 +147,7 @@ pub(super) fn quick_headers(
                     // Usually one read of the member's header(s); entries stepped
                     // over (a directory, a file without extension) are read through.
                     let at = ReadAt {
-                        file: &file,
+                        file: &*file,
                         pos: start,
                     }
                     .take(len);
@@ -183,7 +183,7 @@ pub(super) fn quick_headers(
     }
     // The end-of-archive blocks of a plain tar.
     if !compressed && idx.tar_len() >= 1024 {
-        match read_exact_at(&file, path, idx.tar_len() - 1024, 1024) {
+        match read_exact_at(&*file, path, idx.tar_len() - 1024, 1024) {
             Ok(b) if b.iter().all(|&x| x == 0) => {}
             Ok(_) => r.push(
                 Problem::new(&name, "the tar does not end with two zero blocks")

@@ -102,12 +102,12 @@ pub(super) fn check_scattered(
     visitor: &mut dyn Visitor,
 ) {
     let name = r.shard.clone();
-    let Some(mut file) = open_or_report(r, path) else {
+    let Some(file) = open_or_report(r, path) else {
         return;
     };
     let mut sig = [0u8; 8];
     if entry.compression == Compression::H5
-        && (file.read_exact(&mut sig).is_err() || &sig != HDF5_SIGNATURE)
+        && (file.read_exact_at(&mut sig, 0).is_err() || &sig != HDF5_SIGNATURE)
     {
         r.push(Problem::new(&name, "shard does not start with the HDF5 signature").offset(0));
     }
@@ -124,7 +124,7 @@ pub(super) fn check_scattered(
         let mut buf = vec![0u8; STREAM_BUFFER];
         let mut at = 0u64;
         let read = loop {
-            match std::os::unix::fs::FileExt::read_at(&file, &mut buf, at) {
+            match file.read_at(&mut buf, at) {
                 Ok(0) => break Ok(()),
                 Ok(k) => {
                     hasher.update(&buf[..k]);
@@ -155,7 +155,7 @@ pub(super) fn check_scattered(
         r.samples_checked += 1;
         for m in idx.members(i) {
             r.members_checked += 1;
-            let data = match crate::read::read_member(&file, path, &m) {
+            let data = match crate::read::read_member(&*file, path, &m) {
                 Ok(d) => d,
                 Err(e) => {
                     r.push(

@@ -45,7 +45,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from bale import _native
 from bale._native import BaleError, Dataset, FormatError, SampleBuffer, SampleIterator
@@ -169,7 +169,12 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
             epoch; an int (the same for every worker) or a sequence indexed
             by worker id (see :func:`worker_offsets`).
         fields, decode, verify_on_read, backing: as :class:`Dataset`.
-        prefetch: background read-ahead threads per iterator (0: none).
+        prefetch: background read-ahead threads per iterator (0: none). For
+            a dataset in object storage, requests in flight do the reading
+            ahead (at most 64 MiB per iterator), threads or not.
+        storage_options, cache_dir, cache_limit: as :class:`Dataset`, for a
+            dataset in object storage (``s3://``, ``gs://``, ``az://``,
+            ``https://``).
 
     The partitions of one epoch are disjoint and cover every sample exactly
     once (``even`` aside). Pickling keeps only the arguments (and the rank
@@ -197,6 +202,9 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
         verify_on_read: bool = False,
         backing: str = "mmap",
         prefetch: int = 1,
+        storage_options: Mapping[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         if plan is None:
             plan = "shuffled" if shuffle else "sequential"
@@ -225,6 +233,9 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
         self.verify_on_read = verify_on_read
         self.backing = backing
         self.prefetch = prefetch
+        self.storage_options = None if storage_options is None else dict(storage_options)
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.cache_limit = cache_limit
         self._detected: tuple[int, int] | None = None
         self._ds: Dataset | None = None
         self._dataset()  # fail early on a bad path or options
@@ -237,6 +248,9 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
                 decode=self.decode,
                 verify_on_read=self.verify_on_read,
                 backing=self.backing,
+                storage_options=self.storage_options,
+                cache_dir=self.cache_dir,
+                cache_limit=self.cache_limit,
             )
         return self._ds
 
@@ -329,18 +343,27 @@ def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
     return int(t[0]), int(t[1])
 
 
-def decode_image(data: bytes | bytearray | memoryview, ext: str = "jpg") -> Any:
+#: Pillow's decompression-bomb limit: larger images are refused from their header.
+MAX_PIXELS = 178_956_970
+
+
+def decode_image(
+    data: bytes | bytearray | memoryview, ext: str = "jpg", max_pixels: int = MAX_PIXELS
+) -> Any:
     """Decodes one image whole, at full scale, to a NumPy ``uint8`` array
     ``(H, W, 3)`` (RGB), with the GIL released: the decoder of :class:`Loader`
     (libjpeg-turbo for JPEG; PNG, WebP; ``.npy`` of ``(H, W)`` or
     ``(H, W, 3)`` uint8 passes through). The array is writable and owns its
     memory. ``ext`` names the format, as a
     member's extension does. Raises :class:`FormatError` for damaged or
-    truncated bytes. Example: ``bale.decode_image(ds[0]["jpg"])``.
+    truncated bytes, and for an image over ``max_pixels`` (refused from its
+    header, before its pixels are allocated). Example:
+    ``bale.decode_image(ds[0]["jpg"])``.
     """
     import numpy
 
-    height, width, pixels = _native.decode_image(bytes(data) if not isinstance(data, bytes) else data, ext)
+    raw = data if isinstance(data, bytes) else bytes(data)
+    height, width, pixels = _native.decode_image(raw, ext, max_pixels)
     return numpy.frombuffer(pixels, dtype=numpy.uint8).reshape(height, width, 3)
 
 
@@ -396,8 +419,14 @@ class Loader:
         fields: other members to pass through: the loop then gets
             ``(images, labels, fields)`` with ``fields[name]`` a list of
             ``bytes`` (``None`` where a sample lacks it).
+        storage_options, cache_dir, cache_limit: for a dataset in object
+            storage, as :class:`Dataset` (not taken from a ``Dataset`` given
+            as ``dataset``: pass them here).
         dct_scaling: decode a JPEG at 1/2, 1/4 or 1/8 scale when its crop is
             at least that many times the output.
+        max_pixels: an image larger than this (a decompression bomb) is
+            refused from its header, as a damaged image (``on_error``
+            applies); Pillow's limit by default.
 
     Memory: ``prefetch + 1`` batch buffers in flight, reused once the arrays
     you received are freed, and one decoded crop per thread.
@@ -432,6 +461,10 @@ class Loader:
         image: str | None = None,
         fields: Sequence[str] = (),
         dct_scaling: bool = True,
+        max_pixels: int = MAX_PIXELS,
+        storage_options: Mapping[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         import numpy  # noqa: F401  (the batches are NumPy arrays)
 
@@ -480,6 +513,10 @@ class Loader:
             self._fields,
             drop_last,
             dct_scaling,
+            max_pixels,
+            None if storage_options is None else dict(storage_options),
+            None if cache_dir is None else os.fspath(cache_dir),
+            cache_limit,
         )
         self.rank, self.world_size = rank, world_size
         #: Decoding threads (``threads=0`` resolved to the cores this process may use).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -64,6 +64,9 @@ class Dataset:
         decode: None | str | Callable[[str, bytes | np.ndarray], Any] = None,
         verify_on_read: bool = False,
         backing: str = "mmap",
+        storage_options: Mapping[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, i: int) -> Sample:
@@ -199,6 +202,10 @@ class Loader:
         fields: list[str],
         drop_last: bool,
         dct_scaling: bool,
+        max_pixels: int,
+        storage_options: Mapping[str, str] | None = None,
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
     ) -> None: ...
     def __len__(self) -> int:
         """Batches per epoch."""
@@ -209,5 +216,5 @@ class Loader:
     def sample_params(self, epoch: int, index: int) -> tuple[float, float, float, float, bool]:
         """(top, left, height, width, flip) decided for sample ``index``."""
 
-def decode_image(data: bytes, ext: str) -> tuple[int, int, bytearray]:
+def decode_image(data: bytes, ext: str, max_pixels: int) -> tuple[int, int, bytearray]:
     """(height, width, RGB bytearray) of the image decoded whole."""

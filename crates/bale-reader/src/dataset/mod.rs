@@ -18,10 +18,12 @@ use crate::sample::{parse_label, will_need};
 
 mod options;
 mod read;
+mod remote;
 mod residency;
 mod shard;
 
 pub use options::{Backing, DatasetOptions};
+pub(crate) use remote::StartedPieces;
 use residency::{Hint, Residency};
 use shard::{
     Handle, Shard, map_slice, open_handle, open_shard, unreachable_handle, unreachable_slot,
@@ -48,6 +50,10 @@ struct Inner {
     options: DatasetOptions,
     pool: Arc<BufPool>,
     residency: Residency,
+    /// Where the objects are, for a dataset in object storage.
+    store: Option<bale_storage::Store>,
+    /// The node-local cache of its shards, when asked for.
+    cache: Option<bale_storage::Cache>,
 }
 
 /// An open bale dataset: random access by index or key, and epoch iteration.
@@ -77,6 +83,15 @@ impl Dataset {
     /// manifest (index checksum, sample count, shard length, compression) and
     /// each shard file's length against its index.
     ///
+    /// `dir` may be a URL (`s3://bucket/prefix`, `gs://`, `az://`,
+    /// `https://`): the manifest and every index are then fetched whole
+    /// (manifest at most 64 MiB; an index object whose size its counts
+    /// cannot give is refused before it is downloaded) and checked the same
+    /// way, on the heap rather than mapped; each shard object's size is
+    /// checked on every read (with the ETag of its first answer). A sample
+    /// is one ranged GET; see [`DatasetOptions::storage_options`] and the
+    /// other options for object storage.
+    ///
     /// # Errors
     /// [`FormatError::Incomplete`] (inside [`ReaderError::Format`]) when the
     /// directory has no manifest (a pack that did not finish); any format
@@ -86,6 +101,9 @@ impl Dataset {
     }
 
     fn open_with(dir: &Path, options: DatasetOptions) -> Result<Self> {
+        if let bale_storage::Location::Url(url) = bale_storage::Location::parse(dir)? {
+            return remote::open_remote(&url, options);
+        }
         let manifest = Manifest::read(dir)?;
         let manifest_path = dir.join(MANIFEST_NAME);
         let n = manifest.shards.len();
@@ -94,7 +112,7 @@ impl Dataset {
             t => t,
         }
         .min(n.div_ceil(32).max(1));
-        let open_one = |i: usize| open_shard(dir, &manifest_path, &manifest, i);
+        let open_one = |i: usize| open_shard(dir, &manifest_path, &manifest, i, &options.storage);
         let shards: Vec<Result<Shard>> = if threads <= 1 {
             (0..n).map(open_one).collect()
         } else {
@@ -116,6 +134,37 @@ impl Dataset {
                 .collect()
         };
         let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
+        // Shards in a bucket (tars indexed in place) are read as a remote dataset's.
+        let store = match shards.iter().find_map(|s| s.remote.as_ref()) {
+            Some(r) => Some(bale_storage::Store::open(
+                r.object
+                    .url()
+                    .rsplit_once('/')
+                    .map_or(r.object.url(), |(d, _)| d),
+                &options.storage,
+            )?),
+            None => None,
+        };
+        Ok(Self::assemble(
+            dir.to_path_buf(),
+            shards,
+            manifest,
+            options,
+            store,
+            None,
+        ))
+    }
+
+    /// The dataset of opened, checked shards.
+    fn assemble(
+        dir: PathBuf,
+        shards: Vec<Shard>,
+        manifest: Manifest,
+        options: DatasetOptions,
+        store: Option<bale_storage::Store>,
+        cache: Option<bale_storage::Cache>,
+    ) -> Self {
+        let n = shards.len();
         let mut offsets = Vec::with_capacity(n + 1);
         let mut total = 0u64;
         for s in &shards {
@@ -123,9 +172,9 @@ impl Dataset {
             total += s.index.len() as u64;
         }
         offsets.push(total);
-        Ok(Dataset {
+        Dataset {
             inner: Arc::new(Inner {
-                dir: dir.to_path_buf(),
+                dir,
                 shards,
                 offsets,
                 labels: manifest.labels.clone(),
@@ -134,11 +183,13 @@ impl Dataset {
                 options,
                 pool: Arc::default(),
                 residency: Residency::new(),
+                store,
+                cache,
             }),
-        })
+        }
     }
 
-    /// The dataset directory.
+    /// The dataset directory (or, for a dataset in object storage, its URL).
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
@@ -271,6 +322,16 @@ impl Dataset {
     /// Bytes to budget for reading sample `local` of shard `s` (its uncompressed size).
     pub(crate) fn sample_cost(&self, s: usize, local: usize) -> u64 {
         self.inner.shards[s].index.sample_bytes(local)
+    }
+
+    /// Requests in flight per batch or iterator, for a dataset in object storage.
+    pub(crate) fn max_requests(&self) -> usize {
+        self.inner.options.max_requests
+    }
+
+    /// Bytes a remote epoch iterator keeps requested ahead.
+    pub(crate) fn read_ahead(&self) -> u64 {
+        self.inner.options.read_ahead
     }
 
     /// Largest read for a run of samples.

@@ -1,6 +1,8 @@
 //! How a dataset is opened: [`DatasetOptions`] and [`Backing`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use bale_storage::{CacheOptions, StorageOptions};
 
 use super::Dataset;
 use crate::error::Result;
@@ -46,6 +48,11 @@ pub struct DatasetOptions {
     pub(super) backing: Backing,
     pub(super) read_chunk: usize,
     pub(super) open_threads: usize,
+    pub(super) storage: StorageOptions,
+    pub(super) max_requests: usize,
+    pub(super) coalesce_gap: u64,
+    pub(super) read_ahead: u64,
+    pub(super) cache: Option<CacheOptions>,
 }
 
 impl Default for DatasetOptions {
@@ -55,6 +62,11 @@ impl Default for DatasetOptions {
             backing: Backing::default(),
             read_chunk: bale_format::STREAM_BUFFER,
             open_threads: 0,
+            storage: StorageOptions::new(),
+            max_requests: 16,
+            coalesce_gap: 256 << 10,
+            read_ahead: 64 << 20,
+            cache: None,
         }
     }
 }
@@ -91,6 +103,50 @@ impl DatasetOptions {
     /// Threads that open and validate the shard indexes (default 0: one per core).
     pub fn open_threads(mut self, threads: usize) -> Self {
         self.open_threads = threads;
+        self
+    }
+
+    /// Options for reaching object storage when the dataset is a URL, on
+    /// top of the standard environment (see [`StorageOptions`]). Default none.
+    pub fn storage_options(mut self, options: StorageOptions) -> Self {
+        self.storage = options;
+        self
+    }
+
+    /// Requests in flight at once for a dataset in object storage: per
+    /// [`Dataset::get_batch`] call, and per iterator's read-ahead (default 16).
+    pub fn max_requests(mut self, n: usize) -> Self {
+        self.max_requests = n.max(1);
+        self
+    }
+
+    /// Samples of one shard read by one [`Dataset::get_batch`] whose byte
+    /// ranges lie at most this far apart are read with one request (the gap
+    /// is read and dropped; default 256 KiB). 0 joins only adjacent ranges.
+    pub fn coalesce_gap(mut self, bytes: u64) -> Self {
+        self.coalesce_gap = bytes;
+        self
+    }
+
+    /// Bytes an epoch iterator over a dataset in object storage keeps
+    /// requested ahead of the sample it yields (default 64 MiB): the bound
+    /// on its memory, together with [`DatasetOptions::read_chunk`] (one
+    /// request's size). [`crate::SampleIter::prefetch`]'s byte budget
+    /// replaces it for that iterator.
+    pub fn read_ahead(mut self, bytes: u64) -> Self {
+        self.read_ahead = bytes.max(1);
+        self
+    }
+
+    /// Keeps whole shards of a dataset in object storage in a local cache
+    /// directory of at most `limit` bytes, shared by the processes of a node
+    /// (see [`bale_storage::cache`]): a shard is downloaded (and checked)
+    /// when first read, then read from the local copy. Default none.
+    pub fn cache(mut self, dir: impl Into<PathBuf>, limit: u64) -> Self {
+        self.cache = Some(CacheOptions {
+            dir: dir.into(),
+            limit,
+        });
         self
     }
 

@@ -19,7 +19,8 @@ impl Dataset {
         let Some(m) = index.members(local).find(|m| m.ext == ext) else {
             return Ok(None);
         };
-        let data = if index.compression() == Compression::Zstd {
+        let remote = self.remote_object(s)?;
+        let data = if index.compression() == Compression::Zstd || remote.is_some() {
             let sample = self.read_entry(s, local, Hint::Always)?;
             sample.field(ext).map(<[u8]>::to_vec).unwrap_or_default()
         } else {
@@ -98,10 +99,13 @@ impl Dataset {
             .iter()
             .map(|&i| self.locate(i))
             .collect::<Result<Vec<_>>>()?;
+        if self.is_remote() {
+            return self.get_batch_remote(&at);
+        }
         if at.len() > 1 {
             self.prefetch(&at);
         }
-        let mut hinted = self.inner.residency.hint(0);
+        let mut hinted = self.inner.residency.hint();
         let mut out = Vec::with_capacity(at.len());
         for &(s, local) in &at {
             out.push(self.read_entry(s, local, Hint::Learnt)?);
@@ -212,6 +216,9 @@ impl Dataset {
 
     /// Sample `local` of shard `s`, not populated.
     pub(super) fn read_entry(&self, s: usize, local: usize, hint: Hint) -> Result<Sample> {
+        if let Some(obj) = self.remote_object(s)? {
+            return self.read_remote(s, local, obj);
+        }
         let shard = &self.inner.shards[s];
         let e = shard.index.sample(local);
         let h = self.handle(s)?;
@@ -222,7 +229,7 @@ impl Dataset {
         let (buf, base) = match (&h.map, &h.file, compression) {
             (Some(map), _, Compression::None) => {
                 map_slice(map, &shard.path, e.file_offset, e.file_len)?;
-                if hint == Hint::Always || self.inner.residency.hint(e.file_len) {
+                if hint == Hint::Always || self.inner.residency.hint() {
                     will_need(map, e.file_offset, e.file_len);
                 }
                 (Buf::Map(Arc::clone(map)), e.file_offset as usize)
@@ -333,8 +340,18 @@ impl Dataset {
         let last = shard.index.sample(local + count - 1);
         let span_start = first.file_offset;
         let span_len = (last.file_offset + last.file_len).saturating_sub(span_start);
+        if let Some(obj) = self.remote_object(s)? {
+            let bytes = obj.get_range(span_start..span_start.saturating_add(span_len))?;
+            return Ok(self.samples_of_run(
+                s,
+                local,
+                count,
+                Buf::Bytes(bytes),
+                span_start,
+                populate,
+            ));
+        }
         let h = self.handle(s)?;
-        let compression = shard.index.compression();
         let buf = match (&h.map, &h.file) {
             (Some(map), _) => {
                 map_slice(map, &shard.path, span_start, span_len)?;
@@ -353,10 +370,27 @@ impl Dataset {
             (None, Some(file)) => self.pread(file, &shard.path, span_start, span_len)?,
             (None, None) => unreachable_handle(&shard.path)?,
         };
+        Ok(self.samples_of_run(s, local, count, buf, span_start, populate))
+    }
+
+    /// Samples `local..local + count` of shard `s` from `buf`, which holds
+    /// the run's bytes from file offset `span_start` on (or the whole shard
+    /// for a map).
+    pub(super) fn samples_of_run(
+        &self,
+        s: usize,
+        local: usize,
+        count: usize,
+        buf: Buf,
+        span_start: u64,
+        populate: bool,
+    ) -> Vec<Result<Sample>> {
+        let shard = &self.inner.shards[s];
+        let compression = shard.index.compression();
         // Offset of file byte `o` in `buf` (None if a corrupt index puts it before the run).
         let shift = |o: u64| match &buf {
             Buf::Map(_) => usize::try_from(o).ok(),
-            Buf::Heap(_) => o
+            Buf::Heap(_) | Buf::Bytes(_) => o
                 .checked_sub(span_start)
                 .and_then(|d| usize::try_from(d).ok()),
         };
@@ -394,7 +428,7 @@ impl Dataset {
             }
             out.push(r);
         }
-        Ok(out)
+        out
     }
 
     /// Builds a sample whose tar bytes start at `buf[base]`: fields as ranges,
@@ -478,7 +512,7 @@ impl Dataset {
     /// the read itself.
     pub(crate) fn will_read(&self, s: usize, local: usize, count: usize) {
         let index = &self.inner.shards[s].index;
-        if count == 0 || local + count > index.len() {
+        if count == 0 || local + count > index.len() || self.inner.shards[s].remote.is_some() {
             return;
         }
         let first = index.sample(local);

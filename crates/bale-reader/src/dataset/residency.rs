@@ -3,25 +3,25 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-/// Whether small mapped samples are worth a `MADV_WILLNEED` before their
-/// pages are touched, learnt from how long recent touches took: a touch that
-/// waited for storage ([`Residency::STORAGE_WAIT`] or more) turns hints on for
-/// the next [`Residency::HINT_READS`] small samples; that many fast touches in
-/// a row turn them off. Samples over [`Residency::SMALL`] are always hinted.
-/// docs/benchmarks.md gives the measurements behind the figures.
+/// Whether mapped samples are worth a `MADV_WILLNEED` before their pages are
+/// touched, learnt from how long recent touches took: a touch that waited
+/// for storage ([`Residency::STORAGE_WAIT`] or more) turns hints on for the
+/// next [`Residency::HINT_READS`] samples; that many fast touches in a row
+/// turn them off. On a warm cache the call does nothing but cost: for a
+/// 110 KB sample the kernel walks its 27 pages in the page cache, about a
+/// third of a warm `ds[i]`. docs/benchmarks.md gives the measurements behind
+/// the figures.
 #[derive(Debug)]
 pub(super) struct Residency {
-    /// Small reads left to hint since the last touch that waited for storage.
+    /// Reads left to hint since the last touch that waited for storage.
     pub(super) hint_left: AtomicU32,
 }
 
 impl Residency {
     /// A touch of a sample's pages taking this long waited for storage.
     pub(super) const STORAGE_WAIT: Duration = Duration::from_micros(10);
-    /// Small reads hinted after a touch that waited for storage.
+    /// Reads hinted after a touch that waited for storage.
     pub(super) const HINT_READS: u32 = 256;
-    /// Largest sample, in bytes, whose hint depends on recent touches.
-    pub(super) const SMALL: u64 = 16 << 10;
 
     pub(super) fn new() -> Self {
         // A freshly opened dataset is likely cold: hint until shown otherwise.
@@ -30,12 +30,12 @@ impl Residency {
         }
     }
 
-    /// Whether to hint a mapped read of `len` bytes.
-    pub(super) fn hint(&self, len: u64) -> bool {
-        len > Self::SMALL || self.hint_left.load(Ordering::Relaxed) > 0
+    /// Whether to hint a mapped read.
+    pub(super) fn hint(&self) -> bool {
+        self.hint_left.load(Ordering::Relaxed) > 0
     }
 
-    /// Turns hints on for the next [`Residency::HINT_READS`] small reads.
+    /// Turns hints on for the next [`Residency::HINT_READS`] reads.
     pub(super) fn saw_cold(&self) {
         self.hint_left.store(Self::HINT_READS, Ordering::Relaxed);
     }
@@ -69,23 +69,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn residency_hints_small_reads_until_enough_touches_are_fast() {
+    fn residency_hints_reads_until_enough_touches_are_fast() {
         let r = Residency::new();
         let fast = Duration::from_nanos(200);
         let slow = Residency::STORAGE_WAIT;
-        assert!(r.hint(100), "a fresh dataset is taken for cold");
+        assert!(r.hint(), "a fresh dataset is taken for cold");
         for _ in 0..Residency::HINT_READS - 1 {
             assert!(!r.record(fast));
         }
-        assert!(r.hint(100));
+        assert!(r.hint());
         assert!(!r.record(fast));
-        assert!(!r.hint(100), "warm: small reads are not hinted");
-        assert!(!r.hint(Residency::SMALL));
-        assert!(
-            r.hint(Residency::SMALL + 1),
-            "large reads are always hinted"
-        );
+        assert!(!r.hint(), "warm: reads are not hinted");
         assert!(r.record(slow));
-        assert!(r.hint(100), "one touch that waited turns hints back on");
+        assert!(r.hint(), "one touch that waited turns hints back on");
     }
 }

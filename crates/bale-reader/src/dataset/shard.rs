@@ -12,9 +12,22 @@ pub(super) struct Handle {
 
 #[derive(Debug)]
 pub(super) struct Shard {
+    /// The shard file, or the object's URL.
     pub(super) path: PathBuf,
     pub(super) index: ShardIndex,
+    /// The local file (or, for a shard in object storage, its cached copy).
     pub(super) handle: OnceLock<Handle>,
+    /// The object, for a dataset in object storage.
+    pub(super) remote: Option<RemoteShard>,
+}
+
+/// A shard in object storage.
+#[derive(Debug)]
+pub(super) struct RemoteShard {
+    pub(super) object: bale_storage::Object,
+    /// Set when the cache could not make room for the shard: it is read
+    /// from the bucket from then on.
+    pub(super) uncached: std::sync::atomic::AtomicBool,
 }
 
 pub(super) fn map_slice<'a>(map: &'a Mmap, path: &Path, offset: u64, len: u64) -> Result<&'a [u8]> {
@@ -51,6 +64,7 @@ pub(super) fn open_shard(
     manifest_path: &Path,
     manifest: &Manifest,
     i: usize,
+    storage: &bale_storage::StorageOptions,
 ) -> Result<Shard> {
     let entry = &manifest.shards[i];
     let index_path = Manifest::resolve(dir, &entry.index);
@@ -67,6 +81,65 @@ pub(super) fn open_shard(
         Err(FormatError::IndexMismatch { what, .. }) => return mismatch(what),
         r => r?,
     };
+    check_against_manifest(manifest_path, manifest, i, &index, &index_path)?;
+    if let Some(url) = path.to_str().filter(|_| bale_storage::is_url(&path)) {
+        // A tar in a bucket indexed into a local directory (`bale index s3://...`).
+        let object = bale_storage::object_at(url, storage)?.expect_size(entry.bytes);
+        return Ok(Shard {
+            path,
+            index,
+            handle: OnceLock::new(),
+            remote: Some(RemoteShard {
+                object,
+                uncached: Default::default(),
+            }),
+        });
+    }
+    let meta = std::fs::metadata(&path).map_err(|e| FormatError::Io {
+        path: path.clone(),
+        source: e,
+    })?;
+    if !meta.is_file() {
+        return Err(FormatError::NotRegular {
+            path,
+            kind: bale_format::files::kind_of(&meta),
+        }
+        .into());
+    }
+    check_shard_len(&path, meta.len(), &index)?;
+    Ok(Shard {
+        path,
+        index,
+        handle: OnceLock::new(),
+        remote: None,
+    })
+}
+
+/// Checks shard `i`'s index against what the manifest records about it:
+/// counts, checksum, the shard length it describes, compression.
+pub(super) fn check_against_manifest(
+    manifest_path: &Path,
+    manifest: &Manifest,
+    i: usize,
+    index: &ShardIndex,
+    index_path: &Path,
+) -> Result<()> {
+    let entry = &manifest.shards[i];
+    let mismatch = |what: String| {
+        Err(ReaderError::ManifestMismatch {
+            manifest: manifest_path.to_path_buf(),
+            shard: i,
+            path: index_path.to_path_buf(),
+            what,
+        })
+    };
+    if index.member_count() as u64 != entry.members {
+        return mismatch(format!(
+            "the index holds {} members, the manifest records {}",
+            index.member_count(),
+            entry.members
+        ));
+    }
     let recorded = bale_format::parse_hex64(&entry.index_xxh3).unwrap_or_default();
     if index.checksum() != recorded {
         return mismatch(format!(
@@ -96,23 +169,7 @@ pub(super) fn open_shard(
             entry.compression.as_str()
         ));
     }
-    let meta = std::fs::metadata(&path).map_err(|e| FormatError::Io {
-        path: path.clone(),
-        source: e,
-    })?;
-    if !meta.is_file() {
-        return Err(FormatError::NotRegular {
-            path,
-            kind: bale_format::files::kind_of(&meta),
-        }
-        .into());
-    }
-    check_shard_len(&path, meta.len(), &index)?;
-    Ok(Shard {
-        path,
-        index,
-        handle: OnceLock::new(),
-    })
+    Ok(())
 }
 
 pub(super) fn check_shard_len(path: &Path, len: u64, index: &ShardIndex) -> Result<()> {

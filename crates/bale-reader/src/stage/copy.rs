@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -49,6 +49,8 @@ pub(crate) struct Ctx<'a> {
     pub rules: NameRules,
     /// Where progress goes.
     pub progress: &'a dyn StageProgress,
+    /// How to reach a source in object storage.
+    pub storage: &'a bale_storage::StorageOptions,
 }
 
 /// Counts the bytes a member check reads as progress.
@@ -216,6 +218,9 @@ fn copy_index(ctx: &Ctx<'_>, p: &Planned, xxh3: u64, dest: &Path) -> Result<()> 
 fn copy_shard(ctx: &Ctx<'_>, p: &Planned, xxh3: Option<u64>, dest: &Path) -> Result<()> {
     let entry = &ctx.manifest.shards[p.shard];
     let from = ctx.src.join(&p.rel);
+    if let Some(url) = from.to_str().filter(|u| bale_storage::is_url(Path::new(u))) {
+        return download_shard(ctx, p, xxh3, dest, url);
+    }
     let input = open_regular(&from).map_err(|e| source_mismatch(&from, e.into()))?;
     let len = input.metadata().map_err(|e| io_error(&from, e))?.len();
     if len != entry.bytes {
@@ -266,6 +271,57 @@ fn copy_shard(ctx: &Ctx<'_>, p: &Planned, xxh3: Option<u64>, dest: &Path) -> Res
     }
     commit(ctx, p, out)
 }
+
+/// Copies a shard from object storage: parallel ranged GETs of
+/// [`DOWNLOAD_CHUNK`] bytes ([`DOWNLOAD_AHEAD`] in flight), written and
+/// hashed in order, checked as [`copy_shard`] checks a local copy.
+fn download_shard(
+    ctx: &Ctx<'_>,
+    p: &Planned,
+    xxh3: Option<u64>,
+    dest: &Path,
+    url: &str,
+) -> Result<()> {
+    let entry = &ctx.manifest.shards[p.shard];
+    let object = bale_storage::object_at(url, ctx.storage)?.expect_size(entry.bytes);
+    let mut out = AtomicFile::create(dest)?;
+    let mut h = xxh3.map(|_| Xxh3::new());
+    let mut n_total = 0u64;
+    for chunk in bale_storage::Chunks::new(&object, 0..entry.bytes, DOWNLOAD_CHUNK, DOWNLOAD_AHEAD)
+    {
+        let (_, bytes) = chunk?;
+        if let Some(h) = &mut h {
+            h.update(&bytes);
+        }
+        out.write_all(&bytes).map_err(|e| FormatError::IoAt {
+            path: out.tmp_path().to_path_buf(),
+            offset: n_total,
+            source: e,
+        })?;
+        n_total += bytes.len() as u64;
+        ctx.progress.bytes(bytes.len() as u64);
+    }
+    if let (Some(want), Some(h)) = (xxh3, h) {
+        let got = h.digest();
+        if got != want {
+            return Err(ReaderError::Stage {
+                path: PathBuf::from(url),
+                what: format!(
+                    "{url} does not match the manifest's checksum (recorded {}, downloaded bytes hash to {})",
+                    hex64(want),
+                    hex64(got)
+                ),
+                kind: StageErrorKind::SourceMismatch,
+            });
+        }
+    }
+    commit(ctx, p, out)
+}
+
+/// Bytes of one ranged GET of a staged download.
+const DOWNLOAD_CHUNK: u64 = 8 << 20;
+/// Ranged GETs in flight per shard download.
+const DOWNLOAD_AHEAD: usize = 8;
 
 /// Renames a checked copy into place: over a file bale wrote before (a
 /// damaged copy it redoes), never over any other.

@@ -116,6 +116,9 @@ pub struct StageOptions {
     pub allow_swap: bool,
     /// Figures to use instead of asking the system. Default: ask.
     pub assume: Assume,
+    /// Options for a dataset in object storage (a URL source), on top of
+    /// the standard environment. Default none.
+    pub storage: bale_storage::StorageOptions,
 }
 
 /// Figures [`stage`] uses instead of asking the system (for tests, and to
@@ -210,7 +213,13 @@ pub fn stage(
     options: &StageOptions,
     progress: &dyn StageProgress,
 ) -> Result<StageSummary> {
-    let src = fs::canonicalize(src).map_err(|e| io_error(src, e))?;
+    let src = if bale_storage::is_url(src) {
+        // Every file of the source is read through the storage layer.
+        bale_storage::install_url_opener(&options.storage);
+        src.to_path_buf()
+    } else {
+        fs::canonicalize(src).map_err(|e| io_error(src, e))?
+    };
     let manifest_bytes = Manifest::read_bytes(&src)?;
     let manifest = Manifest::from_slice(&manifest_bytes, &Manifest::path_in(&src))?;
     let hash = hex64(checksum(&manifest_bytes));
@@ -429,6 +438,7 @@ impl Run<'_> {
             owned,
             rules: NameRules::for_manifest(self.manifest),
             progress: self.progress,
+            storage: &self.options.storage,
         }
     }
 

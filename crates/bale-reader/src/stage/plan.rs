@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use bale_format::files::open_regular;
 use bale_format::shown;
 use bale_format::{FormatError, Manifest, ShardEntry, ShardIndex};
 use bale_format::{hex64, parse_hex64};
@@ -136,15 +135,9 @@ impl Plan {
                     p.len = idx.as_bytes().len() as u64;
                 }
                 What::Shard { .. } => {
-                    let len = open_regular(&path)
-                        .and_then(|f| {
-                            f.metadata().map_err(|e| FormatError::Io {
-                                path: path.clone(),
-                                source: e,
-                            })
-                        })
-                        .map_err(|e| source_mismatch(&path, e.into()))?
-                        .len();
+                    // A local regular file, or an object in a bucket (its size from a HEAD).
+                    let (_, len) = bale_format::read_at::open(&path)
+                        .map_err(|e| source_mismatch(&path, e.into()))?;
                     if len != entry.bytes {
                         return Err(wrong_length(&path, len, entry.bytes));
                     }

@@ -77,6 +77,8 @@ pub struct Opened {
     pub files: u64,
     /// Bytes of those files.
     pub bytes: u64,
+    /// How to reach a dataset in object storage.
+    pub storage: bale_storage::StorageOptions,
     /// On tmpfs or ramfs: eviction does nothing there.
     pub ram_backed: bool,
 }
@@ -159,7 +161,28 @@ impl Opened {
     ///
     /// # Errors
     /// A missing path, an unreadable directory, a dataset that does not open.
-    pub fn open(path: &Path) -> anyhow::Result<Opened> {
+    pub fn open(path: &Path, storage: &bale_storage::StorageOptions) -> anyhow::Result<Opened> {
+        if bale_storage::is_url(path) {
+            // In object storage: nothing to evict (the page cache does not hold it).
+            let ds = Dataset::options()
+                .storage_options(storage.clone())
+                .open(path)
+                .with_context(|| format!("cannot open dataset {}", path.display()))?;
+            let m = ds.manifest();
+            let (shards, bytes) = (
+                m.shards.len() as u64,
+                m.shards.iter().map(|s| s.bytes).sum(),
+            );
+            return Ok(Opened {
+                path: path.to_owned(),
+                samples: ds.len(),
+                files: shards,
+                bytes,
+                storage: storage.clone(),
+                source: Subject::Dataset(Some(ds)),
+                ram_backed: true,
+            });
+        }
         let meta =
             std::fs::metadata(path).with_context(|| format!("cannot open {}", path.display()))?;
         anyhow::ensure!(meta.is_dir(), "{} is not a directory", path.display());
@@ -173,6 +196,7 @@ impl Opened {
                 samples: ds.len(),
                 files: shards,
                 bytes,
+                storage: storage.clone(),
                 source: Subject::Dataset(Some(ds)),
                 ram_backed,
             })
@@ -183,6 +207,7 @@ impl Opened {
                 samples: (tree.starts.len() - 1) as u64,
                 files: tree.files.len() as u64,
                 bytes: tree.files.iter().map(|f| f.len).sum(),
+                storage: storage.clone(),
                 source: Subject::Tree(tree),
                 ram_backed,
             })
@@ -404,13 +429,15 @@ impl Opened {
             }
             Subject::Dataset(ds) => {
                 *ds = None;
-                if evict_pages {
+                if evict_pages && !bale_storage::is_url(&self.path) {
                     for f in dataset_files(&self.path)? {
                         evict(&f)?;
                     }
                 }
                 let t = Instant::now();
-                let opened = Dataset::open(&self.path)
+                let opened = Dataset::options()
+                    .storage_options(self.storage.clone())
+                    .open(&self.path)
                     .with_context(|| format!("cannot reopen dataset {}", self.path.display()))?;
                 let secs = t.elapsed().as_secs_f64();
                 *ds = Some(opened);

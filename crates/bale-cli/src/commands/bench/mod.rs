@@ -45,9 +45,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let show = !args.quiet && std::io::stderr().is_terminal();
     // Open every path first: a typo fails before minutes of measuring.
+    let storage = args.storage.options()?;
     let mut opened = Vec::new();
     for p in std::iter::once(&args.path).chain(&args.compare) {
-        opened.push(measure::Opened::open(p)?);
+        opened.push(measure::Opened::open(p, &storage)?);
     }
     let mut sources = Vec::new();
     for src in &mut opened {

@@ -1,0 +1,307 @@
+//! The one error type of `bale-storage`.
+
+use std::ops::Range;
+use std::path::PathBuf;
+
+/// A result with [`StorageError`].
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong reaching a dataset's files.
+///
+/// Every variant names the URL (or cache file) it concerns; requests also
+/// name the byte range and the HTTP status when there was one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// A URL bale cannot use.
+    #[error("{url}: {what}")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// A storage option that is unknown or has a bad value.
+    #[error("storage option {key}: {what}")]
+    BadOption {
+        /// The option's key.
+        key: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// The object does not exist (HTTP 404), or its bucket does not.
+    #[error("{url} does not exist (HTTP 404{})", detail_suffix(detail))]
+    NotFound {
+        /// The object's URL.
+        url: String,
+        /// What the server said, when it said something useful.
+        detail: String,
+    },
+    /// The server refused the credentials (HTTP 401, or 403 naming a bad key or signature).
+    #[error(
+        "{url}: the server refused the credentials (HTTP {status}{}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or the GCS / Azure equivalents) or the storage options",
+        detail_suffix(detail)
+    )]
+    Credentials {
+        /// The object's URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// What the server said.
+        detail: String,
+    },
+    /// The credentials were accepted but do not allow this request (HTTP 403).
+    #[error("{url}: access denied (HTTP 403{})", detail_suffix(detail))]
+    Denied {
+        /// The object's URL.
+        url: String,
+        /// What the server said.
+        detail: String,
+    },
+    /// A request failed after its retries.
+    #[error("{url}{}: {what}", range_text(range))]
+    Request {
+        /// The object's URL.
+        url: String,
+        /// The byte range asked for, when it was a ranged read.
+        range: Option<Range<u64>>,
+        /// The HTTP status of the last answer, when there was one.
+        status: Option<u16>,
+        /// What happened (status, connection refused, timeout; retries made).
+        what: String,
+    },
+    /// The object is not what the manifest or index recorded (its size, or
+    /// it changed between two reads).
+    #[error("{url}: {what}")]
+    Changed {
+        /// The object's URL.
+        url: String,
+        /// What differs.
+        what: String,
+    },
+    /// An object larger than bale accepts for what it holds.
+    #[error("{url} is {len} bytes, more than the {cap} bytes bale accepts for {what}")]
+    TooLarge {
+        /// The object's URL.
+        url: String,
+        /// Its size.
+        len: u64,
+        /// The cap.
+        cap: u64,
+        /// What the object should hold (`manifest`, `index`).
+        what: &'static str,
+    },
+    /// The local cache could not be used.
+    #[error("cache {}: {what}", bale_format::shown(path))]
+    Cache {
+        /// The cache directory or file.
+        path: PathBuf,
+        /// What went wrong.
+        what: String,
+    },
+    /// The I/O runtime could not be started.
+    #[error("cannot start the I/O runtime: {0}")]
+    Runtime(String),
+}
+
+fn detail_suffix(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {detail}")
+    }
+}
+
+fn range_text(range: &Option<Range<u64>>) -> String {
+    match range {
+        Some(r) => format!(" bytes {}..{}", r.start, r.end),
+        None => String::new(),
+    }
+}
+
+impl StorageError {
+    /// Whether the object (or its bucket) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StorageError::NotFound { .. })
+    }
+
+    /// This error as an `io::Error` (kind `NotFound` for a missing object),
+    /// for the format's readers, which report I/O errors with the file and offset.
+    pub fn into_io(self) -> std::io::Error {
+        let kind = match &self {
+            StorageError::NotFound { .. } => std::io::ErrorKind::NotFound,
+            StorageError::Credentials { .. } | StorageError::Denied { .. } => {
+                std::io::ErrorKind::PermissionDenied
+            }
+            _ => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, self)
+    }
+}
+
+impl From<StorageError> for std::io::Error {
+    fn from(e: StorageError) -> Self {
+        e.into_io()
+    }
+}
+
+/// Turns an `object_store` error into a [`StorageError`] naming `url` and `range`.
+pub(crate) fn from_object_store(
+    url: &str,
+    range: Option<Range<u64>>,
+    e: object_store::Error,
+) -> StorageError {
+    use object_store::Error as E;
+    let text = chain_text(&e);
+    let status = status_in(&text);
+    let detail = server_detail(&text);
+    match e {
+        E::NotFound { .. } => StorageError::NotFound {
+            url: url.to_owned(),
+            detail,
+        },
+        E::Unauthenticated { .. } => StorageError::Credentials {
+            url: url.to_owned(),
+            status: status.unwrap_or(401),
+            detail,
+        },
+        E::PermissionDenied { .. } => {
+            if refused_credentials(&text) {
+                StorageError::Credentials {
+                    url: url.to_owned(),
+                    status: status.unwrap_or(403),
+                    detail,
+                }
+            } else {
+                StorageError::Denied {
+                    url: url.to_owned(),
+                    detail,
+                }
+            }
+        }
+        _ if status == Some(404) => StorageError::NotFound {
+            url: url.to_owned(),
+            detail,
+        },
+        _ if status == Some(403) && refused_credentials(&text) => StorageError::Credentials {
+            url: url.to_owned(),
+            status: 403,
+            detail,
+        },
+        _ => StorageError::Request {
+            url: url.to_owned(),
+            range,
+            status,
+            what: plain_what(&text, status),
+        },
+    }
+}
+
+/// The error and its sources, joined.
+fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// The HTTP status an `object_store` message names (`status code: 403 Forbidden`).
+fn status_in(text: &str) -> Option<u16> {
+    let at = text.find("status code: ")? + "status code: ".len();
+    text.get(at..at + 3)?.parse().ok()
+}
+
+/// Whether a 403's body says the key or signature is wrong (S3's error codes).
+fn refused_credentials(text: &str) -> bool {
+    [
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidToken",
+        "ExpiredToken",
+        "AuthorizationHeaderMalformed",
+        "InvalidSecurity",
+    ]
+    .iter()
+    .any(|c| text.contains(c))
+}
+
+/// The S3 error code and message in a response body, when present.
+fn server_detail(text: &str) -> String {
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let close = format!("</{name}>");
+        let a = text.find(&open)? + open.len();
+        let b = text[a..].find(&close)? + a;
+        Some(text[a..b].to_owned())
+    };
+    match (tag("Code"), tag("Message")) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c,
+        _ => String::new(),
+    }
+}
+
+/// A shorter message for request failures: the status or the connection
+/// error, and the retries `object_store` reports.
+fn plain_what(text: &str, status: Option<u16>) -> String {
+    let detail = server_detail(text);
+    let mut what = match status {
+        Some(s) => format!("HTTP {s}"),
+        None => String::new(),
+    };
+    if !detail.is_empty() {
+        what.push_str(&format!(" ({detail})"));
+    }
+    // `object_store` says "Error performing GET <url> in 1.2s, after 3 retries, ... - <cause>".
+    let tail = text.split(" - ").skip(1).collect::<Vec<_>>().join(" - ");
+    let retries = text.find(", after ").and_then(|a| {
+        text[a + 2..]
+            .find(" retries")
+            .map(|b| &text[a + 2..a + 2 + b])
+    });
+    let cause = if tail.is_empty() { text } else { &tail };
+    if status.is_none() || detail.is_empty() {
+        if !what.is_empty() {
+            what.push_str(": ");
+        }
+        what.push_str(cause.trim());
+    }
+    if let Some(r) = retries {
+        what.push_str(&format!(" ({r} retries)"));
+    }
+    // The request as sent ("GET http://host:port/bucket/key"): names the endpoint.
+    if let Some(at) = text.find("Error performing ")
+        && let Some(end) = text[at + 17..].find(" in ")
+    {
+        let rest = &text[at + 17..];
+        what.push_str(&format!("; request: {}", &rest[..end]));
+    }
+    what
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_answers_are_read_for_status_and_code() {
+        let body = "Error performing GET http://127.0.0.1:1/b/k in 10ms - Server returned non-2xx status code: 403 Forbidden: <?xml version=\"1.0\"?><Error><Code>InvalidAccessKeyId</Code><Message>The access key ID you provided does not exist.</Message></Error>";
+        assert_eq!(status_in(body), Some(403));
+        assert!(refused_credentials(body));
+        assert_eq!(
+            server_detail(body),
+            "InvalidAccessKeyId: The access key ID you provided does not exist."
+        );
+        let refused = "Error performing GET http://127.0.0.1:1/b/k in 1.5s, after 3 retries, max_retries: 3, retry_timeout: 10s  - HTTP error: error sending request";
+        let what = plain_what(refused, None);
+        assert!(what.contains("error sending request"), "{what}");
+        assert!(what.contains("3 retries"), "{what}");
+    }
+}

@@ -1,0 +1,354 @@
+//! A dataset's prefix in object storage ([`Store`]) and its objects ([`Object`]).
+
+use std::fmt;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use object_store::path::{Path as ObjPath, PathPart};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, ObjectStoreScheme};
+
+use crate::error::{Result, StorageError, from_object_store};
+use crate::options::{StorageOptions, build_client};
+use crate::runtime::{self, Pending};
+
+/// A prefix in object storage (`s3://bucket/datasets/train`) holding a
+/// dataset's files, with the options to reach it.
+///
+/// Cheap to clone. Holds no connection: the client is made per process on
+/// first use (see the crate docs on `fork`).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<StoreInner>,
+}
+
+struct StoreInner {
+    /// The URL as given, without a trailing `/`.
+    url: String,
+    parsed: url::Url,
+    scheme: ObjectStoreScheme,
+    prefix: ObjPath,
+    options: StorageOptions,
+    /// Identifies the client configuration (scheme, bucket or host, options).
+    key: String,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("url", &self.inner.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// The store at `url` (`s3://bucket/prefix`, `gs://`, `az://`,
+    /// `https://host/path`), configured from the environment and `options`.
+    /// Checks the URL and the options; sends no request.
+    ///
+    /// # Errors
+    /// [`StorageError::BadUrl`] for a URL bale cannot use (unsupported
+    /// scheme, `?` or `#` in it, no bucket); [`StorageError::BadOption`].
+    pub fn open(url: &str, options: &StorageOptions) -> Result<Store> {
+        let bad = |what: String| StorageError::BadUrl {
+            url: url.to_owned(),
+            what,
+        };
+        let trimmed = url.trim_end_matches('/');
+        let parsed = url::Url::parse(trimmed).map_err(|e| bad(format!("not a valid URL: {e}")))?;
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(bad(
+                "a dataset URL has no query or fragment: write '?' as %3F and '#' as %23 in object names"
+                    .into(),
+            ));
+        }
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(bad(
+                "no bucket (or host) in the URL: write scheme://bucket/prefix".into(),
+            ));
+        }
+        let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|e| {
+            bad(format!(
+                "not an object-storage URL bale can read ({e}); it reads s3://, gs://, az:// and https:// URLs"
+            ))
+        })?;
+        if matches!(scheme, ObjectStoreScheme::Local | ObjectStoreScheme::Memory) {
+            return Err(bad("not an object-storage URL".into()));
+        }
+        let authority = format!(
+            "{}://{}{}",
+            parsed.scheme(),
+            parsed.host_str().unwrap_or(""),
+            parsed.port().map(|p| format!(":{p}")).unwrap_or_default()
+        );
+        let key = format!("{scheme:?}|{authority}|{}", options.fingerprint());
+        let store = Store {
+            inner: Arc::new(StoreInner {
+                url: trimmed.to_owned(),
+                parsed,
+                scheme,
+                prefix,
+                options: options.clone(),
+                key,
+            }),
+        };
+        // Builds the client now: a bad option or credential setting is an
+        // error here, not at the first read.
+        store.client()?;
+        Ok(store)
+    }
+
+    /// The URL, as given (without a trailing `/`).
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &StorageOptions {
+        &self.inner.options
+    }
+
+    pub(crate) fn client(&self) -> Result<Arc<dyn ObjectStore>> {
+        let inner = &self.inner;
+        runtime::client(&inner.key, || {
+            build_client(&inner.parsed, inner.scheme.clone(), &inner.options)
+        })
+    }
+
+    /// The object `name` under the prefix: a path relative to it, with `/`
+    /// between parts, as a manifest names shards and indexes.
+    ///
+    /// # Errors
+    /// [`StorageError::BadUrl`] for an absolute name, or one with an empty,
+    /// `.` or `..` part: a remote dataset names only objects under its prefix.
+    pub fn object(&self, name: &str) -> Result<Object> {
+        let url = format!("{}/{name}", self.inner.url);
+        let parts: Vec<&str> = name.split('/').collect();
+        if name.starts_with('/')
+            || parts
+                .iter()
+                .any(|p| p.is_empty() || *p == "." || *p == "..")
+        {
+            return Err(StorageError::BadUrl {
+                url,
+                what: format!(
+                    "{name:?} is not a plain relative name: a dataset in object storage names only objects under its own prefix"
+                ),
+            });
+        }
+        let path: ObjPath = self
+            .inner
+            .prefix
+            .parts()
+            .chain(parts.into_iter().map(PathPart::from))
+            .collect();
+        Ok(Object {
+            store: self.clone(),
+            path,
+            url,
+            size: None,
+            etag: Arc::new(OnceLock::new()),
+        })
+    }
+}
+
+/// One object: a manifest, an index or a shard.
+///
+/// With [`Object::expect_size`], every answer is checked against that size,
+/// and the object's ETag is remembered from the first answer: an object
+/// replaced between two reads is an error, not a mix of two versions.
+#[derive(Clone)]
+pub struct Object {
+    store: Store,
+    path: ObjPath,
+    url: String,
+    size: Option<u64>,
+    etag: Arc<OnceLock<Option<String>>>,
+}
+
+impl fmt::Debug for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Object")
+            .field("url", &self.url)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Object {
+    /// The object's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The URL as a path, for errors that name a file.
+    pub fn path_buf(&self) -> PathBuf {
+        PathBuf::from(&self.url)
+    }
+
+    /// The size every answer is checked against, if set.
+    pub fn expected_size(&self) -> Option<u64> {
+        self.size
+    }
+
+    /// Checks every later answer against `size` (the manifest's or index's figure).
+    pub fn expect_size(mut self, size: u64) -> Self {
+        self.size = Some(size);
+        self
+    }
+
+    fn check_meta(&self, meta: &object_store::ObjectMeta) -> Result<()> {
+        if let Some(want) = self.size
+            && meta.size != want
+        {
+            return Err(StorageError::Changed {
+                url: self.url.clone(),
+                what: format!(
+                    "the object has {} bytes, the dataset records {want}: it was replaced or is damaged",
+                    meta.size
+                ),
+            });
+        }
+        let first = self.etag.get_or_init(|| meta.e_tag.clone());
+        if let (Some(a), Some(b)) = (first, &meta.e_tag)
+            && a != b
+        {
+            return Err(StorageError::Changed {
+                url: self.url.clone(),
+                what: format!("the object changed while it was being read (ETag {a} became {b})"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Its size, from a HEAD request.
+    ///
+    /// # Errors
+    /// [`StorageError::NotFound`] and the other request errors.
+    pub fn head(&self) -> Result<u64> {
+        let (client, path, url) = (self.store.client()?, self.path.clone(), self.url.clone());
+        let meta = runtime::block_on(async move { client.head(&path).await })?
+            .map_err(|e| from_object_store(&url, None, e))?;
+        Ok(meta.size)
+    }
+
+    /// Bytes `range` of the object: one ranged GET.
+    ///
+    /// # Errors
+    /// Request errors naming the URL, range and status; a short answer or a
+    /// size other than [`Object::expect_size`]'s.
+    pub fn get_range(&self, range: Range<u64>) -> Result<Bytes> {
+        let fut = self.fetch(range)?;
+        runtime::block_on(fut)?
+    }
+
+    /// Starts reading `range` in the background.
+    ///
+    /// # Errors
+    /// [`StorageError::Runtime`] when the runtime cannot start.
+    pub fn start_range(&self, range: Range<u64>) -> Result<Pending<Result<Bytes>>> {
+        Pending::spawn(self.fetch(range)?)
+    }
+
+    /// The future that reads `range`.
+    pub(crate) fn fetch(&self, range: Range<u64>) -> Result<BoxFuture<'static, Result<Bytes>>> {
+        let client = self.store.client()?;
+        let this = self.clone();
+        Ok(Box::pin(async move {
+            let want = range.end - range.start;
+            if want == 0 {
+                return Ok(Bytes::new());
+            }
+            let opts = GetOptions {
+                range: Some(GetRange::Bounded(range.clone())),
+                ..GetOptions::default()
+            };
+            let err = |e| from_object_store(&this.url, Some(range.clone()), e);
+            let got = client.get_opts(&this.path, opts).await.map_err(err)?;
+            this.check_meta(&got.meta)?;
+            let bytes = got.bytes().await.map_err(err)?;
+            if bytes.len() as u64 != want {
+                return Err(StorageError::Request {
+                    url: this.url.clone(),
+                    range: Some(range),
+                    status: None,
+                    what: format!(
+                        "the server sent {} bytes for a range of {want}: the object is shorter than the dataset records",
+                        bytes.len()
+                    ),
+                });
+            }
+            Ok(bytes)
+        }))
+    }
+
+    /// The whole object, when its size lies in `min..=max` (checked from
+    /// the answer's headers before its body is read: a huge or foreign
+    /// object costs one request, not its bytes).
+    ///
+    /// # Errors
+    /// [`StorageError::TooLarge`] above `max`; [`StorageError::Changed`]
+    /// below `min`; request errors.
+    pub fn get_sized(&self, min: u64, max: u64, what: &'static str) -> Result<Bytes> {
+        runtime::block_on(self.sized(min, max, what)?)?
+    }
+
+    /// The future of [`Object::get_sized`].
+    pub(crate) fn sized(
+        &self,
+        min: u64,
+        max: u64,
+        what: &'static str,
+    ) -> Result<BoxFuture<'static, Result<Bytes>>> {
+        let client = self.store.client()?;
+        let this = self.clone();
+        Ok(Box::pin(async move {
+            let err = |e| from_object_store(&this.url, None, e);
+            let got = client
+                .get_opts(&this.path, GetOptions::default())
+                .await
+                .map_err(err)?;
+            let len = got.meta.size;
+            if len > max {
+                return Err(StorageError::TooLarge {
+                    url: this.url.clone(),
+                    len,
+                    cap: max,
+                    what,
+                });
+            }
+            if len < min {
+                return Err(StorageError::Changed {
+                    url: this.url.clone(),
+                    what: format!("the {what} has {len} bytes, at least {min} are needed"),
+                });
+            }
+            this.check_meta(&got.meta)?;
+            let mut stream = got.into_stream();
+            let mut out = Vec::with_capacity(len as usize);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(err)?;
+                if out.len() as u64 + chunk.len() as u64 > len {
+                    return Err(StorageError::Changed {
+                        url: this.url.clone(),
+                        what: format!("the server sent more than the {len} bytes it announced"),
+                    });
+                }
+                out.extend_from_slice(&chunk);
+            }
+            if out.len() as u64 != len {
+                return Err(StorageError::Changed {
+                    url: this.url.clone(),
+                    what: format!(
+                        "the server sent {} of the {len} bytes it announced",
+                        out.len()
+                    ),
+                });
+            }
+            Ok(Bytes::from(out))
+        }))
+    }
+}
