@@ -195,8 +195,8 @@ def pack_tar(tree: str, out: str) -> float:
     return time.perf_counter() - t
 
 
-def index_tar(tar: str) -> None:
-    """Writes ``<tar>.index.json``: ``[key, ext, offset, size]`` of every file member."""
+def tar_members(tar: str) -> list[list]:
+    """``[key, ext, offset, size]`` of every file member of ``tar`` (Python's tarfile)."""
     import tarfile
 
     members = []
@@ -208,8 +208,27 @@ def index_tar(tar: str) -> None:
             d, _, base = name.rpartition("/")
             stem, _, ext = base.partition(".")
             members.append([f"{d}/{stem}" if d else stem, ext, m.offset_data, m.size])
-    with open(tar + ".index.json", "w") as f:
-        json.dump(members, f)
+    return members
+
+
+def tar_index_path(bale_dataset: str) -> str:
+    return bale_dataset.rstrip("/") + ".tar-index.json"
+
+
+def index_bale_tars(bale_dataset: str) -> str:
+    """Writes (unless up to date) the index the ``tarpread`` rows read bale's shards
+    through: ``{shard: [[key, ext, offset, size], ...]}`` from Python's tarfile, not
+    from bale's own index. Returns its path."""
+    out = tar_index_path(bale_dataset)
+    manifest = os.path.join(bale_dataset, "bale.json")
+    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(manifest):
+        return out
+    shards = sorted(str(p) for p in Path(bale_dataset).glob("*.tar"))
+    index = {os.path.basename(t): tar_members(t) for t in shards}
+    with open(out + ".tmp", "w") as f:
+        json.dump(index, f)
+    os.replace(out + ".tmp", out)
+    return out
 
 
 def pack_litdata(tree: str, out: str) -> float:
@@ -289,8 +308,6 @@ def build(peer: str, tree: str, root: str, bale: str, fp: dict[str, int], force:
     os.makedirs(root)
     out = os.path.join(root, rel)
     secs = writer(tree, out, bale)
-    if peer == "tar":
-        index_tar(out)
     meta = {"peer": peer, "tree": fp, "pack_s": secs, "bytes": du(out), "built": time.strftime("%Y-%m-%d %H:%M:%S")}
     with open(done, "w") as f:
         json.dump(meta, f)
@@ -307,6 +324,16 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def prime(paths: Iterable[str]) -> None:
+    """Reads every file once, sequentially: whatever sits below the page cache (a VM
+    host's cache, a disk's) then holds the same data for every cold row, so the order
+    of the rows does not favour the later ones."""
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while f.read(1 << 20):
+                pass
 
 
 def evict(paths: Iterable[str]) -> None:
@@ -392,15 +419,21 @@ Opened = tuple[Callable[[], int], Callable[[], None]]
 class Row:
     name: str
     group: str  # random | sequential | shuffled
-    peer: str  # the dataset it reads: bale, lmdb, h5, tar, litdata, mds, loose
+    peer: str  # bale, lmdb, h5, tar, litdata, mds, wds, loose
     about: str
     opener: Callable[[Context], Opened]
     info: bool = False  # shown, never the best peer nor bale's headline figure
+    reads: str = ""  # the dataset it reads when not the peer's own (wds, tar: bale's shards)
+
+    @property
+    def dataset(self) -> str:
+        """The dataset it reads: bale, lmdb, h5, litdata, mds or loose (the tree)."""
+        return self.reads or self.peer
 
     def files(self, ctx: Context) -> list[str]:
-        if self.peer == "loose":
+        if self.dataset == "loose":
             return [p for ps in ctx.paths for p in ps]
-        return files_of(ctx.datasets[self.peer])
+        return files_of(ctx.datasets[self.dataset])
 
 
 def _nothing() -> None:
@@ -497,8 +530,9 @@ def bale_iterable(ctx: Context, shuffle: bool) -> Opened:
 def lmdb_random(ctx: Context) -> Opened:
     import lmdb
 
-    # readahead=False: MDB_NORDAHEAD (MADV_RANDOM), lmdb's setting for random reads.
-    env = lmdb.open(ctx.datasets["lmdb"], readonly=True, lock=False, readahead=False)
+    # lmdb's default readahead: with readahead=False (MDB_NORDAHEAD) a cold 110 KB
+    # value is ~27 single-page faults, ten times slower here.
+    env = lmdb.open(ctx.datasets["lmdb"], readonly=True, lock=False)
     txn = env.begin(buffers=False)
     plan = [[f"{ctx.keys[i]}.{e}".encode() for e in ctx.exts[i]] for i in ctx.order()]
 
@@ -585,30 +619,38 @@ def h5py_random(ctx: Context) -> Opened:
 
 
 def tar_pread(ctx: Context) -> Opened:
-    path = ctx.datasets["tar"]
-    with open(path + ".index.json") as f:
-        index = {(k, e): (off, size) for k, e, off, size in json.load(f)}
-    plan = []
-    for i in ctx.order():
-        plan.append([index[(ctx.keys[i], e)][::-1] for e in ctx.exts[i]])
-    fd = os.open(path, os.O_RDONLY)
+    """bale's shards as plain tars: an index from Python's tarfile (written beforehand,
+    see ``index_bale_tars``), loaded into a dict, and ``os.pread``."""
+    data = ctx.datasets["bale"]
+    with open(tar_index_path(data)) as f:
+        shards = json.load(f)
+    fds = {name: os.open(os.path.join(data, name), os.O_RDONLY) for name in shards}
+    index = {(k, e): (fds[name], size, off) for name, members in shards.items() for k, e, off, size in members}
+    del shards
+    plan = [[index[(ctx.keys[i], e)] for e in ctx.exts[i]] for i in ctx.order()]
+    del index
 
     def run() -> int:
         got = 0
         pread = os.pread
         for fields in plan:
-            for size, off in fields:
+            for fd, size, off in fields:
                 got += len(pread(fd, size, off))
         return got
 
-    return run, lambda: os.close(fd)
+    def close() -> None:
+        for fd in fds.values():
+            os.close(fd)
+
+    return run, close
 
 
 def litdata_random(ctx: Context) -> Opened:
     from litdata import StreamingDataset
 
-    # batch_decode=0: decode the requested item only (the default decodes a window of
-    # up to 256 neighbours per call, for shuffled iteration: 40x slower here).
+    # batch_decode=0: decode the requested item only. LitData 0.2.76's chunks end in an
+    # Arrow footer, though, and each ds[i] still turns the record batch of 256 rows
+    # around i into Python objects (its _try_arrow_footer_rows comes first).
     ds = StreamingDataset(ctx.datasets["litdata"], batch_decode=0)
     at = ctx.walk_index()
     plan = [(at[i], ctx.exts[i]) for i in ctx.order()]
@@ -747,10 +789,17 @@ ROWS: list[Row] = [
     # random access over the same seeded permutation
     Row("bale.random", "random", "bale", 'bale.Dataset(decode="bytes")[i]', bale_random),
     Row("bale.batched", "random", "bale", "bale.Dataset.__getitems__ of 64", bale_batched),
-    Row("lmdb.random", "random", "lmdb", "lmdb txn.get (readahead=False)", lmdb_random),
+    Row("lmdb.random", "random", "lmdb", "lmdb txn.get", lmdb_random),
     Row("h5py.random", "random", "h5", "h5py dataset slice data[a:b]", h5py_random),
     Row("h5pread.random", "random", "h5", "os.pread on the HDF5 file via offsets", lambda c: h5_pread(c, c.order())),
-    Row("tarpread.random", "random", "tar", "tar + in-memory index, os.pread", tar_pread),
+    Row(
+        "tarpread.random",
+        "random",
+        "tar",
+        "bale's shards as tars: tarfile's index in a dict, os.pread",
+        tar_pread,
+        reads="bale",
+    ),
     Row("litdata.random", "random", "litdata", "LitData StreamingDataset(batch_decode=0)[i]", litdata_random),
     Row("mds.random", "random", "mds", "MosaicML StreamingDataset(batch_size=64)[i]", mds_random),
     Row("loose.random", "random", "loose", 'open(path, "rb").read()', loose_random),
@@ -774,7 +823,7 @@ ROWS: list[Row] = [
         "MosaicML StreamingDataset(batch_size=64) iteration",
         lambda c: mds_iter(c, False),
     ),
-    Row("wds.seq", "sequential", "bale", "webdataset.WebDataset over bale's shards", wds_seq),
+    Row("wds.seq", "sequential", "wds", "webdataset.WebDataset over bale's shards", wds_seq, reads="bale"),
     Row("lmdb.seq", "sequential", "lmdb", "lmdb cursor iteration (readahead=True)", lmdb_cursor),
     Row(
         "h5pread.seq",
@@ -814,12 +863,14 @@ BALE_ROW = {"random": "bale.random", "sequential": "bale.seq", "shuffled": "bale
 POOL = {"random": ("random",), "sequential": ("sequential",), "shuffled": ("shuffled", "random")}
 
 
-def run_row(row: Row, ctx: Context, state: str, reps: int) -> dict:
-    """Times ``reps`` passes of ``row`` (median counts) and checks each touched the payload.
+def run_row(row: Row, ctx: Context, state: str, reps: int, budget: float = float("inf")) -> dict:
+    """Times up to ``reps`` passes of ``row`` (median counts) and checks each touched the payload;
+    no pass starts once the timed ones took ``budget`` seconds (the first always runs).
 
     warm: one open, one untimed pass, then the timed passes. cold: before each
-    timed pass the row's files are evicted, their residency is measured, and the
-    dataset is opened afresh (its open reads on a cold cache too, untimed)."""
+    timed pass the row's files are read once (``prime``) and evicted, their
+    residency is measured, and the dataset is opened afresh (its open reads on a
+    cold cache too, untimed)."""
     files = row.files(ctx)
     secs, res = [], []
     if state == "warm":
@@ -828,6 +879,8 @@ def run_row(row: Row, ctx: Context, state: str, reps: int) -> dict:
         _check(row, got, ctx.payload)
         res.append(resident(files))
         for _ in range(reps):
+            if sum(secs) >= budget:
+                break
             t = time.perf_counter()
             got = run()
             secs.append(time.perf_counter() - t)
@@ -835,7 +888,10 @@ def run_row(row: Row, ctx: Context, state: str, reps: int) -> dict:
         close()
     else:
         for _ in range(reps):
+            if sum(secs) >= budget:
+                break
             gc.collect()
+            prime(files)
             evict(files)
             res.append(resident(files))
             run, close = row.opener(ctx)

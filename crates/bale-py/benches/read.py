@@ -8,19 +8,21 @@ from the repository root, with that venv:
     target/bench/python/venv/bin/python crates/bale-py/benches/read.py \\
         --tree png-100k=target/bench/png-100k --runs 3
 
-Each peer's dataset is written once from the tree (peers.py says how) and
-cached under --out/<tree>/<peer>; it is written again when missing, incomplete
-or made from another tree (--rebuild forces it). Every row runs in a fresh
+Each peer's dataset is written from the tree (peers.py says how) under
+--out/<tree>/<peer> just before its rows run, and deleted after them unless
+--keep (bale's is kept); a kept one is reused unless incomplete or made from
+another tree (--rebuild forces it). Every row runs in a fresh
 Python process (so no mapping or cache of another row survives into it) and
 reads every byte of every sample into a Python object, in bale's sample order,
 the random rows in the same seeded permutation (--seed); a pass that does not
 touch the whole payload fails its row.
 
 - warm: one untimed pass, then --reps timed passes (median);
-- cold: before each of --cold-reps timed passes, posix_fadvise(DONTNEED) over
-  every file of the row's dataset (best effort: the kernel keeps pages that are
-  mapped or dirty), the share of their pages still resident measured with
-  mincore, and the dataset opened afresh.
+- cold: before each of --cold-reps timed passes, every file of the row's dataset
+  read once (so a VM host's cache below the page cache holds it for every row
+  alike), then posix_fadvise(DONTNEED) over those files (best effort: the kernel
+  keeps pages that are mapped or dirty), the share of their pages still resident
+  measured with mincore, and the dataset opened afresh.
 
 Groups: random (one sample at a time over the permutation; bale also in
 batches of 64), sequential (every sample in stored order), shuffled (an epoch in
@@ -29,8 +31,14 @@ since a random permutation read sample by sample is a shuffled epoch too),
 pack (each writer timed afresh into a scratch directory from a warm tree,
 durable: fsync/sync before the clock stops; `dd conv=fdatasync` of the payload
 size for the disk's durable write speed) and size (each cached dataset against
-the payload). Per tree and cache state, a table gives bale's rate, the best
-peer's in the same run and their ratio; with --runs N the whole set runs N
+the payload).
+
+Which groups run where (--all-cells: every group in every state on every tree):
+random warm and cold, sequential warm, and on tiny trees (mean sample under
+16 KB) shuffled cold, pack and size. A peer whose package is missing or whose
+dataset cannot be written is reported by name: each of its rows fails with the
+error, and the other rows run. Per tree and cache state, a table gives bale's
+rate, the best peer's in the same run and their ratio; with --runs N the whole set runs N
 times and the summary gives medians and min-max ranges. Load averages are
 printed at the start and end of each run. Results go to --json.
 """
@@ -55,6 +63,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers  # noqa: E402
 
 GROUPS = ("random", "sequential", "shuffled", "pack", "size")
+# Mean sample bytes under which a tree is tiny (its shuffled, pack and size groups run).
+TINY = 16_000
 STATES = ("warm", "cold")
 PACK = ("bale", "bale-zstd", "h5", "lmdb", "tar", "litdata", "mds", "dd")
 SIZE = ("bale", "bale-zstd", "mds", "litdata", "h5", "lmdb", "tar")
@@ -86,7 +96,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--peers",
         default=None,
-        help="comma-separated peers to keep: bale, lmdb, h5, tar, litdata, mds, loose, dd "
+        help="comma-separated peers to keep: bale, lmdb, h5, tar, litdata, mds, wds, loose, dd "
         "(bale-zstd comes with bale; default: all)",
     )
     ap.add_argument("--groups", default=",".join(GROUPS), help="comma-separated, of: " + ", ".join(GROUPS))
@@ -97,6 +107,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="the random permutation and shuffles (default: 0)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds before a row is given up (default: 3600)")
     ap.add_argument("--rebuild", action="store_true", help="write every peer dataset again")
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each peer's dataset under --out for the next run (default: delete it once its rows ran; "
+        "bale's is kept)",
+    )
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=60,
+        help="seconds of timed passes per row after which no further pass starts (at least one runs; default: 60)",
+    )
+    ap.add_argument(
+        "--all-cells",
+        action="store_true",
+        help="every group in every state on every tree (default: random warm and cold, sequential warm; "
+        "on tiny trees also shuffled cold, pack and size)",
+    )
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -104,7 +132,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.states = _split(args.states, STATES, "--states")
     args.rows = [p.strip() for p in args.rows.split(",") if p.strip()]
     if args.peers is not None:
-        args.peers = _split(args.peers, ("bale", "bale-zstd", "lmdb", "h5", "tar", "litdata", "mds", "loose", "dd"), "--peers")
+        args.peers = _split(
+            args.peers, ("bale", "bale-zstd", "lmdb", "h5", "tar", "litdata", "mds", "wds", "loose", "dd"), "--peers"
+        )
         if "bale" in args.peers:
             args.peers.append("bale-zstd")
     if min(args.runs, args.reps, args.cold_reps) < 1:
@@ -130,7 +160,7 @@ def selected_rows(args: argparse.Namespace) -> list[peers.Row]:
         for r in peers.ROWS
         if r.group in args.groups
         and _wanted(r.name, args)
-        and (args.peers is None or r.peer in args.peers or (r.name == "wds.seq" and "bale" in args.peers))
+        and (args.peers is None or r.peer in args.peers)
     ]
 
 
@@ -138,6 +168,24 @@ def selected_writers(args: argparse.Namespace, group: str, names: tuple[str, ...
     if group not in args.groups:
         return []
     return [w for w in names if _wanted(f"{group}.{w}", args) and (args.peers is None or w in args.peers)]
+
+
+def runs_in(group: str, state: str, mean: float, args: argparse.Namespace) -> bool:
+    """Whether ``group`` runs in ``state`` on a tree of samples of ``mean`` bytes
+    (pack and size are state-less: their ``state`` is "warm")."""
+    if group not in args.groups:
+        return False
+    if args.all_cells:
+        return True
+    tiny = mean < TINY
+    plan = {
+        "random": ("warm", "cold"),
+        "sequential": ("warm",),
+        "shuffled": ("cold",) if tiny else (),
+        "pack": ("warm",) if tiny else (),
+        "size": ("warm",) if tiny else (),
+    }
+    return state in plan[group]
 
 
 def list_rows() -> None:
@@ -166,7 +214,7 @@ def child(spec_path: str) -> int:
         else:
             ctx = peers.Context.load(spec["catalog"], spec["seed"], spec["datasets"], spec["tree"])
             row = next(r for r in peers.ROWS if r.name == spec["row"])
-            out = peers.run_row(row, ctx, spec["state"], spec["reps"])
+            out = peers.run_row(row, ctx, spec["state"], spec["reps"], spec["budget"])
     except Exception as e:  # reported by the parent, which goes on with the other rows
         import traceback
 
@@ -236,6 +284,8 @@ def load() -> list[float]:
 
 def headline(state_rows: dict[str, dict], group: str) -> dict | None:
     """bale's figure in ``group``, the best peer's in the same run, and their ratio."""
+    if not any((row := _row(name)) is not None and row.group == group for name in state_rows):
+        return None  # the group did not run in this state
     bale = state_rows.get(peers.BALE_ROW[group], {}).get("rate")
     pool = [
         (name, r["rate"])
@@ -342,6 +392,22 @@ def table(tree: str, info: dict, runs: list[dict], state: str, with_pack: bool) 
             bale = ", ".join(f"{pct(w)} ({'tar' if w == 'bale' else '`--compress zstd`'})" for w in ("bale", "bale-zstd") if w in sizes)
             others = ", ".join(f"{w} {pct(w)}" for w in SIZE[2:] if w in sizes)
             lines.append(f"| size of the packed tree vs payload | {bale or '-'} | {others or '-'} | |")
+    if len(lines) > 4:
+        failed: dict[str, str] = {}
+        for r in runs:
+            for row, res in r["trees"].get(tree, {}).get(state, {}).items():
+                if "error" in res:
+                    failed.setdefault(row, res["error"])
+            if with_pack:
+                for w, res in r["trees"].get(tree, {}).get("pack", {}).items():
+                    if "error" in res:
+                        failed.setdefault(f"pack.{w}", res["error"])
+        for w, err in info.get("broken", {}).items():
+            if with_pack and w in SIZE:
+                failed.setdefault(f"size.{w}", err)
+        if failed:
+            lines.append("")
+            lines += [f"FAILED (not in the table): {row}: {err}" for row, err in failed.items()]
     return lines
 
 
@@ -355,7 +421,8 @@ def detail(state: str, rows: dict[str, dict]) -> list[str]:
         res = "" if r.get("resident") is None else f"resident {r['resident']:6.1%}"
         warn = "  (eviction incomplete)" if state == "cold" and (r.get("resident") or 0) > 0.05 else ""
         out.append(
-            f"  {state:<5} {name:<17} {rate(r['rate']):>14} {r['mb_s']:>9,.1f} MB/s  {res}{warn}  {row.about if row else ''}"
+            f"  {state:<5} {name:<17} {rate(r['rate']):>14} {r['mb_s']:>9,.1f} MB/s  {len(r['secs'])} pass(es)  "
+            f"{res}{warn}  {row.about if row else ''}"
         )
     return out
 
@@ -405,71 +472,89 @@ def main(argv: list[str]) -> int:
     }
     print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions.items() if v), flush=True)
 
-    # Write (or reuse) every dataset a selected row reads; the catalog of each tree.
+    # bale's dataset (every row reads its sample order) and the catalog of each tree;
+    # the peers' datasets are written (or reused) when their rows come.
     contexts = {}
     for name, tree in trees:
         samples = peers.walk(tree)
         fp = peers.fingerprint(samples)
         if not fp["samples"]:
             raise SystemExit(f"{tree}: no samples")
-        need = ["bale"] + [r.peer for r in rows if r.peer != "loose"] + list(size_writers)
-        datasets, built = {}, {}
-        for peer in dict.fromkeys(need):
-            root = os.path.join(out_root, name, peer)
-            meta, fresh = peers.build(peer, tree, root, bale_bin, fp, force=args.rebuild)
-            datasets[peer] = os.path.join(root, peers.WRITERS[peer][1])
-            built[peer] = meta
-            print(
-                f"{name}: {peer:<9} {'written' if fresh else 'cached '} {meta['bytes'] / 1e6:10,.1f} MB"
-                f"  (pack {meta['pack_s']:.2f} s when written, {meta['built']})",
-                flush=True,
-            )
-        catalog = os.path.join(out_root, name, "catalog.json")
-        payload = write_catalog(catalog, samples, datasets["bale"])
-        contexts[name] = (tree, catalog, datasets)
-        results["trees"][name] = {
+        mean = fp["bytes"] / fp["samples"]
+        tree_rows = [r for r in rows if any(runs_in(r.group, st, mean, args) for st in args.states)]
+        tree_sizes = size_writers if runs_in("size", "warm", mean, args) else []
+        # Each dataset's rows run together (warm, then cold), then the dataset is
+        # dropped unless --keep: the disk holds bale's and one peer's at a time.
+        order = list(dict.fromkeys(["bale"] + [r.dataset for r in tree_rows] + list(tree_sizes)))
+        info = {
             "path": tree,
             "samples": fp["samples"],
             "files": fp["files"],
-            "payload": payload,
-            "datasets": built,
-            "sizes": {w: built[w]["bytes"] for w in size_writers},
+            "payload": fp["bytes"],
+            "datasets": {},
+            "broken": {},
+            "sizes": {},
         }
+        results["trees"][name] = info
+        datasets = {d: os.path.join(out_root, name, d, peers.WRITERS[d][1]) for d in order if d in peers.WRITERS}
+        ensure(name, "bale", tree, out_root, bale_bin, fp, args, info)
+        if any(r.name == "tarpread.random" for r in tree_rows):
+            peers.index_bale_tars(datasets["bale"])
+        catalog = os.path.join(out_root, name, "catalog.json")
+        info["payload"] = write_catalog(catalog, samples, datasets["bale"])
+        del samples
+        contexts[name] = (tree, catalog, datasets, mean, order, tree_rows, tree_sizes)
 
     print(
-        "\ncold: before each timed pass, posix_fadvise(POSIX_FADV_DONTNEED) over every file of the row's "
-        "dataset, best effort (the kernel keeps mapped and dirty pages); 'resident' is the share of those "
+        "\ncold: before each timed pass, every file of the row's dataset read once, then "
+        "posix_fadvise(POSIX_FADV_DONTNEED) over them, best effort (the kernel keeps mapped and dirty pages); 'resident' is the share of those "
         "pages in the page cache just before the timed pass (mincore on a fresh mapping).",
         flush=True,
     )
     for run_no in range(1, args.runs + 1):
         run: dict = {"load_start": load(), "trees": {}}
         print(f"\n=== run {run_no}/{args.runs}, load average {' '.join(map(str, run['load_start']))}", flush=True)
-        for name, (tree, catalog, datasets) in contexts.items():
+        for name, (tree, catalog, datasets, mean, order, tree_rows, tree_sizes) in contexts.items():
             info = results["trees"][name]
-            per_tree: dict = {}
+            fp = {"samples": info["samples"], "files": info["files"], "bytes": info["payload"]}
+            per_tree: dict = {state: {} for state in args.states}
             run["trees"][name] = per_tree
             print(f"\n--- {name}: {info['samples']:,} samples, {info['payload'] / 1e6:,.1f} MB ({tree})", flush=True)
-            for state in args.states:
-                per_state: dict = {}
-                per_tree[state] = per_state
-                reps = args.reps if state == "warm" else args.cold_reps
-                for row in rows:
-                    spec = {
-                        "row": row.name,
-                        "state": state,
-                        "reps": reps,
-                        "catalog": catalog,
-                        "seed": args.seed,
-                        "datasets": datasets,
-                        "tree": tree,
-                    }
-                    per_state[row.name] = in_child(spec, scratch, args.timeout)
-                    print("\n".join(detail(state, {row.name: per_state[row.name]})), flush=True)
-                    for line in per_state[row.name].get("log", []):
-                        print(f"      | {line}")
-            if pack_writers:
+            if pack_writers and runs_in("pack", "warm", mean, args):
+                # First, while the disk holds only bale's dataset of this tree.
                 per_tree["pack"] = pack(name, tree, info, pack_writers, scratch, bale_bin, args.timeout)
+            for d in order:
+                if d != "loose":
+                    ensure(name, d, tree, out_root, bale_bin, fp, args, info)
+                for state in args.states:
+                    per_state = per_tree[state]
+                    reps = args.reps if state == "warm" else args.cold_reps
+                    for row in tree_rows:
+                        if row.dataset != d or not runs_in(row.group, state, mean, args):
+                            continue
+                        if d in info["broken"]:
+                            per_state[row.name] = {"error": info["broken"][d]}
+                            print("\n".join(detail(state, {row.name: per_state[row.name]})), flush=True)
+                            continue
+                        spec = {
+                            "row": row.name,
+                            "state": state,
+                            "reps": reps,
+                            "budget": args.budget,
+                            "catalog": catalog,
+                            "seed": args.seed,
+                            "datasets": datasets,
+                            "tree": tree,
+                        }
+                        per_state[row.name] = in_child(spec, scratch, args.timeout)
+                        print("\n".join(detail(state, {row.name: per_state[row.name]})), flush=True)
+                        for line in per_state[row.name].get("log", []):
+                            print(f"      | {line}")
+                if d not in ("bale", "loose") and not args.keep:
+                    shutil.rmtree(os.path.join(out_root, name, d), ignore_errors=True)
+            for w in tree_sizes:
+                if w in info["datasets"]:
+                    info["sizes"][w] = info["datasets"][w]["bytes"]
         run["load_end"] = load()
         results["runs"].append(run)
         print(f"\n=== run {run_no}/{args.runs} done, load average {' '.join(map(str, run['load_end']))}", flush=True)
@@ -478,8 +563,10 @@ def main(argv: list[str]) -> int:
     print(f"\n=== summary: {args.runs} run(s); ratios are bale / best peer of the same run (above 1: bale is faster)")
     for name in contexts:
         for i, state in enumerate(args.states if rows else ["warm"]):
-            print()
-            print("\n".join(table(name, results["trees"][name], results["runs"], state, with_pack=i == 0)))
+            lines = table(name, results["trees"][name], results["runs"], state, with_pack=i == 0)
+            if len(lines) > 4:
+                print()
+                print("\n".join(lines))
     results["summary"] = {
         name: {
             **{
@@ -499,6 +586,29 @@ def main(argv: list[str]) -> int:
         clean_stale_shared_memory()
     shutil.rmtree(scratch, ignore_errors=True)
     return 0
+
+
+def ensure(name: str, d: str, tree: str, out_root: str, bale_bin: str, fp: dict, args, info: dict) -> None:
+    """Writes (or reuses) dataset ``d`` of tree ``name``; a peer's failure is recorded
+    in ``info["broken"]`` (its rows then fail with it), bale's stops the run."""
+    if d in info["broken"]:
+        return
+    root = os.path.join(out_root, name, d)
+    try:
+        meta, fresh = peers.build(d, tree, root, bale_bin, fp, force=args.rebuild and d not in info["datasets"])
+    except Exception as e:
+        if d == "bale":
+            raise  # every row reads bale's sample order
+        info["broken"][d] = f"its dataset could not be written: {type(e).__name__}: {e}"
+        print(f"{name}: {d:<9} FAILED: {info['broken'][d]}", flush=True)
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    info["datasets"][d] = meta
+    print(
+        f"{name}: {d:<9} {'written' if fresh else 'cached '} {meta['bytes'] / 1e6:10,.1f} MB"
+        f"  (pack {meta['pack_s']:.2f} s when written, {meta['built']})",
+        flush=True,
+    )
 
 
 def write_catalog(path: str, samples: list, bale_dataset: str) -> int:
