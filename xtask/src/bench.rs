@@ -135,7 +135,8 @@ fn usage() -> String {
          Generates target/bench/imagenet-like (20,000 JPEGs, 100 classes) if needed, then runs\n\
          the benchmarks of NAME (default: all); `pack` and `python` also generate\n\
          target/bench/png-100k (100,000 PNGs). ARGS go to every benchmark run\n\
-         (`bench python -- --list` lists the Python rows; `-- --tree PATH` reads only PATH).\n\nnames:\n",
+         (`bench python -- --list` lists the Python rows; `-- --tree PATH` reads only PATH;\n\
+         `-- --quick` small trees and one pass per row, a check in a few minutes).\n\nnames:\n",
     );
     for b in BENCHES {
         s.push_str(&format!("  {:<8} {}\n", b.name, b.about));
@@ -171,9 +172,10 @@ pub fn main(mut args: Args) -> Result<()> {
 
     let root = util::repo_root();
     let tree = root.join(TREE);
-    // `bench python -- --tree PATH` reads only the trees it is given.
-    let own_trees =
-        selected.iter().all(|b| b.name == "python") && crate::bench_python::has_trees(&extra);
+    // `bench python -- --tree PATH` reads only the trees it is given (`--quick` its
+    // small ones, `--list` none).
+    let own_trees = selected.iter().all(|b| b.name == "python")
+        && !crate::bench_python::reads_default_trees(&extra);
     if !own_trees {
         gen_tree::generate(&tree, &tree_params()).context("generating the benchmark tree")?;
     }
