@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import torch
+import torchvision.transforms.functional as TF
+from torchvision.transforms import InterpolationMode
+
 import bale
 from conftest import run_bale
-
-torch = pytest.importorskip("torch")
-import torchvision.transforms.functional as TF  # noqa: E402
-from torchvision.transforms import InterpolationMode  # noqa: E402
 
 N = 48
 CLASSES = ["ant", "bee", "cat"]

@@ -14,6 +14,17 @@ from PIL import Image
 import bale
 from conftest import bale_bin, run_bale
 
+
+@pytest.fixture(autouse=True)
+def _keep_the_start_method():
+    """litdata.optimize sets multiprocessing's start method for the whole process
+    (force=True): put back what the other tests' DataLoaders expect."""
+    import multiprocessing as mp
+
+    before = mp.get_start_method(allow_none=True)
+    yield
+    mp.set_start_method(before, force=True)
+
 N = 37
 
 

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import bale
-from conftest import Packed
+from conftest import Packed, run_bale
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _seaweed  # noqa: E402
@@ -113,3 +113,39 @@ def test_the_cache_serves_a_dataloader(seaweed, remote, tmp_path) -> None:
     assert {i: (k, h) for batch in loader for i, k, h in batch} == want
     assert any(p.name.startswith("bc-") for p in cache.iterdir())
     assert torch.utils.data.get_worker_info() is None
+
+
+def test_loader_reads_a_url_as_it_reads_the_local_dataset(seaweed, tmp_path) -> None:
+    """bale.Loader over s3:// (given as a URL or as a bale.Dataset opened on it):
+    the same decoded, augmented batches as over the local copy."""
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path / "jpg"
+    rng = np.random.default_rng(3)
+    for i in range(20):
+        (root / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 255, (60 + i, 80, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / f"c{i % 2}" / f"{i:03d}.jpg", quality=90)
+    local = tmp_path / "ds"
+    run_bale("pack", root, "-o", local, "--shard-samples", "6")
+    url = seaweed.upload_dir(local, seaweed.bucket("bale-py-loader"), "ds")
+
+    kw = dict(batch_size=4, size=32, flip=True, shuffle=True, seed=5, threads=2)
+
+    def epoch(loader) -> list[tuple[np.ndarray, np.ndarray, list[int]]]:
+        loader.set_epoch(2)
+        return [(im.copy(), lb.copy(), list(loader.last_indices)) for im, lb in loader]
+
+    want = epoch(bale.Loader(local, **kw))
+    assert len(want) == 5
+    by_url = epoch(bale.Loader(url, storage_options=seaweed.options(), **kw))
+    by_ds = epoch(bale.Loader(bale.Dataset(url, storage_options=seaweed.options()), **kw))
+    for got in (by_url, by_ds):
+        assert len(got) == len(want)
+        for (ia, la, xa), (ib, lb, xb) in zip(want, got):
+            np.testing.assert_array_equal(ia, ib)
+            np.testing.assert_array_equal(la, lb)
+            assert xa == xb
+    with pytest.raises(PermissionError, match="refused the credentials"):
+        bale.Loader(url, storage_options=seaweed.options(aws_secret_access_key="wrong"), **kw)

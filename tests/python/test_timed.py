@@ -77,7 +77,9 @@ CASES = [
 def test_the_wait_share_is_within_5_points_of_the_truth(workers, batch, item_s, body_s, nominal) -> None:
     steps = 30
     data = Sleepy(steps * batch, item_s)
-    loader = torch.utils.data.DataLoader(data, batch_size=batch, num_workers=workers)
+    loader = torch.utils.data.DataLoader(
+        data, batch_size=batch, num_workers=workers, multiprocessing_context="fork" if workers else None
+    )
     bodies: list[float] = []
     stats = run_loop(loader, body_s, bodies=bodies)
     assert stats["steps"] == steps
@@ -154,7 +156,7 @@ def test_the_remedy_follows_what_it_sees(tmp_path: Path) -> None:
         return transforms.functional.pil_to_tensor(img)
 
     folder = datasets.ImageFolder(str(tree), transform=slow)
-    loader = torch.utils.data.DataLoader(folder, batch_size=4, num_workers=2)
+    loader = torch.utils.data.DataLoader(folder, batch_size=4, num_workers=2, multiprocessing_context="fork")
     stats = run_loop(loader, 0.0)
     assert stats["data_wait_share"] > 0.5
     assert f"bale pack {tree}" in stats["remedy"], stats["remedy"]
@@ -167,7 +169,8 @@ def test_the_remedy_follows_what_it_sees(tmp_path: Path) -> None:
 
     ds = bale.Dataset(ds_path)
     loader = torch.utils.data.DataLoader(
-        ds, batch_size=4, num_workers=2, persistent_workers=True, collate_fn=lambda s: s
+        ds, batch_size=4, num_workers=2, persistent_workers=True, collate_fn=lambda s: s,
+        multiprocessing_context="fork",
     )
     reports: list[dict] = []
     t = bale.timed(loader, report=reports.append, gpu=False)

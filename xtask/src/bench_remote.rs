@@ -77,16 +77,7 @@ fn bench_venv(root: &Path, test_python: &Path, venv: &Path) -> Result<std::path:
         format!("import site; site.addsitedir({test_site:?})\n"),
     )?;
     let requirements = root.join(REQUIREMENTS);
-    let sha = util::output(
-        Command::new(&python)
-            .args([
-                "-c",
-                "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())",
-            ])
-            .arg(&requirements),
-    )?
-    .trim()
-    .to_owned();
+    let sha = util::sha256_of(&python, &requirements)?;
     let stamp = venv.join(STAMP);
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == sha) {
         return Ok(python);

