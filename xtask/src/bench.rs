@@ -80,7 +80,7 @@ const BENCHES: &[Bench] = &[
     },
     Bench {
         name: "python",
-        about: "the Python reader and its peers (webdataset, h5py, ...)",
+        about: "the Python reader against its peers (lmdb, h5py, LitData, MosaicML, webdataset, ...), warm and cold",
         runs: &[Run::Custom {
             run: crate::bench_python::run,
         }],
@@ -133,8 +133,10 @@ fn usage() -> String {
     let mut s = String::from(
         "usage: cargo xtask bench [NAME] [-- ARGS]\n\n\
          Generates target/bench/imagenet-like (20,000 JPEGs, 100 classes) if needed, then runs\n\
-         the benchmarks of NAME (default: all); `pack` also generates and packs\n\
-         target/bench/png-100k (100,000 PNGs). ARGS go to every benchmark run.\n\nnames:\n",
+         the benchmarks of NAME (default: all); `pack` and `python` also generate\n\
+         target/bench/png-100k (100,000 PNGs). ARGS go to every benchmark run\n\
+         (`bench python -- --list` lists the Python rows; `-- --tree PATH` reads only PATH;\n\
+         `-- --quick` small trees and one pass per row, a check in a few minutes).\n\nnames:\n",
     );
     for b in BENCHES {
         s.push_str(&format!("  {:<8} {}\n", b.name, b.about));
@@ -145,11 +147,12 @@ fn usage() -> String {
 
 /// `cargo xtask bench ...`
 pub fn main(mut args: Args) -> Result<()> {
+    // What follows `--` (even `--help`) goes to the benchmarks.
+    let extra = args.passthrough();
     if args.wants_help() {
         println!("{}", usage());
         return Ok(());
     }
-    let extra = args.passthrough();
     let name = args.positional().unwrap_or_else(|| "all".to_string());
     args.finish()?;
     let selected: Vec<&Bench> = if name == "all" {
@@ -169,7 +172,13 @@ pub fn main(mut args: Args) -> Result<()> {
 
     let root = util::repo_root();
     let tree = root.join(TREE);
-    gen_tree::generate(&tree, &tree_params()).context("generating the benchmark tree")?;
+    // `bench python -- --tree PATH` reads only the trees it is given (`--quick` its
+    // small ones, `--list` none).
+    let own_trees = selected.iter().all(|b| b.name == "python")
+        && !crate::bench_python::reads_default_trees(&extra);
+    if !own_trees {
+        gen_tree::generate(&tree, &tree_params()).context("generating the benchmark tree")?;
+    }
     // The pack group also packs a tree of many small files.
     let small = root.join(SMALL_TREE);
     if selected.iter().any(|b| b.name == "pack") {
