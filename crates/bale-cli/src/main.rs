@@ -27,13 +27,15 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let mut stderr = std::io::stderr().lock();
-            let _ = writeln!(stderr, "error: {}", escape::message(&err.to_string()));
+            let mut shown = err.to_string();
+            let _ = writeln!(stderr, "error: {}", escape::message(&shown));
             for cause in err.chain().skip(1) {
-                let _ = writeln!(
-                    stderr,
-                    "  caused by: {}",
-                    escape::message(&cause.to_string())
-                );
+                // A cause already quoted whole by the line above adds nothing.
+                let text = cause.to_string();
+                if !shown.contains(&text) {
+                    let _ = writeln!(stderr, "  caused by: {}", escape::message(&text));
+                }
+                shown = text;
             }
             ExitCode::from(2)
         }

@@ -14,7 +14,7 @@ pub type Result<T, E = FormatError> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum FormatError {
     /// An I/O error on a file.
-    #[error("{}: {source}", shown(path))]
+    #[error("{}", io_text(path, source))]
     Io {
         /// The file.
         path: PathBuf,
@@ -277,6 +277,18 @@ impl FormatError {
             offset,
             what: what.into(),
         }
+    }
+}
+
+/// `path: source`, or the source alone when it already starts by naming
+/// the path (the storage layer's errors name their URL).
+fn io_text(path: &Path, source: &io::Error) -> String {
+    let name = shown(path).to_string();
+    let text = source.to_string();
+    if text.starts_with(&name) {
+        text
+    } else {
+        format!("{name}: {text}")
     }
 }
 

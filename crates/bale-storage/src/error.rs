@@ -50,6 +50,16 @@ pub enum StorageError {
         /// What the server said.
         detail: String,
     },
+    /// No credentials anywhere: none in the environment or the options, and
+    /// the client's last resort, the cloud's instance metadata service
+    /// (169.254.169.254), gave none (it does not exist off a cloud VM).
+    #[error(
+        "{url}: no credentials: none in the environment or the storage options, and the instance metadata service (169.254.169.254) gave none; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the GCS / Azure equivalents), pass them as storage options, or set AWS_SKIP_SIGNATURE=true for a public bucket"
+    )]
+    NoCredentials {
+        /// The object's URL.
+        url: String,
+    },
     /// The credentials were accepted but do not allow this request (HTTP 403).
     #[error("{url}: access denied (HTTP 403{})", detail_suffix(detail))]
     Denied {
@@ -130,9 +140,9 @@ impl StorageError {
     pub fn into_io(self) -> std::io::Error {
         let kind = match &self {
             StorageError::NotFound { .. } => std::io::ErrorKind::NotFound,
-            StorageError::Credentials { .. } | StorageError::Denied { .. } => {
-                std::io::ErrorKind::PermissionDenied
-            }
+            StorageError::Credentials { .. }
+            | StorageError::NoCredentials { .. }
+            | StorageError::Denied { .. } => std::io::ErrorKind::PermissionDenied,
             _ => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, self)
@@ -155,6 +165,12 @@ pub(crate) fn from_object_store(
     let text = chain_text(&e);
     let status = status_in(&text);
     let detail = server_detail(&text);
+    // The credential chain's last step failed: nothing was configured.
+    if text.contains("169.254.169.254") {
+        return StorageError::NoCredentials {
+            url: url.to_owned(),
+        };
+    }
     match e {
         E::NotFound { .. } => StorageError::NotFound {
             url: url.to_owned(),
@@ -303,5 +319,24 @@ mod tests {
         let what = plain_what(refused, None);
         assert!(what.contains("error sending request"), "{what}");
         assert!(what.contains("3 retries"), "{what}");
+    }
+
+    #[test]
+    fn no_credentials_anywhere_says_so_and_what_to_set() {
+        // What the S3 client answers when its credential chain ends at the
+        // instance metadata service and that fails.
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing PUT http://169.254.169.254/latest/api/token in 1ms - Server returned non-2xx status code: 403 Forbidden".into(),
+        };
+        let got = from_object_store("s3://b/ds/bale.json", None, e);
+        assert!(matches!(got, StorageError::NoCredentials { .. }), "{got:?}");
+        let text = got.to_string();
+        assert!(
+            text.starts_with("s3://b/ds/bale.json: no credentials"),
+            "{text}"
+        );
+        assert!(text.contains("AWS_ACCESS_KEY_ID"), "{text}");
+        assert_eq!(got.into_io().kind(), std::io::ErrorKind::PermissionDenied);
     }
 }
