@@ -619,8 +619,13 @@ fn check_tools() -> Result<()> {
     // One `Apt` for both, so `apt-get update` runs at most once. `--all-features`
     // builds the `hdf5` feature, which links the system HDF5 library.
     let mut apt = Apt::default();
-    ensure_hdf5_dev(&mut apt)?;
-    ensure_libjpeg_dev(&mut apt)?;
+    ensure_dev_files(
+        &mut apt,
+        "/usr/include/hdf5/serial/hdf5.h",
+        "hdf5",
+        "libhdf5-dev",
+    )?;
+    ensure_dev_files(&mut apt, "/usr/include/jpeglib.h", "libjpeg", "libjpeg-dev")?;
     if missing.is_empty() {
         eprintln!("ci: tools: all present");
         return Ok(());
@@ -645,40 +650,20 @@ fn check_tools() -> Result<()> {
     Ok(())
 }
 
-/// The HDF5 C library's development files, needed by the `hdf5` feature
-/// (`--all-features` builds it).
+/// A C library's development files, found by its header or by
+/// `pkg-config --exists`; else installed with apt-get (`package` and
+/// pkg-config) like the other tools, or, when not root, the step stops with
+/// the exact apt-get command.
 ///
-/// Present when `pkg-config --exists hdf5` succeeds or Debian's serial header exists;
-/// else installed with apt-get (libhdf5-dev and pkg-config) like the other tools, or,
-/// when not root, the step stops with the exact apt-get command.
-fn ensure_hdf5_dev(apt: &mut Apt) -> Result<()> {
+/// Used for the HDF5 library (the `hdf5` feature) and libjpeg-turbo (the
+/// `libjpeg` feature of bale-image, the loader's JPEG region decoder);
+/// `--all-features` and the Python package build both.
+fn ensure_dev_files(apt: &mut Apt, header: &str, pkg_config: &str, package: &str) -> Result<()> {
     let present = || {
-        Path::new("/usr/include/hdf5/serial/hdf5.h").exists()
+        Path::new(header).exists()
             || (util::which("pkg-config").is_some()
                 && Command::new("pkg-config")
-                    .args(["--exists", "hdf5"])
-                    .status()
-                    .is_ok_and(|s| s.success()))
-    };
-    if present() {
-        return Ok(());
-    }
-    apt.install(&["libhdf5-dev", "pkg-config"], "the HDF5 development files")?;
-    if !present() {
-        bail!("HDF5 development files still missing after installing libhdf5-dev pkg-config");
-    }
-    Ok(())
-}
-
-/// libjpeg-turbo's development files, needed by the `libjpeg` feature of
-/// bale-image (the loader's JPEG region decoder; `--all-features` and the
-/// Python package build it).
-fn ensure_libjpeg_dev(apt: &mut Apt) -> Result<()> {
-    let present = || {
-        Path::new("/usr/include/jpeglib.h").exists()
-            || (util::which("pkg-config").is_some()
-                && Command::new("pkg-config")
-                    .args(["--exists", "libjpeg"])
+                    .args(["--exists", pkg_config])
                     .status()
                     .is_ok_and(|s| s.success()))
     };
@@ -686,11 +671,11 @@ fn ensure_libjpeg_dev(apt: &mut Apt) -> Result<()> {
         return Ok(());
     }
     apt.install(
-        &["libjpeg-dev", "pkg-config"],
-        "the libjpeg development files",
+        &[package, "pkg-config"],
+        &format!("the {pkg_config} development files"),
     )?;
     if !present() {
-        bail!("libjpeg development files still missing after installing libjpeg-dev pkg-config");
+        bail!("{pkg_config} development files still missing after installing {package} pkg-config");
     }
     Ok(())
 }
