@@ -56,7 +56,7 @@ pub mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo};
+pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo, READ_AROUND, ReadAround};
 pub use error::{ReaderError, Result};
 pub use iter::SampleIter;
 pub use plan::{EpochPlan, Order, OrderIter, Partition};

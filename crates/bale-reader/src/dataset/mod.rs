@@ -16,13 +16,15 @@ use crate::plan::{EpochPlan, Order, Partition};
 use crate::sample::{Buf, BufPool, Field, Fields, Sample, SmallStr};
 use crate::sample::{parse_label, will_need};
 
+mod around;
+use around::READ_AROUND_PIECE;
 mod options;
 mod read;
 mod remote;
 mod residency;
 mod shard;
 
-pub use options::{Backing, DatasetOptions};
+pub use options::{Backing, DatasetOptions, READ_AROUND, ReadAround};
 pub(crate) use remote::StartedPieces;
 use residency::{Hint, Residency};
 use shard::{
@@ -50,6 +52,8 @@ struct Inner {
     options: DatasetOptions,
     pool: Arc<BufPool>,
     residency: Residency,
+    /// Whether cold reads of local shards fetch their region ([`ReadAround`]).
+    read_around: bool,
     /// Where the objects are, for a dataset in object storage.
     store: Option<bale_storage::Store>,
     /// The node-local cache of its shards, when asked for.
@@ -172,6 +176,9 @@ impl Dataset {
             total += s.index.len() as u64;
         }
         offsets.push(total);
+        let bytes: u64 = shards.iter().map(|s| s.index.shard_len()).sum();
+        let read_around = options.read_around != ReadAround::Never
+            && around::decide(options.read_around, bytes, around::mem_available());
         Dataset {
             inner: Arc::new(Inner {
                 dir,
@@ -183,6 +190,7 @@ impl Dataset {
                 options,
                 pool: Arc::default(),
                 residency: Residency::new(),
+                read_around,
                 store,
                 cache,
             }),

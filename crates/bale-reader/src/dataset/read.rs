@@ -72,7 +72,7 @@ impl Dataset {
     /// mapped sample happen in this call, not where its bytes are used
     /// (in a language binding, while holding a lock).
     ///
-    /// For small mapped samples the `MADV_WILLNEED` hint is skipped while
+    /// For mapped samples the `MADV_WILLNEED` hint is skipped while
     /// recent reads found their pages in memory (see [`Backing::Mmap`]):
     /// a warm read makes no system call.
     ///
@@ -214,6 +214,43 @@ impl Dataset {
         Ok(sample)
     }
 
+    /// Asks the kernel for the [`READ_AROUND`] region of the shard holding
+    /// `offset`, the first time it is reached, when the dataset is read
+    /// around ([`ReadAround`]). A failure only loses the hint.
+    fn read_around(&self, h: &Handle, offset: u64) {
+        if !self.inner.read_around {
+            return;
+        }
+        let Some((start, len)) = h.regions.claim(offset) else {
+            return;
+        };
+        // The kernel cuts one request to the device's read-ahead window
+        // (`read_ahead_kb`, often 128 KiB): the region is asked for in
+        // pieces no larger.
+        let end = start + len;
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(READ_AROUND_PIECE);
+            match (&h.map, &h.file) {
+                (Some(map), _) => {
+                    if let (Ok(o), Ok(l)) = (usize::try_from(at), usize::try_from(n)) {
+                        let _ = map.advise_range(memmap2::Advice::WillNeed, o, l);
+                    }
+                }
+                (None, Some(file)) => {
+                    if let (Ok(o), Ok(l)) = (libc::off_t::try_from(at), libc::off_t::try_from(n)) {
+                        // SAFETY: a plain syscall on an open descriptor; a failure only loses the hint.
+                        unsafe {
+                            libc::posix_fadvise(file.as_raw_fd(), o, l, libc::POSIX_FADV_WILLNEED)
+                        };
+                    }
+                }
+                (None, None) => return,
+            }
+            at += n;
+        }
+    }
+
     /// Sample `local` of shard `s`, not populated.
     pub(super) fn read_entry(&self, s: usize, local: usize, hint: Hint) -> Result<Sample> {
         if let Some(obj) = self.remote_object(s)? {
@@ -230,17 +267,20 @@ impl Dataset {
             (Some(map), _, Compression::None) => {
                 map_slice(map, &shard.path, e.file_offset, e.file_len)?;
                 if hint == Hint::Always || self.inner.residency.hint() {
+                    self.read_around(h, e.file_offset);
                     will_need(map, e.file_offset, e.file_len);
                 }
                 (Buf::Map(Arc::clone(map)), e.file_offset as usize)
             }
             (Some(map), _, Compression::Zstd) => {
                 let frame = map_slice(map, &shard.path, e.file_offset, e.file_len)?;
+                self.read_around(h, e.file_offset);
                 will_need(map, e.file_offset, e.file_len);
                 let data = decompress_frame(&shard.path, e.file_offset, frame, e.tar_len)?;
                 (Buf::owned(data), 0)
             }
             (None, Some(file), _) => {
+                self.read_around(h, e.file_offset);
                 let raw = self.pread(file, &shard.path, e.file_offset, e.file_len)?;
                 match compression {
                     Compression::Zstd => {
@@ -271,6 +311,7 @@ impl Dataset {
             (Some(map), _) => {
                 for m in shard.index.members(local) {
                     map_slice(map, &shard.path, m.offset, m.size)?;
+                    self.read_around(h, m.offset);
                     will_need(map, m.offset, m.size);
                 }
                 self.build(s, local, e, Buf::Map(Arc::clone(map)), 0, None)
@@ -285,6 +326,7 @@ impl Dataset {
                 let buf = self.inner.pool.filled(n, |buf| {
                     let mut at = 0usize;
                     for m in shard.index.members(local) {
+                        self.read_around(h, m.offset);
                         let len = m.size as usize;
                         starts.push(at);
                         file.read_exact_at(&mut buf[at..at + len], m.offset)

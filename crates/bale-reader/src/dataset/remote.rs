@@ -129,6 +129,7 @@ impl Dataset {
                     shard.handle.get_or_init(|| Handle {
                         file: Some(file),
                         map: None,
+                        regions: super::around::Regions::new(shard.index.shard_len()),
                     });
                     return Ok(None);
                 }

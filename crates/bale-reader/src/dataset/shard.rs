@@ -8,6 +8,8 @@ use super::*;
 pub(super) struct Handle {
     pub(super) file: Option<File>,
     pub(super) map: Option<Arc<Mmap>>,
+    /// The regions read around so far ([`super::ReadAround`]).
+    pub(super) regions: super::around::Regions,
 }
 
 #[derive(Debug)]
@@ -204,6 +206,7 @@ pub(super) fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
             Ok(Handle {
                 file: Some(file),
                 map: None,
+                regions: super::around::Regions::new(len),
             })
         }
         Backing::Mmap => {
@@ -221,6 +224,7 @@ pub(super) fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
             Ok(Handle {
                 file: None,
                 map: Some(Arc::new(map)),
+                regions: super::around::Regions::new(len),
             })
         }
     }

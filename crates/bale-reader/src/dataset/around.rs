@@ -1,0 +1,107 @@
+//! Read-around ([`ReadAround`]): the first cold read in each region of a
+//! local shard asks the kernel for the whole region.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::options::{READ_AROUND, ReadAround};
+
+/// The largest piece of a region asked for at once: the smallest
+/// read-ahead window Linux devices commonly have (`read_ahead_kb` 128), to
+/// which `MADV_WILLNEED` and `POSIX_FADV_WILLNEED` cut a longer request.
+pub(super) const READ_AROUND_PIECE: u64 = 128 << 10;
+
+/// Which [`READ_AROUND`] regions of one shard file were asked for: one bit each.
+#[derive(Debug)]
+pub(super) struct Regions {
+    bits: Box<[AtomicU64]>,
+    len: u64,
+}
+
+impl Regions {
+    /// The regions of a file of `len` bytes, none asked for.
+    pub(super) fn new(len: u64) -> Self {
+        let regions = len.div_ceil(READ_AROUND);
+        let words = usize::try_from(regions.div_ceil(64)).unwrap_or(0);
+        Regions {
+            bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            len,
+        }
+    }
+
+    /// The byte range `(start, len)` of the region holding `offset`, the
+    /// first time it is claimed (by any thread); `None` after that, and for
+    /// an offset past the end.
+    pub(super) fn claim(&self, offset: u64) -> Option<(u64, u64)> {
+        if offset >= self.len {
+            return None;
+        }
+        let r = offset / READ_AROUND;
+        let word = self.bits.get(usize::try_from(r / 64).ok()?)?;
+        let bit = 1u64 << (r % 64);
+        if word.load(Ordering::Relaxed) & bit != 0
+            || word.fetch_or(bit, Ordering::Relaxed) & bit != 0
+        {
+            return None;
+        }
+        let start = r * READ_AROUND;
+        Some((start, READ_AROUND.min(self.len - start)))
+    }
+}
+
+/// Whether a dataset of `total` shard bytes is read around, given the
+/// memory available now (`None` when unknown: no read-around).
+pub(super) fn decide(option: ReadAround, total: u64, available: Option<u64>) -> bool {
+    match option {
+        ReadAround::Always => true,
+        ReadAround::Never => false,
+        ReadAround::Auto => available.is_some_and(|a| total <= a / 2),
+    }
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes.
+pub(super) fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_region_is_claimed_once_and_clipped_to_the_file() {
+        let len = 2 * READ_AROUND + 100;
+        let r = Regions::new(len);
+        assert_eq!(r.claim(5), Some((0, READ_AROUND)));
+        assert_eq!(r.claim(READ_AROUND - 1), None, "same region");
+        assert_eq!(r.claim(READ_AROUND + 7), Some((READ_AROUND, READ_AROUND)));
+        assert_eq!(r.claim(2 * READ_AROUND + 99), Some((2 * READ_AROUND, 100)));
+        assert_eq!(r.claim(2 * READ_AROUND), None);
+        assert_eq!(r.claim(len), None, "past the end");
+        assert_eq!(Regions::new(0).claim(0), None);
+    }
+
+    #[test]
+    fn regions_past_64_use_further_words() {
+        let r = Regions::new(200 * READ_AROUND);
+        for i in 0..200 {
+            assert!(r.claim(i * READ_AROUND + 1).is_some(), "region {i}");
+        }
+        for i in 0..200 {
+            assert!(r.claim(i * READ_AROUND).is_none(), "region {i} again");
+        }
+    }
+
+    #[test]
+    fn auto_reads_around_only_what_fits_in_half_the_available_memory() {
+        let gib = 1u64 << 30;
+        assert!(decide(ReadAround::Auto, gib, Some(4 * gib)));
+        assert!(decide(ReadAround::Auto, 2 * gib, Some(4 * gib)));
+        assert!(!decide(ReadAround::Auto, 2 * gib + 1, Some(4 * gib)));
+        assert!(!decide(ReadAround::Auto, 1, None));
+        assert!(decide(ReadAround::Always, u64::MAX, None));
+        assert!(!decide(ReadAround::Never, 0, Some(gib)));
+    }
+}

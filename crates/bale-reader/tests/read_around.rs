@@ -1,0 +1,133 @@
+//! Read-around (`ReadAround`): a cold read of a dataset read around brings
+//! the whole 4 MiB region around it into the page cache; read exactly, only
+//! the sample's own pages. Checked on the page cache itself (`mincore`),
+//! after evicting the shard with `posix_fadvise(DONTNEED)`.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bale_format::{Compression, shard_file_name};
+use bale_reader::testing::TestDataset;
+use bale_reader::{Backing, Dataset, READ_AROUND, ReadAround};
+
+const PAGE: u64 = 4096;
+
+/// Pages of `path` in `start..start + len` that are in the page cache.
+fn resident(path: &Path, start: u64, len: u64) -> usize {
+    let file = File::open(path).unwrap();
+    // SAFETY: a read-only map of a file this test wrote and nobody truncates; it is never read.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    let pages = len.div_ceil(PAGE) as usize;
+    let mut vec = vec![0u8; pages];
+    // SAFETY: the range lies inside the map (page-aligned start), and `vec` has a byte per page.
+    let rc = unsafe {
+        libc::mincore(
+            map.as_ptr().add(start as usize) as *mut libc::c_void,
+            len as usize,
+            vec.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    vec.iter().filter(|&&b| b & 1 == 1).count()
+}
+
+/// Drops the file's pages from the page cache, and checks that they are gone.
+fn evict(path: &Path) {
+    let file = File::open(path).unwrap();
+    file.sync_all().unwrap();
+    // SAFETY: a plain syscall on an open descriptor.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0);
+    let len = file.metadata().unwrap().len();
+    let left = resident(path, 0, len);
+    assert_eq!(
+        left,
+        0,
+        "{}: {left} pages still cached after POSIX_FADV_DONTNEED; this test needs a \
+         filesystem whose cache can be evicted (not tmpfs)",
+        path.display()
+    );
+}
+
+#[test]
+fn a_cold_read_brings_in_its_region_only_when_read_around() {
+    // One shard of a bit more than three regions of ~31 KB samples.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let n = 3 * READ_AROUND / 30_000;
+    let mid = n / 2;
+    let spec = TestDataset::new(n, 1).payload_len(30_000, 30_000);
+    spec.write(dir.path()).unwrap();
+    let shard = dir
+        .path()
+        .join(shard_file_name("shard", 0, Compression::None));
+    // Sample `mid` sits in the second region.
+    let region = (READ_AROUND, READ_AROUND);
+    let region_pages = (READ_AROUND / PAGE) as usize;
+    for backing in [Backing::Mmap, Backing::Pread] {
+        for mode in [ReadAround::Always, ReadAround::Never] {
+            evict(&shard);
+            let ds = Dataset::options()
+                .backing(backing)
+                .read_around(mode)
+                .open(dir.path())
+                .unwrap();
+            let s = ds.get_populated(mid).unwrap();
+            assert_eq!(s.field("bin"), Some(&spec.payload(mid)[..]));
+            let t = Instant::now();
+            let mut pages = resident(&shard, region.0, region.1);
+            match mode {
+                ReadAround::Always => {
+                    // The region's read was started by the hint; wait for it.
+                    while pages < region_pages && t.elapsed() < Duration::from_secs(10) {
+                        std::thread::sleep(Duration::from_millis(20));
+                        pages = resident(&shard, region.0, region.1);
+                    }
+                    assert_eq!(
+                        pages, region_pages,
+                        "{backing:?}: read around, the region holding the sample is read whole"
+                    );
+                    // Its neighbours were not asked for.
+                    let before = resident(&shard, 0, READ_AROUND);
+                    assert!(
+                        before < region_pages / 4,
+                        "{backing:?}: {before} pages of the region before are cached"
+                    );
+                }
+                _ => {
+                    std::thread::sleep(Duration::from_millis(200));
+                    pages = resident(&shard, region.0, region.1);
+                    // The sample is ~30 KB: 8 or 9 pages, and nothing around it.
+                    assert!(
+                        (8..=16).contains(&pages),
+                        "{backing:?}: read exactly, {pages} pages of the region are cached"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn read_around_changes_no_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TestDataset::new(300, 3).payload_len(1, 40_000);
+    spec.write(dir.path()).unwrap();
+    for backing in [Backing::Mmap, Backing::Pread] {
+        for mode in [ReadAround::Always, ReadAround::Never, ReadAround::Auto] {
+            let ds = Dataset::options()
+                .backing(backing)
+                .read_around(mode)
+                .open(dir.path())
+                .unwrap();
+            let order: Vec<u64> = (0..spec.len()).rev().collect();
+            for &i in &order {
+                assert_eq!(ds.get(i).unwrap().field("bin"), Some(&spec.payload(i)[..]));
+            }
+            for (k, s) in ds.get_batch(&order).unwrap().iter().enumerate() {
+                assert_eq!(s.field("bin"), Some(&spec.payload(order[k])[..]));
+            }
+        }
+    }
+}
