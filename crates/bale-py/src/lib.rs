@@ -18,7 +18,7 @@
 
 mod loader;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
@@ -199,6 +199,11 @@ fn parse_plan(plan: &str, seed: u64, epoch: u64, buffer: usize) -> PyResult<Epoc
         ))),
     }
 }
+
+/// Read-ahead of the iterators: at most this many samples and bytes read
+/// but not yet yielded (each job a share of it, see `SampleIter::prefetch`).
+const PREFETCH_SAMPLES: usize = 256;
+const PREFETCH_BYTES: u64 = 64 << 20;
 
 /// Whether a field holds a `.npy` array (`npy`, or `<name>.npy`).
 fn is_npy(ext: &str) -> bool {
@@ -503,11 +508,8 @@ impl PyDataset {
             .ds
             .iter(EpochPlan::sequential(), Partition::ALL)
             .map_err(to_py)?
-            .prefetch(1, 64, 64 << 20);
-        Ok(PyIter {
-            ds: slf.unbind(),
-            it: Mutex::new(it),
-        })
+            .prefetch(1, PREFETCH_SAMPLES, PREFETCH_BYTES);
+        Ok(PyIter::new(slf.unbind(), it))
     }
 
     /// The sample with key `key`.
@@ -619,11 +621,8 @@ impl PyDataset {
             .iter(plan, part)
             .and_then(|it| it.start_at(start))
             .map_err(to_py)?
-            .prefetch(prefetch, 64, 64 << 20);
-        Ok(PyIter {
-            ds: slf.unbind(),
-            it: Mutex::new(it),
-        })
+            .prefetch(prefetch, PREFETCH_SAMPLES, PREFETCH_BYTES);
+        Ok(PyIter::new(slf.unbind(), it))
     }
 
     fn __repr__(&self) -> String {
@@ -641,12 +640,71 @@ impl PyDataset {
 #[derive(Debug)]
 pub struct PyIter {
     ds: Py<PyDataset>,
-    it: Mutex<SampleIter>,
+    it: Mutex<Ready>,
 }
 
+/// An epoch iterator and the samples taken from it but not yet yielded.
+#[derive(Debug)]
+struct Ready {
+    it: SampleIter,
+    /// In order; an error ends a fill, so nothing follows it.
+    samples: VecDeque<bale_reader::Result<Sample>>,
+}
+
+/// Most samples taken from the iterator per release of the GIL: one
+/// release and reacquisition, and one lock, for a run of samples instead
+/// of each.
+const READY: usize = 32;
+
 impl PyIter {
-    fn lock(&self) -> MutexGuard<'_, SampleIter> {
+    fn new(ds: Py<PyDataset>, it: SampleIter) -> Self {
+        PyIter {
+            ds,
+            it: Mutex::new(Ready {
+                it,
+                samples: VecDeque::with_capacity(READY),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Ready> {
         self.it.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next ready sample, without waiting for the lock or the GIL's
+    /// release (another thread holding the lock, or none ready: `None`).
+    fn pop_ready(&self) -> Option<bale_reader::Result<Sample>> {
+        let mut st = match self.it.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        st.samples.pop_front()
+    }
+}
+
+impl Ready {
+    /// Takes up to [`READY`] samples from the iterator, their pages brought
+    /// into memory (so no page fault happens while the GIL is held), and
+    /// returns the first. Called without the GIL.
+    fn fill_and_pop(&mut self) -> Option<bale_reader::Result<Sample>> {
+        if self.samples.is_empty() {
+            for _ in 0..READY {
+                let Some(next) = self.it.next() else { break };
+                let failed = match &next {
+                    Ok(s) => {
+                        s.populate();
+                        false
+                    }
+                    Err(_) => true,
+                };
+                self.samples.push_back(next);
+                if failed {
+                    break;
+                }
+            }
+        }
+        self.samples.pop_front()
     }
 }
 
@@ -657,13 +715,10 @@ impl PyIter {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let next = py.detach(|| {
-            let s = self.lock().next();
-            if let Some(Ok(s)) = &s {
-                s.populate();
-            }
-            s
-        });
+        let next = match self.pop_ready() {
+            Some(x) => Some(x),
+            None => py.detach(|| self.lock().fill_and_pop()),
+        };
         match next {
             None => Ok(None),
             Some(Err(e)) => Err(to_py(e)),
@@ -673,14 +728,15 @@ impl PyIter {
 
     /// Number of samples this partition yields in the epoch (from its start).
     fn __len__(&self) -> usize {
-        usize::try_from(self.lock().len()).unwrap_or(usize::MAX)
+        usize::try_from(self.lock().it.len()).unwrap_or(usize::MAX)
     }
 
     /// Samples yielded so far, counted from the start of the epoch (pass it
     /// as `start` to resume).
     #[getter]
     fn position(&self) -> u64 {
-        self.lock().position()
+        let st = self.lock();
+        st.it.position() - st.samples.len() as u64
     }
 }
 

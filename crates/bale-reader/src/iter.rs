@@ -503,6 +503,16 @@ struct Prefetch {
     max_bytes: u64,
 }
 
+impl Prefetch {
+    /// The most of a `budget` one job may hold: a `1 / (threads + 1)`
+    /// share (at least 1), so that each thread reads a job while the
+    /// caller consumes another, instead of waiting for the caller to
+    /// release the whole budget.
+    fn job_share(&self, budget: u64) -> u64 {
+        (budget / (self.threads as u64 + 1)).max(1)
+    }
+}
+
 /// An epoch of samples for one partition, in plan order (see [`Dataset::iter`]).
 ///
 /// Yields `Result<Sample>`: a sample that cannot be read is an error in its
@@ -569,9 +579,10 @@ impl SampleIter {
     /// read larger than the budget still proceeds, alone. Samples come out
     /// in plan order. `threads == 0` turns prefetch off; budgets of 0 count
     /// as 1. Shard-shuffled plans hold their reservoir on top of this.
-    /// Single-sample reads (shuffled plans) go to the threads in batches of
-    /// at most 32 and at most `max_samples / threads`, so that every thread
-    /// has reads to wait on.
+    /// A job (one run read with one large read, or a batch of at most 32
+    /// single-sample reads in shuffled plans) holds at most a
+    /// `1 / (threads + 1)` share of each budget, so that every thread has a
+    /// job to read while the caller consumes another.
     ///
     /// Applies from the current position on (read-ahead so far is discarded).
     pub fn prefetch(mut self, threads: usize, max_samples: usize, max_bytes: u64) -> Self {
@@ -616,13 +627,11 @@ impl SampleIter {
                 singles: start.singles.into(),
                 pos: start.pos,
                 end: self.order.end_pos(),
-                max_samples: prefetch.map_or(u64::MAX, |p| p.max_samples),
+                max_samples: prefetch.map_or(u64::MAX, |p| p.job_share(p.max_samples)),
                 max_bytes: ds
                     .read_chunk()
-                    .min(prefetch.map_or(u64::MAX, |p| p.max_bytes)),
-                batch: prefetch.map_or(BATCH, |p| {
-                    (p.max_samples / p.threads as u64).clamp(1, BATCH)
-                }),
+                    .min(prefetch.map_or(u64::MAX, |p| p.job_share(p.max_bytes))),
+                batch: prefetch.map_or(BATCH, |p| p.job_share(p.max_samples).min(BATCH)),
             };
             let inline = |jobs| Feed::Inline(Inline::new(jobs));
             let source = match prefetch {
