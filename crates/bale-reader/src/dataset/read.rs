@@ -258,6 +258,10 @@ impl Dataset {
         }
         let shard = &self.inner.shards[s];
         let e = shard.index.sample(local);
+        // The key, the member records and the bytes all hang off the
+        // record: ask for them at once, so their cache misses overlap
+        // instead of following one another.
+        shard.index.prefetch_key_and_members(local);
         let h = self.handle(s)?;
         let compression = shard.index.compression();
         if shard.index.is_scattered() {
@@ -265,7 +269,8 @@ impl Dataset {
         }
         let (buf, base) = match (&h.map, &h.file, compression) {
             (Some(map), _, Compression::None) => {
-                map_slice(map, &shard.path, e.file_offset, e.file_len)?;
+                let bytes = map_slice(map, &shard.path, e.file_offset, e.file_len)?;
+                bale_format::prefetch(&bytes[..bytes.len().min(1024)]);
                 if hint == Hint::Always || self.inner.residency.hint() {
                     self.read_around(h, e.file_offset);
                     will_need(map, e.file_offset, e.file_len);

@@ -12,7 +12,8 @@
 //!   `bale pack` groups them); reading it opens, reads and closes each file.
 //!   Threads take the next sample of the order from a shared counter (as a
 //!   loader's workers take batches from a sampler).
-//! - A dataset: random order is `Dataset::get` on a seeded permutation,
+//! - A dataset: random order is `Dataset::get_populated` on a seeded
+//!   permutation (what a loader that uses each sample at once calls),
 //!   threads sharing a counter; sequential order is each thread iterating its
 //!   worker share of a sequential epoch (`Dataset::iter`, large reads), as
 //!   loader workers do. Before a cold pass the dataset is closed (unmapping
@@ -523,7 +524,7 @@ impl Opened {
                                             tree.read_sample(i as usize, &mut buf, &mut st, decode)
                                         }
                                         Subject::Dataset(Some(ds)) => ds
-                                            .get(i)
+                                            .get_populated(i)
                                             .map(|sample| st.dataset_sample(&sample, decode))
                                             .map_err(Into::into),
                                         Subject::Dataset(None) => {
