@@ -157,3 +157,34 @@ def test_bad_arguments(tar_ds: Packed) -> None:
         bale.IterableDataset(tar_ds.path / "nope")
     with pytest.raises(ValueError, match="start has 1"):
         list(bale.IterableDataset(tar_ds.path, worker=1, num_workers=2, start=[0]))
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_a_bad_sample_raises_in_its_place_and_the_epoch_goes_on(tmp_path, tar_ds: Packed, prefetch: int) -> None:
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tar_ds.path, bad)
+    # Flip a byte of the first member's data of the last shard (after its 512-byte header).
+    shard = sorted(bad.glob("*.tar"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[520] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    ds = bale.Dataset(bad, verify_on_read=True)
+    at = sum(ds.shard_sizes[:-1])
+    it = ds.epoch("sequential", prefetch=prefetch)
+    got = []
+    errors = []
+    while True:
+        try:
+            s = next(it)
+        except StopIteration:
+            break
+        except bale.FormatError as e:
+            errors.append((len(got), it.position, str(e)))
+            continue
+        got.append(s["__index__"])
+        assert it.position == len(got) + len(errors)
+    assert [(g, p) for g, p, _ in errors] == [(at, at + 1)], errors
+    assert shard.name in errors[0][2]
+    assert got == [i for i in range(len(ds)) if i != at]
