@@ -45,6 +45,24 @@ def test_backings_agree(tar_ds: Packed, zst_ds: Packed, backing: str) -> None:
             assert_sample(s, s["__key__"], packed)
 
 
+@pytest.mark.parametrize("read_around", ["auto", "always", "never"])
+def test_read_around_reads_the_same_bytes_and_survives_pickling(tar_ds: Packed, read_around: str) -> None:
+    import pickle
+
+    for backing in ("mmap", "pread"):
+        ds = bale.Dataset(tar_ds.path, backing=backing, read_around=read_around, decode="bytes")
+        ref = bale.Dataset(tar_ds.path, backing=backing, decode="bytes")
+        order = list(range(N - 1, -1, -3))
+        assert ds.__getitems__(order) == [ref[i] for i in order]
+        again = pickle.loads(pickle.dumps(ds))
+        assert again.__getnewargs_ex__()[1]["read_around"] == read_around
+        assert again[5] == ref[5]
+    it = bale.IterableDataset(tar_ds.path, read_around=read_around, decode="bytes")
+    assert [s["__key__"] for s in it] == [ref.key(i) for i in range(N)]
+    with pytest.raises(ValueError, match="read_around"):
+        bale.Dataset(tar_ds.path, read_around="sometimes")
+
+
 def test_labels_and_classes(tar_ds: Packed, plain_ds: Packed) -> None:
     ds = bale.Dataset(tar_ds.path)
     assert ds.classes == ["cat", "dog", "eel"]

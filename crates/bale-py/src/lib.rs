@@ -24,7 +24,8 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use bale_reader::{
-    Backing, Dataset, DatasetOptions, EpochPlan, Partition, ReaderError, Sample, SampleIter,
+    Backing, Dataset, DatasetOptions, EpochPlan, Partition, ReadAround, ReaderError, Sample,
+    SampleIter,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyFileNotFoundError, PyIndexError, PyKeyError, PyValueError};
@@ -95,6 +96,7 @@ struct Spec {
     decode: Decode,
     verify_on_read: bool,
     backing: Backing,
+    read_around: ReadAround,
     storage_options: Option<BTreeMap<String, String>>,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
@@ -153,6 +155,10 @@ pub(crate) fn remote_options(
 ///     verify_on_read: check each member's checksum on every read.
 ///     backing: "mmap" (default, zero-copy) or "pread" (one read per sample;
 ///         errors instead of SIGBUS if a shard is truncated in place).
+///     read_around: "auto" (default: when the shards fit in half of the
+///         memory available at open, the first cold read in each 8 MiB
+///         region of a shard fetches the whole region), "always" or "never"
+///         (each read fetches exactly its sample).
 ///     storage_options: for a dataset in object storage (`path` a URL:
 ///         `s3://bucket/prefix`, `gs://`, `az://`, `https://`): options on top
 ///         of the standard environment (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`,
@@ -186,6 +192,25 @@ fn parse_backing(s: &str) -> PyResult<Backing> {
         _ => Err(PyValueError::new_err(format!(
             "backing must be \"mmap\" or \"pread\", not {s:?}"
         ))),
+    }
+}
+
+fn parse_read_around(s: &str) -> PyResult<ReadAround> {
+    match s {
+        "auto" => Ok(ReadAround::Auto),
+        "always" => Ok(ReadAround::Always),
+        "never" => Ok(ReadAround::Never),
+        _ => Err(PyValueError::new_err(format!(
+            "read_around must be \"auto\", \"always\" or \"never\", not {s:?}"
+        ))),
+    }
+}
+
+fn read_around_name(r: ReadAround) -> &'static str {
+    match r {
+        ReadAround::Auto => "auto",
+        ReadAround::Always => "always",
+        ReadAround::Never => "never",
     }
 }
 
@@ -373,7 +398,7 @@ impl PyDataset {
 impl PyDataset {
     /// Opens the dataset in `path` (a directory holding `bale.json`).
     #[new]
-    #[pyo3(signature = (path, *, fields=None, decode=None, verify_on_read=false, backing="mmap", storage_options=None, cache_dir=None, cache_limit=None))]
+    #[pyo3(signature = (path, *, fields=None, decode=None, verify_on_read=false, backing="mmap", read_around="auto", storage_options=None, cache_dir=None, cache_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -382,6 +407,7 @@ impl PyDataset {
         decode: Option<Bound<'_, PyAny>>,
         verify_on_read: bool,
         backing: &str,
+        read_around: &str,
         storage_options: Option<BTreeMap<String, String>>,
         cache_dir: Option<PathBuf>,
         cache_limit: Option<u64>,
@@ -402,6 +428,7 @@ impl PyDataset {
             },
         };
         let backing = parse_backing(backing)?;
+        let read_around = parse_read_around(read_around)?;
         if !bale_storage::is_url(&path) && !path.exists() {
             return Err(PyFileNotFoundError::new_err(format!(
                 "no such dataset directory: {}",
@@ -411,7 +438,8 @@ impl PyDataset {
         let options = remote_options(
             DatasetOptions::new()
                 .verify_on_read(verify_on_read)
-                .backing(backing),
+                .backing(backing)
+                .read_around(read_around),
             storage_options.as_ref(),
             cache_dir.as_ref(),
             cache_limit,
@@ -431,6 +459,7 @@ impl PyDataset {
                 decode,
                 verify_on_read,
                 backing,
+                read_around,
                 storage_options,
                 cache_dir,
                 cache_limit,
@@ -457,6 +486,7 @@ impl PyDataset {
             _ => "mmap",
         };
         kwargs.set_item("backing", backing)?;
+        kwargs.set_item("read_around", read_around_name(self.spec.read_around))?;
         kwargs.set_item("storage_options", &self.spec.storage_options)?;
         kwargs.set_item("cache_dir", &self.spec.cache_dir)?;
         kwargs.set_item("cache_limit", self.spec.cache_limit)?;

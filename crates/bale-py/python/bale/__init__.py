@@ -168,7 +168,7 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
         start: resume: samples this partition has already yielded in this
             epoch; an int (the same for every worker) or a sequence indexed
             by worker id (see :func:`worker_offsets`).
-        fields, decode, verify_on_read, backing: as :class:`Dataset`.
+        fields, decode, verify_on_read, backing, read_around: as :class:`Dataset`.
         prefetch: background read-ahead threads per iterator (0: none). For
             a dataset in object storage, requests in flight do the reading
             ahead (at most 64 MiB per iterator), threads or not.
@@ -201,6 +201,7 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
         decode: None | str | Callable[[str, Any], Any] = None,
         verify_on_read: bool = False,
         backing: str = "mmap",
+        read_around: str = "auto",
         prefetch: int = 1,
         storage_options: Mapping[str, str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
@@ -232,6 +233,7 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
         self.decode = decode
         self.verify_on_read = verify_on_read
         self.backing = backing
+        self.read_around = read_around
         self.prefetch = prefetch
         self.storage_options = None if storage_options is None else dict(storage_options)
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
@@ -248,6 +250,7 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
                 decode=self.decode,
                 verify_on_read=self.verify_on_read,
                 backing=self.backing,
+                read_around=self.read_around,
                 storage_options=self.storage_options,
                 cache_dir=self.cache_dir,
                 cache_limit=self.cache_limit,

@@ -49,6 +49,10 @@ class Dataset:
         verify_on_read: check each member's checksum on every read.
         backing: ``"mmap"`` (default, zero-copy) or ``"pread"`` (a read per
             sample; errors instead of SIGBUS if shards are truncated in place).
+        read_around: ``"auto"`` (default: when the shards fit in half of the
+            memory available at open, the first cold read in each 8 MiB region
+            of a shard fetches the whole region), ``"always"`` or ``"never"``
+            (each read fetches exactly its sample).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -64,6 +68,7 @@ class Dataset:
         decode: None | str | Callable[[str, bytes | np.ndarray], Any] = None,
         verify_on_read: bool = False,
         backing: str = "mmap",
+        read_around: str = "auto",
         storage_options: Mapping[str, str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
