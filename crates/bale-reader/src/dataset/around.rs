@@ -48,22 +48,19 @@ impl Regions {
     }
 }
 
-/// Whether a dataset of `total` shard bytes is read around, given the
-/// memory available now (`None` when unknown: no read-around).
-pub(super) fn decide(option: ReadAround, total: u64, available: Option<u64>) -> bool {
+/// Whether a dataset of `total` shard bytes is read around; `available`
+/// gives the memory available now (asked only for [`ReadAround::Auto`];
+/// `None` when unknown: no read-around).
+pub(super) fn decide(
+    option: ReadAround,
+    total: u64,
+    available: impl FnOnce() -> Option<u64>,
+) -> bool {
     match option {
         ReadAround::Always => true,
         ReadAround::Never => false,
-        ReadAround::Auto => available.is_some_and(|a| total <= a / 2),
+        ReadAround::Auto => available().is_some_and(|a| total <= a / 2),
     }
-}
-
-/// `MemAvailable` from /proc/meminfo, in bytes.
-pub(super) fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kb.checked_mul(1024)
 }
 
 #[cfg(test)]
@@ -97,11 +94,13 @@ mod tests {
     #[test]
     fn auto_reads_around_only_what_fits_in_half_the_available_memory() {
         let gib = 1u64 << 30;
-        assert!(decide(ReadAround::Auto, gib, Some(4 * gib)));
-        assert!(decide(ReadAround::Auto, 2 * gib, Some(4 * gib)));
-        assert!(!decide(ReadAround::Auto, 2 * gib + 1, Some(4 * gib)));
-        assert!(!decide(ReadAround::Auto, 1, None));
-        assert!(decide(ReadAround::Always, u64::MAX, None));
-        assert!(!decide(ReadAround::Never, 0, Some(gib)));
+        let four = || Some(4 * gib);
+        assert!(decide(ReadAround::Auto, gib, four));
+        assert!(decide(ReadAround::Auto, 2 * gib, four));
+        assert!(!decide(ReadAround::Auto, 2 * gib + 1, four));
+        assert!(!decide(ReadAround::Auto, 1, || None));
+        let unasked = || -> Option<u64> { panic!("memory asked for without Auto") };
+        assert!(decide(ReadAround::Always, u64::MAX, unasked));
+        assert!(!decide(ReadAround::Never, 0, unasked));
     }
 }

@@ -177,8 +177,9 @@ impl Dataset {
         }
         offsets.push(total);
         let bytes: u64 = shards.iter().map(|s| s.index.shard_len()).sum();
-        let read_around = options.read_around != ReadAround::Never
-            && around::decide(options.read_around, bytes, around::mem_available());
+        let read_around = around::decide(options.read_around, bytes, || {
+            crate::stage::mem_available().ok()
+        });
         Dataset {
             inner: Arc::new(Inner {
                 dir,

@@ -231,22 +231,7 @@ impl Dataset {
         let mut at = start;
         while at < end {
             let n = (end - at).min(READ_AROUND_PIECE);
-            match (&h.map, &h.file) {
-                (Some(map), _) => {
-                    if let (Ok(o), Ok(l)) = (usize::try_from(at), usize::try_from(n)) {
-                        let _ = map.advise_range(memmap2::Advice::WillNeed, o, l);
-                    }
-                }
-                (None, Some(file)) => {
-                    if let (Ok(o), Ok(l)) = (libc::off_t::try_from(at), libc::off_t::try_from(n)) {
-                        // SAFETY: a plain syscall on an open descriptor; a failure only loses the hint.
-                        unsafe {
-                            libc::posix_fadvise(file.as_raw_fd(), o, l, libc::POSIX_FADV_WILLNEED)
-                        };
-                    }
-                }
-                (None, None) => return,
-            }
+            h.will_need(at, n);
             at += n;
         }
     }
@@ -569,21 +554,9 @@ impl Dataset {
         match self.handle(s) {
             // Only ranges inside the map (a corrupt index is the read's error).
             Ok(Handle { map: Some(map), .. })
-                if map_slice(map, &self.inner.shards[s].path, start, len).is_ok() =>
-            {
-                will_need(map, start, len);
-            }
-            Ok(Handle {
-                file: Some(file), ..
-            }) => {
-                if let (Ok(o), Ok(l)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) {
-                    // SAFETY: a plain syscall on an open descriptor; a failure only loses the hint.
-                    unsafe {
-                        libc::posix_fadvise(file.as_raw_fd(), o, l, libc::POSIX_FADV_WILLNEED)
-                    };
-                }
-            }
-            _ => {}
+                if map_slice(map, &self.inner.shards[s].path, start, len).is_err() => {}
+            Ok(h) => h.will_need(start, len),
+            Err(_) => {}
         }
     }
 }

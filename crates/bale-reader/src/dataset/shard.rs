@@ -32,6 +32,27 @@ pub(super) struct RemoteShard {
     pub(super) uncached: std::sync::atomic::AtomicBool,
 }
 
+impl Handle {
+    /// Asks the kernel to start reading `len` bytes at `offset` of the
+    /// shard (`MADV_WILLNEED` on the map, `POSIX_FADV_WILLNEED` on the
+    /// file), in one request. Only a hint: a failure loses nothing.
+    pub(super) fn will_need(&self, offset: u64, len: u64) {
+        match (&self.map, &self.file) {
+            (Some(map), _) => will_need(map, offset, len),
+            (None, Some(file)) => {
+                if let (Ok(o), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len))
+                {
+                    // SAFETY: a plain syscall on an open descriptor; a failure only loses the hint.
+                    unsafe {
+                        libc::posix_fadvise(file.as_raw_fd(), o, l, libc::POSIX_FADV_WILLNEED)
+                    };
+                }
+            }
+            (None, None) => {}
+        }
+    }
+}
+
 pub(super) fn map_slice<'a>(map: &'a Mmap, path: &Path, offset: u64, len: u64) -> Result<&'a [u8]> {
     let range = usize::try_from(offset)
         .ok()

@@ -78,6 +78,7 @@ use bale_format::{FormatError, MANIFEST_NAME, Manifest, checksum};
 pub use crate::error::StageErrorKind;
 pub use marker::MARKER;
 pub use sys::is_ram_backed;
+pub(crate) use sys::mem_available;
 pub use unstage::{UnstageSummary, unstage};
 
 use crate::error::{ReaderError, Result};
