@@ -18,6 +18,7 @@ mod output_escaping;
 mod pack;
 mod reader;
 mod remote;
+mod remote_write;
 mod stage;
 mod stat;
 mod verify;

@@ -136,9 +136,13 @@ fn read_part(dir: &Path) -> Result<PartIn> {
         }
         Err(e) => return Err(e.into()),
     };
+    part_in(dir.to_path_buf(), manifest)
+}
+
+fn part_in(dir: PathBuf, manifest: Manifest) -> Result<PartIn> {
     if manifest.created_by.command != "pack" {
         return Err(merr(
-            dir,
+            &dir,
             format!(
                 "it was written by `bale {}`, not `bale pack --part`",
                 manifest.created_by.command
@@ -148,15 +152,15 @@ fn read_part(dir: &Path) -> Result<PartIn> {
     let options: ShapingOptions = serde_json::from_value(manifest.created_by.options.clone())
         .map_err(|e| {
             merr(
-                dir,
+                &dir,
                 format!("its manifest's created_by.options are not bale pack's: {e}"),
             )
         })?;
     if options.part.is_none() {
-        return Err(merr(dir, "it was not packed with --part I/N"));
+        return Err(merr(&dir, "it was not packed with --part I/N"));
     }
     Ok(PartIn {
-        dir: dir.to_path_buf(),
+        dir,
         manifest,
         options,
     })
@@ -210,26 +214,54 @@ fn check_files(part: &PartIn) -> Result<()> {
     Ok(())
 }
 
-/// Joins the part directories written by `bale pack --part I/N` into one
-/// dataset in `output`.
-///
-/// Every part `0..N` must be given exactly once, each complete (with its
-/// manifest, shard sizes and index checksums matching it), all packed with
-/// the same shaping options. Shards are renamed (or copied, see
-/// [`MergeOptions::copy`]) to `shard-NNNNNN` in part order, so the merged
-/// dataset holds the samples of a single pack with the same options, in the
-/// same order. The parts' manifests are then removed (copied parts are left
-/// whole), and part directories left empty are removed.
+/// One file of a part and its name in the merged dataset.
+#[derive(Debug, Clone)]
+pub struct MergeFile {
+    /// Which part (an index into [`MergePlan::parts`]).
+    pub part: usize,
+    /// Its name in the part (relative to the part's directory or prefix).
+    pub from: String,
+    /// Its name in the merged dataset.
+    pub to: String,
+}
+
+/// A merge worked out from the parts' manifests: the files to move, copy or
+/// reference, and the merged manifest to write last.
+#[derive(Debug, Clone)]
+pub struct MergePlan {
+    /// The parts, in part order (directories or URLs).
+    pub parts: Vec<PathBuf>,
+    /// Each shard and index of each part, with its new name.
+    pub files: Vec<MergeFile>,
+    /// The merged dataset's manifest.
+    pub manifest: Manifest,
+    /// The number of parts.
+    pub count: u32,
+}
+
+/// Checks the parts (given as their location, for messages, and their
+/// manifest) and plans their merge: every part `0..N` exactly once, each
+/// written by `bale pack --part`, all with the same shaping options and
+/// classes. Does not look at the parts' files (see [`merge`], which does).
 ///
 /// # Errors
-/// [`PackError::Merge`] naming the part and the problem; I/O errors. On
-/// error, files already moved are moved back and no manifest is written.
-pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<MergeSummary> {
-    let start = Instant::now();
-    let first = parts
+/// [`PackError::Merge`] naming the part and the problem.
+pub fn plan_merge(parts: Vec<(PathBuf, Manifest)>) -> Result<MergePlan> {
+    let ins: Vec<PartIn> = parts
+        .into_iter()
+        .map(|(d, m)| part_in(d, m))
+        .collect::<Result<_>>()?;
+    let (ins, plan) = plan_parts(ins)?;
+    drop(ins);
+    Ok(plan)
+}
+
+fn plan_parts(mut ins: Vec<PartIn>) -> Result<(Vec<PartIn>, MergePlan)> {
+    let first = ins
         .first()
+        .map(|p| p.dir.clone())
         .ok_or_else(|| PackError::Option("no part directories to merge".into()))?;
-    let mut ins: Vec<PartIn> = parts.iter().map(|p| read_part(p)).collect::<Result<_>>()?;
+    let first = &first;
     ins.sort_by_key(|p| p.options.part.map_or(0, |x| x.index));
     let count = ins[0].options.part.map_or(0, |p| p.count);
     for w in ins.windows(2) {
@@ -300,6 +332,69 @@ pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<Me
             ));
         }
     }
+    let compression = base.compression;
+    let mut files = Vec::new();
+    let mut entries = Vec::new();
+    for (pi, p) in ins.iter().enumerate() {
+        for s in &p.manifest.shards {
+            let n = entries.len() as u64;
+            let file = shard_file_name("shard", n, compression);
+            let index = index_file_name(&file);
+            files.push(MergeFile {
+                part: pi,
+                from: s.file.clone(),
+                to: file.clone(),
+            });
+            files.push(MergeFile {
+                part: pi,
+                from: s.index.clone(),
+                to: index.clone(),
+            });
+            let mut e = s.clone();
+            e.file = file;
+            e.index = index;
+            entries.push(e);
+        }
+    }
+    let mut options = serde_json::to_value(&base).unwrap_or_default();
+    if let serde_json::Value::Object(map) = &mut options {
+        map.insert("merged_parts".into(), count.into());
+    }
+    let created_by = CreatedBy {
+        tool: "bale".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        command: "merge".into(),
+        options,
+    };
+    let mut manifest = Manifest::new(entries, ins[0].manifest.labels.clone(), created_by);
+    manifest.skipped = ins.iter().map(|p| p.manifest.skipped).sum();
+    let plan = MergePlan {
+        parts: ins.iter().map(|p| p.dir.clone()).collect(),
+        files,
+        manifest,
+        count,
+    };
+    Ok((ins, plan))
+}
+
+/// Joins the part directories written by `bale pack --part I/N` into one
+/// dataset in `output`.
+///
+/// Every part `0..N` must be given exactly once, each complete (with its
+/// manifest, shard sizes and index checksums matching it), all packed with
+/// the same shaping options. Shards are renamed (or copied, see
+/// [`MergeOptions::copy`]) to `shard-NNNNNN` in part order, so the merged
+/// dataset holds the samples of a single pack with the same options, in the
+/// same order. The parts' manifests are then removed (copied parts are left
+/// whole), and part directories left empty are removed.
+///
+/// # Errors
+/// [`PackError::Merge`] naming the part and the problem; I/O errors. On
+/// error, files already moved are moved back and no manifest is written.
+pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<MergeSummary> {
+    let start = Instant::now();
+    let ins: Vec<PartIn> = parts.iter().map(|p| read_part(p)).collect::<Result<_>>()?;
+    let (ins, plan) = plan_parts(ins)?;
     let out_canon = fs::canonicalize(output).ok();
     for p in &ins {
         if out_canon.is_some() && fs::canonicalize(&p.dir).ok() == out_canon {
@@ -327,46 +422,19 @@ pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<Me
     }
     out.clear(&inputs)?;
     let mut moves = Moves::default();
-    let mut entries = Vec::new();
-    let compression = base.compression;
     let mut part_copied = vec![false; ins.len()];
-    for (pi, p) in ins.iter().enumerate() {
-        for s in &p.manifest.shards {
-            let before = moves.done.len();
-            let n = entries.len() as u64;
-            let file = shard_file_name("shard", n, compression);
-            let index = index_file_name(&file);
-            move_file(
-                &Manifest::resolve(&p.dir, &s.file),
-                &output.join(&file),
-                opts.copy,
-                &mut moves,
-            )?;
-            move_file(
-                &Manifest::resolve(&p.dir, &s.index),
-                &output.join(&index),
-                opts.copy,
-                &mut moves,
-            )?;
-            part_copied[pi] |= moves.done[before..].iter().any(|m| m.2);
-            let mut e = s.clone();
-            e.file = file;
-            e.index = index;
-            entries.push(e);
-        }
+    for f in &plan.files {
+        let before = moves.done.len();
+        move_file(
+            &Manifest::resolve(&ins[f.part].dir, &f.from),
+            &output.join(&f.to),
+            opts.copy,
+            &mut moves,
+        )?;
+        part_copied[f.part] |= moves.done[before..].iter().any(|m| m.2);
     }
-    let mut options = serde_json::to_value(&base).unwrap_or_default();
-    if let serde_json::Value::Object(map) = &mut options {
-        map.insert("merged_parts".into(), count.into());
-    }
-    let created_by = CreatedBy {
-        tool: "bale".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        command: "merge".into(),
-        options,
-    };
-    let mut manifest = Manifest::new(entries, ins[0].manifest.labels.clone(), created_by);
-    manifest.skipped = ins.iter().map(|p| p.manifest.skipped).sum();
+    let manifest = plan.manifest;
+    let count = plan.count;
     manifest.write(output)?;
     moves.committed = true;
     out.commit();

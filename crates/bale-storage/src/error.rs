@@ -109,6 +109,25 @@ pub enum StorageError {
         /// What went wrong.
         what: String,
     },
+    /// The output already holds something the writer may not replace.
+    #[error("{url}: {what}")]
+    Exists {
+        /// The prefix's (or object's) URL.
+        url: String,
+        /// What is there, and what to do.
+        what: String,
+    },
+    /// A local file being uploaded could not be read.
+    #[error("{}: {source}", bale_format::shown(path))]
+    Io {
+        /// The local file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The run was interrupted (Ctrl-C, SIGTERM).
+    #[error("interrupted")]
+    Cancelled,
     /// The I/O runtime could not be started.
     #[error("cannot start the I/O runtime: {0}")]
     Runtime(String),

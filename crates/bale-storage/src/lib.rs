@@ -48,6 +48,7 @@ mod location;
 pub mod options;
 mod runtime;
 mod store;
+pub mod write;
 
 pub use cache::{Cache, CacheOptions, CachedFile};
 pub use error::{Result, StorageError};
@@ -56,6 +57,7 @@ pub use location::{Location, SCHEMES, is_url, url_scheme};
 pub use options::StorageOptions;
 pub use runtime::Pending;
 pub use store::{Object, Store};
+pub use write::{Publisher, WriteOptions};
 
 /// The object at `url` (`s3://bucket/prefix/name`).
 ///

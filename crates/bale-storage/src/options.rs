@@ -10,6 +10,7 @@ use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::http::HttpBuilder;
+use object_store::multipart::MultipartStore;
 use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreScheme, RetryConfig};
 
 use crate::error::{Result, StorageError};
@@ -187,6 +188,37 @@ pub(crate) fn build_client(
     scheme: ObjectStoreScheme,
     options: &StorageOptions,
 ) -> Result<Arc<dyn ObjectStore>> {
+    Ok(match build(url, scheme, options)? {
+        Built::S3(c) => Arc::new(c),
+        Built::Gcs(c) => Arc::new(c),
+        Built::Azure(c) => Arc::new(c),
+        Built::Http(c) => Arc::new(c),
+    })
+}
+
+/// The multipart-upload client for `url`, built like [`build_client`]'s:
+/// `None` for `https://` (plain HTTP servers take no multipart uploads).
+pub(crate) fn build_multipart(
+    url: &url::Url,
+    scheme: ObjectStoreScheme,
+    options: &StorageOptions,
+) -> Result<Option<Arc<dyn MultipartStore>>> {
+    Ok(match build(url, scheme, options)? {
+        Built::S3(c) => Some(Arc::new(c)),
+        Built::Gcs(c) => Some(Arc::new(c)),
+        Built::Azure(c) => Some(Arc::new(c)),
+        Built::Http(_) => None,
+    })
+}
+
+enum Built {
+    S3(object_store::aws::AmazonS3),
+    Gcs(object_store::gcp::GoogleCloudStorage),
+    Azure(object_store::azure::MicrosoftAzure),
+    Http(object_store::http::HttpStore),
+}
+
+fn build(url: &url::Url, scheme: ObjectStoreScheme, options: &StorageOptions) -> Result<Built> {
     let shown = url.as_str();
     let retry = options.retry()?;
     let user = options.iter().filter(|(k, _)| !BALE_KEYS.contains(k));
@@ -198,14 +230,14 @@ pub(crate) fn build_client(
         url: shown.to_owned(),
         what: format!("cannot set up the client: {e}"),
     };
-    let store: Arc<dyn ObjectStore> = match scheme {
+    Ok(match scheme {
         ObjectStoreScheme::AmazonS3 => {
             let mut b = AmazonS3Builder::from_env().with_url(shown);
             for (k, v) in defaults.chain(user) {
                 let key = AmazonS3ConfigKey::from_str(k).map_err(|e| bad_key(k, "s3", e))?;
                 b = b.with_config(key, v);
             }
-            Arc::new(b.with_retry(retry).build().map_err(built)?)
+            Built::S3(b.with_retry(retry).build().map_err(built)?)
         }
         ObjectStoreScheme::GoogleCloudStorage => {
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(shown);
@@ -213,7 +245,7 @@ pub(crate) fn build_client(
                 let key = GoogleConfigKey::from_str(k).map_err(|e| bad_key(k, "gs", e))?;
                 b = b.with_config(key, v);
             }
-            Arc::new(b.with_retry(retry).build().map_err(built)?)
+            Built::Gcs(b.with_retry(retry).build().map_err(built)?)
         }
         ObjectStoreScheme::MicrosoftAzure => {
             let mut b = MicrosoftAzureBuilder::from_env().with_url(shown);
@@ -221,7 +253,7 @@ pub(crate) fn build_client(
                 let key = AzureConfigKey::from_str(k).map_err(|e| bad_key(k, "az", e))?;
                 b = b.with_config(key, v);
             }
-            Arc::new(b.with_retry(retry).build().map_err(built)?)
+            Built::Azure(b.with_retry(retry).build().map_err(built)?)
         }
         ObjectStoreScheme::Http => {
             // The server's root: object paths are relative to it.
@@ -237,7 +269,7 @@ pub(crate) fn build_client(
                     .map_err(|e| bad_key(k, "https", e))?;
                 b = b.with_config(key, v);
             }
-            Arc::new(b.with_retry(retry).build().map_err(built)?)
+            Built::Http(b.with_retry(retry).build().map_err(built)?)
         }
         _ => {
             return Err(StorageError::BadUrl {
@@ -245,8 +277,7 @@ pub(crate) fn build_client(
                 what: "not an object-storage URL".into(),
             });
         }
-    };
-    Ok(store)
+    })
 }
 
 #[cfg(test)]

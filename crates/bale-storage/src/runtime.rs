@@ -94,6 +94,13 @@ pub(crate) fn client(
     ))
 }
 
+/// Runs `f` inside this process's runtime (clients look for it when they are made).
+pub(crate) fn enter<T>(f: impl FnOnce() -> T) -> Result<T> {
+    let s = state()?;
+    let _guard = s.runtime.enter();
+    Ok(f())
+}
+
 /// Runs `fut` to completion on this process's runtime and returns its output.
 ///
 /// Callable from any thread, also from inside another async runtime (the

@@ -118,6 +118,28 @@ impl Store {
         })
     }
 
+    /// The client for multipart uploads (made anew: a writer makes one per
+    /// run); `None` for `https://`, which takes no multipart uploads.
+    pub(crate) fn multipart_client(
+        &self,
+    ) -> Result<Option<Arc<dyn object_store::multipart::MultipartStore>>> {
+        let inner = &self.inner;
+        runtime::enter(|| {
+            crate::options::build_multipart(&inner.parsed, inner.scheme.clone(), &inner.options)
+        })?
+    }
+
+    /// Whether `other` is reached with the same client (scheme, bucket or
+    /// host, options): a server-side copy works between the two.
+    pub(crate) fn same_client(&self, other: &Store) -> bool {
+        self.inner.key == other.inner.key
+    }
+
+    /// The prefix, as an `object_store` path.
+    pub(crate) fn prefix(&self) -> &ObjPath {
+        &self.inner.prefix
+    }
+
     /// The object `name` under the prefix: a path relative to it, with `/`
     /// between parts, as a manifest names shards and indexes.
     ///
@@ -179,6 +201,11 @@ impl fmt::Debug for Object {
 }
 
 impl Object {
+    /// The object's path in its bucket.
+    pub(crate) fn obj_path(&self) -> &ObjPath {
+        &self.path
+    }
+
     /// The object's URL.
     pub fn url(&self) -> &str {
         &self.url

@@ -67,6 +67,12 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Options for an output in object storage (`-o s3://bucket/prefix`:
+    /// the shards are written to a local spool, then uploaded, `bale.json`
+    /// last).
+    #[command(flatten)]
+    pub storage: super::storage::StorageArgs,
+
     #[command(flatten)]
     pub out: super::output::OutputFlags,
 }

@@ -8,13 +8,18 @@ use std::path::PathBuf;
 /// options. Shards are renamed into OUT (no byte is copied) as
 /// `shard-000000.tar`, ... in part order; one manifest is written last, and
 /// the parts' manifests are removed.
+///
+/// Parts in object storage (`s3://bucket/parts/p0 ...`) merge into a prefix
+/// of the same bucket (`-o s3://bucket/ds`) by server-side copies: no shard
+/// byte passes through this machine, and the parts are left whole.
 #[derive(Debug, clap::Args)]
 pub struct MergeArgs {
-    /// The part directories (in any order).
+    /// The part directories, or the parts' URLs (in any order).
     #[arg(value_name = "PART_DIR", required = true)]
     pub parts: Vec<PathBuf>,
 
-    /// Output directory (created if missing; must be empty unless --force).
+    /// Output directory (created if missing; must be empty unless --force),
+    /// or a prefix in the parts' bucket.
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
 
@@ -25,6 +30,10 @@ pub struct MergeArgs {
     /// Write into a non-empty output directory.
     #[arg(long)]
     pub force: bool,
+
+    /// Options for parts and output in object storage.
+    #[command(flatten)]
+    pub storage: super::storage::StorageArgs,
 
     #[command(flatten)]
     pub out: super::output::OutputFlags,

@@ -50,7 +50,10 @@ pub struct PackArgs {
     #[arg(value_name = "DIR")]
     pub inputs: Vec<PathBuf>,
 
-    /// Output directory (created if missing; must be empty unless --force).
+    /// Output directory (created if missing; must be empty unless --force),
+    /// or a prefix in object storage (`s3://bucket/prefix`, `gs://`,
+    /// `az://`): shards upload as they are finished, `bale.json` last
+    /// (docs/remote.md).
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
 
@@ -174,6 +177,10 @@ pub struct PackArgs {
     /// its shards into DIR (as `bale export-index --dali`; plain tar only).
     #[arg(long, value_name = "DIR")]
     pub dali_index: Option<PathBuf>,
+
+    /// Options for an output in object storage.
+    #[command(flatten)]
+    pub storage: super::storage::StorageArgs,
 
     #[command(flatten)]
     pub out: super::output::OutputFlags,

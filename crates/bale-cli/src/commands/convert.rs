@@ -9,7 +9,9 @@ use bale_pack::{ConvertFormat, ConvertOptions, ConvertProgress, PackError, conve
 use indicatif::ProgressBar;
 
 use crate::args::convert::{ConvertArgs, ConvertFormatArg};
+use crate::commands::pack::remote_undone;
 use crate::commands::pack::{EXIT_INTERRUPTED, install_ctrlc};
+use crate::commands::remote_out::{RemoteOut, is_remote};
 use crate::progress;
 
 /// A byte bar over the member bytes to copy.
@@ -45,22 +47,65 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         ConvertFormatArg::H5 => ConvertFormat::H5,
         ConvertFormatArg::Dir => ConvertFormat::Dir,
     };
+    let cancel = Arc::new(AtomicBool::new(false));
+    install_ctrlc(&cancel);
+    let remote = if is_remote(&args.output) {
+        anyhow::ensure!(
+            !matches!(format, ConvertFormat::Dir),
+            "--format dir writes a tree of loose files; bale writes datasets (tar or .h5 shards) to object storage"
+        );
+        let storage = args.storage.options()?;
+        Some(RemoteOut::open(
+            &args.output,
+            &storage,
+            args.force,
+            cancel.clone(),
+        )?)
+    } else {
+        None
+    };
+    let out_dir = remote
+        .as_ref()
+        .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());
     let opts = ConvertOptions {
         format,
         shard_size: args.shard_size,
         shard_samples: args.shard_samples,
-        force: args.force,
+        force: args.force && remote.is_none(),
     };
-    let cancel = Arc::new(AtomicBool::new(false));
-    install_ctrlc(&cancel);
     let bar = Bar {
         quiet: args.out.quiet,
         bar: std::sync::OnceLock::new(),
     };
-    let result = convert(&args.source, &args.output, &opts, &bar, &cancel);
+    let result = convert(&args.source, &out_dir, &opts, &bar, &cancel);
     if let Some(b) = bar.bar.get() {
         b.finish_and_clear();
     }
+    let result = match (result, remote) {
+        (r, None) => r,
+        (Ok(mut s), Some(r)) => {
+            let url = r.url().to_owned();
+            if let Err(e) = r.finish() {
+                anyhow::bail!("{e}\n{}", remote_undone(&url));
+            }
+            s.output = url.into();
+            Ok(s)
+        }
+        (Err(e), Some(r)) => {
+            let url = r.url().to_owned();
+            let undone = match r.abort() {
+                Ok(()) => remote_undone(&url),
+                Err(a) => format!(
+                    "no dataset was written to {url} (no manifest), but cleaning up failed: {a}"
+                ),
+            };
+            if matches!(e, PackError::Cancelled) {
+                eprintln!("error: interrupted: {undone}");
+                return Ok(ExitCode::from(EXIT_INTERRUPTED));
+            }
+            anyhow::bail!("{e}\n{undone}");
+        }
+    };
     let s = match result {
         Ok(s) => s,
         Err(PackError::Cancelled) => {

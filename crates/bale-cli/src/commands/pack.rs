@@ -18,7 +18,9 @@ use bale_pack::{
 use indicatif::ProgressBar;
 
 use crate::args::pack::PackArgs;
+use crate::commands::remote_out::{RemoteOut, is_remote};
 use crate::progress;
+use bale_storage::StorageError;
 
 /// Exit code after Ctrl-C (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
@@ -32,6 +34,44 @@ pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
             std::process::exit(i32::from(EXIT_INTERRUPTED));
         }
     });
+}
+
+/// The bars, and the upload of each finished shard to object storage.
+struct Forward<'a> {
+    bars: &'a Bars,
+    remote: Option<&'a RemoteOut>,
+}
+
+impl PackProgress for Forward<'_> {
+    fn discovering(&self, files: u64) {
+        self.bars.discovering(files);
+    }
+    fn planned(&self, samples: u64, bytes: u64) {
+        self.bars.planned(samples, bytes);
+    }
+    fn sample_written(&self, samples: u64, bytes: u64) {
+        self.bars.sample_written(samples, bytes);
+    }
+    fn shard_finished(&self, shard: &ShardEntry) {
+        self.bars.shard_finished(shard);
+        if let Some(r) = self.remote {
+            r.send(&shard.file);
+            r.send(&shard.index);
+        }
+    }
+    fn skipped(&self, file: &SkippedFile) {
+        self.bars.skipped(file);
+    }
+    fn warning(&self, message: &str) {
+        self.bars.warning(message);
+    }
+}
+
+/// What a failed or interrupted pack to object storage left.
+pub fn remote_undone(url: &str) -> String {
+    format!(
+        "no dataset was written to {url} (no manifest; open uploads were aborted and the objects this run wrote were removed)"
+    )
 }
 
 /// Progress bars for a pack: a spinner while discovering, then a byte bar
@@ -233,9 +273,27 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     let image = image_options(&args)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
+    let remote = if is_remote(&args.output) {
+        anyhow::ensure!(
+            args.dali_index.is_none(),
+            "--dali-index writes DALI's index files from local shards; with an output in object storage, pack to a local directory for DALI"
+        );
+        let storage = args.storage.options()?;
+        Some(RemoteOut::open(
+            &args.output,
+            &storage,
+            args.force,
+            cancel.clone(),
+        )?)
+    } else {
+        None
+    };
+    let local_out = remote
+        .as_ref()
+        .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());
     let mut b = Packer::builder()
         .inputs(&args.inputs)
-        .output(&args.output)
+        .output(&local_out)
         .follow_links(args.follow_links)
         .labels(args.labels.clone())
         .shard_size(args.shard_size)
@@ -250,7 +308,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         .in_flight_bytes(args.in_flight)
         .on_error(args.on_error)
         .part(args.part)
-        .force(args.force)
+        .force(args.force && remote.is_none())
         .image(image)
         .cancel_flag(cancel.clone());
     for g in &args.include {
@@ -270,19 +328,64 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     }
     let packer = b.build().map_err(|e| anyhow!("{e}"))?;
     let bars = Bars::new(args.out.quiet);
-    let result = packer.run(&bars);
+    let result = packer.run(&Forward {
+        bars: &bars,
+        remote: remote.as_ref(),
+    });
     bars.finish();
-    let summary = match result {
-        Ok(s) => s,
-        Err(PackError::Cancelled) => {
+    let summary = match (result, remote) {
+        (Ok(s), None) => s,
+        (Ok(mut s), Some(r)) => {
+            let url = r.url().to_owned();
+            if let Err(e) = r.finish() {
+                if cancel.load(Ordering::SeqCst)
+                    && e.downcast_ref::<StorageError>()
+                        .is_some_and(|e| matches!(e, StorageError::Cancelled))
+                {
+                    eprintln!("error: interrupted: {}", remote_undone(&url));
+                    return Ok(ExitCode::from(EXIT_INTERRUPTED));
+                }
+                return Err(anyhow!("{e}\n{}", remote_undone(&url)));
+            }
+            s.output = url.into();
+            s
+        }
+        (Err(PackError::Cancelled), Some(r)) => {
+            let url = r.url().to_owned();
+            let upload = r.take_error();
+            let undone = r.abort();
+            let undone = match undone {
+                Ok(()) => remote_undone(&url),
+                Err(e) => format!(
+                    "no dataset was written to {url} (no manifest), but cleaning up failed: {e}"
+                ),
+            };
+            if let Some(e) = upload {
+                return Err(anyhow!("{e}\n{undone}"));
+            }
+            eprintln!("error: interrupted: {undone}");
+            return Ok(ExitCode::from(EXIT_INTERRUPTED));
+        }
+        (Err(e), Some(r)) => {
+            let url = r.url().to_owned();
+            let undone = match r.abort() {
+                Ok(()) => remote_undone(&url),
+                Err(a) => format!(
+                    "no dataset was written to {url} (no manifest), but cleaning up failed: {a}"
+                ),
+            };
+            return Err(anyhow!("{e}\n{undone}"));
+        }
+        (Err(PackError::Cancelled), None) => {
             eprintln!(
                 "error: interrupted: no dataset was written to {} (no manifest; partial shards and temporary files were removed)",
                 args.output.display()
             );
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
-        Err(e) => return Err(failure(e, &args.output)),
+        (Err(e), None) => return Err(failure(e, &args.output)),
     };
+
     let mut err = std::io::stderr().lock();
     if !args.out.quiet
         && let Some(line) = ignored_line(&summary.ignored)

@@ -1,0 +1,592 @@
+//! Writing a dataset to object storage: [`Publisher`].
+//!
+//! The rules are those of a local output directory (docs/reliability.md),
+//! carried over to a prefix in a bucket:
+//! - **One writer.** A run takes the prefix's lock object (`.bale-tmp-lock`,
+//!   created with a conditional PUT, `If-None-Match: *`); a second run is
+//!   refused at once.
+//! - **Nothing replaced by surprise.** A prefix that holds any object is
+//!   refused unless `force`; with `force`, the old `bale.json` goes first,
+//!   then the uploads and objects named like bale's output (direct children
+//!   of the prefix only). Objects bale did not write are never deleted.
+//! - **Shards stream out in parts**, at most [`WriteOptions::parts_in_flight`]
+//!   parts of [`WriteOptions::part_size`] bytes in memory at once. Each
+//!   multipart upload is recorded in a small marker object under bale's
+//!   temporary prefix while it is open, so that a rerun with `force` can
+//!   abort it even after the first run was killed with SIGKILL.
+//! - **`bale.json` last**, as the commit point ([`Publisher::commit`]): a
+//!   reader never sees a manifest naming a missing or partial object.
+//! - **Failure undoes the run.** Dropped (or [`Publisher::abort`]ed) without
+//!   a commit, the publisher aborts its open uploads and deletes every
+//!   object it wrote, markers and lock included.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, StorageError, from_object_store};
+use crate::options::StorageOptions;
+use crate::runtime::{self, Pending};
+use crate::store::Store;
+
+/// The name of the lock object a writing run holds under the prefix.
+pub const LOCK_NAME: &str = ".bale-tmp-lock";
+/// The prefix of the marker objects that record open multipart uploads.
+const UPLOAD_MARKER: &str = ".bale-tmp-upload-";
+/// The manifest's name (written last).
+const MANIFEST: &str = "bale.json";
+
+/// How a [`Publisher`] writes.
+#[derive(Debug, Clone)]
+pub struct WriteOptions {
+    /// Replace bale's objects under a prefix that holds some.
+    pub force: bool,
+    /// Bytes per part of a multipart upload (at least 5 MiB, S3's minimum;
+    /// raised for files so large that 10,000 parts would not hold them).
+    /// Files no larger than one part go up in a single PUT.
+    pub part_size: usize,
+    /// Parts uploading at once; with `part_size`, the memory bound of an upload.
+    pub parts_in_flight: usize,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            force: false,
+            part_size: DEFAULT_PART_SIZE,
+            parts_in_flight: DEFAULT_PARTS_IN_FLIGHT,
+        }
+    }
+}
+
+/// The default part size: 8 MiB.
+pub const DEFAULT_PART_SIZE: usize = 8 << 20;
+/// The default number of parts in flight: 8 (64 MiB of parts in memory).
+pub const DEFAULT_PARTS_IN_FLIGHT: usize = 8;
+const MIN_PART_SIZE: usize = 5 << 20;
+const MAX_PARTS: u64 = 10_000;
+
+/// What a marker object records: an open multipart upload.
+#[derive(Debug, Serialize, Deserialize)]
+struct Marker {
+    name: String,
+    upload_id: String,
+}
+
+#[derive(Debug, Default)]
+struct Written {
+    /// Names this run created (objects and markers), in order.
+    names: Vec<String>,
+    /// Open multipart uploads: (name, upload id, marker name).
+    open: Vec<(String, String, String)>,
+}
+
+/// A run writing a dataset under a prefix in object storage; see the module docs.
+pub struct Publisher {
+    store: Store,
+    client: Arc<dyn ObjectStore>,
+    mp: Arc<dyn MultipartStore>,
+    run: String,
+    opts: WriteOptions,
+    markers: AtomicU64,
+    written: Mutex<Written>,
+    committed: AtomicBool,
+    cleared: Vec<String>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("url", &self.store.url())
+            .field("run", &self.run)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Publisher {
+    /// Takes the prefix at `url` for writing: its lock, then the checks of
+    /// the module docs; with `force`, clears bale's objects there.
+    ///
+    /// # Errors
+    /// [`StorageError::BadUrl`] for a URL bale cannot write (`https://`);
+    /// [`StorageError::Exists`] when another run holds the lock or the
+    /// prefix holds objects and `force` is off; request errors.
+    pub fn open(url: &str, options: &StorageOptions, opts: WriteOptions) -> Result<Publisher> {
+        let store = Store::open(url, options)?;
+        let Some(mp) = store.multipart_client()? else {
+            return Err(StorageError::BadUrl {
+                url: url.to_owned(),
+                what: "bale writes datasets to s3://, gs:// and az:// URLs; an https:// server is read-only to it".into(),
+            });
+        };
+        let client = store.client()?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let mut p = Publisher {
+            store,
+            client,
+            mp,
+            run: format!("{:x}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff),
+            opts,
+            markers: AtomicU64::new(0),
+            written: Mutex::new(Written::default()),
+            committed: AtomicBool::new(false),
+            cleared: Vec::new(),
+        };
+        p.take_lock()?;
+        match p.check_and_clear() {
+            Ok(cleared) => p.cleared = cleared,
+            Err(e) => {
+                let _ = p.abort();
+                return Err(e);
+            }
+        }
+        Ok(p)
+    }
+
+    /// The URL of the prefix.
+    pub fn url(&self) -> &str {
+        self.store.url()
+    }
+
+    /// What `force` removed when the run started (names under the prefix).
+    pub fn cleared(&self) -> &[String] {
+        &self.cleared
+    }
+
+    fn path(&self, name: &str) -> Result<ObjPath> {
+        Ok(self.store.object(name)?.obj_path().clone())
+    }
+
+    fn url_of(&self, name: &str) -> String {
+        format!("{}/{name}", self.store.url())
+    }
+
+    fn take_lock(&mut self) -> Result<()> {
+        let body = serde_json::json!({
+            "run": self.run,
+            "pid": std::process::id(),
+            "host": hostname(),
+            "tool": "bale",
+        })
+        .to_string();
+        let path = self.path(LOCK_NAME)?;
+        let client = Arc::clone(&self.client);
+        let payload = PutPayload::from(body.clone());
+        let created = runtime::block_on(async move {
+            client
+                .put_opts(&path, payload, PutOptions::from(PutMode::Create))
+                .await
+        })?;
+        match created {
+            Ok(_) => {}
+            Err(object_store::Error::AlreadyExists { .. }) if self.opts.force => {
+                // A run that was killed left its lock: --force takes it over.
+                self.put(LOCK_NAME, Bytes::from(body))?;
+                return Ok(());
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                return Err(StorageError::Exists {
+                    url: self.store.url().to_owned(),
+                    what: format!(
+                        "another bale run is writing here, or one was killed before it finished (its lock object {LOCK_NAME} remains); if none is running, pass --force to clear what it left"
+                    ),
+                });
+            }
+            // A store without conditional PUTs: write on without a lock.
+            Err(object_store::Error::NotImplemented { .. }) => return Ok(()),
+            Err(e) => return Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
+        }
+        lock(&self.written).names.push(LOCK_NAME.to_owned());
+        Ok(())
+    }
+
+    /// Every object under the prefix, by name relative to it.
+    fn list(&self) -> Result<Vec<String>> {
+        let prefix = self.store.prefix().clone();
+        let client = Arc::clone(&self.client);
+        let listed = runtime::block_on(async move {
+            let mut names = Vec::new();
+            let mut stream = client.list(Some(&prefix));
+            while let Some(meta) = stream.next().await {
+                let meta = meta?;
+                let rel: Vec<String> = meta
+                    .location
+                    .prefix_match(&prefix)
+                    .map(|parts| parts.map(|p| p.as_ref().to_owned()).collect())
+                    .unwrap_or_default();
+                if !rel.is_empty() {
+                    names.push(rel.join("/"));
+                }
+            }
+            Ok::<_, object_store::Error>(names)
+        })?;
+        listed.map_err(|e| from_object_store(self.store.url(), None, e))
+    }
+
+    fn check_and_clear(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .list()?
+            .into_iter()
+            .filter(|n| n != LOCK_NAME)
+            .collect();
+        names.sort();
+        if names.is_empty() {
+            return Ok(names);
+        }
+        if !self.opts.force {
+            let what = if names.iter().any(|n| n == MANIFEST) {
+                format!(
+                    "it already holds a dataset ({MANIFEST} and {} other objects); pass --force to replace bale's objects there (objects bale did not write are kept)",
+                    names.len() - 1
+                )
+            } else {
+                format!(
+                    "it already holds {} objects (the first: {:?}); pass --force to replace bale's objects there (objects bale did not write are kept)",
+                    names.len(),
+                    names[0]
+                )
+            };
+            return Err(StorageError::Exists {
+                url: self.store.url().to_owned(),
+                what,
+            });
+        }
+        // The manifest first: from then on the prefix is not a dataset.
+        let mut cleared = Vec::new();
+        if names.iter().any(|n| n == MANIFEST) {
+            self.delete(MANIFEST)?;
+            cleared.push(MANIFEST.to_owned());
+        }
+        for n in names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)) {
+            let bytes = self.get(n)?;
+            if let Ok(m) = serde_json::from_slice::<Marker>(&bytes)
+                && bale_format::is_bale_file_name(&m.name)
+            {
+                self.abort_upload(&m.name, &m.upload_id)?;
+            }
+            self.delete(n)?;
+            cleared.push(n.clone());
+        }
+        for n in &names {
+            if n == MANIFEST || n.starts_with(UPLOAD_MARKER) || n.contains('/') {
+                continue;
+            }
+            if bale_format::is_bale_file_name(n) {
+                self.delete(n)?;
+                cleared.push(n.clone());
+            }
+        }
+        Ok(cleared)
+    }
+
+    fn get(&self, name: &str) -> Result<Bytes> {
+        self.store.object(name)?.get_sized(0, 1 << 20, "marker")
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        let path = self.path(name)?;
+        let client = Arc::clone(&self.client);
+        match runtime::block_on(async move { client.delete(&path).await })? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(from_object_store(&self.url_of(name), None, e)),
+        }
+    }
+
+    fn abort_upload(&self, name: &str, id: &str) -> Result<()> {
+        let path = self.path(name)?;
+        let mp = Arc::clone(&self.mp);
+        let id = id.to_owned();
+        match runtime::block_on(async move { mp.abort_multipart(&path, &id).await })? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(from_object_store(&self.url_of(name), None, e)),
+        }
+    }
+
+    /// Writes `bytes` as object `name` in one PUT.
+    ///
+    /// # Errors
+    /// Request errors, naming the object's URL.
+    pub fn put(&self, name: &str, bytes: Bytes) -> Result<()> {
+        self.put_mode(name, bytes, PutMode::Overwrite)
+    }
+
+    fn put_mode(&self, name: &str, bytes: Bytes, mode: PutMode) -> Result<()> {
+        let path = self.path(name)?;
+        {
+            let mut w = lock(&self.written);
+            if !w.names.iter().any(|n| n == name) {
+                w.names.push(name.to_owned());
+            }
+        }
+        let client = Arc::clone(&self.client);
+        let payload = PutPayload::from(bytes);
+        match runtime::block_on(async move {
+            client
+                .put_opts(&path, payload, PutOptions::from(mode))
+                .await
+        })? {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::AlreadyExists { .. }) => Err(StorageError::Exists {
+                url: self.url_of(name),
+                what: "another run wrote it meanwhile".into(),
+            }),
+            Err(e) => Err(from_object_store(&self.url_of(name), None, e)),
+        }
+    }
+
+    /// Uploads the local file `local` as object `name`: one PUT when it fits
+    /// in a part, else a multipart upload with at most
+    /// [`WriteOptions::parts_in_flight`] parts in memory. Returns its size.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] reading the file; request errors;
+    /// [`StorageError::Cancelled`] when `cancel` is set between parts (the
+    /// upload is then aborted).
+    pub fn upload_file(&self, local: &Path, name: &str, cancel: &AtomicBool) -> Result<u64> {
+        let io = |e: std::io::Error| StorageError::Io {
+            path: local.to_path_buf(),
+            source: e,
+        };
+        let mut file = File::open(local).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let part = part_size(self.opts.part_size, len);
+        if len <= part as u64 {
+            let mut buf = Vec::with_capacity(len as usize);
+            file.read_to_end(&mut buf).map_err(io)?;
+            if buf.len() as u64 != len {
+                return Err(io(std::io::Error::other(format!(
+                    "it changed size while being uploaded ({len} then {} bytes)",
+                    buf.len()
+                ))));
+            }
+            if cancel.load(Ordering::Relaxed) {
+                return Err(StorageError::Cancelled);
+            }
+            self.put(name, Bytes::from(buf))?;
+            return Ok(len);
+        }
+        let path = self.path(name)?;
+        let url = self.url_of(name);
+        let mp = Arc::clone(&self.mp);
+        let p2 = path.clone();
+        let id = runtime::block_on(async move { mp.create_multipart(&p2).await })?
+            .map_err(|e| from_object_store(&url, None, e))?;
+        let marker = format!(
+            "{UPLOAD_MARKER}{}-{}",
+            self.run,
+            self.markers.fetch_add(1, Ordering::Relaxed)
+        );
+        lock(&self.written)
+            .open
+            .push((name.to_owned(), id.clone(), marker.clone()));
+        let record = serde_json::to_vec(&Marker {
+            name: name.to_owned(),
+            upload_id: id.clone(),
+        })
+        .unwrap_or_default();
+        self.put(&marker, Bytes::from(record))?;
+        let parts = self.send_parts(&mut file, len, part, &path, &id, &url, local, cancel)?;
+        let mp = Arc::clone(&self.mp);
+        let (p2, id2) = (path.clone(), id.clone());
+        runtime::block_on(async move { mp.complete_multipart(&p2, &id2, parts).await })?
+            .map_err(|e| from_object_store(&url, None, e))?;
+        {
+            let mut w = lock(&self.written);
+            w.open.retain(|(_, i, _)| *i != id);
+            if !w.names.iter().any(|n| n == name) {
+                w.names.push(name.to_owned());
+            }
+        }
+        self.delete(&marker)?;
+        Ok(len)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_parts(
+        &self,
+        file: &mut File,
+        len: u64,
+        part: usize,
+        path: &ObjPath,
+        id: &str,
+        url: &str,
+        local: &Path,
+        cancel: &AtomicBool,
+    ) -> Result<Vec<PartId>> {
+        let mut pending: VecDeque<Pending<object_store::Result<PartId>>> = VecDeque::new();
+        let mut parts = Vec::new();
+        let mut sent = 0u64;
+        let mut idx = 0usize;
+        let take = |p: Pending<object_store::Result<PartId>>, parts: &mut Vec<PartId>| {
+            let r = p.wait()?;
+            parts.push(r.map_err(|e| from_object_store(url, None, e))?);
+            Ok::<_, StorageError>(())
+        };
+        while sent < len {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(StorageError::Cancelled);
+            }
+            let n = (len - sent).min(part as u64) as usize;
+            let mut buf = vec![0u8; n];
+            file.read_exact(&mut buf).map_err(|e| StorageError::Io {
+                path: local.to_path_buf(),
+                source: e,
+            })?;
+            while pending.len() >= self.opts.parts_in_flight.max(1) {
+                if let Some(p) = pending.pop_front() {
+                    take(p, &mut parts)?;
+                }
+            }
+            let mp = Arc::clone(&self.mp);
+            let (path, id) = (path.clone(), id.to_owned());
+            let payload = PutPayload::from(Bytes::from(buf));
+            let i = idx;
+            pending.push_back(Pending::spawn(async move {
+                mp.put_part(&path, &id, i, payload).await
+            })?);
+            sent += n as u64;
+            idx += 1;
+        }
+        while let Some(p) = pending.pop_front() {
+            take(p, &mut parts)?;
+        }
+        Ok(parts)
+    }
+
+    /// Copies object `name` of `src` (another prefix reached with the same
+    /// client: the same bucket) to `dst` under this prefix, on the server:
+    /// no bytes pass through this machine.
+    ///
+    /// # Errors
+    /// [`StorageError::BadUrl`] when `src` is not reached by this prefix's
+    /// client; request errors.
+    pub fn copy_from(&self, src: &Store, name: &str, dst: &str) -> Result<()> {
+        if !src.same_client(&self.store) {
+            return Err(StorageError::BadUrl {
+                url: src.url().to_owned(),
+                what: format!(
+                    "a server-side copy reaches only objects of the output's bucket and endpoint ({})",
+                    self.store.url()
+                ),
+            });
+        }
+        let from = src.object(name)?.obj_path().clone();
+        let to = self.path(dst)?;
+        {
+            let mut w = lock(&self.written);
+            if !w.names.iter().any(|n| n == dst) {
+                w.names.push(dst.to_owned());
+            }
+        }
+        let client = Arc::clone(&self.client);
+        runtime::block_on(async move { client.copy(&from, &to).await })?.map_err(|e| {
+            from_object_store(
+                &src.object(name)
+                    .map(|o| o.url().to_owned())
+                    .unwrap_or_default(),
+                None,
+                e,
+            )
+        })
+    }
+
+    /// Writes the manifest, last: the dataset exists from now on. Releases
+    /// the lock.
+    ///
+    /// # Errors
+    /// Request errors; [`StorageError::Exists`] when a manifest appeared
+    /// meanwhile (another run without the lock). On error, nothing is
+    /// committed and [`Publisher::abort`] still undoes the run.
+    pub fn commit(&self, manifest: Bytes) -> Result<()> {
+        self.put_mode(MANIFEST, manifest, PutMode::Create)?;
+        self.committed.store(true, Ordering::SeqCst);
+        let _ = self.delete(LOCK_NAME);
+        Ok(())
+    }
+
+    /// Undoes the run, unless it committed: aborts its open uploads and
+    /// deletes every object it wrote (markers and lock last). Runs once;
+    /// `Drop` calls it too.
+    ///
+    /// # Errors
+    /// The first request that failed (the others are still tried): the
+    /// object it names may remain, and `--force` on a rerun clears it.
+    pub fn abort(&self) -> Result<()> {
+        if self.committed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let (open, names) = {
+            let mut w = lock(&self.written);
+            (std::mem::take(&mut w.open), std::mem::take(&mut w.names))
+        };
+        let mut first = None;
+        for (name, id, _) in &open {
+            if let Err(e) = self.abort_upload(name, id) {
+                first.get_or_insert(e);
+            }
+        }
+        // Objects before markers, the lock last.
+        let mut order: Vec<&String> = names
+            .iter()
+            .filter(|n| !n.starts_with(UPLOAD_MARKER) && *n != LOCK_NAME)
+            .collect();
+        order.extend(names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)));
+        order.extend(names.iter().filter(|n| *n == LOCK_NAME));
+        for n in order {
+            if let Err(e) = self.delete(n) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        let _ = self.abort();
+    }
+}
+
+/// The part size for a file of `len` bytes: `want`, at least S3's minimum,
+/// raised so that the file fits in 10,000 parts.
+fn part_size(want: usize, len: u64) -> usize {
+    let floor = len.div_ceil(MAX_PARTS) as usize;
+    want.max(MIN_PART_SIZE).max(floor)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_are_at_least_five_mib_and_never_more_than_ten_thousand() {
+        assert_eq!(part_size(1, 10), MIN_PART_SIZE);
+        assert_eq!(part_size(8 << 20, 100 << 20), 8 << 20);
+        let huge = 200u64 << 30;
+        let p = part_size(8 << 20, huge);
+        assert!(huge.div_ceil(p as u64) <= MAX_PARTS);
+        assert!(p > 8 << 20);
+    }
+}

@@ -1,0 +1,567 @@
+//! Writing datasets to object storage, against a real S3 server (SeaweedFS
+//! on 127.0.0.1, see `bale_tests::seaweed`): `bale pack`, `bale convert` and
+//! `bale merge` with `-o s3://...` write the bytes a local run writes, with
+//! `bale.json` last; an error, SIGINT, SIGTERM or SIGKILL never leaves a
+//! dataset, nor (after the clean-up path) an open multipart upload; objects
+//! bale did not write are never deleted.
+
+use std::path::Path;
+use std::process::Output;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bale_reader::{Dataset, EpochPlan, Partition};
+use bale_storage::{StorageOptions, Store};
+use bale_tests::seaweed::Seaweed;
+
+use crate::common::{Running, bale_cmd, pack_quiet, random_tree, snapshot};
+
+fn bucket(s: &Seaweed, tag: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "bale-w{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    s.create_bucket(&name).unwrap();
+    name
+}
+
+fn options(s: &Seaweed) -> StorageOptions {
+    let mut o = StorageOptions::new();
+    for (k, v) in s.options() {
+        o.set(&k, &v);
+    }
+    o
+}
+
+/// `bale ARGS... --storage-option ...` (quiet), bounded in time.
+fn bale(s: &Seaweed, args: &[&str]) -> Output {
+    let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    all.extend(s.cli_options());
+    Running::start(&mut bale_cmd(&all)).finish_within(Duration::from_secs(300))
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Every object under `s3://bucket/prefix/` (relative names, sorted) and
+/// the keys of the open multipart uploads there.
+fn listing(s: &Seaweed, bucket: &str, prefix: &str) -> (Vec<String>, Vec<String>) {
+    let out = s
+        .boto(
+            "p = sys.argv[2] + '/'\n\
+             keys = []\n\
+             for page in s3.get_paginator('list_objects_v2').paginate(Bucket=sys.argv[1], Prefix=p):\n\
+             \x20   keys += [o['Key'][len(p):] for o in page.get('Contents', [])]\n\
+             ups = [u['Key'][len(p):] for u in s3.list_multipart_uploads(Bucket=sys.argv[1], Prefix=p).get('Uploads', [])]\n\
+             print('|'.join(sorted(keys)))\n\
+             print('|'.join(sorted(ups)))\n",
+            &[bucket, prefix],
+        )
+        .unwrap();
+    let mut lines = out.lines();
+    let split = |l: Option<&str>| -> Vec<String> {
+        l.unwrap_or("")
+            .split('|')
+            .filter(|x| !x.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let objects = split(lines.next());
+    let uploads = split(lines.next());
+    (objects, uploads)
+}
+
+/// The whole object `name` under `url`.
+fn object_bytes(store: &Store, name: &str) -> Vec<u8> {
+    let o = store.object(name).unwrap();
+    let len = o.head().unwrap();
+    o.get_range(0..len).unwrap().to_vec()
+}
+
+/// The objects under `url` equal the files of the local dataset `dir`, byte for byte.
+fn assert_same_objects(s: &Seaweed, url: &str, dir: &Path) {
+    let store = Store::open(url, &options(s)).unwrap();
+    let (bucket, prefix) = url.strip_prefix("s3://").unwrap().split_once('/').unwrap();
+    let (objects, uploads) = listing(s, bucket, prefix);
+    let local = snapshot(dir);
+    let names: Vec<String> = local.keys().cloned().collect();
+    assert_eq!(objects, names, "the objects are the local dataset's files");
+    assert!(uploads.is_empty(), "open uploads: {uploads:?}");
+    for (name, bytes) in &local {
+        assert!(
+            object_bytes(&store, name) == *bytes,
+            "{url}/{name} differs from {}",
+            dir.join(name).display()
+        );
+    }
+}
+
+/// A tree of `n` files of 16-64 KiB, and its local pack with `args`.
+fn tree_and_local(
+    n: usize,
+    args: &[&str],
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let tree = t.path().join("tree");
+    random_tree(&tree, n);
+    let local = t.path().join("local");
+    pack_quiet(&tree, &local, args);
+    (t, tree, local)
+}
+
+/// A sample as (key, [(ext, bytes)]).
+type Flat = (String, Vec<(String, Vec<u8>)>);
+
+/// Every sample of `ds`, in order.
+fn samples_of(ds: &Dataset) -> Vec<Flat> {
+    ds.iter(EpochPlan::sequential(), Partition::ALL)
+        .unwrap()
+        .map(|s| {
+            let s = s.unwrap();
+            (
+                s.key().to_owned(),
+                s.fields()
+                    .map(|(e, b)| (e.to_owned(), b.to_vec()))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// Shards of 12 MiB: larger than one 8 MiB part, so each goes up as a
+/// multipart upload.
+const SHARDS: &[&str] = &["--shard-size", "12MiB"];
+
+#[test]
+fn pack_to_a_bucket_writes_the_local_packs_bytes_and_every_reader_reads_them() {
+    let s = Seaweed::shared();
+    let (_t, tree, local) = tree_and_local(900, SHARDS);
+    let b = bucket(s, "pack");
+    let url = format!("s3://{b}/ds");
+    // Another --jobs than the local pack: the same bytes.
+    let tree_s = tree.to_str().unwrap();
+    let o = bale(
+        s,
+        &[
+            "pack",
+            "-q",
+            "--jobs",
+            "1",
+            "--shard-size",
+            "12MiB",
+            "-o",
+            &url,
+            tree_s,
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(snapshot(&local).len() >= 6, "several shards and indexes");
+    assert_same_objects(s, &url, &local);
+
+    // The CLI verifies it; the Rust reader reads the local dataset's samples.
+    let o = bale(s, &["verify", &url]);
+    assert!(o.status.success(), "{}", text(&o));
+    let remote = Dataset::options()
+        .storage_options(options(s))
+        .open(&url)
+        .unwrap();
+    let here = Dataset::open(&local).unwrap();
+    assert_eq!(remote.manifest(), here.manifest());
+    assert_eq!(samples_of(&remote), samples_of(&here));
+
+    // bale convert to a bucket: the same bytes as a local convert.
+    let conv_local = local.with_file_name("conv");
+    let o = bale(
+        s,
+        &[
+            "convert",
+            "-q",
+            "--format",
+            "tar.zst",
+            "-o",
+            conv_local.to_str().unwrap(),
+            local.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let conv_url = format!("s3://{b}/conv");
+    let o = bale(
+        s,
+        &[
+            "convert",
+            "-q",
+            "--format",
+            "tar.zst",
+            "-o",
+            &conv_url,
+            local.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &conv_url, &conv_local);
+}
+
+#[test]
+fn a_prefix_with_objects_is_refused_and_force_never_deletes_foreign_objects() {
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(300, &[]);
+    let b = bucket(s, "force");
+    let url = format!("s3://{b}/ds");
+    let notes = t.path().join("notes.txt");
+    std::fs::write(&notes, b"the user's own notes").unwrap();
+    s.put_file(&notes, &b, "ds/notes.txt").unwrap();
+    s.put_file(&notes, &b, "ds/sub/shard-000000.tar").unwrap();
+    s.put_file(&notes, &b, "ds-other/bale.json").unwrap();
+    let tree_s = tree.to_str().unwrap();
+
+    let o = bale(s, &["pack", "-q", "-o", &url, tree_s]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("already holds") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        listing(s, &b, "ds").0,
+        ["notes.txt", "sub/shard-000000.tar"]
+    );
+
+    for _ in 0..2 {
+        // Into the foreign objects, then over bale's own dataset.
+        let o = bale(s, &["pack", "-q", "--force", "-o", &url, tree_s]);
+        assert!(o.status.success(), "{}", text(&o));
+        let (objects, uploads) = listing(s, &b, "ds");
+        assert!(uploads.is_empty());
+        let mut want: Vec<String> = snapshot(&local).keys().cloned().collect();
+        want.push("notes.txt".into());
+        want.push("sub/shard-000000.tar".into());
+        want.sort();
+        assert_eq!(objects, want);
+    }
+    let store = Store::open(&url, &options(s)).unwrap();
+    assert_eq!(object_bytes(&store, "notes.txt"), b"the user's own notes");
+    assert_eq!(
+        object_bytes(&store, "sub/shard-000000.tar"),
+        b"the user's own notes"
+    );
+    assert_eq!(listing(s, &b, "ds-other").0, ["bale.json"]);
+}
+
+/// Starts `bale pack -o url`, waits until `name` exists under `url`, and
+/// returns the running pack (or `None` when it finished first).
+fn pack_until(s: &Seaweed, tree: &Path, url: &str, extra: &[&str], name: &str) -> Option<Running> {
+    let mut args: Vec<String> = vec!["pack".into(), "-q".into()];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    args.extend([
+        "-o".into(),
+        url.to_owned(),
+        tree.to_str().unwrap().to_owned(),
+    ]);
+    args.extend(s.cli_options());
+    let mut run = Running::start(&mut bale_cmd(&args));
+    let store = Store::open(url, &options(s)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        if store.object(name).unwrap().head().is_ok() {
+            return Some(run);
+        }
+        if run.child().try_wait().unwrap().is_some() {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("{name} never appeared under {url}");
+}
+
+fn signal(run: &mut Running, sig: i32) {
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(run.child().id() as i32, sig) };
+}
+
+#[test]
+fn interrupted_packs_leave_no_manifest_and_no_open_uploads() {
+    let s = Seaweed::shared();
+    let (_t, tree, _local) = tree_and_local(1500, SHARDS);
+    let b = bucket(s, "int");
+    let mut interrupted = 0;
+    // Just after the lock, with the first shard in place, late in the run;
+    // by SIGINT and by SIGTERM.
+    for (i, (at, sig)) in [
+        (".bale-tmp-lock", libc::SIGINT),
+        ("shard-000000.idx", libc::SIGINT),
+        ("shard-000002.idx", libc::SIGINT),
+        ("shard-000001.idx", libc::SIGTERM),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let prefix = format!("run{i}");
+        let url = format!("s3://{b}/{prefix}");
+        let Some(mut run) = pack_until(s, &tree, &url, SHARDS, at) else {
+            continue;
+        };
+        signal(&mut run, sig);
+        let o = run.finish_within(Duration::from_secs(120));
+        let (objects, uploads) = listing(s, &b, &prefix);
+        if o.status.success() {
+            // It finished before the signal landed: a whole dataset.
+            assert!(objects.contains(&"bale.json".to_owned()));
+            continue;
+        }
+        interrupted += 1;
+        assert_eq!(o.status.code(), Some(130), "{at}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("no dataset was written"),
+            "{}",
+            text(&o)
+        );
+        assert!(objects.is_empty(), "after a signal at {at}: {objects:?}");
+        assert!(uploads.is_empty(), "after a signal at {at}: {uploads:?}");
+    }
+    assert!(interrupted >= 2, "too few runs were interrupted mid-way");
+}
+
+#[test]
+fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(1500, SHARDS);
+    let b = bucket(s, "kill");
+    let url = format!("s3://{b}/ds");
+    let notes = t.path().join("notes.txt");
+    std::fs::write(&notes, b"keep me").unwrap();
+    s.put_file(&notes, &b, "ds/notes.txt").unwrap();
+    // A part of shard 1 is up while shard 1 is still uploading: SIGKILL then.
+    let run = pack_until(
+        s,
+        &tree,
+        &url,
+        &["--force", "--shard-size", "12MiB"],
+        "shard-000000.idx",
+    );
+    let mut run = run.expect("the pack ended before it could be killed");
+    signal(&mut run, libc::SIGKILL);
+    let o = run.finish_within(Duration::from_secs(60));
+    assert_eq!(o.status.code(), None, "killed: {}", text(&o));
+    let (objects, _) = listing(s, &b, "ds");
+    assert!(!objects.contains(&"bale.json".to_owned()), "{objects:?}");
+    assert!(
+        objects.contains(&".bale-tmp-lock".to_owned()),
+        "{objects:?}"
+    );
+
+    // Never mistaken for a dataset.
+    let o = bale(s, &["verify", &url]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no bale.json"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        Dataset::options()
+            .storage_options(options(s))
+            .open(&url)
+            .is_err()
+    );
+    // A rerun without --force is refused, naming the lock.
+    let tree_s = tree.to_str().unwrap();
+    let o = bale(
+        s,
+        &["pack", "-q", "--shard-size", "12MiB", "-o", &url, tree_s],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--force"),
+        "{}",
+        text(&o)
+    );
+
+    // With --force: the leftovers (objects, markers, open uploads) go, the foreign object stays.
+    let o = bale(
+        s,
+        &[
+            "pack",
+            "-q",
+            "--force",
+            "--shard-size",
+            "12MiB",
+            "-o",
+            &url,
+            tree_s,
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let (objects, uploads) = listing(s, &b, "ds");
+    assert!(
+        uploads.is_empty(),
+        "open uploads after --force: {uploads:?}"
+    );
+    let mut want: Vec<String> = snapshot(&local).keys().cloned().collect();
+    want.push("notes.txt".into());
+    want.sort();
+    assert_eq!(objects, want);
+    let store = Store::open(&url, &options(s)).unwrap();
+    for (name, bytes) in snapshot(&local) {
+        assert!(object_bytes(&store, &name) == bytes, "{name}");
+    }
+}
+
+#[test]
+fn a_pack_that_fails_on_a_bad_input_leaves_nothing_in_the_bucket() {
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(900, SHARDS);
+    // The last sample in key order is a "JPEG" that does not decode: the
+    // image stage fails on it after the first shards are up.
+    std::fs::create_dir_all(tree.join("zz")).unwrap();
+    std::fs::write(tree.join("zz/last.jpg"), b"\xff\xd8\xff\xe0 not a jpeg").unwrap();
+    let _ = t;
+    let b = bucket(s, "fail");
+    let url = format!("s3://{b}/ds");
+    let o = bale(
+        s,
+        &[
+            "pack",
+            "-q",
+            "--on-error",
+            "fail",
+            "--resize",
+            "shorter:8",
+            "--shard-size",
+            "12MiB",
+            "-o",
+            &url,
+            tree.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("zz/last.jpg") && err.contains("no dataset was written"),
+        "{err}"
+    );
+    let (objects, uploads) = listing(s, &b, "ds");
+    assert!(
+        objects.is_empty() && uploads.is_empty(),
+        "{objects:?} {uploads:?}"
+    );
+}
+
+#[test]
+fn a_second_pack_into_the_same_prefix_is_refused_while_the_first_runs() {
+    let s = Seaweed::shared();
+    let (_t, tree, local) = tree_and_local(1500, SHARDS);
+    let b = bucket(s, "two");
+    let url = format!("s3://{b}/ds");
+    let first = pack_until(s, &tree, &url, SHARDS, ".bale-tmp-lock");
+    let tree_s = tree.to_str().unwrap();
+    let o = bale(
+        s,
+        &["pack", "-q", "--shard-size", "12MiB", "-o", &url, tree_s],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("another bale run is writing here"),
+        "{}",
+        text(&o)
+    );
+    if let Some(first) = first {
+        let o = first.finish_within(Duration::from_secs(300));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    // The refused run took nothing away from the first.
+    assert_same_objects(s, &url, &local);
+}
+
+#[test]
+fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
+    let s = Seaweed::shared();
+    let t = tempfile::tempdir().unwrap();
+    let tree = t.path().join("tree");
+    random_tree(&tree, 400);
+    let b = bucket(s, "merge");
+    let tree_s = tree.to_str().unwrap();
+    let mut local_parts = Vec::new();
+    for i in 0..3 {
+        let part = format!("{i}/3");
+        let dir = t.path().join(format!("p{i}"));
+        pack_quiet(&tree, &dir, &["--part", &part, "--shard-samples", "50"]);
+        local_parts.push(dir);
+        let o = bale(
+            s,
+            &[
+                "pack",
+                "-q",
+                "--part",
+                &part,
+                "--shard-samples",
+                "50",
+                "-o",
+                &format!("s3://{b}/parts/p{i}"),
+                tree_s,
+            ],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let merged = t.path().join("merged");
+    let mut args = vec![
+        "merge".to_owned(),
+        "-q".to_owned(),
+        "-o".to_owned(),
+        merged.to_str().unwrap().to_owned(),
+    ];
+    args.extend(local_parts.iter().map(|p| p.to_str().unwrap().to_owned()));
+    let o = Running::start(&mut bale_cmd(&args)).finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+
+    // Parts given out of order.
+    let url = format!("s3://{b}/merged");
+    let (p0, p1, p2) = (
+        format!("s3://{b}/parts/p0"),
+        format!("s3://{b}/parts/p1"),
+        format!("s3://{b}/parts/p2"),
+    );
+    let o = bale(s, &["merge", "-o", &url, &p2, &p0, &p1]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("copied on the server"),
+        "{}",
+        text(&o)
+    );
+    assert_same_objects(s, &url, &merged);
+    // The parts are left whole, and the merged dataset holds a single pack's samples.
+    assert!(
+        listing(s, &b, "parts/p1")
+            .0
+            .contains(&"bale.json".to_owned())
+    );
+    let single = t.path().join("single");
+    pack_quiet(&tree, &single, &["--shard-samples", "50"]);
+    let remote = Dataset::options()
+        .storage_options(options(s))
+        .open(&url)
+        .unwrap();
+    assert_eq!(
+        samples_of(&remote),
+        samples_of(&Dataset::open(&single).unwrap())
+    );
+
+    // An incomplete set, and a part that is the output, are refused; nothing is written.
+    let o = bale(s, &["merge", "-o", &format!("s3://{b}/m2"), &p0, &p1]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("missing 2/3"),
+        "{}",
+        text(&o)
+    );
+    assert!(listing(s, &b, "m2").0.is_empty());
+    let o = bale(s, &["merge", "-o", &p0, &p0, &p1, &p2]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
