@@ -48,6 +48,7 @@ mod location;
 pub mod options;
 mod runtime;
 mod store;
+mod uploads;
 pub mod write;
 
 pub use cache::{Cache, CacheOptions, CachedFile};

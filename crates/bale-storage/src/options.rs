@@ -189,30 +189,34 @@ pub(crate) fn build_client(
     options: &StorageOptions,
 ) -> Result<Arc<dyn ObjectStore>> {
     Ok(match build(url, scheme, options)? {
-        Built::S3(c) => Arc::new(c),
+        Built::S3(c, _) => Arc::new(c),
         Built::Gcs(c) => Arc::new(c),
         Built::Azure(c) => Arc::new(c),
         Built::Http(c) => Arc::new(c),
     })
 }
 
-/// The multipart-upload client for `url`, built like [`build_client`]'s:
-/// `None` for `https://` (plain HTTP servers take no multipart uploads).
+/// The multipart-upload client for `url`, built like [`build_client`]'s,
+/// and for S3 what listing its open uploads takes: `None` for `https://`
+/// (plain HTTP servers take no multipart uploads).
 pub(crate) fn build_multipart(
     url: &url::Url,
     scheme: ObjectStoreScheme,
     options: &StorageOptions,
-) -> Result<Option<Arc<dyn MultipartStore>>> {
+) -> Result<Option<Writer>> {
     Ok(match build(url, scheme, options)? {
-        Built::S3(c) => Some(Arc::new(c)),
-        Built::Gcs(c) => Some(Arc::new(c)),
-        Built::Azure(c) => Some(Arc::new(c)),
+        Built::S3(c, lister) => Some((Arc::new(c), Some(lister))),
+        Built::Gcs(c) => Some((Arc::new(c), None)),
+        Built::Azure(c) => Some((Arc::new(c), None)),
         Built::Http(_) => None,
     })
 }
 
+/// A multipart client, and for S3 what lists its open uploads.
+pub(crate) type Writer = (Arc<dyn MultipartStore>, Option<crate::uploads::S3Lister>);
+
 enum Built {
-    S3(object_store::aws::AmazonS3),
+    S3(object_store::aws::AmazonS3, crate::uploads::S3Lister),
     Gcs(object_store::gcp::GoogleCloudStorage),
     Azure(object_store::azure::MicrosoftAzure),
     Http(object_store::http::HttpStore),
@@ -237,7 +241,10 @@ fn build(url: &url::Url, scheme: ObjectStoreScheme, options: &StorageOptions) ->
                 let key = AmazonS3ConfigKey::from_str(k).map_err(|e| bad_key(k, "s3", e))?;
                 b = b.with_config(key, v);
             }
-            Built::S3(b.with_retry(retry).build().map_err(built)?)
+            let lister = crate::uploads::S3Lister::from_builder(&b, url);
+            let client = b.with_retry(retry).build().map_err(built)?;
+            let lister = lister.with_credentials(client.credentials().clone());
+            Built::S3(client, lister)
         }
         ObjectStoreScheme::GoogleCloudStorage => {
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(shown);

@@ -120,9 +120,7 @@ impl Store {
 
     /// The client for multipart uploads (made anew: a writer makes one per
     /// run); `None` for `https://`, which takes no multipart uploads.
-    pub(crate) fn multipart_client(
-        &self,
-    ) -> Result<Option<Arc<dyn object_store::multipart::MultipartStore>>> {
+    pub(crate) fn multipart_client(&self) -> Result<Option<crate::options::Writer>> {
         let inner = &self.inner;
         runtime::enter(|| {
             crate::options::build_multipart(&inner.parsed, inner.scheme.clone(), &inner.options)

@@ -96,6 +96,7 @@ pub struct Publisher {
     store: Store,
     client: Arc<dyn ObjectStore>,
     mp: Arc<dyn MultipartStore>,
+    lister: Option<crate::uploads::S3Lister>,
     run: String,
     opts: WriteOptions,
     markers: AtomicU64,
@@ -127,7 +128,7 @@ impl Publisher {
     /// prefix holds objects and `force` is off; request errors.
     pub fn open(url: &str, options: &StorageOptions, opts: WriteOptions) -> Result<Publisher> {
         let store = Store::open(url, options)?;
-        let Some(mp) = store.multipart_client()? else {
+        let Some((mp, lister)) = store.multipart_client()? else {
             return Err(StorageError::BadUrl {
                 url: url.to_owned(),
                 what: "bale writes datasets to s3://, gs:// and az:// URLs; an https:// server is read-only to it".into(),
@@ -141,6 +142,7 @@ impl Publisher {
             store,
             client,
             mp,
+            lister,
             run: format!("{:x}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff),
             opts,
             markers: AtomicU64::new(0),
@@ -272,6 +274,22 @@ impl Publisher {
         if names.iter().any(|n| n == MANIFEST) {
             self.delete(MANIFEST)?;
             cleared.push(MANIFEST.to_owned());
+        }
+        // Uploads a killed run left open (S3 lists them; elsewhere the
+        // markers below name them).
+        if let Some(lister) = self.lister.clone() {
+            let prefix = format!("{}/", self.store.prefix().as_ref());
+            let prefix = prefix.trim_start_matches('/').to_owned();
+            let p2 = prefix.clone();
+            for u in runtime::block_on(async move { lister.list(&p2).await })?? {
+                let Some(name) = u.key.strip_prefix(&prefix) else {
+                    continue;
+                };
+                if !name.contains('/') && bale_format::is_bale_file_name(name) {
+                    self.abort_upload(name, &u.id)?;
+                    cleared.push(format!("{name} (an open upload)"));
+                }
+            }
         }
         for n in names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)) {
             let bytes = self.get(n)?;
