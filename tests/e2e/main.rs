@@ -19,6 +19,7 @@ mod pack;
 mod reader;
 mod remote;
 mod remote_write;
+mod slurm;
 mod stage;
 mod stat;
 mod verify;

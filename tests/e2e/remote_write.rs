@@ -39,6 +39,7 @@ fn options(s: &Seaweed) -> StorageOptions {
 fn bale(s: &Seaweed, args: &[&str]) -> Output {
     let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     all.extend(s.cli_options());
+    all.extend(UPLOAD.iter().map(|a| (*a).to_owned()));
     Running::start(&mut bale_cmd(&all)).finish_within(Duration::from_secs(300))
 }
 
@@ -136,9 +137,17 @@ fn samples_of(ds: &Dataset) -> Vec<Flat> {
         .collect()
 }
 
-/// Shards of 12 MiB: larger than one 8 MiB part, so each goes up as a
-/// multipart upload.
+/// Shards of 12 MiB: with [`UPLOAD`]'s 5 MiB parts, each goes up as a
+/// multipart upload of three parts, at most two in flight.
 const SHARDS: &[&str] = &["--shard-size", "12MiB"];
+
+/// Upload parts of 5 MiB (S3's least), two in flight, for every command.
+const UPLOAD: &[&str] = &[
+    "--storage-option",
+    "upload_part_mib=5",
+    "--storage-option",
+    "upload_parts_in_flight=2",
+];
 
 #[test]
 fn pack_to_a_bucket_writes_the_local_packs_bytes_and_every_reader_reads_them() {
@@ -266,6 +275,7 @@ fn pack_until(s: &Seaweed, tree: &Path, url: &str, extra: &[&str], name: &str) -
         tree.to_str().unwrap().to_owned(),
     ]);
     args.extend(s.cli_options());
+    args.extend(UPLOAD.iter().map(|a| (*a).to_owned()));
     let mut run = Running::start(&mut bale_cmd(&args));
     let store = Store::open(url, &options(s)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -12,7 +12,10 @@
 //! 4. runs crates/bale-storage/benches/remote.py, which starts the server, uploads,
 //!    measures and prints samples/s and the ratios (JSON in
 //!    `target/bench/remote/results.json`). `-- --dataset DIR` measures another
-//!    dataset; `-- --skip mds,litdata` leaves peers out.
+//!    dataset; `-- --skip mds,litdata` leaves peers out;
+//! 5. the pack row: `bale pack TREE -o s3://...` against packing to disk then a
+//!    parallel boto3 upload (`-- --tree DIR` packs another tree, `-- --pack-only`
+//!    measures only this row, `-- --pack-runs N` keeps the best of N).
 
 use std::path::Path;
 use std::process::Command;
@@ -41,6 +44,9 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
         let ds = base.join("ds");
         pack_once(&bale, tree, &ds, &["--shard-size", "64MiB"])?;
         cmd.arg("--dataset").arg(&ds);
+    }
+    if !extra.iter().any(|a| a == "--tree") {
+        cmd.arg("--tree").arg(tree);
     }
     cmd.arg("--bale")
         .arg(&bale)

@@ -100,7 +100,8 @@ impl AtomicFile {
 
     fn commit_with(mut self, replace: bool) -> Result<()> {
         let file = self.file.take().expect("file present until commit");
-        let synced = file.sync_all();
+        let scratch = is_scratch(&self.dest);
+        let synced = if scratch { Ok(()) } else { file.sync_all() };
         drop(file);
         let result = synced
             .map_err(|e| FormatError::io(&self.tmp, e))
@@ -124,9 +125,30 @@ impl AtomicFile {
             let _ = fs::remove_file(&self.tmp);
             return result;
         }
-        sync_dir(&self.dest);
+        if !scratch {
+            sync_dir(&self.dest);
+        }
         Ok(())
     }
+}
+
+/// Directories whose files need not reach the disk (see [`mark_scratch`]).
+static SCRATCH: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Marks `dir` as scratch for this process: files committed under it are
+/// renamed into place without `fsync`. For a spool whose files are copied
+/// elsewhere and then removed (the local spool of a pack to object storage,
+/// where the upload is what makes the dataset durable); never for an output.
+pub fn mark_scratch(dir: &Path) {
+    SCRATCH
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(dir.to_path_buf());
+}
+
+fn is_scratch(path: &Path) -> bool {
+    let dirs = SCRATCH.lock().unwrap_or_else(|p| p.into_inner());
+    !dirs.is_empty() && dirs.iter().any(|d| path.starts_with(d))
 }
 
 impl Write for AtomicFile {

@@ -94,6 +94,48 @@ def run_for(t: Timed, budget: float, step) -> Timed:  # type: ignore[no-untyped-
     return t
 
 
+class _Done(Exception):
+    """Ends the measurements early (--pack-only)."""
+
+
+def pack_row(args, bale_bin: Path, server, s3, bucket: str, work: Path) -> tuple[Timed, Timed]:  # type: ignore[no-untyped-def]
+    """`bale pack TREE -o s3://...` against the same pack to a local directory
+    followed by a parallel boto3 upload of its files (bale.json last). Both
+    packs are durable (bale fsyncs its shards). The tree is read once first,
+    untimed, so both find it in the page cache."""
+    opts = server.options()
+    flags = ["--shard-size", "64MiB", "-q"]
+    storage = [a for k, v in opts.items() for a in ("--storage-option", f"{k}={v}")]
+    warm = work / "pack-warm"
+    subprocess.run([str(bale_bin), "pack", str(args.tree), "-o", str(warm), *flags], check=True)
+    files = sorted(p for p in warm.iterdir() if p.is_file())
+    total = sum(p.stat().st_size for p in files)
+    samples = json.loads((warm / "bale.json").read_text())["samples"]
+    shutil.rmtree(warm)
+    base = Timed("bale pack to disk, then parallel boto3 upload", "pack")
+    pack = Timed("bale pack -o s3:// (packing and uploading overlap)", "pack")
+    for run in range(args.pack_runs):
+        local = work / f"pack-local-{run}"
+        start = time.perf_counter()
+        subprocess.run([str(bale_bin), "pack", str(args.tree), "-o", str(local), *flags], check=True)
+        names = sorted(p.name for p in local.iterdir() if p.name != "bale.json")
+        with ThreadPoolExecutor(args.parallel) as pool:
+            list(pool.map(lambda f: s3.upload_file(str(local / f), bucket, f"up{run}/{f}"), names))
+        s3.upload_file(str(local / "bale.json"), bucket, f"up{run}/bale.json")
+        secs = time.perf_counter() - start
+        shutil.rmtree(local)
+        if base.secs == 0 or secs < base.secs:
+            base.secs, base.samples, base.bytes = secs, samples, total
+        start = time.perf_counter()
+        subprocess.run(
+            [str(bale_bin), "pack", str(args.tree), "-o", f"s3://{bucket}/packed{run}", *flags, *storage], check=True
+        )
+        secs = time.perf_counter() - start
+        if pack.secs == 0 or secs < pack.secs:
+            pack.secs, pack.samples, pack.bytes = secs, samples, total
+    return pack, base
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", required=True, type=Path)
@@ -102,6 +144,9 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=16, help="requests in flight for the raw and boto3 baselines")
     ap.add_argument("--skip", default="", help="comma-separated: wds, mds, litdata")
     ap.add_argument("--bale", type=Path, default=None, help="the bale binary (default: target/release/bale)")
+    ap.add_argument("--tree", type=Path, default=None, help="the tree of files for the pack row (no pack row without it)")
+    ap.add_argument("--pack-only", action="store_true", help="measure the pack row only")
+    ap.add_argument("--pack-runs", type=int, default=1, help="runs of each pack subject (the best is kept)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     bale_bin = args.bale or Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release/bale"
@@ -121,6 +166,12 @@ def main() -> None:
             "S3_ENDPOINT_URL": server.endpoint,
         }.items():
             os.environ[k] = v
+        pack = base = None
+        if args.tree is not None:
+            pack, base = pack_row(args, bale_bin, server, s3, bucket, work)
+            results += [base, pack]
+        if args.pack_only:
+            raise _Done()
         print(f"bench remote: uploading {args.dataset} ({n} samples) to s3://{bucket}/bale", file=sys.stderr)
         url = server.upload_dir(args.dataset, bucket, "bale")
         opts = server.options()
@@ -289,22 +340,28 @@ def main() -> None:
         t.samples, t.bytes = n, total_bytes
         results.append(t)
         boto = t
+    except _Done:
+        pass
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
+    if args.pack_only:
+        total_bytes = sum(r.bytes for r in results[:1])
     print(f"\nbench remote: {n} samples, {total_bytes / 1e6:.1f} MB, one SeaweedFS server on 127.0.0.1")
     for r in results:
         print(r.row())
-    ratios = {
-        "sequential: bale / raw parallel GET (target >= 0.8)": bale_seq.rate() / raw.rate(),
-        "random: bale / one GET per sample (target >= 10)": bale_rand.rate() / per_get.rate(),
-        "stage: bale stage / parallel boto3 download (target >= 1)": boto.secs / stage.secs,
-    }
-    if peers:
+    ratios = {}
+    if pack is not None and base is not None:
+        ratios["pack: bale pack -o s3:// / pack then parallel boto3 upload (target >= 1.3)"] = base.secs / pack.secs
+    if not args.pack_only:
+        ratios["sequential: bale / raw parallel GET (target >= 0.8)"] = bale_seq.rate() / raw.rate()
+        ratios["random: bale / one GET per sample (target >= 10)"] = bale_rand.rate() / per_get.rate()
+        ratios["stage: bale stage / parallel boto3 download (target >= 1)"] = boto.secs / stage.secs
+    if not args.pack_only and peers:
         best = max(peers, key=Timed.rate)
         ratios[f"sequential: bale / best peer, {best.name} (target >= 2)"] = bale_seq.rate() / best.rate()
-    if lit_rand is not None:
+    if not args.pack_only and lit_rand is not None:
         ratios["random: bale / LitData random reads (target >= 5)"] = bale_rand.rate() / lit_rand.rate()
     print("ratios:")
     for k, v in ratios.items():

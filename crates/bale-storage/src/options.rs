@@ -111,6 +111,20 @@ impl StorageOptions {
     }
 
     /// The retry settings these options give.
+    /// A whole number option of bale's own (`upload_part_mib`, ...), if set.
+    pub(crate) fn number(&self, key: &str, min: usize, max: usize) -> Result<Option<usize>> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        match v.parse::<usize>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+            _ => Err(StorageError::BadOption {
+                key: key.into(),
+                what: format!("{v:?} is not a whole number from {min} to {max}"),
+            }),
+        }
+    }
+
     pub(crate) fn retry(&self) -> Result<RetryConfig> {
         let max_retries = match self.get("max_retries") {
             Some(v) => v.parse().map_err(|_| StorageError::BadOption {
@@ -167,7 +181,12 @@ fn parse_duration(v: &str) -> Option<Duration> {
 }
 
 /// Keys that are bale's, not `object_store`'s.
-const BALE_KEYS: &[&str] = &["max_retries", "retry_timeout"];
+const BALE_KEYS: &[&str] = &[
+    "max_retries",
+    "retry_timeout",
+    "upload_part_mib",
+    "upload_parts_in_flight",
+];
 
 /// The client configuration keys bale sets by default, with their values.
 const CLIENT_DEFAULTS: &[(&str, &str)] = &[

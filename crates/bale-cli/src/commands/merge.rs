@@ -94,10 +94,7 @@ fn run_remote(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     let publisher = Publisher::open(
         &out_url,
         &storage,
-        WriteOptions {
-            force: args.force,
-            ..WriteOptions::default()
-        },
+        WriteOptions::from_options(&storage, args.force)?,
     )?;
     let undone = |publisher: &Publisher| match publisher.abort() {
         Ok(()) => remote_undone(&out_url),

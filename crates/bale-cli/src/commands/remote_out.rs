@@ -10,7 +10,8 @@
 //! ([`bale_storage::Publisher::abort`]) and removes the spool.
 //!
 //! Memory: one upload at a time, each with at most
-//! `parts_in_flight × part_size` bytes (64 MiB by default) in memory.
+//! `parts_in_flight × part_size` bytes (4 × 32 MiB = 128 MiB by default;
+//! storage options `upload_parts_in_flight`, `upload_part_mib`) in memory.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -105,10 +106,7 @@ impl RemoteOut {
         let url = url
             .to_str()
             .ok_or_else(|| anyhow!("{}: not a UTF-8 URL", url.display()))?;
-        let opts = WriteOptions {
-            force,
-            ..WriteOptions::default()
-        };
+        let opts = WriteOptions::from_options(storage, force)?;
         let publisher = Arc::new(Publisher::open(url, storage, opts)?);
         clean_stale_spools(&std::env::temp_dir());
         let spool = tempfile::Builder::new()
@@ -116,6 +114,8 @@ impl RemoteOut {
             .tempdir()
             .context("cannot make the local spool directory (under $TMPDIR) for the upload")?;
         let dir = spool.path().join("out");
+        // The upload makes the dataset durable, not the spool's copy.
+        bale_format::atomic::mark_scratch(spool.path());
         let (tx, rx) = sync_channel::<String>(QUEUE);
         let error = Arc::new(Mutex::new(None));
         let uploaded = Arc::new(Mutex::new(0u64));
