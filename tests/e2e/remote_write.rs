@@ -579,3 +579,89 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
     let o = bale(s, &["merge", "-o", &p0, &p0, &p1, &p2]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+#[test]
+fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
+    let s = Seaweed::shared();
+    let (t, _tree, local) = tree_and_local(300, &["--shard-samples", "100"]);
+    let b = bucket(s, "index");
+    // The tars only (no index, no manifest), and a file of the user's.
+    let tars = t.path().join("tars");
+    std::fs::create_dir_all(&tars).unwrap();
+    let mut urls = Vec::new();
+    for (name, bytes) in snapshot(&local) {
+        if name.ends_with(".tar") {
+            std::fs::write(tars.join(&name), bytes).unwrap();
+            urls.push(format!("s3://{b}/wds/{name}"));
+        }
+    }
+    s.upload_dir(&tars, &b, "wds").unwrap();
+    let notes = t.path().join("notes.txt");
+    std::fs::write(&notes, b"theirs").unwrap();
+    s.put_file(&notes, &b, "wds/notes.txt").unwrap();
+    let url = format!("s3://{b}/wds");
+    let mut args = vec!["index", "-q", "-o", &url];
+    args.extend(urls.iter().map(String::as_str));
+    let o = bale(s, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    let remote = Dataset::options()
+        .storage_options(options(s))
+        .open(&url)
+        .unwrap();
+    assert_eq!(
+        samples_of(&remote),
+        samples_of(&Dataset::open(&local).unwrap())
+    );
+    let manifest: serde_json::Value = serde_json::from_slice(&object_bytes(
+        &Store::open(&url, &options(s)).unwrap(),
+        "bale.json",
+    ))
+    .unwrap();
+    assert_eq!(
+        manifest["shards"][0]["file"], "shard-000000.tar",
+        "names relative to the prefix"
+    );
+
+    // Again: refused, naming the object; with --force, only the .idx and
+    // bale.json are replaced (the tars, bale-named, and the user's file stay).
+    let o = bale(s, &args);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--force"),
+        "{}",
+        text(&o)
+    );
+    let mut forced = args.clone();
+    forced.push("--force");
+    let o = bale(s, &forced);
+    assert!(o.status.success(), "{}", text(&o));
+    let (objects, uploads) = listing(s, &b, "wds");
+    assert!(uploads.is_empty());
+    let mut want: Vec<String> = snapshot(&local).keys().cloned().collect();
+    want.push("notes.txt".into());
+    want.sort();
+    assert_eq!(objects, want);
+    assert_same_tars(s, &url, &local);
+
+    // A tar outside the output prefix cannot be named by the manifest.
+    let other = format!("s3://{b}/elsewhere");
+    let o = bale(s, &["index", "-o", &other, &urls[0]]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("under that prefix"),
+        "{}",
+        text(&o)
+    );
+    assert!(listing(s, &b, "elsewhere").0.is_empty());
+}
+
+/// Each tar of `dir` has an object of the same bytes under `url`.
+fn assert_same_tars(s: &Seaweed, url: &str, dir: &Path) {
+    let store = Store::open(url, &options(s)).unwrap();
+    for (name, bytes) in snapshot(dir)
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(".tar"))
+    {
+        assert!(object_bytes(&store, &name) == bytes, "{url}/{name}");
+    }
+}

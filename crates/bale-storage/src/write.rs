@@ -152,6 +152,31 @@ impl Publisher {
     /// [`StorageError::Exists`] when another run holds the lock or the
     /// prefix holds objects and `force` is off; request errors.
     pub fn open(url: &str, options: &StorageOptions, opts: WriteOptions) -> Result<Publisher> {
+        Self::open_with(url, options, opts, None)
+    }
+
+    /// As [`Publisher::open`], for a command that writes its objects beside
+    /// others (`bale index -o URL` beside the tars it indexes): only the
+    /// objects `names` must be absent; with `force`, those (and open uploads
+    /// of them) are replaced, and nothing else under the prefix is touched.
+    ///
+    /// # Errors
+    /// As [`Publisher::open`].
+    pub fn open_alongside(
+        url: &str,
+        options: &StorageOptions,
+        opts: WriteOptions,
+        names: &[String],
+    ) -> Result<Publisher> {
+        Self::open_with(url, options, opts, Some(names))
+    }
+
+    fn open_with(
+        url: &str,
+        options: &StorageOptions,
+        opts: WriteOptions,
+        alongside: Option<&[String]>,
+    ) -> Result<Publisher> {
         let store = Store::open(url, options)?;
         let Some((mp, lister)) = store.multipart_client()? else {
             return Err(StorageError::BadUrl {
@@ -176,7 +201,11 @@ impl Publisher {
             cleared: Vec::new(),
         };
         p.take_lock()?;
-        match p.check_and_clear() {
+        let checked = match alongside {
+            Some(names) => p.check_and_clear_names(names),
+            None => p.check_and_clear(),
+        };
+        match checked {
             Ok(cleared) => p.cleared = cleared,
             Err(e) => {
                 let _ = p.abort();
@@ -333,6 +362,41 @@ impl Publisher {
             if bale_format::is_bale_file_name(n) {
                 self.delete(n)?;
                 cleared.push(n.clone());
+            }
+        }
+        Ok(cleared)
+    }
+
+    fn check_and_clear_names(&self, names: &[String]) -> Result<Vec<String>> {
+        let listed: std::collections::HashSet<String> = self.list()?.into_iter().collect();
+        let mut present: Vec<&String> = names.iter().filter(|n| listed.contains(*n)).collect();
+        if let Some(first) = present.first()
+            && !self.opts.force
+        {
+            return Err(StorageError::Exists {
+                url: self.url_of(first),
+                what: "it exists; pass --force to replace it (only the objects this command writes are replaced)".into(),
+            });
+        }
+        // The manifest first.
+        present.sort_by_key(|n| n.as_str() != MANIFEST);
+        let mut cleared = Vec::new();
+        for n in present {
+            self.delete(n)?;
+            cleared.push(n.clone());
+        }
+        if self.opts.force
+            && let Some(lister) = self.lister.clone()
+        {
+            let prefix = format!("{}/", self.store.prefix().as_ref());
+            let prefix = prefix.trim_start_matches('/').to_owned();
+            let p2 = prefix.clone();
+            for u in runtime::block_on(async move { lister.list(&p2).await })?? {
+                if let Some(name) = u.key.strip_prefix(&prefix)
+                    && names.iter().any(|n| n == name)
+                {
+                    self.abort_upload(name, &u.id)?;
+                }
             }
         }
         Ok(cleared)

@@ -60,6 +60,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
             &storage,
             args.force,
             cancel.clone(),
+            None,
         )?)
     } else {
         None

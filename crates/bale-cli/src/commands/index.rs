@@ -13,6 +13,8 @@ use indicatif::ProgressBar;
 
 use crate::args::index::IndexArgs;
 use crate::commands::pack::install_ctrlc;
+use crate::commands::pack::remote_undone;
+use crate::commands::remote_out::{RemoteOut, is_remote};
 use crate::progress;
 
 struct Bar(ProgressBar);
@@ -29,17 +31,22 @@ impl IndexProgress for Bar {
 /// Runs `bale index`.
 pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
     // Tars at URLs are read through the storage layer (headers by ranged GETs).
-    args.storage.options()?;
-    anyhow::ensure!(
-        !bale_storage::is_url(&args.output),
-        "{}: bale index writes its output to a local directory; write it there (-o DIR) and upload the .idx files and bale.json (bale.json last)",
-        args.output.display()
-    );
+    let storage = args.storage.options()?;
     super::export_index::precheck(args.dali_index.as_deref(), &args.output)?;
     let shards = expand_patterns(&args.shards)?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    install_ctrlc(&cancel);
+    let remote = if is_remote(&args.output) {
+        Some(remote_index_output(&args, &shards, &storage, &cancel)?)
+    } else {
+        None
+    };
+    let output = remote
+        .as_ref()
+        .map_or_else(|| args.output.clone(), |r| r.0.dir().to_path_buf());
     let opts = IndexOptions {
         shards,
-        output: args.output.clone(),
+        output: output.clone(),
         absolute: args.absolute,
         checksum: args.checksum,
         wids_json: args.wids_json.clone(),
@@ -50,19 +57,49 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         } else {
             SplitPolicy::Refuse
         },
-        force: args.force,
+        force: args.force && remote.is_none(),
         jobs: args.jobs.unwrap_or(0),
     };
     let quiet = args.out.quiet || args.out.json;
     let bar = Bar(progress::bar(0, "shards", quiet));
-    let cancel = Arc::new(AtomicBool::new(false));
-    install_ctrlc(&cancel);
     let result = bale_pack::index(&opts, &bar, &cancel);
     bar.0.finish_and_clear();
-    let summary = match result {
-        Ok(s) => s,
-        Err(e) => return Err(with_hint(e)),
+    let mut summary = match (result, remote) {
+        (Ok(s), None) => s,
+        (Ok(mut s), Some((r, prefix))) => {
+            let url = r.url().to_owned();
+            // The manifest names the tars relative to the prefix, as a
+            // dataset in object storage names its objects.
+            let path = output.join(bale_format::MANIFEST_NAME);
+            let bytes = std::fs::read(&path)?;
+            let mut m = bale_format::Manifest::from_slice(&bytes, &path)?;
+            for e in &mut m.shards {
+                if let Some(rel) = e.file.strip_prefix(&prefix) {
+                    e.file = rel.to_owned();
+                }
+            }
+            std::fs::write(&path, m.to_bytes())?;
+            if let Err(e) = r.finish() {
+                anyhow::bail!("{e}\n{}", remote_undone(&url));
+            }
+            s.output = url;
+            s
+        }
+        (Err(e), Some((r, _))) => {
+            let url = r.url().to_owned();
+            let undone = match r.abort() {
+                Ok(()) => remote_undone(&url),
+                Err(a) => format!(
+                    "no dataset was written to {url} (no manifest), but cleaning up failed: {a}"
+                ),
+            };
+            anyhow::bail!("{e}\n{undone}");
+        }
+        (Err(e), None) => return Err(with_hint(e)),
     };
+    if summary.output.is_empty() {
+        summary.output = args.output.display().to_string();
+    }
     super::export_index::after_write(
         args.dali_index.as_deref(),
         &args.output,
@@ -166,4 +203,47 @@ fn notes(s: &IndexSummary, wids: bool) -> Vec<String> {
         );
     }
     out
+}
+
+/// For `-o URL`: every tar must be an object under that prefix (the manifest
+/// names them relative to it); the prefix is taken for the `.idx` objects
+/// and `bale.json`, which are all that may be replaced there. Returns the
+/// output and the prefix with its trailing `/`.
+fn remote_index_output(
+    args: &IndexArgs,
+    shards: &[std::path::PathBuf],
+    storage: &bale_storage::StorageOptions,
+    cancel: &Arc<AtomicBool>,
+) -> anyhow::Result<(RemoteOut, String)> {
+    anyhow::ensure!(
+        args.wids_json.is_none() && args.dali_index.is_none() && !args.absolute,
+        "--wids-json, --dali-index and --absolute write local paths; index into a local directory for them"
+    );
+    let out = args
+        .output
+        .to_str()
+        .ok_or_else(|| anyhow::anyhow!("{}: not a UTF-8 URL", args.output.display()))?;
+    let prefix = format!("{}/", out.trim_end_matches('/'));
+    let mut names = Vec::new();
+    for t in shards {
+        let t = t.to_string_lossy();
+        let rel = t.strip_prefix(&prefix).filter(|r| !r.is_empty());
+        let Some(rel) = rel else {
+            anyhow::bail!(
+                "{t}: bale index -o {out} indexes tars under that prefix (the manifest names its shards relative to it); \
+                 index tars elsewhere into a local directory"
+            );
+        };
+        let base = rel.rsplit('/').next().unwrap_or(rel);
+        names.push(bale_format::index_file_name(base));
+    }
+    names.push(bale_format::MANIFEST_NAME.to_owned());
+    let r = RemoteOut::open(
+        &args.output,
+        storage,
+        args.force,
+        cancel.clone(),
+        Some(&names),
+    )?;
+    Ok((r, prefix))
 }

@@ -284,6 +284,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             &storage,
             args.force,
             cancel.clone(),
+            None,
         )?)
     } else {
         None

@@ -102,12 +102,16 @@ impl RemoteOut {
         storage: &StorageOptions,
         force: bool,
         cancel: Arc<AtomicBool>,
+        alongside: Option<&[String]>,
     ) -> anyhow::Result<RemoteOut> {
         let url = url
             .to_str()
             .ok_or_else(|| anyhow!("{}: not a UTF-8 URL", url.display()))?;
         let opts = WriteOptions::from_options(storage, force)?;
-        let publisher = Arc::new(Publisher::open(url, storage, opts)?);
+        let publisher = Arc::new(match alongside {
+            Some(names) => Publisher::open_alongside(url, storage, opts, names)?,
+            None => Publisher::open(url, storage, opts)?,
+        });
         clean_stale_spools(&std::env::temp_dir());
         let spool = tempfile::Builder::new()
             .prefix(&format!("{SPOOL_PREFIX}{}-", std::process::id()))
