@@ -149,3 +149,21 @@ def test_loader_reads_a_url_as_it_reads_the_local_dataset(seaweed, tmp_path) -> 
             assert xa == xb
     with pytest.raises(PermissionError, match="refused the credentials"):
         bale.Loader(url, storage_options=seaweed.options(aws_secret_access_key="wrong"), **kw)
+
+
+def test_a_dataset_packed_into_a_bucket_reads_as_the_local_pack(seaweed, trees, zst_ds: Packed) -> None:
+    """`bale pack -o s3://...` (shards uploaded while packing, bale.json last):
+    map-style and iterable reads from Python give the local pack's samples."""
+    src, _ = trees["labelled"]
+    bucket = seaweed.bucket("bale-py-written")
+    url = f"s3://{bucket}/zst"
+    flags = [a for k, v in seaweed.options().items() for a in ("--storage-option", f"{k}={v}")]
+    run_bale("pack", src, "-o", url, "--shard-samples", "9", "--compress", "zstd", "--shuffle", "--seed", "3", "-q", *flags)
+    local = bale.Dataset(zst_ds.path)
+    ds = bale.Dataset(url, storage_options=seaweed.options(), verify_on_read=True)
+    assert len(ds) == len(local)
+    assert digests(ds) == digests(local)
+    it = bale.IterableDataset(url, rank=0, world_size=1, storage_options=seaweed.options())
+    assert [(s["__index__"], *_workers.digest(s)) for s in it] == [
+        (s["__index__"], *_workers.digest(s)) for s in bale.IterableDataset(zst_ds.path, rank=0, world_size=1)
+    ]
