@@ -165,6 +165,9 @@ pub enum PackError {
     /// An error of the on-disk format layer (writing shards, indexes, manifest).
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// An error of object storage (an output or parts at a URL).
+    #[error(transparent)]
+    Storage(#[from] bale_storage::StorageError),
 }
 
 impl PackError {
@@ -177,6 +180,10 @@ impl PackError {
             PackError::Option(_)
                 | PackError::OutputNotEmpty { .. }
                 | PackError::Format(FormatError::Locked { .. })
+                | PackError::Storage(
+                    bale_storage::StorageError::BadUrl { .. }
+                        | bale_storage::StorageError::BadOption { .. }
+                )
         )
     }
 

@@ -58,6 +58,7 @@ mod patterns;
 mod pipeline;
 mod plan;
 mod progress;
+mod remote;
 mod shard_out;
 
 pub use convert::{ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert};
@@ -76,3 +77,4 @@ pub use options::{
 pub use packer::{PackSummary, Packer, PackerBuilder, ShapingOptions, default_jobs};
 pub use patterns::{MAX_EXPANSION, expand_all as expand_patterns, expand_braces};
 pub use progress::{NoProgress, PackProgress, SkippedFile};
+pub use remote::{RemoteOutput, is_remote, merge_remote};

@@ -11,8 +11,8 @@ use indicatif::ProgressBar;
 use crate::args::convert::{ConvertArgs, ConvertFormatArg};
 use crate::commands::pack::remote_undone;
 use crate::commands::pack::{EXIT_INTERRUPTED, install_ctrlc};
-use crate::commands::remote_out::{RemoteOut, is_remote};
 use crate::progress;
+use bale_pack::{RemoteOutput as RemoteOut, is_remote};
 
 /// A byte bar over the member bytes to copy.
 struct Bar {

@@ -14,8 +14,8 @@ use indicatif::ProgressBar;
 use crate::args::index::IndexArgs;
 use crate::commands::pack::install_ctrlc;
 use crate::commands::pack::remote_undone;
-use crate::commands::remote_out::{RemoteOut, is_remote};
 use crate::progress;
+use bale_pack::{RemoteOutput as RemoteOut, is_remote};
 
 struct Bar(ProgressBar);
 

@@ -12,7 +12,6 @@ pub mod index;
 pub mod ls;
 pub mod merge;
 pub mod pack;
-pub mod remote_out;
 pub mod stage;
 pub mod stat;
 pub mod verify;

@@ -18,8 +18,8 @@ use bale_pack::{
 use indicatif::ProgressBar;
 
 use crate::args::pack::PackArgs;
-use crate::commands::remote_out::{RemoteOut, is_remote};
 use crate::progress;
+use bale_pack::{RemoteOutput as RemoteOut, is_remote};
 use bale_storage::StorageError;
 
 /// Exit code after Ctrl-C (128 + SIGINT).
@@ -340,8 +340,10 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             let url = r.url().to_owned();
             if let Err(e) = r.finish() {
                 if cancel.load(Ordering::SeqCst)
-                    && e.downcast_ref::<StorageError>()
-                        .is_some_and(|e| matches!(e, StorageError::Cancelled))
+                    && matches!(
+                        e,
+                        PackError::Cancelled | PackError::Storage(StorageError::Cancelled)
+                    )
                 {
                     eprintln!("error: interrupted: {}", remote_undone(&url));
                     return Ok(ExitCode::from(EXIT_INTERRUPTED));

@@ -1,10 +1,11 @@
-//! A command's output in object storage (`-o s3://bucket/prefix`).
+//! A command's output in object storage (`-o s3://bucket/prefix`), and the
+//! merge of parts in a bucket ([`merge_remote`]).
 //!
 //! The command writes into a local spool directory (under `$TMPDIR`), as it
 //! would into a local output. Each finished shard and its index are handed
-//! to an upload thread ([`RemoteOut::send`]) and removed from the spool once
+//! to an upload thread ([`RemoteOutput::send`]) and removed from the spool once
 //! uploaded, so packing and uploading overlap and the spool holds at most
-//! the shard being written and [`QUEUE`] finished ones. [`RemoteOut::finish`]
+//! the shard being written and [`QUEUE`] finished ones. [`RemoteOutput::finish`]
 //! uploads what is left, then `bale.json`, last: the commit point. Dropped
 //! unfinished (an error, Ctrl-C, SIGTERM), it undoes the run in the bucket
 //! ([`bale_storage::Publisher::abort`]) and removes the spool.
@@ -19,8 +20,9 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use anyhow::{Context, anyhow};
 use bale_storage::{Publisher, StorageError, StorageOptions, WriteOptions};
+
+use crate::error::{PackError, Result};
 
 /// The spool directories' name prefix; the creating process's id follows.
 const SPOOL_PREFIX: &str = "bale-spool-";
@@ -64,7 +66,7 @@ fn clean_stale_spools(tmp: &Path) {
 const QUEUE: usize = 2;
 
 /// See the module docs.
-pub struct RemoteOut {
+pub struct RemoteOutput {
     publisher: Arc<Publisher>,
     spool: Option<tempfile::TempDir>,
     dir: PathBuf,
@@ -75,9 +77,9 @@ pub struct RemoteOut {
     stop: Arc<AtomicBool>,
 }
 
-impl std::fmt::Debug for RemoteOut {
+impl std::fmt::Debug for RemoteOutput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteOut")
+        f.debug_struct("RemoteOutput")
             .field("url", &self.publisher.url())
             .field("spool", &self.dir)
             .finish_non_exhaustive()
@@ -89,24 +91,24 @@ pub fn is_remote(output: &Path) -> bool {
     bale_storage::is_url(output)
 }
 
-impl RemoteOut {
+impl RemoteOutput {
     /// Takes the prefix `url` (its lock and checks; with `force`, clears
     /// bale's objects there) and makes the spool. `cancel` is the command's
     /// Ctrl-C flag: it stops uploads between parts, and an upload error sets
     /// it so the command stops writing.
     ///
     /// # Errors
-    /// As [`Publisher::open`]; a spool that cannot be made.
+    /// As [`Publisher::open`] ([`PackError::Storage`]); a spool that cannot be made.
     pub fn open(
         url: &Path,
         storage: &StorageOptions,
         force: bool,
         cancel: Arc<AtomicBool>,
         alongside: Option<&[String]>,
-    ) -> anyhow::Result<RemoteOut> {
+    ) -> Result<RemoteOutput> {
         let url = url
             .to_str()
-            .ok_or_else(|| anyhow!("{}: not a UTF-8 URL", url.display()))?;
+            .ok_or_else(|| PackError::Option(format!("{}: not a UTF-8 URL", url.display())))?;
         let opts = WriteOptions::from_options(storage, force)?;
         let publisher = Arc::new(match alongside {
             Some(names) => Publisher::open_alongside(url, storage, opts, names)?,
@@ -116,13 +118,14 @@ impl RemoteOut {
         let spool = tempfile::Builder::new()
             .prefix(&format!("{SPOOL_PREFIX}{}-", std::process::id()))
             .tempdir()
-            .context("cannot make the local spool directory (under $TMPDIR) for the upload")?;
+            .map_err(|e| PackError::io(std::env::temp_dir(), e))?;
         let dir = spool.path().join("out");
         // The upload makes the dataset durable, not the spool's copy.
         bale_format::atomic::mark_scratch(spool.path());
         let (tx, rx) = sync_channel::<String>(QUEUE);
         let error = Arc::new(Mutex::new(None));
         let uploaded = Arc::new(Mutex::new(0u64));
+        let dir_for_err = dir.clone();
         let worker = {
             let (publisher, error, uploaded, dir, cancel) = (
                 Arc::clone(&publisher),
@@ -134,9 +137,9 @@ impl RemoteOut {
             std::thread::Builder::new()
                 .name("bale-upload".into())
                 .spawn(move || upload_loop(&rx, &publisher, &dir, &cancel, &error, &uploaded))
-                .context("cannot start the upload thread")?
+                .map_err(|e| PackError::io(&dir_for_err, e))?
         };
-        Ok(RemoteOut {
+        Ok(RemoteOutput {
             publisher,
             spool: Some(spool),
             dir,
@@ -177,14 +180,14 @@ impl RemoteOut {
     /// `bale.json`, last. Returns the bytes uploaded.
     ///
     /// # Errors
-    /// The first upload error; a spool without `bale.json`.
-    pub fn finish(mut self) -> anyhow::Result<u64> {
+    /// The first upload error ([`PackError::Storage`]); a spool without `bale.json`.
+    pub fn finish(mut self) -> Result<u64> {
         self.join();
         if let Some(e) = self.take_error() {
             return Err(e.into());
         }
         let mut rest: Vec<String> = std::fs::read_dir(&self.dir)
-            .with_context(|| format!("reading the spool {}", self.dir.display()))?
+            .map_err(|e| PackError::io(&self.dir, e))?
             .filter_map(|e| e.ok())
             .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
             .filter_map(|e| e.file_name().into_string().ok())
@@ -209,20 +212,22 @@ impl RemoteOut {
             return Err(StorageError::Cancelled.into());
         }
         let manifest_path = self.dir.join(bale_format::MANIFEST_NAME);
-        let manifest = std::fs::read(&manifest_path)
-            .with_context(|| format!("reading {}", manifest_path.display()))?;
+        let manifest =
+            std::fs::read(&manifest_path).map_err(|e| PackError::io(&manifest_path, e))?;
         let n = manifest.len() as u64;
         self.publisher.commit(manifest.into())?;
         let total = *self.uploaded.lock().unwrap_or_else(|p| p.into_inner()) + n;
         Ok(total)
     }
 
-    /// Undoes the run in the bucket now, reporting what could not be removed.
-    pub fn abort(mut self) -> anyhow::Result<()> {
+    /// Undoes the run in the bucket now.
+    ///
+    /// # Errors
+    /// The first object that could not be removed (a rerun with `--force`
+    /// clears what remains).
+    pub fn abort(mut self) -> Result<()> {
         self.join();
-        self.publisher
-            .abort()
-            .map_err(|e| anyhow!("{e}\nhint: what remains is cleared by a rerun with --force"))
+        Ok(self.publisher.abort()?)
     }
 
     fn join(&mut self) {
@@ -233,7 +238,7 @@ impl RemoteOut {
     }
 }
 
-impl Drop for RemoteOut {
+impl Drop for RemoteOutput {
     fn drop(&mut self) {
         self.join();
         let _ = self.publisher.abort();
@@ -267,4 +272,122 @@ fn upload_loop(
             }
         }
     }
+}
+
+/// Joins the parts written by `bale pack --part I/N -o URL` (`parts`, their
+/// URLs, in any order) into the prefix `output` of the same bucket: each
+/// part's objects are checked against its manifest (shard sizes, index
+/// checksums), copied on the server to their merged names
+/// ([`Publisher::copy_from`]: no shard byte passes through this machine),
+/// and the merged manifest is written last. The parts are left whole. The
+/// merged objects are the bytes [`crate::merge`] writes for the same parts.
+///
+/// # Errors
+/// [`PackError::Merge`] naming the part and the problem; [`PackError::Option`]
+/// when the output is one of the parts; [`PackError::Cancelled`] when
+/// `cancel` is set; storage errors. On error, the objects this run copied
+/// are deleted and no manifest is written.
+pub fn merge_remote(
+    parts: &[String],
+    output: &str,
+    storage: &StorageOptions,
+    opts: &crate::MergeOptions,
+    cancel: &AtomicBool,
+) -> Result<crate::MergeSummary> {
+    use bale_format::{Manifest, ShardIndex, parse_hex64};
+    use bale_storage::Store;
+
+    let start = std::time::Instant::now();
+    let merr = |url: &str, what: String| PackError::Merge {
+        path: PathBuf::from(url),
+        what,
+    };
+    let mut stores = Vec::new();
+    let mut read = Vec::new();
+    for url in parts {
+        if url.trim_end_matches('/') == output.trim_end_matches('/') {
+            return Err(PackError::Option(format!(
+                "the output {output} is one of the parts; merge into a new prefix"
+            )));
+        }
+        let store = Store::open(url, storage)?;
+        let bytes =
+            match store
+                .object(bale_format::MANIFEST_NAME)?
+                .get_sized(2, 64 << 20, "manifest")
+            {
+                Ok(b) => b,
+                Err(StorageError::NotFound { .. }) => {
+                    return Err(merr(
+                        url,
+                        "it has no bale.json: the part did not finish (or is not a part)".into(),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            };
+        let manifest = Manifest::from_slice(&bytes, Path::new(&format!("{url}/bale.json")))?;
+        read.push((PathBuf::from(url), manifest));
+        stores.push(store);
+    }
+    let manifests: Vec<Manifest> = read.iter().map(|(_, m)| m.clone()).collect();
+    let plan = crate::plan_merge(read)?;
+    // The plan sorted the parts by index: each one's store again.
+    let order: Vec<usize> = plan
+        .parts
+        .iter()
+        .map(|d| parts.iter().position(|p| Path::new(p) == d).unwrap_or(0))
+        .collect();
+    for &i in &order {
+        let (store, manifest) = (&stores[i], &manifests[i]);
+        for s in &manifest.shards {
+            let shard = store.object(&s.file)?;
+            let len = shard.head()?;
+            if len != s.bytes {
+                return Err(merr(
+                    store.url(),
+                    format!(
+                        "{} is {len} bytes, its manifest says {}",
+                        shard.url(),
+                        s.bytes
+                    ),
+                ));
+            }
+            let index = store.object(&s.index)?;
+            let bytes = index.get_sized(0, 1 << 34, "index")?;
+            let parsed = ShardIndex::from_bytes(bytes.to_vec(), index.url())?;
+            if Some(parsed.checksum()) != parse_hex64(&s.index_xxh3) {
+                return Err(merr(
+                    store.url(),
+                    format!(
+                        "{} does not match the checksum in its manifest",
+                        index.url()
+                    ),
+                ));
+            }
+        }
+    }
+    let publisher = Publisher::open(
+        output,
+        storage,
+        WriteOptions::from_options(storage, opts.force)?,
+    )?;
+    for f in &plan.files {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(PackError::Cancelled);
+        }
+        publisher.copy_from(&stores[order[f.part]], &f.from, &f.to)?;
+    }
+    publisher.commit(plan.manifest.to_bytes().into())?;
+    let m = &plan.manifest;
+    Ok(crate::MergeSummary {
+        output: output.to_owned(),
+        parts: plan.count,
+        shards: m.shards.len() as u64,
+        samples: m.samples,
+        bytes: m.bytes,
+        renamed: 0,
+        copied: plan.files.len() as u64,
+        skipped: m.skipped,
+        seconds: start.elapsed().as_secs_f64(),
+    })
 }
