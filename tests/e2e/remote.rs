@@ -17,7 +17,7 @@ use bale_tests::{assert_success, describe};
 use crate::common::{pack_quiet, random_tree};
 
 /// A bucket of its own for each test.
-fn bucket(s: &Seaweed, tag: &str) -> String {
+pub(crate) fn bucket(s: &Seaweed, tag: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     let name = format!(
         "bale-{tag}-{}-{}",
@@ -28,7 +28,8 @@ fn bucket(s: &Seaweed, tag: &str) -> String {
     name
 }
 
-fn options(s: &Seaweed) -> StorageOptions {
+/// Storage options that reach the server `s`.
+pub(crate) fn options(s: &Seaweed) -> StorageOptions {
     let mut o = StorageOptions::new();
     for (k, v) in s.options() {
         o.set(&k, &v);

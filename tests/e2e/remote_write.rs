@@ -7,33 +7,14 @@
 
 use std::path::Path;
 use std::process::Output;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bale_reader::{Dataset, EpochPlan, Partition};
-use bale_storage::{StorageOptions, Store};
+use bale_storage::Store;
 use bale_tests::seaweed::Seaweed;
 
 use crate::common::{Running, bale_cmd, pack_quiet, random_tree, snapshot};
-
-fn bucket(s: &Seaweed, tag: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let name = format!(
-        "bale-w{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    );
-    s.create_bucket(&name).unwrap();
-    name
-}
-
-fn options(s: &Seaweed) -> StorageOptions {
-    let mut o = StorageOptions::new();
-    for (k, v) in s.options() {
-        o.set(&k, &v);
-    }
-    o
-}
+use crate::remote::{bucket, options};
 
 /// `bale ARGS... --storage-option ...` (quiet), bounded in time.
 fn bale(s: &Seaweed, args: &[&str]) -> Output {

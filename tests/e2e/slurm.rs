@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bale_reader::Dataset;
-use bale_storage::{StorageOptions, Store};
+use bale_storage::Store;
 use bale_tests::seaweed::{KEY, SECRET, Seaweed};
 
 use crate::common::{pack_quiet, random_tree, snapshot};
@@ -334,10 +334,7 @@ fn the_slurm_recipe_packs_parts_into_a_bucket_and_merges_them() {
 
     // The merged dataset holds a single pack's samples, and its objects are
     // the bytes of a local merge of local parts packed the same way.
-    let mut options = StorageOptions::new();
-    for (k, v) in weed.options() {
-        options.set(&k, &v);
-    }
+    let options = crate::remote::options(weed);
     let remote = Dataset::options()
         .storage_options(options.clone())
         .open(&out)

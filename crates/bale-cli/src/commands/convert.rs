@@ -9,10 +9,10 @@ use bale_pack::{ConvertFormat, ConvertOptions, ConvertProgress, PackError, conve
 use indicatif::ProgressBar;
 
 use crate::args::convert::{ConvertArgs, ConvertFormatArg};
-use crate::commands::pack::remote_undone;
 use crate::commands::pack::{EXIT_INTERRUPTED, install_ctrlc};
+use crate::commands::pack::{open_remote, remote_undone, undo_remote};
 use crate::progress;
-use bale_pack::{RemoteOutput as RemoteOut, is_remote};
+use bale_pack::is_remote;
 
 /// A byte bar over the member bytes to copy.
 struct Bar {
@@ -49,22 +49,11 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
     };
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
-    let remote = if is_remote(&args.output) {
-        anyhow::ensure!(
-            !matches!(format, ConvertFormat::Dir),
-            "--format dir writes a tree of loose files; bale writes datasets (tar or .h5 shards) to object storage"
-        );
-        let storage = args.storage.options()?;
-        Some(RemoteOut::open(
-            &args.output,
-            &storage,
-            args.force,
-            cancel.clone(),
-            None,
-        )?)
-    } else {
-        None
-    };
+    anyhow::ensure!(
+        !matches!(format, ConvertFormat::Dir) || !is_remote(&args.output),
+        "--format dir writes a tree of loose files; bale writes datasets (tar or .h5 shards) to object storage"
+    );
+    let remote = open_remote(&args.output, &args.storage, args.force, &cancel)?;
     let out_dir = remote
         .as_ref()
         .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());
@@ -93,13 +82,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
             Ok(s)
         }
         (Err(e), Some(r)) => {
-            let url = r.url().to_owned();
-            let undone = match r.abort() {
-                Ok(()) => remote_undone(&url),
-                Err(a) => format!(
-                    "no dataset was written to {url} (no manifest), but cleaning up failed: {a}"
-                ),
-            };
+            let undone = undo_remote(r);
             if matches!(e, PackError::Cancelled) {
                 eprintln!("error: interrupted: {undone}");
                 return Ok(ExitCode::from(EXIT_INTERRUPTED));

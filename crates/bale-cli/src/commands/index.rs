@@ -13,7 +13,7 @@ use indicatif::ProgressBar;
 
 use crate::args::index::IndexArgs;
 use crate::commands::pack::install_ctrlc;
-use crate::commands::pack::remote_undone;
+use crate::commands::pack::{remote_undone, undo_remote};
 use crate::progress;
 use bale_pack::{RemoteOutput as RemoteOut, is_remote};
 
@@ -86,13 +86,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
             s
         }
         (Err(e), Some((r, _))) => {
-            let url = r.url().to_owned();
-            let undone = match r.abort() {
-                Ok(()) => remote_undone(&url),
-                Err(a) => format!(
-                    "no dataset was written to {url} (no manifest), but cleaning up failed: {a}"
-                ),
-            };
+            let undone = undo_remote(r);
             anyhow::bail!("{e}\n{undone}");
         }
         (Err(e), None) => return Err(with_hint(e)),

@@ -67,6 +67,38 @@ impl PackProgress for Forward<'_> {
     }
 }
 
+/// The output in object storage when `output` is a URL: takes its prefix
+/// (lock, checks, `--force`) and makes the local spool the command writes into.
+pub fn open_remote(
+    output: &Path,
+    storage: &crate::args::storage::StorageArgs,
+    force: bool,
+    cancel: &Arc<AtomicBool>,
+) -> anyhow::Result<Option<RemoteOut>> {
+    if !is_remote(output) {
+        return Ok(None);
+    }
+    let storage = storage.options()?;
+    Ok(Some(RemoteOut::open(
+        output,
+        &storage,
+        force,
+        cancel.clone(),
+        None,
+    )?))
+}
+
+/// Undoes a run into object storage and says what it left.
+pub fn undo_remote(r: RemoteOut) -> String {
+    let url = r.url().to_owned();
+    match r.abort() {
+        Ok(()) => remote_undone(&url),
+        Err(e) => format!(
+            "no dataset was written to {url} (no manifest), but cleaning up failed: {e}\nhint: a rerun with --force clears what remains"
+        ),
+    }
+}
+
 /// What a failed or interrupted pack to object storage left.
 pub fn remote_undone(url: &str) -> String {
     format!(
@@ -273,22 +305,11 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     let image = image_options(&args)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
-    let remote = if is_remote(&args.output) {
-        anyhow::ensure!(
-            args.dali_index.is_none(),
-            "--dali-index writes DALI's index files from local shards; with an output in object storage, pack to a local directory for DALI"
-        );
-        let storage = args.storage.options()?;
-        Some(RemoteOut::open(
-            &args.output,
-            &storage,
-            args.force,
-            cancel.clone(),
-            None,
-        )?)
-    } else {
-        None
-    };
+    anyhow::ensure!(
+        args.dali_index.is_none() || !is_remote(&args.output),
+        "--dali-index writes DALI's index files from local shards; with an output in object storage, pack to a local directory for DALI"
+    );
+    let remote = open_remote(&args.output, &args.storage, args.force, &cancel)?;
     let local_out = remote
         .as_ref()
         .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());
@@ -354,15 +375,8 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             s
         }
         (Err(PackError::Cancelled), Some(r)) => {
-            let url = r.url().to_owned();
             let upload = r.take_error();
-            let undone = r.abort();
-            let undone = match undone {
-                Ok(()) => remote_undone(&url),
-                Err(e) => format!(
-                    "no dataset was written to {url} (no manifest), but cleaning up failed: {e}"
-                ),
-            };
+            let undone = undo_remote(r);
             if let Some(e) = upload {
                 return Err(anyhow!("{e}\n{undone}"));
             }
@@ -370,13 +384,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
         (Err(e), Some(r)) => {
-            let url = r.url().to_owned();
-            let undone = match r.abort() {
-                Ok(()) => remote_undone(&url),
-                Err(a) => format!(
-                    "no dataset was written to {url} (no manifest), but cleaning up failed: {a}"
-                ),
-            };
+            let undone = undo_remote(r);
             return Err(anyhow!("{e}\n{undone}"));
         }
         (Err(PackError::Cancelled), None) => {
