@@ -214,7 +214,10 @@ impl Seaweed {
             .args([
                 "-master.telemetry=false",
                 "-master.volumeSizeLimitMB=64",
-                "-volume.max=100",
+                // Each bucket grows its own volumes (about seven): room for
+                // the buckets of every test in one process. A volume takes
+                // only the space it holds.
+                "-volume.max=1000",
                 "-volume.preStopSeconds=0",
             ])
             .current_dir(&dir)

@@ -87,7 +87,7 @@ class Seaweed:
                 f"-s3.config={config}",
                 "-master.telemetry=false",
                 "-master.volumeSizeLimitMB=64",
-                "-volume.max=100",
+                "-volume.max=1000",
                 "-volume.preStopSeconds=0",
             ],
             cwd=self.dir,
