@@ -3,7 +3,8 @@
 //! Steps, in order, stopping at the first failure:
 //! 1. tools: `python3` with `venv`, GNU `tar`, the `zstd` CLI, the HDF5 development
 //!    files (`libhdf5-dev`, `pkg-config`, for the `hdf5` feature), the libjpeg
-//!    development files (`libjpeg-dev`, for the loader); installed with apt-get
+//!    development files (`libjpeg-dev`, for the loader), Slurm and munge
+//!    (`slurm-wlm`, `munge`, for tests/e2e/slurm.rs); installed with apt-get
 //!    when missing and we are root, else a message naming the apt-get command;
 //! 2. the Python venv at `.venv` with `tests/python/requirements.txt` installed
 //!    (skipped when `.venv` records that file's sha256);
@@ -45,7 +46,8 @@ Runs every check and test in order, stopping at the first failure:
   (examples/rust-loader), wheel (the abi3 wheel in a fresh venv without Rust),
   pytest (if tests/python has tests).
 Missing tools (python3-venv, tar, zstd, libhdf5-dev + pkg-config for the `hdf5`
-feature that --all-features builds, libjpeg-dev for the loader) are installed with
+feature that --all-features builds, libjpeg-dev for the loader, slurm-wlm + munge
+for the Slurm recipe's test) are installed with
 apt-get when run as root; otherwise ci stops with the apt-get command to run.";
 
 /// Requirements of the Python tests, relative to the repository root.
@@ -598,7 +600,18 @@ const TOOLS: &[Tool] = &[
         present: || util::which("zstd").is_some(),
         packages: &["zstd"],
     },
+    Tool {
+        what: "Slurm and munge (tests/e2e/slurm.rs runs docs/distributed.md's recipe on a one-node Slurm)",
+        present: slurm_present,
+        packages: &["slurm-wlm", "munge"],
+    },
 ];
+
+fn slurm_present() -> bool {
+    ["slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "munged"]
+        .iter()
+        .all(|b| util::which(b).is_some() || Path::new("/usr/sbin").join(b).exists())
+}
 
 fn python_venv_present() -> bool {
     // Debian splits `ensurepip` (which `python3 -m venv` needs) into python3-venv.

@@ -183,6 +183,7 @@ impl PackError {
                 | PackError::Storage(
                     bale_storage::StorageError::BadUrl { .. }
                         | bale_storage::StorageError::BadOption { .. }
+                        | bale_storage::StorageError::Exists { .. }
                 )
         )
     }

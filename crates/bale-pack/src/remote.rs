@@ -5,14 +5,16 @@
 //! would into a local output. Each finished shard and its index are handed
 //! to an upload thread ([`RemoteOutput::send`]) and removed from the spool once
 //! uploaded, so packing and uploading overlap and the spool holds at most
-//! the shard being written and [`QUEUE`] finished ones. [`RemoteOutput::finish`]
+//! the shard being written, [`QUEUE`] finished ones waiting and [`UPLOADERS`]
+//! uploading. [`RemoteOutput::finish`]
 //! uploads what is left, then `bale.json`, last: the commit point. Dropped
 //! unfinished (an error, Ctrl-C, SIGTERM), it undoes the run in the bucket
 //! ([`bale_storage::Publisher::abort`]) and removes the spool.
 //!
 //! Memory: one upload at a time, each with at most
-//! `parts_in_flight × part_size` bytes (4 × 32 MiB = 128 MiB by default;
-//! storage options `upload_parts_in_flight`, `upload_part_mib`) in memory.
+//! `UPLOADERS × parts_in_flight × part_size` bytes (2 × 2 × 32 MiB = 128 MiB
+//! by default; storage options `upload_parts_in_flight`, `upload_part_mib`)
+//! in memory.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,8 +64,10 @@ fn clean_stale_spools(tmp: &Path) {
     }
 }
 
-/// Finished files waiting for the upload thread before a sender blocks.
+/// Finished files waiting for an upload thread before a sender blocks.
 const QUEUE: usize = 2;
+/// Upload threads: files uploading at once.
+const UPLOADERS: usize = 2;
 
 /// See the module docs.
 pub struct RemoteOutput {
@@ -71,7 +75,7 @@ pub struct RemoteOutput {
     spool: Option<tempfile::TempDir>,
     dir: PathBuf,
     tx: Option<SyncSender<String>>,
-    worker: Option<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
     error: Arc<Mutex<Option<StorageError>>>,
     uploaded: Arc<Mutex<u64>>,
     stop: Arc<AtomicBool>,
@@ -125,26 +129,29 @@ impl RemoteOutput {
         let (tx, rx) = sync_channel::<String>(QUEUE);
         let error = Arc::new(Mutex::new(None));
         let uploaded = Arc::new(Mutex::new(0u64));
-        let dir_for_err = dir.clone();
-        let worker = {
-            let (publisher, error, uploaded, dir, cancel) = (
+        let rx = Arc::new(Mutex::new(rx));
+        let mut workers = Vec::new();
+        for i in 0..UPLOADERS {
+            let (rx, publisher, error, uploaded, dir, cancel) = (
+                Arc::clone(&rx),
                 Arc::clone(&publisher),
                 Arc::clone(&error),
                 Arc::clone(&uploaded),
                 dir.clone(),
                 Arc::clone(&cancel),
             );
-            std::thread::Builder::new()
-                .name("bale-upload".into())
+            let w = std::thread::Builder::new()
+                .name(format!("bale-upload-{i}"))
                 .spawn(move || upload_loop(&rx, &publisher, &dir, &cancel, &error, &uploaded))
-                .map_err(|e| PackError::io(&dir_for_err, e))?
-        };
+                .map_err(|e| PackError::io(std::env::temp_dir(), e))?;
+            workers.push(w);
+        }
         Ok(RemoteOutput {
             publisher,
             spool: Some(spool),
             dir,
             tx: Some(tx),
-            worker: Some(worker),
+            workers,
             error,
             uploaded,
             stop: cancel,
@@ -232,7 +239,7 @@ impl RemoteOutput {
 
     fn join(&mut self) {
         self.tx = None;
-        if let Some(w) = self.worker.take() {
+        for w in self.workers.drain(..) {
             let _ = w.join();
         }
     }
@@ -247,14 +254,18 @@ impl Drop for RemoteOutput {
 }
 
 fn upload_loop(
-    rx: &Receiver<String>,
+    rx: &Mutex<Receiver<String>>,
     publisher: &Publisher,
     dir: &Path,
     cancel: &AtomicBool,
     error: &Mutex<Option<StorageError>>,
     uploaded: &Mutex<u64>,
 ) {
-    for name in rx {
+    loop {
+        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let Ok(name) = next else {
+            return;
+        };
         let local = dir.join(&name);
         match publisher.upload_file(&local, &name, cancel) {
             Ok(n) => {

@@ -73,9 +73,9 @@ impl Default for WriteOptions {
 /// local SeaweedFS, 32 MiB parts cost the server a fifth less CPU than 8 MiB
 /// ones (docs/benchmarks.md).
 pub const DEFAULT_PART_SIZE: usize = 32 << 20;
-/// The default number of parts in flight: 4, so 128 MiB of parts in memory
-/// (storage option `upload_parts_in_flight`).
-pub const DEFAULT_PARTS_IN_FLIGHT: usize = 4;
+/// The default number of parts in flight per upload: 2, so 64 MiB of parts
+/// in memory (storage option `upload_parts_in_flight`).
+pub const DEFAULT_PARTS_IN_FLIGHT: usize = 2;
 
 impl WriteOptions {
     /// The defaults, with the part size and parts in flight of the storage
