@@ -608,9 +608,16 @@ const TOOLS: &[Tool] = &[
 ];
 
 fn slurm_present() -> bool {
-    ["slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "munged"]
-        .iter()
-        .all(|b| util::which(b).is_some() || Path::new("/usr/sbin").join(b).exists())
+    [
+        "slurmctld",
+        "slurmd",
+        "sbatch",
+        "scontrol",
+        "sinfo",
+        "munged",
+    ]
+    .iter()
+    .all(|b| util::which(b).is_some() || Path::new("/usr/sbin").join(b).exists())
 }
 
 fn python_venv_present() -> bool {

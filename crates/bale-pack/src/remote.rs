@@ -203,16 +203,11 @@ impl RemoteOutput {
             })
             .collect();
         rest.sort();
-        let never = AtomicBool::new(false);
         for name in &rest {
-            let cancel: &AtomicBool = if self.stop.load(Ordering::Relaxed) {
-                return Err(StorageError::Cancelled.into());
-            } else {
-                &never
-            };
+            // Ctrl-C stops an upload between parts.
             let n = self
                 .publisher
-                .upload_file(&self.dir.join(name), name, cancel)?;
+                .upload_file(&self.dir.join(name), name, &self.stop)?;
             *self.uploaded.lock().unwrap_or_else(|p| p.into_inner()) += n;
         }
         if self.stop.load(Ordering::Relaxed) {

@@ -203,6 +203,42 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn escape(s: &str) -> String {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+            .replace('\'', "&apos;")
+    }
+
+    proptest! {
+        /// The server's answer is untrusted: any text parses without a panic.
+        #[test]
+        fn any_answer_parses_without_panicking(xml in ".{0,400}") {
+            for b in elements(&xml, "Upload") {
+                let _ = elements(b, "Key").next().map(unescape);
+            }
+            let _ = elements(&xml, "IsTruncated").next();
+        }
+
+        /// Keys and ids written as S3 escapes them come back as they were.
+        #[test]
+        fn escaped_keys_and_ids_round_trip(
+            uploads in proptest::collection::vec(("[^\\x00]{1,40}", "[A-Za-z0-9._~-]{1,60}"), 0..6)
+        ) {
+            let mut xml = String::from("<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>");
+            for (k, id) in &uploads {
+                xml += &format!("<Upload><Key>{}</Key><UploadId>{}</UploadId></Upload>", escape(k), escape(id));
+            }
+            xml += "</ListMultipartUploadsResult>";
+            let got: Vec<(String, String)> = elements(&xml, "Upload")
+                .map(|b| (unescape(elements(b, "Key").next().unwrap()), unescape(elements(b, "UploadId").next().unwrap())))
+                .collect();
+            prop_assert_eq!(got, uploads);
+        }
+    }
 
     #[test]
     fn the_listing_is_read_from_s3s_xml() {
