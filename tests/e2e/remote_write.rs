@@ -18,10 +18,19 @@ use crate::remote::{bucket, options};
 
 /// `bale ARGS... --storage-option ...` (quiet), bounded in time.
 fn bale(s: &Seaweed, args: &[&str]) -> Output {
+    bale_in(s, None, args)
+}
+
+/// As [`bale`], with `TMPDIR` (the spool's parent) set to `tmp`.
+fn bale_in(s: &Seaweed, tmp: Option<&Path>, args: &[&str]) -> Output {
     let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     all.extend(s.cli_options());
     all.extend(UPLOAD.iter().map(|a| (*a).to_owned()));
-    Running::start(&mut bale_cmd(&all)).finish_within(Duration::from_secs(300))
+    let mut cmd = bale_cmd(&all);
+    if let Some(t) = tmp {
+        cmd.env("TMPDIR", t);
+    }
+    Running::start(&mut cmd).finish_within(Duration::from_secs(300))
 }
 
 fn text(o: &Output) -> String {
@@ -248,6 +257,18 @@ fn a_prefix_with_objects_is_refused_and_force_never_deletes_foreign_objects() {
 /// Starts `bale pack -o url`, waits until `name` exists under `url`, and
 /// returns the running pack (or `None` when it finished first).
 fn pack_until(s: &Seaweed, tree: &Path, url: &str, extra: &[&str], name: &str) -> Option<Running> {
+    pack_until_in(s, tree, url, extra, name, None)
+}
+
+/// As [`pack_until`], with `TMPDIR` (the spool's parent) set to `tmp`.
+fn pack_until_in(
+    s: &Seaweed,
+    tree: &Path,
+    url: &str,
+    extra: &[&str],
+    name: &str,
+    tmp: Option<&Path>,
+) -> Option<Running> {
     let mut args: Vec<String> = vec!["pack".into(), "-q".into()];
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     args.extend([
@@ -257,7 +278,11 @@ fn pack_until(s: &Seaweed, tree: &Path, url: &str, extra: &[&str], name: &str) -
     ]);
     args.extend(s.cli_options());
     args.extend(UPLOAD.iter().map(|a| (*a).to_owned()));
-    let mut run = Running::start(&mut bale_cmd(&args));
+    let mut cmd = bale_cmd(&args);
+    if let Some(t) = tmp {
+        cmd.env("TMPDIR", t);
+    }
+    let mut run = Running::start(&mut cmd);
     let store = Store::open(url, &options(s)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
@@ -330,12 +355,15 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     std::fs::write(&notes, b"keep me").unwrap();
     s.put_file(&notes, &b, "ds/notes.txt").unwrap();
     // A part of shard 1 is up while shard 1 is still uploading: SIGKILL then.
-    let run = pack_until(
+    let spools = t.path().join("tmp");
+    std::fs::create_dir_all(&spools).unwrap();
+    let run = pack_until_in(
         s,
         &tree,
         &url,
         &["--force", "--shard-size", "12MiB"],
         "shard-000000.idx",
+        Some(&spools),
     );
     let mut run = run.expect("the pack ended before it could be killed");
     signal(&mut run, libc::SIGKILL);
@@ -347,6 +375,8 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
         objects.contains(&".bale-tmp-lock".to_owned()),
         "{objects:?}"
     );
+    let spool_count = || std::fs::read_dir(&spools).unwrap().count();
+    assert_eq!(spool_count(), 1, "the killed run's spool is left");
 
     // Never mistaken for a dataset.
     let o = bale(s, &["verify", &url]);
@@ -382,9 +412,11 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
         &[&b, "ds/shard-000007.tar", "ds/sub/theirs.tar"],
     )
     .unwrap();
-    // With --force: the leftovers (objects, markers, open uploads) go, the foreign ones stay.
-    let o = bale(
+    // With --force: the leftovers (objects, markers, open uploads, the
+    // local spool) go, the foreign ones stay.
+    let o = bale_in(
         s,
+        Some(&spools),
         &[
             "pack",
             "-q",
@@ -397,6 +429,11 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
         ],
     );
     assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        spool_count(),
+        0,
+        "the killed run's spool is removed, and the rerun's"
+    );
     let (objects, uploads) = listing(s, &b, "ds");
     assert_eq!(uploads, ["sub/theirs.tar"], "open uploads after --force");
     let mut want: Vec<String> = snapshot(&local).keys().cloned().collect();

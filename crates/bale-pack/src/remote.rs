@@ -11,7 +11,7 @@
 //! unfinished (an error, Ctrl-C, SIGTERM), it undoes the run in the bucket
 //! ([`bale_storage::Publisher::abort`]) and removes the spool.
 //!
-//! Memory: one upload at a time, each with at most
+//! Memory: [`UPLOADERS`] uploads at a time, in all at most
 //! `UPLOADERS × parts_in_flight × part_size` bytes (2 × 2 × 32 MiB = 128 MiB
 //! by default; storage options `upload_parts_in_flight`, `upload_part_mib`)
 //! in memory.
@@ -30,7 +30,10 @@ use crate::error::{PackError, Result};
 const SPOOL_PREFIX: &str = "bale-spool-";
 
 /// Removes the spools of runs that were killed (SIGKILL leaves its spool):
-/// directories named `bale-spool-PID-*` of this user whose process is gone.
+/// directories named `bale-spool-*` of this user whose lock no process holds.
+/// A live run holds its spool's lock ([`bale_format::files::DirLock`], an
+/// `flock` that ends with its process, however it ends), also when it runs
+/// in another PID namespace that shares `$TMPDIR`.
 fn clean_stale_spools(tmp: &Path) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(tmp) else {
@@ -39,27 +42,39 @@ fn clean_stale_spools(tmp: &Path) {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(SPOOL_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
+        if !e.file_name().to_string_lossy().starts_with(SPOOL_PREFIX) {
             continue;
-        };
+        }
         // The entry itself, not a symlink's target, must be our directory.
         let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
             continue;
         };
-        if !meta.is_dir() || meta.uid() != uid || pid <= 0 {
+        if !meta.is_dir() || meta.uid() != uid {
             continue;
         }
-        // SAFETY: kill with signal 0 only checks that the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
+        if let Ok(lock) = bale_format::files::DirLock::try_lock(&e.path()) {
             let _ = std::fs::remove_dir_all(e.path());
+            drop(lock);
+        }
+    }
+}
+
+/// A new spool under `$TMPDIR`, locked; stale ones are removed first.
+fn make_spool() -> Result<(tempfile::TempDir, bale_format::files::DirLock)> {
+    let tmp = std::env::temp_dir();
+    clean_stale_spools(&tmp);
+    let mut attempts = 0;
+    loop {
+        let spool = tempfile::Builder::new()
+            .prefix(&format!("{SPOOL_PREFIX}{}-", std::process::id()))
+            .tempdir()
+            .map_err(|e| PackError::io(&tmp, e))?;
+        // Another run's clean-up may take (and remove) a spool in the moment
+        // between its creation and its lock: then make another.
+        match bale_format::files::DirLock::try_lock(spool.path()) {
+            Ok(lock) => return Ok((spool, lock)),
+            Err(_) if attempts < 5 => attempts += 1,
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -73,6 +88,8 @@ const UPLOADERS: usize = 2;
 pub struct RemoteOutput {
     publisher: Arc<Publisher>,
     spool: Option<tempfile::TempDir>,
+    /// Held while the run lives: the spool is not stale.
+    _spool_lock: bale_format::files::DirLock,
     dir: PathBuf,
     tx: Option<SyncSender<String>>,
     workers: Vec<JoinHandle<()>>,
@@ -118,11 +135,7 @@ impl RemoteOutput {
             Some(names) => Publisher::open_alongside(url, storage, opts, names)?,
             None => Publisher::open(url, storage, opts)?,
         });
-        clean_stale_spools(&std::env::temp_dir());
-        let spool = tempfile::Builder::new()
-            .prefix(&format!("{SPOOL_PREFIX}{}-", std::process::id()))
-            .tempdir()
-            .map_err(|e| PackError::io(std::env::temp_dir(), e))?;
+        let (spool, spool_lock) = make_spool()?;
         let dir = spool.path().join("out");
         // The upload makes the dataset durable, not the spool's copy.
         bale_format::atomic::mark_scratch(spool.path());
@@ -149,6 +162,7 @@ impl RemoteOutput {
         Ok(RemoteOutput {
             publisher,
             spool: Some(spool),
+            _spool_lock: spool_lock,
             dir,
             tx: Some(tx),
             workers,
