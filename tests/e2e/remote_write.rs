@@ -513,6 +513,54 @@ fn a_second_pack_into_the_same_prefix_is_refused_while_the_first_runs() {
 }
 
 #[test]
+fn force_never_takes_over_the_lock_of_a_live_run() {
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(300, &[]);
+    let b = bucket(s, "live");
+    let url = format!("s3://{b}/ds");
+    // A live run elsewhere: its lock object changes every fraction of a second.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beating = {
+        let (stop, b) = (stop.clone(), b.clone());
+        std::thread::spawn(move || {
+            let mut beat = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                beat += 1;
+                s.boto(
+                    "s3.put_object(Bucket=sys.argv[1], Key='ds/.bale-tmp-lock', Body=('{\"run\": \"elsewhere\", \"beat\": %s}' % sys.argv[2]).encode())\n",
+                    &[&b, &beat.to_string()],
+                )
+                .unwrap();
+            }
+        })
+    };
+    s.wait_object(&b, "ds/.bale-tmp-lock").unwrap();
+    let tree_s = tree.to_str().unwrap();
+    let o = bale(s, &["pack", "-q", "--force", "-o", &url, tree_s]);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    beating.join().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is writing here now"),
+        "{}",
+        text(&o)
+    );
+    let (objects, uploads) = listing(s, &b, "ds");
+    assert_eq!(
+        objects,
+        [".bale-tmp-lock"],
+        "the live run's lock is left alone"
+    );
+    assert!(uploads.is_empty());
+
+    // Once it stops refreshing (it was killed), --force takes over.
+    let o = bale(s, &["pack", "-q", "--force", "-o", &url, tree_s]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
+    drop(t);
+}
+
+#[test]
 fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
     let s = Seaweed::shared();
     let t = tempfile::tempdir().unwrap();

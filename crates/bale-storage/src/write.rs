@@ -128,6 +128,14 @@ pub struct Publisher {
     written: Mutex<Written>,
     committed: AtomicBool,
     cleared: Vec<String>,
+    /// Whether this run holds the lock object (a store without conditional
+    /// PUTs has none).
+    locked: AtomicBool,
+    /// Another run took the lock over (`--force` on a run that had stopped
+    /// refreshing it, seen by the heartbeat): this run may no longer write,
+    /// commit or delete shared names.
+    lost: Arc<AtomicBool>,
+    heartbeat: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -199,6 +207,9 @@ impl Publisher {
             written: Mutex::new(Written::default()),
             committed: AtomicBool::new(false),
             cleared: Vec::new(),
+            locked: AtomicBool::new(false),
+            lost: Arc::new(AtomicBool::new(false)),
+            heartbeat: Mutex::new(None),
         };
         p.take_lock()?;
         let checked = match alongside {
@@ -234,16 +245,9 @@ impl Publisher {
     }
 
     fn take_lock(&mut self) -> Result<()> {
-        let body = serde_json::json!({
-            "run": self.run,
-            "pid": std::process::id(),
-            "host": hostname(),
-            "tool": "bale",
-        })
-        .to_string();
         let path = self.path(LOCK_NAME)?;
         let client = Arc::clone(&self.client);
-        let payload = PutPayload::from(body.clone());
+        let payload = PutPayload::from(lock_body(&self.run, 0));
         let created = runtime::block_on(async move {
             client
                 .put_opts(&path, payload, PutOptions::from(PutMode::Create))
@@ -252,9 +256,21 @@ impl Publisher {
         match created {
             Ok(_) => {}
             Err(object_store::Error::AlreadyExists { .. }) if self.opts.force => {
-                // A run that was killed left its lock: --force takes it over.
-                self.put(LOCK_NAME, Bytes::from(body))?;
-                return Ok(());
+                // --force takes over the lock of a run that ended without
+                // releasing it (SIGKILL), never that of a live run, which
+                // refreshes it every LOCK_BEAT.
+                let before = self.get_lock()?;
+                std::thread::sleep(LOCK_STALE);
+                if self.get_lock()? != before {
+                    return Err(StorageError::Exists {
+                        url: self.store.url().to_owned(),
+                        what: format!(
+                            "another bale run is writing here now (its lock object {LOCK_NAME} changed within {} s); --force clears only what a run that ended left",
+                            LOCK_STALE.as_secs()
+                        ),
+                    });
+                }
+                self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0)))?;
             }
             Err(object_store::Error::AlreadyExists { .. }) => {
                 return Err(StorageError::Exists {
@@ -268,8 +284,80 @@ impl Publisher {
             Err(object_store::Error::NotImplemented { .. }) => return Ok(()),
             Err(e) => return Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
         }
-        lock(&self.written).names.push(LOCK_NAME.to_owned());
+        {
+            let mut w = lock(&self.written);
+            if !w.names.iter().any(|n| n == LOCK_NAME) {
+                w.names.push(LOCK_NAME.to_owned());
+            }
+        }
+        self.locked.store(true, Ordering::SeqCst);
+        self.start_heartbeat()?;
         Ok(())
+    }
+
+    /// The lock object's bytes, `None` when there is none.
+    fn get_lock(&self) -> Result<Option<Bytes>> {
+        match self.get(LOCK_NAME) {
+            Ok(b) => Ok(Some(b)),
+            Err(StorageError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the lock object still names this run.
+    fn owns_lock(&self) -> Result<bool> {
+        let Some(bytes) = self.get_lock()? else {
+            return Ok(false);
+        };
+        let owner = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("run").and_then(|r| r.as_str()).map(str::to_owned));
+        Ok(owner.as_deref() == Some(self.run.as_str()))
+    }
+
+    /// Refreshes the lock every [`LOCK_BEAT`] while the run lives, so that
+    /// `--force` elsewhere can tell a live run from one that was killed;
+    /// notices when another run took it over.
+    fn start_heartbeat(&self) -> Result<()> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let me = HeartbeatCtx {
+            store: self.store.clone(),
+            client: Arc::clone(&self.client),
+            run: self.run.clone(),
+            lost: Arc::clone(&self.lost),
+            stop: Arc::clone(&stop),
+            path: self.path(LOCK_NAME)?,
+        };
+        let handle = std::thread::Builder::new()
+            .name("bale-lock".into())
+            .spawn(move || me.run())
+            .map_err(|e| {
+                StorageError::Runtime(format!("cannot start the lock's heartbeat: {e}"))
+            })?;
+        *lock(&self.heartbeat) = Some((stop, handle));
+        Ok(())
+    }
+
+    fn stop_heartbeat(&self) {
+        let beat = lock(&self.heartbeat).take();
+        if let Some((stop, handle)) = beat {
+            stop.store(true, Ordering::SeqCst);
+            let _ = handle.join();
+        }
+    }
+
+    fn check_not_lost(&self) -> Result<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(self.lost_error());
+        }
+        Ok(())
+    }
+
+    fn lost_error(&self) -> StorageError {
+        StorageError::Exists {
+            url: self.store.url().to_owned(),
+            what: "another bale run took this prefix over (--force) while this one was writing; nothing of this run was committed, and what it uploaded now belongs to the other run".into(),
+        }
     }
 
     /// Every object under the prefix, by name relative to it.
@@ -434,6 +522,9 @@ impl Publisher {
     }
 
     fn put_mode(&self, name: &str, bytes: Bytes, mode: PutMode) -> Result<()> {
+        if name != LOCK_NAME {
+            self.check_not_lost()?;
+        }
         let path = self.path(name)?;
         {
             let mut w = lock(&self.written);
@@ -549,6 +640,7 @@ impl Publisher {
             if cancel.load(Ordering::Relaxed) {
                 return Err(StorageError::Cancelled);
             }
+            self.check_not_lost()?;
             let n = (len - sent).min(part as u64) as usize;
             let mut buf = vec![0u8; n];
             file.read_exact(&mut buf).map_err(|e| StorageError::Io {
@@ -621,6 +713,11 @@ impl Publisher {
     /// meanwhile (another run without the lock). On error, nothing is
     /// committed and [`Publisher::abort`] still undoes the run.
     pub fn commit(&self, manifest: Bytes) -> Result<()> {
+        self.stop_heartbeat();
+        if self.locked.load(Ordering::SeqCst) && !self.owns_lock()? {
+            self.lost.store(true, Ordering::SeqCst);
+            return Err(self.lost_error());
+        }
         self.put_mode(MANIFEST, manifest, PutMode::Create)?;
         self.committed.store(true, Ordering::SeqCst);
         let _ = self.delete(LOCK_NAME);
@@ -638,15 +735,25 @@ impl Publisher {
         if self.committed.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let (open, names) = {
+        self.stop_heartbeat();
+        let (open, mut names) = {
             let mut w = lock(&self.written);
             (std::mem::take(&mut w.open), std::mem::take(&mut w.names))
         };
         let mut first = None;
+        // The upload ids are this run's alone: abort them in any case.
         for (name, id, _) in &open {
             if let Err(e) = self.abort_upload(name, id) {
                 first.get_or_insert(e);
             }
+        }
+        // Shared names (shards, indexes, the lock) are deleted only while
+        // this run holds the lock: a run that took over (or that committed
+        // after taking over) owns them now. Markers carry this run's id.
+        let owner = !self.locked.load(Ordering::SeqCst)
+            || (!self.lost.load(Ordering::SeqCst) && self.owns_lock().unwrap_or(true));
+        if !owner {
+            names.retain(|n| n.starts_with(UPLOAD_MARKER));
         }
         // Objects before markers, the lock last.
         let mut order: Vec<&String> = names
@@ -667,6 +774,68 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         let _ = self.abort();
+        self.stop_heartbeat();
+    }
+}
+
+/// How often a writing run refreshes its lock object.
+const LOCK_BEAT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long `--force` watches a lock object before taking it over: a live
+/// run refreshes it several times meanwhile.
+const LOCK_STALE: std::time::Duration = std::time::Duration::from_secs(7);
+
+/// The lock object's content: the run, where it runs, and a beat count
+/// that changes at each refresh.
+fn lock_body(run: &str, beat: u64) -> String {
+    serde_json::json!({
+        "run": run,
+        "pid": std::process::id(),
+        "host": hostname(),
+        "tool": "bale",
+        "beat": beat,
+    })
+    .to_string()
+}
+
+struct HeartbeatCtx {
+    store: Store,
+    client: Arc<dyn ObjectStore>,
+    run: String,
+    lost: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    path: ObjPath,
+}
+
+impl HeartbeatCtx {
+    fn run(self) {
+        let mut beat = 0u64;
+        loop {
+            let until = std::time::Instant::now() + LOCK_BEAT;
+            while std::time::Instant::now() < until {
+                if self.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            // Still ours? A run that took over (--force) wrote its own name.
+            let owner = self
+                .store
+                .object(LOCK_NAME)
+                .and_then(|o| o.get_sized(0, 1 << 20, "lock"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|v| v.get("run").and_then(|r| r.as_str()).map(str::to_owned));
+            if owner.as_deref().is_some_and(|o| o != self.run) {
+                self.lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            beat += 1;
+            let body = lock_body(&self.run, beat);
+            let (client, path) = (Arc::clone(&self.client), self.path.clone());
+            // A failed refresh is retried at the next beat.
+            let _ =
+                runtime::block_on(async move { client.put(&path, PutPayload::from(body)).await });
+        }
     }
 }
 
