@@ -17,7 +17,7 @@
 //! in memory.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -94,7 +94,7 @@ pub struct RemoteOutput {
     tx: Option<SyncSender<String>>,
     workers: Vec<JoinHandle<()>>,
     error: Arc<Mutex<Option<StorageError>>>,
-    uploaded: Arc<Mutex<u64>>,
+    uploaded: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 }
 
@@ -141,7 +141,7 @@ impl RemoteOutput {
         bale_format::atomic::mark_scratch(spool.path());
         let (tx, rx) = sync_channel::<String>(QUEUE);
         let error = Arc::new(Mutex::new(None));
-        let uploaded = Arc::new(Mutex::new(0u64));
+        let uploaded = Arc::new(AtomicU64::new(0));
         let rx = Arc::new(Mutex::new(rx));
         let mut workers = Vec::new();
         for i in 0..UPLOADERS {
@@ -222,7 +222,7 @@ impl RemoteOutput {
             let n = self
                 .publisher
                 .upload_file(&self.dir.join(name), name, &self.stop)?;
-            *self.uploaded.lock().unwrap_or_else(|p| p.into_inner()) += n;
+            self.uploaded.fetch_add(n, Ordering::Relaxed);
         }
         if self.stop.load(Ordering::Relaxed) {
             return Err(StorageError::Cancelled.into());
@@ -232,8 +232,7 @@ impl RemoteOutput {
             std::fs::read(&manifest_path).map_err(|e| PackError::io(&manifest_path, e))?;
         let n = manifest.len() as u64;
         self.publisher.commit(manifest.into())?;
-        let total = *self.uploaded.lock().unwrap_or_else(|p| p.into_inner()) + n;
-        Ok(total)
+        Ok(self.uploaded.load(Ordering::Relaxed) + n)
     }
 
     /// Undoes the run in the bucket now.
@@ -268,7 +267,7 @@ fn upload_loop(
     dir: &Path,
     cancel: &AtomicBool,
     error: &Mutex<Option<StorageError>>,
-    uploaded: &Mutex<u64>,
+    uploaded: &AtomicU64,
 ) {
     loop {
         let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
@@ -278,7 +277,7 @@ fn upload_loop(
         let local = dir.join(&name);
         match publisher.upload_file(&local, &name, cancel) {
             Ok(n) => {
-                *uploaded.lock().unwrap_or_else(|p| p.into_inner()) += n;
+                uploaded.fetch_add(n, Ordering::Relaxed);
                 // The bucket holds it now: the spool's copy can go.
                 let _ = std::fs::remove_file(&local);
             }

@@ -112,8 +112,8 @@ struct Marker {
 struct Written {
     /// Names this run created (objects and markers), in order.
     names: Vec<String>,
-    /// Open multipart uploads: (name, upload id, marker name).
-    open: Vec<(String, String, String)>,
+    /// Open multipart uploads: (name, upload id).
+    open: Vec<(String, String)>,
 }
 
 /// A run writing a dataset under a prefix in object storage; see the module docs.
@@ -127,7 +127,6 @@ pub struct Publisher {
     markers: AtomicU64,
     written: Mutex<Written>,
     committed: AtomicBool,
-    cleared: Vec<String>,
     /// Whether this run holds the lock object (a store without conditional
     /// PUTs has none).
     locked: AtomicBool,
@@ -206,7 +205,6 @@ impl Publisher {
             markers: AtomicU64::new(0),
             written: Mutex::new(Written::default()),
             committed: AtomicBool::new(false),
-            cleared: Vec::new(),
             locked: AtomicBool::new(false),
             lost: Arc::new(AtomicBool::new(false)),
             heartbeat: Mutex::new(None),
@@ -216,12 +214,9 @@ impl Publisher {
             Some(names) => p.check_and_clear_names(names),
             None => p.check_and_clear(),
         };
-        match checked {
-            Ok(cleared) => p.cleared = cleared,
-            Err(e) => {
-                let _ = p.abort();
-                return Err(e);
-            }
+        if let Err(e) = checked {
+            let _ = p.abort();
+            return Err(e);
         }
         Ok(p)
     }
@@ -231,13 +226,16 @@ impl Publisher {
         self.store.url()
     }
 
-    /// What `force` removed when the run started (names under the prefix).
-    pub fn cleared(&self) -> &[String] {
-        &self.cleared
-    }
-
     fn path(&self, name: &str) -> Result<ObjPath> {
         Ok(self.store.object(name)?.obj_path().clone())
+    }
+
+    /// Records `name` as written by this run (to delete if it is undone).
+    fn record(&self, name: &str) {
+        let mut w = lock(&self.written);
+        if !w.names.iter().any(|n| n == name) {
+            w.names.push(name.to_owned());
+        }
     }
 
     fn url_of(&self, name: &str) -> String {
@@ -284,12 +282,7 @@ impl Publisher {
             Err(object_store::Error::NotImplemented { .. }) => return Ok(()),
             Err(e) => return Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
         }
-        {
-            let mut w = lock(&self.written);
-            if !w.names.iter().any(|n| n == LOCK_NAME) {
-                w.names.push(LOCK_NAME.to_owned());
-            }
-        }
+        self.record(LOCK_NAME);
         self.locked.store(true, Ordering::SeqCst);
         self.start_heartbeat()?;
         Ok(())
@@ -306,12 +299,7 @@ impl Publisher {
 
     /// Whether the lock object still names this run.
     fn owns_lock(&self) -> Result<bool> {
-        let Some(bytes) = self.get_lock()? else {
-            return Ok(false);
-        };
-        let owner = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v.get("run").and_then(|r| r.as_str()).map(str::to_owned));
+        let owner = self.get_lock()?.as_deref().and_then(lock_owner);
         Ok(owner.as_deref() == Some(self.run.as_str()))
     }
 
@@ -383,7 +371,7 @@ impl Publisher {
         listed.map_err(|e| from_object_store(self.store.url(), None, e))
     }
 
-    fn check_and_clear(&self) -> Result<Vec<String>> {
+    fn check_and_clear(&self) -> Result<()> {
         let mut names: Vec<String> = self
             .list()?
             .into_iter()
@@ -391,7 +379,7 @@ impl Publisher {
             .collect();
         names.sort();
         if names.is_empty() {
-            return Ok(names);
+            return Ok(());
         }
         if !self.opts.force {
             let what = if names.iter().any(|n| n == MANIFEST) {
@@ -412,25 +400,14 @@ impl Publisher {
             });
         }
         // The manifest first: from then on the prefix is not a dataset.
-        let mut cleared = Vec::new();
         if names.iter().any(|n| n == MANIFEST) {
             self.delete(MANIFEST)?;
-            cleared.push(MANIFEST.to_owned());
         }
         // Uploads a killed run left open (S3 lists them; elsewhere the
         // markers below name them).
-        if let Some(lister) = self.lister.clone() {
-            let prefix = format!("{}/", self.store.prefix().as_ref());
-            let prefix = prefix.trim_start_matches('/').to_owned();
-            let p2 = prefix.clone();
-            for u in runtime::block_on(async move { lister.list(&p2).await })?? {
-                let Some(name) = u.key.strip_prefix(&prefix) else {
-                    continue;
-                };
-                if !name.contains('/') && bale_format::is_bale_file_name(name) {
-                    self.abort_upload(name, &u.id)?;
-                    cleared.push(format!("{name} (an open upload)"));
-                }
+        for (name, id) in self.open_uploads()? {
+            if !name.contains('/') && bale_format::is_bale_file_name(&name) {
+                self.abort_upload(&name, &id)?;
             }
         }
         for n in names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)) {
@@ -441,7 +418,6 @@ impl Publisher {
                 self.abort_upload(&m.name, &m.upload_id)?;
             }
             self.delete(n)?;
-            cleared.push(n.clone());
         }
         for n in &names {
             if n == MANIFEST || n.starts_with(UPLOAD_MARKER) || n.contains('/') {
@@ -449,13 +425,12 @@ impl Publisher {
             }
             if bale_format::is_bale_file_name(n) {
                 self.delete(n)?;
-                cleared.push(n.clone());
             }
         }
-        Ok(cleared)
+        Ok(())
     }
 
-    fn check_and_clear_names(&self, names: &[String]) -> Result<Vec<String>> {
+    fn check_and_clear_names(&self, names: &[String]) -> Result<()> {
         let listed: std::collections::HashSet<String> = self.list()?.into_iter().collect();
         let mut present: Vec<&String> = names.iter().filter(|n| listed.contains(*n)).collect();
         if let Some(first) = present.first()
@@ -468,26 +443,34 @@ impl Publisher {
         }
         // The manifest first.
         present.sort_by_key(|n| n.as_str() != MANIFEST);
-        let mut cleared = Vec::new();
         for n in present {
             self.delete(n)?;
-            cleared.push(n.clone());
         }
-        if self.opts.force
-            && let Some(lister) = self.lister.clone()
-        {
-            let prefix = format!("{}/", self.store.prefix().as_ref());
-            let prefix = prefix.trim_start_matches('/').to_owned();
-            let p2 = prefix.clone();
-            for u in runtime::block_on(async move { lister.list(&p2).await })?? {
-                if let Some(name) = u.key.strip_prefix(&prefix)
-                    && names.iter().any(|n| n == name)
-                {
-                    self.abort_upload(name, &u.id)?;
+        if self.opts.force {
+            for (name, id) in self.open_uploads()? {
+                if names.contains(&name) {
+                    self.abort_upload(&name, &id)?;
                 }
             }
         }
-        Ok(cleared)
+        Ok(())
+    }
+
+    /// The open multipart uploads under the prefix, as (name relative to
+    /// it, upload id); empty where the store cannot list them (only S3 can).
+    fn open_uploads(&self) -> Result<Vec<(String, String)>> {
+        let Some(lister) = self.lister.clone() else {
+            return Ok(Vec::new());
+        };
+        let prefix = format!("{}/", self.store.prefix().as_ref())
+            .trim_start_matches('/')
+            .to_owned();
+        let p2 = prefix.clone();
+        let open = runtime::block_on(async move { lister.list(&p2).await })??;
+        Ok(open
+            .into_iter()
+            .filter_map(|u| Some((u.key.strip_prefix(&prefix)?.to_owned(), u.id)))
+            .collect())
     }
 
     fn get(&self, name: &str) -> Result<Bytes> {
@@ -526,12 +509,7 @@ impl Publisher {
             self.check_not_lost()?;
         }
         let path = self.path(name)?;
-        {
-            let mut w = lock(&self.written);
-            if !w.names.iter().any(|n| n == name) {
-                w.names.push(name.to_owned());
-            }
-        }
+        self.record(name);
         let client = Arc::clone(&self.client);
         let payload = PutPayload::from(bytes);
         match runtime::block_on(async move {
@@ -590,9 +568,7 @@ impl Publisher {
             self.run,
             self.markers.fetch_add(1, Ordering::Relaxed)
         );
-        lock(&self.written)
-            .open
-            .push((name.to_owned(), id.clone(), marker.clone()));
+        lock(&self.written).open.push((name.to_owned(), id.clone()));
         let record = serde_json::to_vec(&Marker {
             name: name.to_owned(),
             upload_id: id.clone(),
@@ -604,13 +580,8 @@ impl Publisher {
         let (p2, id2) = (path.clone(), id.clone());
         runtime::block_on(async move { mp.complete_multipart(&p2, &id2, parts).await })?
             .map_err(|e| from_object_store(&url, None, e))?;
-        {
-            let mut w = lock(&self.written);
-            w.open.retain(|(_, i, _)| *i != id);
-            if !w.names.iter().any(|n| n == name) {
-                w.names.push(name.to_owned());
-            }
-        }
+        lock(&self.written).open.retain(|(_, i)| *i != id);
+        self.record(name);
         self.delete(&marker)?;
         Ok(len)
     }
@@ -687,12 +658,7 @@ impl Publisher {
         }
         let from = src.object(name)?.obj_path().clone();
         let to = self.path(dst)?;
-        {
-            let mut w = lock(&self.written);
-            if !w.names.iter().any(|n| n == dst) {
-                w.names.push(dst.to_owned());
-            }
-        }
+        self.record(dst);
         let client = Arc::clone(&self.client);
         runtime::block_on(async move { client.copy(&from, &to).await })?.map_err(|e| {
             from_object_store(
@@ -742,7 +708,7 @@ impl Publisher {
         };
         let mut first = None;
         // The upload ids are this run's alone: abort them in any case.
-        for (name, id, _) in &open {
+        for (name, id) in &open {
             if let Err(e) = self.abort_upload(name, id) {
                 first.get_or_insert(e);
             }
@@ -797,6 +763,12 @@ fn lock_body(run: &str, beat: u64) -> String {
     .to_string()
 }
 
+/// The run a lock object names.
+fn lock_owner(bytes: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    Some(v.get("run")?.as_str()?.to_owned())
+}
+
 struct HeartbeatCtx {
     store: Store,
     client: Arc<dyn ObjectStore>,
@@ -823,8 +795,7 @@ impl HeartbeatCtx {
                 .object(LOCK_NAME)
                 .and_then(|o| o.get_sized(0, 1 << 20, "lock"))
                 .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .and_then(|v| v.get("run").and_then(|r| r.as_str()).map(str::to_owned));
+                .and_then(|b| lock_owner(&b));
             if owner.as_deref().is_some_and(|o| o != self.run) {
                 self.lost.store(true, Ordering::SeqCst);
                 return;
