@@ -165,6 +165,26 @@ pub fn zstd_cli() -> PathBuf {
     })
 }
 
+/// The shell commands docs/format.md gives to write a `.tar.zst` shard's
+/// zstd dictionary (its opening skippable frame) to a file, for `zstd -D`.
+pub const ZSTD_DICT_RECIPE: &str =
+    r#"n=$(od -An -tu4 -j4 -N4 "$1"); tail -c +9 "$1" | head -c $n > "$2""#;
+
+/// Runs [`ZSTD_DICT_RECIPE`] with `sh`: `shard`'s dictionary into `dict`.
+pub fn extract_zstd_dict(shard: &Path, dict: &Path) {
+    let out = std::process::Command::new("sh")
+        .args(["-c", ZSTD_DICT_RECIPE, "sh"])
+        .arg(shard)
+        .arg(dict)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Finds an executable file named `name` in a directory of PATH.
 fn which(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;

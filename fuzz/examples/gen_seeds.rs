@@ -76,6 +76,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (tar, index) = shard(samples, c);
             let tag = c.as_str();
             fs::write(index_dir.join(format!("{name}-{tag}.idx")), &index)?;
+            if c == Compression::Zstd {
+                // As the index file is stored: one zstd frame around it.
+                let stored = bale_format::index_file_bytes(&index);
+                fs::write(index_dir.join(format!("{name}-{tag}-stored.idx")), &stored)?;
+            }
             if c == Compression::None {
                 // The tar target reads its first byte as a read-size seed.
                 let mut input = vec![0u8];

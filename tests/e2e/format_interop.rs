@@ -16,7 +16,7 @@ use bale_format::{
     Compression, Member, SampleStream, ShardEntry, ShardFileWriter, ShardIndex, index_file_name,
     shard_file_name,
 };
-use bale_tests::{gnu_tar, run_python, zstd_cli};
+use bale_tests::{extract_zstd_dict, gnu_tar, run_python, zstd_cli};
 
 /// A sample as written: key and `(ext, data)` members.
 type Sample = (String, Vec<(String, Vec<u8>)>);
@@ -204,18 +204,35 @@ fn zstd_cli_decompresses_to_the_plain_tar_frame_by_frame() {
     let (plain, _) = write_shard(&plain_dir, Compression::None, &samples);
     let (zst, entry) = write_shard(&zst_dir, Compression::Zstd, &samples);
     let plain = fs::read(plain).unwrap();
+    // The dictionary, written to a file the way docs/format.md says.
+    let dict = dir.path().join("dict");
+    extract_zstd_dict(&zst, &dict);
+    let index = ShardIndex::open(zst_dir.join(&entry.index)).unwrap();
+    assert_eq!(fs::read(&dict).unwrap(), index.zstd_dict());
+    assert!(!index.zstd_dict().is_empty());
+    // `zstd -D dict -q <flag> <file>`.
+    let with_dict = |flag: &str, file: &Path| -> Command {
+        let mut c = Command::new(zstd_cli());
+        c.arg("-D").arg(&dict).args(["-q", flag]).arg(file);
+        c
+    };
 
-    run_clean(Command::new(zstd_cli()).args(["-q", "-t"]).arg(&zst));
-    let decoded = run_clean(Command::new(zstd_cli()).args(["-q", "-d", "-c"]).arg(&zst));
+    run_clean(&mut with_dict("-t", &zst));
+    let decoded = run_clean(&mut with_dict("-dc", &zst));
     assert!(
         decoded == plain,
-        "zstd -d of the .tar.zst differs from the plain tar"
+        "zstd -D dict -d of the .tar.zst differs from the plain tar"
     );
-
-    // zstd -d | tar t lists our names.
-    let mut unzstd = Command::new(zstd_cli())
+    // Without the dictionary, zstd refuses the frames rather than decoding them wrong.
+    let bare = Command::new(zstd_cli())
         .args(["-q", "-d", "-c"])
         .arg(&zst)
+        .output()
+        .unwrap();
+    assert!(!bare.status.success() && bare.stdout.len() < plain.len());
+
+    // zstd -d | tar t lists our names.
+    let mut unzstd = with_dict("-dc", &zst)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -239,8 +256,8 @@ fn zstd_cli_decompresses_to_the_plain_tar_frame_by_frame() {
     assert_eq!(names, want);
 
     // Each sample's frame, cut out at the index's file_offset/file_len, is a
-    // complete zstd stream on its own that decodes to the sample's tar bytes.
-    let index = ShardIndex::open(zst_dir.join(&entry.index)).unwrap();
+    // complete zstd stream on its own that decodes (with the shard's
+    // dictionary) to the sample's tar bytes.
     assert_eq!(index.len(), samples.len());
     let bytes = fs::read(&zst).unwrap();
     let mut end = 0;
@@ -252,11 +269,7 @@ fn zstd_cli_decompresses_to_the_plain_tar_frame_by_frame() {
             &bytes[e.file_offset as usize..(e.file_offset + e.file_len) as usize],
         )
         .unwrap();
-        let got = run_clean(
-            Command::new(zstd_cli())
-                .args(["-q", "-d", "-c"])
-                .arg(&slice),
-        );
+        let got = run_clean(&mut with_dict("-dc", &slice));
         let want = &plain[e.tar_offset as usize..(e.tar_offset + e.tar_len) as usize];
         assert!(got == want, "frame of sample {i} ({})", index.key(i));
         end = e.file_offset + e.file_len;
@@ -264,11 +277,7 @@ fn zstd_cli_decompresses_to_the_plain_tar_frame_by_frame() {
     // What follows the last sample is one more frame: the end-of-archive blocks.
     let slice = zst_dir.join("frame-end.zst");
     fs::write(&slice, &bytes[end as usize..]).unwrap();
-    let got = run_clean(
-        Command::new(zstd_cli())
-            .args(["-q", "-d", "-c"])
-            .arg(&slice),
-    );
+    let got = run_clean(&mut with_dict("-dc", &slice));
     assert_eq!(got, vec![0u8; 1024]);
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bale_format::Manifest;
 use bale_tests::{assert_success as ok, describe as text, run_bale as bale};
-use bale_tests::{bale_bin, gnu_tar, zstd_cli};
+use bale_tests::{bale_bin, extract_zstd_dict, gnu_tar, zstd_cli};
 
 use crate::common::samples;
 
@@ -115,7 +115,11 @@ fn zstd_shards_decompress_with_the_zstd_cli_into_a_tar() {
         &[&out, &input],
     ));
     let shard = out.join("shard-000000.tar.zst");
+    let dict = t.path().join("dict");
+    extract_zstd_dict(&shard, &dict);
     let d = Command::new(zstd_cli())
+        .arg("-D")
+        .arg(&dict)
         .arg("-dc")
         .arg(&shard)
         .output()

@@ -16,7 +16,8 @@
 //!    run a fresh `bale`), then `cargo test --workspace --all-features`;
 //! 7. `cargo check` of `fuzz/`, if it exists;
 //! 8. `cargo package` of bale-format, bale-storage, bale-image, bale-reader and bale-pack (each
-//!    verified by building it from its packaged sources, against the others);
+//!    verified by building it from its packaged sources, against the others; what an
+//!    earlier run unpacked and built of them is removed first, see `clear_unpacked_packages`);
 //! 9. examples/rust-loader, a crate of its own that depends on bale-reader as an
 //!    outside loader would: built, and run over a dataset packed here;
 //! 10. the abi3 wheel: `maturin build --release` into `target/wheels`, installed (with
@@ -178,6 +179,7 @@ impl Ci {
             "package",
             "cargo package -p bale-format -p bale-storage -p bale-image -p bale-reader -p bale-pack",
             |ci| {
+                clear_unpacked_packages(&ci.target())?;
                 let mut cmd = ci.cargo();
                 cmd.args(["package", "--allow-dirty"]);
                 for p in PACKAGES {
@@ -293,6 +295,65 @@ impl Ci {
         }
         cmd
     }
+}
+
+/// Removes what earlier `cargo package` runs unpacked and built of our own
+/// crates.
+///
+/// `cargo package -p A -p B` verifies B against A through a temporary local
+/// registry (`target/package/tmp-registry`): it unpacks A's `.crate` into
+/// `$CARGO_HOME/registry/src/-<hash of that path>/A-<version>` and builds it
+/// in `target/debug` as a registry crate. Cargo takes a registry crate of a
+/// given version to be immutable: it never unpacks it again once that
+/// directory exists, nor rebuilds it while its fingerprint is there. So a
+/// checkout packaged twice at the same path with the same version number
+/// verifies B against the first run's A, a stale A that misses whatever it
+/// gained since. Only directories of local registries (named `-<hash>`),
+/// and only our crates' names, are touched; crates.io's stay.
+fn clear_unpacked_packages(target: &Path) -> Result<()> {
+    for p in PACKAGES {
+        clear_named(&target.join("debug/.fingerprint"), p)?;
+    }
+    let home = match std::env::var_os("CARGO_HOME") {
+        Some(h) => PathBuf::from(h),
+        None => match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(".cargo"),
+            None => return Ok(()),
+        },
+    };
+    let src = home.join("registry/src");
+    let Ok(registries) = fs::read_dir(&src) else {
+        return Ok(());
+    };
+    for registry in registries {
+        let registry = registry?;
+        if registry.file_name().to_string_lossy().starts_with('-') {
+            for p in PACKAGES {
+                clear_named(&registry.path(), p)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the directories `<package>-<version or hash>` in `dir`.
+fn clear_named(dir: &Path, package: &str) -> Result<()> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = name
+            .strip_prefix(package)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_hexdigit()));
+        if ours && entry.file_type()?.is_dir() {
+            fs::remove_dir_all(entry.path())
+                .with_context(|| format!("removing {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Installs the wheel the wheel step built into the test venv (instead of

@@ -6,18 +6,19 @@
 //! | --- | --- | --- |
 //! | 0 | 8 | magic `BALEIDX\0` |
 //! | 8 | 2 | major version (1) |
-//! | 10 | 2 | minor version (0; 1 when bit 2 is set) |
-//! | 12 | 4 | flags: bit 0 zstd shard, bit 1 checksums present, bit 2 scattered members, bit 3 HDF5 shard |
+//! | 10 | 2 | minor version (0; 1 when bit 2 is set; 2 when bit 4 is set) |
+//! | 12 | 4 | flags: bit 0 zstd shard, bit 1 checksums present, bit 2 scattered members, bit 3 HDF5 shard, bit 4 zstd dictionary |
 //! | 16 | 8 | sample count S |
 //! | 24 | 8 | member count M |
 //! | 32 | 8 | string table length L |
 //! | 40 | 8 | shard file length |
 //! | 48 | 8 | uncompressed tar length |
-//! | 56 | 8 | reserved, 0 |
+//! | 56 | 8 | dictionary length D (0 unless bit 4 is set) |
 //! | 64 | 48 S | sample records |
 //! | | 32 M | member records |
 //! | | 16 S | key lookup table, sorted |
 //! | | L | string table (keys and extensions, UTF-8) |
+//! | | D | the shard's zstd dictionary (index 1.2; also at the shard's start) |
 //! | | 8 | xxh3-64 of every byte before it |
 
 use std::collections::HashMap;
@@ -50,7 +51,94 @@ pub(crate) const FLAG_CHECKSUMS: u32 = 2;
 pub(crate) const FLAG_SCATTERED: u32 = 4;
 /// Flag (index 1.1): the shard is an HDF5 file (docs/format.md); requires [`FLAG_SCATTERED`].
 pub(crate) const FLAG_H5: u32 = 8;
-const KNOWN_FLAGS: u32 = FLAG_ZSTD | FLAG_CHECKSUMS | FLAG_SCATTERED | FLAG_H5;
+/// Flag (index 1.2): the `.tar.zst` shard's frames are compressed with a
+/// raw-content zstd dictionary: the first bytes of its tar stream (see
+/// [`ZSTD_DICT_MAX`]). The dictionary is stored twice: in the shard, as a
+/// skippable frame at offset 0 (so the shard stands alone), and at the end of
+/// the index (so a reader needs no extra read).
+pub(crate) const FLAG_ZDICT: u32 = 16;
+/// Minor version written when [`FLAG_ZDICT`] is set (index layout 1.2).
+pub(crate) const INDEX_MINOR_DICT: u16 = 2;
+const KNOWN_FLAGS: u32 = FLAG_ZSTD | FLAG_CHECKSUMS | FLAG_SCATTERED | FLAG_H5 | FLAG_ZDICT;
+/// The most bytes of a shard's tar stream used as its zstd dictionary.
+pub const ZSTD_DICT_MAX: usize = 16 << 10;
+/// The fewest: a shard whose dictionary would be shorter has none.
+pub const ZSTD_DICT_MIN: usize = 512;
+/// Magic of the skippable frame holding a shard's zstd dictionary at offset 0
+/// (zstd's skippable range is `0x184D2A50..=0x184D2A5F`).
+pub const ZSTD_DICT_FRAME_MAGIC: u32 = 0x184D_2A5B;
+/// Magic that starts a structured (trained) zstd dictionary: a raw-content
+/// dictionary must not start with it, or zstd would parse it as one.
+const ZSTD_STRUCTURED_DICT_MAGIC: [u8; 4] = 0xEC30_A437u32.to_le_bytes();
+
+/// The four bytes that open a zstd frame. An index file that starts with
+/// them holds its index compressed, as one frame (see [`index_file_bytes`]).
+const ZSTD_FRAME_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+/// A compressed index may decompress to at most this many times its
+/// compressed size (plus 64 KiB): real indexes compress 3-10x; a frame that
+/// claims more is refused before anything is allocated.
+const MAX_INDEX_RATIO: u64 = 256;
+
+/// The bytes an index is stored as in its file: for a `.tar.zst` shard's
+/// index (flag bit 0), one zstd frame (level 3, content size recorded), a
+/// third of the size for small samples; other indexes as they are, so that
+/// they are mapped, not decompressed.
+pub fn index_file_bytes(index: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let zstd = index.len() >= HEADER_LEN && u32_at(index, 12) & FLAG_ZSTD != 0;
+    if zstd && let Ok(z) = zstd::bulk::compress(index, 3) {
+        return std::borrow::Cow::Owned(z);
+    }
+    std::borrow::Cow::Borrowed(index)
+}
+
+/// Whether `bytes` start like a compressed index.
+fn is_compressed_index(bytes: &[u8]) -> bool {
+    bytes.len() >= 4 && bytes[..4] == ZSTD_FRAME_MAGIC
+}
+
+/// Decompresses a compressed index: exactly one zstd frame that records its
+/// content size, within [`MAX_INDEX_RATIO`].
+fn inflate_index(bytes: &[u8], path: &Path) -> Result<Vec<u8>> {
+    let bad = |what: String| FormatError::corrupt(path, 0, what);
+    let size = match zstd::zstd_safe::get_frame_content_size(bytes) {
+        Ok(Some(n)) => n,
+        Ok(None) => {
+            return Err(bad(
+                "compressed index: its zstd frame does not record its size".into(),
+            ));
+        }
+        Err(_) => return Err(bad("compressed index: bad zstd frame header".into())),
+    };
+    let most = (bytes.len() as u64)
+        .saturating_mul(MAX_INDEX_RATIO)
+        .saturating_add(64 << 10);
+    if size > most {
+        return Err(bad(format!(
+            "compressed index: its zstd frame claims {size} bytes, more than {MAX_INDEX_RATIO}x its {} bytes",
+            bytes.len()
+        )));
+    }
+    match zstd::zstd_safe::find_frame_compressed_size(bytes) {
+        Ok(n) if n == bytes.len() => {}
+        _ => {
+            return Err(bad("compressed index: not exactly one zstd frame".into()));
+        }
+    }
+    let out = zstd::bulk::decompress(bytes, size as usize)
+        .map_err(|e| bad(format!("compressed index: bad zstd frame: {e}")))?;
+    if out.len() as u64 != size {
+        return Err(bad(format!(
+            "compressed index: decompresses to {} bytes, its frame says {size}",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// Whether `dict` can serve as a shard's raw-content zstd dictionary.
+pub fn zstd_dict_ok(dict: &[u8]) -> bool {
+    (ZSTD_DICT_MIN..=ZSTD_DICT_MAX).contains(&dict.len()) && dict[..4] != ZSTD_STRUCTURED_DICT_MAGIC
+}
 
 const HEADER_LEN: usize = 64;
 const SAMPLE_LEN: usize = 48;
@@ -170,6 +258,7 @@ pub struct IndexBuilder {
     strings: Vec<u8>,
     exts: HashMap<String, (u32, u32)>,
     flags: u32,
+    dict: Vec<u8>,
 }
 
 impl IndexBuilder {
@@ -205,6 +294,16 @@ impl IndexBuilder {
             self.flags |= FLAG_SCATTERED;
         }
         self
+    }
+
+    /// Records the `.tar.zst` shard's zstd dictionary (index layout 1.2,
+    /// flag bit 4); see [`ZSTD_DICT_MAX`]. Ignored for other shards and for a
+    /// dictionary [`zstd_dict_ok`] refuses.
+    pub fn set_zstd_dict(&mut self, dict: &[u8]) {
+        if self.flags & FLAG_ZSTD != 0 && zstd_dict_ok(dict) {
+            self.flags |= FLAG_ZDICT;
+            self.dict = dict.to_vec();
+        }
     }
 
     /// Whether the index is scattered (see [`IndexBuilder::scattered`]).
@@ -286,12 +385,15 @@ impl IndexBuilder {
             + MEMBER_LEN * m
             + LOOKUP_LEN * s
             + self.strings.len()
+            + self.dict.len()
             + FOOTER_LEN;
         let mut out = Vec::with_capacity(total);
         out.extend_from_slice(&INDEX_MAGIC);
         out.extend_from_slice(&INDEX_MAJOR.to_le_bytes());
         let minor = if self.flags & FLAG_SCATTERED != 0 {
             INDEX_MINOR_SCATTERED
+        } else if self.flags & FLAG_ZDICT != 0 {
+            INDEX_MINOR_DICT
         } else {
             INDEX_MINOR
         };
@@ -303,7 +405,7 @@ impl IndexBuilder {
             self.strings.len() as u64,
             shard_len,
             tar_len,
-            0,
+            self.dict.len() as u64,
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -337,6 +439,7 @@ impl IndexBuilder {
             out.extend_from_slice(&i.to_le_bytes());
         }
         out.extend_from_slice(&self.strings);
+        out.extend_from_slice(&self.dict);
         let sum = xxh3_64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         debug_assert_eq!(out.len(), total);
@@ -376,6 +479,10 @@ pub struct ShardIndex {
     members_at: usize,
     lookup_at: usize,
     strings_at: usize,
+    dict_at: usize,
+    dict_len: usize,
+    /// Bytes of the index as stored (compressed or not).
+    stored_len: u64,
     checksum: u64,
 }
 
@@ -413,7 +520,10 @@ impl ShardIndex {
 
     /// Maps (or, when small, reads) an opened index file of `len` bytes and validates it.
     fn open_file(mut file: File, len: u64, path: &Path) -> Result<Self> {
-        if len < (HEADER_LEN + FOOTER_LEN) as u64 {
+        let mut magic = [0u8; 4];
+        let compressed = std::os::unix::fs::FileExt::read_exact_at(&file, &mut magic, 0).is_ok()
+            && is_compressed_index(&magic);
+        if compressed || len < (HEADER_LEN + FOOTER_LEN) as u64 {
             // Small files: read them (mapping an empty file fails on some systems).
             let mut bytes = Vec::new();
             (&mut file)
@@ -446,6 +556,35 @@ impl ShardIndex {
         if crate::read_at::is_url(path) {
             return Self::open_url(path, Some((samples, members)));
         }
+        let index = Self::open_expecting_file(path, samples, members)?;
+        // A compressed index's header is checked once decompressed.
+        index.check_counts(samples, members)?;
+        Ok(index)
+    }
+
+    /// The counts `samples` and `members` of the manifest, against this index's.
+    fn check_counts(&self, samples: u64, members: u64) -> Result<()> {
+        let mismatch = |what: String| {
+            Err(FormatError::IndexMismatch {
+                path: self.path.clone(),
+                what,
+            })
+        };
+        let (s, m) = (self.samples as u64, self.members as u64);
+        if s != samples {
+            return mismatch(format!(
+                "the index holds {s} samples, the manifest records {samples}"
+            ));
+        }
+        if m != members {
+            return mismatch(format!(
+                "the index holds {m} members, the manifest records {members}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn open_expecting_file(path: &Path, samples: u64, members: u64) -> Result<Self> {
         let file = crate::files::open_regular(path)?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
         let mut head = [0u8; HEADER_LEN];
@@ -487,6 +626,7 @@ impl ShardIndex {
             src.read_exact_at(&mut head, 0).map_err(io)?;
             if head[..8] == INDEX_MAGIC {
                 let (s, m, strings) = (u64_at(&head, 16), u64_at(&head, 24), u64_at(&head, 32));
+                let dict = u64_at(&head, 56);
                 if let Some((samples, members)) = expect {
                     let mismatch = |what: String| {
                         Err(FormatError::IndexMismatch {
@@ -509,6 +649,7 @@ impl ShardIndex {
                     .checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)
                     .and_then(|a| a.checked_add(m.checked_mul(MEMBER_LEN as u64)?))
                     .and_then(|a| a.checked_add(strings))
+                    .and_then(|a| a.checked_add(dict))
                     .and_then(|a| a.checked_add((HEADER_LEN + FOOTER_LEN) as u64));
                 if expected != Some(len) {
                     return Err(FormatError::corrupt(
@@ -521,7 +662,11 @@ impl ShardIndex {
         }
         let mut bytes = vec![0u8; len.min(u64::from(u32::MAX) * 4) as usize];
         src.read_exact_at(&mut bytes, 0).map_err(io)?;
-        Self::from_bytes(bytes, path)
+        let index = Self::from_bytes(bytes, path)?;
+        if let Some((samples, members)) = expect {
+            index.check_counts(samples, members)?;
+        }
+        Ok(index)
     }
 
     /// Validates an index held in memory; `path` names it in errors.
@@ -529,7 +674,14 @@ impl ShardIndex {
     /// # Errors
     /// Every structural problem, naming `path` and the offset.
     pub fn from_bytes(bytes: Vec<u8>, path: impl Into<PathBuf>) -> Result<Self> {
-        Self::validate(Bytes::Owned(bytes), path.into())
+        let path = path.into();
+        if is_compressed_index(&bytes) {
+            let inflated = inflate_index(&bytes, &path)?;
+            let mut index = Self::validate(Bytes::Owned(inflated), path)?;
+            index.stored_len = bytes.len() as u64;
+            return Ok(index);
+        }
+        Self::validate(Bytes::Owned(bytes), path)
     }
 
     fn validate(bytes: Bytes, path: PathBuf) -> Result<Self> {
@@ -571,9 +723,10 @@ impl ShardIndex {
         }
         let scattered = flags & FLAG_SCATTERED != 0;
         let bad_combination = if scattered {
-            flags & FLAG_ZSTD != 0 || minor < INDEX_MINOR_SCATTERED
+            flags & (FLAG_ZSTD | FLAG_ZDICT) != 0 || minor < INDEX_MINOR_SCATTERED
         } else {
             flags & FLAG_H5 != 0
+                || (flags & FLAG_ZDICT != 0 && (flags & FLAG_ZSTD == 0 || minor < INDEX_MINOR_DICT))
         };
         if bad_combination {
             return Err(FormatError::corrupt(
@@ -589,11 +742,27 @@ impl ShardIndex {
         let strings = u64_at(b, 32);
         let shard_len = u64_at(b, 40);
         let tar_len = u64_at(b, 48);
+        let dict = u64_at(b, 56);
+        let dict_ok = if flags & FLAG_ZDICT != 0 {
+            (ZSTD_DICT_MIN as u64..=ZSTD_DICT_MAX as u64).contains(&dict)
+        } else {
+            dict == 0
+        };
+        if !dict_ok {
+            return Err(FormatError::corrupt(
+                path,
+                56,
+                format!(
+                    "dictionary length {dict} is not valid with flags {flags:#x} (a zstd dictionary holds {ZSTD_DICT_MIN} to {ZSTD_DICT_MAX} bytes)"
+                ),
+            ));
+        }
         let expected = (|| {
             let s = samples.checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)?;
             let m = members.checked_mul(MEMBER_LEN as u64)?;
             s.checked_add(m)?
                 .checked_add(strings)?
+                .checked_add(dict)?
                 .checked_add((HEADER_LEN + FOOTER_LEN) as u64)
         })();
         if samples > u64::from(u32::MAX)
@@ -639,7 +808,19 @@ impl ShardIndex {
         let members_at = HEADER_LEN + SAMPLE_LEN * samples;
         let lookup_at = members_at + MEMBER_LEN * members;
         let strings_at = lookup_at + LOOKUP_LEN * samples;
+        let dict_at = strings_at + strings;
+        let dict_len = dict as usize;
+        if dict_len > 0 && !zstd_dict_ok(&b[dict_at..dict_at + dict_len]) {
+            return Err(FormatError::corrupt(
+                path,
+                dict_at as u64,
+                "the zstd dictionary starts with the magic of a structured dictionary",
+            ));
+        }
         let index = ShardIndex {
+            stored_len: len,
+            dict_at,
+            dict_len,
             checksum: stored,
             bytes,
             path,
@@ -876,6 +1057,19 @@ impl ShardIndex {
         }
     }
 
+    /// Bytes of the index as stored in its file: less than
+    /// [`ShardIndex::as_bytes`]'s length when compressed (a `.tar.zst`
+    /// shard's index, see [`index_file_bytes`]).
+    pub fn stored_len(&self) -> u64 {
+        self.stored_len
+    }
+
+    /// The shard's zstd dictionary (index 1.2), empty when it has none: pass
+    /// it to [`crate::read::decompress_frame`] with every frame of the shard.
+    pub fn zstd_dict(&self) -> &[u8] {
+        &self.bytes[self.dict_at..self.dict_at + self.dict_len]
+    }
+
     /// Whether member checksums were recorded.
     pub fn has_checksums(&self) -> bool {
         self.flags & FLAG_CHECKSUMS != 0
@@ -1101,6 +1295,114 @@ mod tests {
         bytes
     }
 
+    /// A `.tar.zst` index with a dictionary of `dict` bytes.
+    fn dict_index(dict: &[u8]) -> Vec<u8> {
+        let mut b = IndexBuilder::new(Compression::Zstd);
+        b.set_zstd_dict(dict);
+        let at = 8 + dict.len() as u64;
+        b.push_sample("a/0", at, 100, 0, 1024, &[("cls", 512, 1, 1)]);
+        b.to_bytes(at + 100 + 20, 2048)
+    }
+
+    #[test]
+    fn zstd_indexes_are_stored_compressed_and_checked() {
+        let dict: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let raw = dict_index(&dict);
+        let stored = index_file_bytes(&raw).into_owned();
+        assert_eq!(
+            &stored[..4],
+            &ZSTD_FRAME_MAGIC,
+            "a .tar.zst index is compressed"
+        );
+        assert!(stored.len() < raw.len());
+        // A plain tar's index is stored as it is (and mapped when opened).
+        assert_eq!(&*index_file_bytes(&sample_index()), &sample_index()[..]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("z.idx");
+        std::fs::write(&path, &stored).unwrap();
+        for idx in [
+            ShardIndex::open(&path).unwrap(),
+            ShardIndex::open_expecting(&path, 1, 1).unwrap(),
+            ShardIndex::from_bytes(stored.clone(), "z.idx").unwrap(),
+        ] {
+            assert_eq!(idx.as_bytes(), &raw[..]);
+            assert_eq!(idx.zstd_dict(), &dict[..]);
+            assert_eq!(idx.stored_len(), stored.len() as u64);
+        }
+        let plain = ShardIndex::from_bytes(raw.clone(), "r.idx").unwrap();
+        assert_eq!(plain.stored_len(), raw.len() as u64);
+        // The manifest's counts are checked once decompressed.
+        let e = ShardIndex::open_expecting(&path, 2, 1).unwrap_err();
+        assert!(matches!(e, FormatError::IndexMismatch { .. }), "{e}");
+        let err = |b: Vec<u8>| ShardIndex::from_bytes(b, "z.idx").unwrap_err().to_string();
+        // Cut short; two frames; no recorded size; a size past the ratio bound.
+        let e = err(stored[..stored.len() - 3].to_vec());
+        assert!(e.contains("z.idx") && e.contains("compressed index"), "{e}");
+        let mut two = stored.clone();
+        two.extend_from_slice(&stored);
+        assert!(err(two).contains("not exactly one zstd frame"));
+        let mut enc = zstd::bulk::Compressor::new(3).unwrap();
+        enc.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(false))
+            .unwrap();
+        assert!(err(enc.compress(&raw).unwrap()).contains("does not record its size"));
+        let bomb = zstd::bulk::compress(&vec![0u8; 64 << 20], 19).unwrap();
+        assert!(err(bomb).contains("more than 256x"));
+        // A damaged table inside the frame: the index's own checks refuse it.
+        let mut bad = raw.clone();
+        bad[HEADER_LEN] ^= 1;
+        let e = err(zstd::bulk::compress(&bad, 3).unwrap());
+        assert!(e.contains("checksum"), "{e}");
+    }
+
+    #[test]
+    fn zstd_dictionaries_are_version_1_2_and_checked() {
+        let dict: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let bytes = dict_index(&dict);
+        assert_eq!(&bytes[8..12], &[1, 0, 2, 0], "version 1.2");
+        assert_eq!(u32_at(&bytes, 12), FLAG_ZSTD | FLAG_CHECKSUMS | FLAG_ZDICT);
+        let idx = ShardIndex::from_bytes(bytes.clone(), "d.idx").unwrap();
+        assert_eq!(idx.zstd_dict(), &dict[..]);
+        assert_eq!(idx.key(0), "a/0");
+        // Without a dictionary the layout is 1.0, byte for byte, and the dictionary empty.
+        let plain = dict_index(&[]);
+        assert_eq!(&plain[8..12], &[1, 0, 0, 0]);
+        assert!(
+            ShardIndex::from_bytes(plain, "p.idx")
+                .unwrap()
+                .zstd_dict()
+                .is_empty()
+        );
+        // Too short, too long, or the magic of a trained dictionary: not taken.
+        for bad in [vec![7u8; 511], vec![7u8; ZSTD_DICT_MAX + 1], {
+            let mut d = dict.clone();
+            d[..4].copy_from_slice(&ZSTD_STRUCTURED_DICT_MAGIC);
+            d
+        }] {
+            assert_eq!(&dict_index(&bad)[8..12], &[1, 0, 0, 0]);
+        }
+        let err = |b: Vec<u8>| ShardIndex::from_bytes(b, "d.idx").unwrap_err().to_string();
+        // A length out of range, or one the flags do not allow.
+        for d in [0u64, 511, ZSTD_DICT_MAX as u64 + 1, u64::MAX] {
+            let e = err(patched(bytes.clone(), 56, &d.to_le_bytes()));
+            assert!(e.contains("d.idx") && e.contains("offset 56"), "{e}");
+        }
+        let e = err(patched(dict_index(&[]), 56, &1000u64.to_le_bytes()));
+        assert!(e.contains("offset 56"), "{e}");
+        // Bit 4 without bit 0, or in a 1.0 index.
+        let e = err(patched(
+            bytes.clone(),
+            12,
+            &(FLAG_CHECKSUMS | FLAG_ZDICT).to_le_bytes(),
+        ));
+        assert!(e.contains("not a valid combination"), "{e}");
+        let e = err(patched(bytes.clone(), 10, &0u16.to_le_bytes()));
+        assert!(e.contains("not a valid combination"), "{e}");
+        // A dictionary that now starts with the trained magic.
+        let at = bytes.len() - FOOTER_LEN - dict.len();
+        let e = err(patched(bytes, at, &ZSTD_STRUCTURED_DICT_MAGIC));
+        assert!(e.contains("structured dictionary"), "{e}");
+    }
+
     #[test]
     fn tar_indexes_stay_version_1_0_and_scattered_ones_are_1_1() {
         let tar = sample_index();
@@ -1174,12 +1476,12 @@ mod tests {
     fn unknown_flags_are_refused_naming_the_version() {
         // What a reader of this version does with a future flag, as a 1.0
         // reader does with bit 2: refuse, never misread.
-        let bad = patched(sample_index(), 12, &(FLAG_CHECKSUMS | 16).to_le_bytes());
+        let bad = patched(sample_index(), 12, &(FLAG_CHECKSUMS | 32).to_le_bytes());
         let err = ShardIndex::from_bytes(bad, "x.idx")
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("unknown index flags 0x12") && err.contains("newer bale"),
+            err.contains("unknown index flags 0x22") && err.contains("newer bale"),
             "{err}"
         );
     }

@@ -6,7 +6,10 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::error::{FormatError, Result};
-use crate::index::{Compression, MemberEntry, SampleEntry, ShardIndex, checksum};
+use crate::index::{
+    Compression, MemberEntry, SampleEntry, ShardIndex, ZSTD_DICT_FRAME_MAGIC, ZSTD_DICT_MAX,
+    checksum, zstd_dict_ok,
+};
 
 /// The bytes of one sample as stored in the tar stream (headers included),
 /// and where they start, so members can be sliced out.
@@ -76,11 +79,50 @@ pub fn read_exact_into<R: ReadAt + ?Sized>(
     })
 }
 
-thread_local! {
-    static DCTX: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+/// The zstd dictionary a `.tar.zst` shard holds in a skippable frame at
+/// offset 0 (see [`crate::index::ZSTD_DICT_FRAME_MAGIC`]), or `None` when
+/// its first frame is something else.
+///
+/// # Errors
+/// I/O errors; a dictionary frame of a length or content the format does
+/// not allow, naming `path` and the offset.
+pub fn read_shard_zstd_dict<R: ReadAt + ?Sized>(file: &R, path: &Path) -> Result<Option<Vec<u8>>> {
+    let mut head = [0u8; 8];
+    match file.read_exact_at(&mut head, 0) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(FormatError::io_at(path, 0, e)),
+    }
+    let magic = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    if magic != ZSTD_DICT_FRAME_MAGIC {
+        return Ok(None);
+    }
+    let len = u64::from(u32::from_le_bytes([head[4], head[5], head[6], head[7]]));
+    if len > ZSTD_DICT_MAX as u64 {
+        return Err(FormatError::corrupt(
+            path,
+            4,
+            format!("the zstd dictionary frame claims {len} bytes, more than {ZSTD_DICT_MAX}"),
+        ));
+    }
+    let dict = read_exact_at(file, path, 8, len)?;
+    if !zstd_dict_ok(&dict) {
+        return Err(FormatError::corrupt(
+            path,
+            8,
+            format!("the zstd dictionary frame holds {len} bytes that cannot be a dictionary"),
+        ));
+    }
+    Ok(Some(dict))
 }
 
-/// Decompresses one zstd frame of a `.tar.zst` shard into exactly `tar_len` bytes.
+thread_local! {
+    static DCTX: RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+/// Decompresses one zstd frame of a `.tar.zst` shard into exactly `tar_len`
+/// bytes. `dict` is the shard's dictionary ([`crate::ShardIndex::zstd_dict`]),
+/// empty when it has none; a raw-content dictionary is referenced, not copied.
 ///
 /// # Errors
 /// A frame that does not decompress to `tar_len` bytes, naming `path` and `file_offset`.
@@ -89,6 +131,7 @@ pub fn decompress_frame(
     file_offset: u64,
     frame: &[u8],
     tar_len: u64,
+    dict: &[u8],
 ) -> Result<Vec<u8>> {
     // A zstd block takes at least 3 bytes and decompresses to at most 128 KiB:
     // a size beyond that bound comes from a corrupt index, and is refused
@@ -108,11 +151,9 @@ pub fn decompress_frame(
     let mut out = Vec::with_capacity(cap);
     let res = DCTX.with(|cell| {
         let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(zstd::bulk::Decompressor::new()?);
-        }
-        let d = slot.as_mut().expect("set above");
-        d.decompress_to_buffer(frame, &mut out)
+        let d = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
+        d.decompress_using_dict(&mut out, frame, dict)
+            .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))
     });
     match res {
         Ok(n) if n as u64 == tar_len => Ok(out),
@@ -139,14 +180,14 @@ pub fn decompress_frame(
 pub fn read_sample<R: ReadAt + ?Sized>(
     file: &R,
     path: &Path,
-    compression: Compression,
+    index: &ShardIndex,
     e: &SampleEntry,
 ) -> Result<SampleBuf> {
-    let data = match compression {
+    let data = match index.compression() {
         Compression::None => read_exact_at(file, path, e.file_offset, e.file_len)?,
         Compression::Zstd => {
             let raw = read_exact_at(file, path, e.file_offset, e.file_len)?;
-            decompress_frame(path, e.file_offset, &raw, e.tar_len)?
+            decompress_frame(path, e.file_offset, &raw, e.tar_len, index.zstd_dict())?
         }
         Compression::H5 => {
             return Err(FormatError::Limit {
@@ -286,12 +327,7 @@ impl ShardReader {
                     .into(),
             });
         }
-        read_sample(
-            &self.file,
-            &self.path,
-            self.index.compression(),
-            &self.index.sample(i),
-        )
+        read_sample(&self.file, &self.path, &self.index, &self.index.sample(i))
     }
 
     /// Sample `i`, its members copied out; with `verify`, every member's checksum is checked.

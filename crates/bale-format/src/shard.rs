@@ -11,7 +11,7 @@ use zstd::stream::raw::Operation;
 
 use crate::atomic::AtomicFile;
 use crate::error::{FormatError, Result};
-use crate::index::{Compression, IndexBuilder};
+use crate::index::{Compression, IndexBuilder, ZSTD_DICT_FRAME_MAGIC, ZSTD_DICT_MAX, zstd_dict_ok};
 use crate::manifest::{FieldStats, ShardEntry};
 use crate::name::{validate_ext, validate_key};
 use crate::tar::{BLOCK, encode_member_header, padded};
@@ -223,6 +223,14 @@ pub struct ShardWriter<W: Write> {
     path: PathBuf,
     compression: Compression,
     zenc: Option<zstd::stream::raw::Encoder<'static>>,
+    zlevel: i32,
+    /// `.tar.zst` only: the start of the tar stream held back (not yet
+    /// compressed) until it becomes the shard's dictionary: the first
+    /// [`ZSTD_DICT_MAX`] bytes, or the first sample when it is shorter.
+    dict_pending: Option<Vec<u8>>,
+    /// End of the dictionary's frame (0 without one): the first sample's
+    /// frame starts there, though the sample began before it was written.
+    dict_end: u64,
     zbuf: Vec<u8>,
     tar_pos: u64,
     index: IndexBuilder,
@@ -256,6 +264,7 @@ impl<W: Write> ShardWriter<W> {
         zstd_level: i32,
     ) -> Result<Self> {
         let path = path.into();
+        let mut zlevel = 0;
         let zenc = match compression {
             Compression::None => None,
             Compression::H5 => {
@@ -277,6 +286,7 @@ impl<W: Write> ShardWriter<W> {
                         what: format!("zstd level {level} is outside 1..=22"),
                     });
                 }
+                zlevel = level;
                 Some(
                     zstd::stream::raw::Encoder::new(level)
                         .map_err(|e| FormatError::io(&path, e))?,
@@ -291,7 +301,10 @@ impl<W: Write> ShardWriter<W> {
                 hasher: Xxh3::new(),
             },
             compression,
+            dict_pending: zenc.as_ref().map(|_| Vec::new()),
+            dict_end: 0,
             zenc,
+            zlevel,
             zbuf: vec![0; 1 << 17],
             tar_pos: 0,
             index: IndexBuilder::new(compression),
@@ -328,6 +341,42 @@ impl<W: Write> ShardWriter<W> {
 
     fn emit(&mut self, bytes: &[u8]) -> Result<()> {
         self.tar_pos += bytes.len() as u64;
+        if let Some(pending) = self.dict_pending.as_mut() {
+            let room = ZSTD_DICT_MAX - pending.len();
+            if bytes.len() < room {
+                pending.extend_from_slice(bytes);
+                return Ok(());
+            }
+            pending.extend_from_slice(&bytes[..room]);
+            self.start_dict(true)?;
+            return self.compress(&bytes[room..]);
+        }
+        self.compress(bytes)
+    }
+
+    /// Ends the holding back of the stream's start: with `use_dict` (and a
+    /// start long enough), writes it as the dictionary's skippable frame at
+    /// offset 0 and compresses every frame with it from here on; then
+    /// compresses what was held back.
+    fn start_dict(&mut self, use_dict: bool) -> Result<()> {
+        let Some(pending) = self.dict_pending.take() else {
+            return Ok(());
+        };
+        if use_dict && zstd_dict_ok(&pending) {
+            debug_assert_eq!(self.sink.pos, 0, "the dictionary frame opens the shard");
+            self.sink.write(&ZSTD_DICT_FRAME_MAGIC.to_le_bytes())?;
+            self.sink.write(&(pending.len() as u32).to_le_bytes())?;
+            self.sink.write(&pending)?;
+            let enc = zstd::stream::raw::Encoder::with_dictionary(self.zlevel, &pending)
+                .map_err(|e| FormatError::io(&self.path, e))?;
+            self.zenc = Some(enc);
+            self.index.set_zstd_dict(&pending);
+            self.dict_end = self.sink.pos;
+        }
+        self.compress(&pending)
+    }
+
+    fn compress(&mut self, bytes: &[u8]) -> Result<()> {
         let Some(enc) = self.zenc.as_mut() else {
             return self.sink.write(bytes);
         };
@@ -343,6 +392,8 @@ impl<W: Write> ShardWriter<W> {
     }
 
     fn end_frame(&mut self) -> Result<()> {
+        // The first sample (shorter than the dictionary's most) is the dictionary.
+        self.start_dict(true)?;
         let Some(enc) = self.zenc.as_mut() else {
             return Ok(());
         };
@@ -474,10 +525,11 @@ impl<W: Write> ShardWriter<W> {
             .iter()
             .map(|(e, o, s, c)| (e.as_str(), *o, *s, *c))
             .collect();
+        let file_offset = cur.file_offset.max(self.dict_end);
         self.index.push_sample(
             &cur.key,
-            cur.file_offset,
-            self.sink.pos - cur.file_offset,
+            file_offset,
+            self.sink.pos - file_offset,
             cur.tar_offset,
             self.tar_pos - cur.tar_offset,
             &members,
@@ -504,6 +556,7 @@ impl<W: Write> ShardWriter<W> {
         let tar_offset = self.tar_pos;
         self.emit(&sample.bytes)?;
         self.end_frame()?;
+        let file_offset = file_offset.max(self.dict_end);
         for (ext, _, size, _) in &sample.members {
             self.field_stats(ext, *size);
         }
@@ -573,6 +626,8 @@ impl<W: Write> ShardWriter<W> {
                 what: format!("finish with sample {:?} still open", cur.key),
             });
         }
+        // A shard without samples has no dictionary.
+        self.start_dict(false)?;
         self.emit(&[0u8; 2 * BLOCK as usize])?;
         self.end_frame()?;
         self.sink
@@ -790,7 +845,7 @@ pub(crate) fn commit_with_index(shard: AtomicFile, index_path: &Path, index: &[u
     let shard_path = shard.dest().to_path_buf();
     let mut idx_file = AtomicFile::create(index_path)?;
     idx_file
-        .write_all(index)
+        .write_all(&crate::index::index_file_bytes(index))
         .map_err(|e| FormatError::io(index_path, e))?;
     shard.commit()?;
     if let Err(e) = idx_file.commit() {
@@ -976,7 +1031,14 @@ mod tests {
             assert_eq!(enc_tar, tar, "{compression:?}");
             assert_eq!(enc_index, index, "{compression:?}");
             assert_eq!(fs::read(dir.path().join(&entry.file)).unwrap(), tar);
-            assert_eq!(fs::read(dir.path().join(&entry.index)).unwrap(), index);
+            // The index file holds the index in its stored form (compressed
+            // for .tar.zst).
+            let stored = fs::read(dir.path().join(&entry.index)).unwrap();
+            assert_eq!(stored, &*crate::index::index_file_bytes(&index));
+            assert_eq!(
+                stored[..4] == [0x28, 0xB5, 0x2F, 0xFD],
+                compression == Compression::Zstd
+            );
             assert_eq!(entry.bytes, summary.shard_bytes);
             assert_eq!(
                 entry.shard_xxh3,

@@ -182,12 +182,17 @@ pub fn open_shard_stream(
     compression: Compression,
 ) -> Result<SampleStream<Box<dyn Read + Send>>> {
     let file = crate::files::open_regular(path)?;
+    let dict = match compression {
+        Compression::Zstd => crate::read::read_shard_zstd_dict(&file, path)?,
+        _ => None,
+    };
     let buffered = BufReader::with_capacity(STREAM_BUFFER, file);
     let reader: Box<dyn Read + Send> = match compression {
         Compression::None => Box::new(buffered),
         Compression::Zstd => Box::new(BufReader::with_capacity(
             STREAM_BUFFER,
-            zstd::stream::read::Decoder::with_buffer(buffered)
+            // The decoder skips the dictionary's own (skippable) frame.
+            zstd::stream::read::Decoder::with_dictionary(buffered, dict.as_deref().unwrap_or(&[]))
                 .map_err(|e| FormatError::io(path, e))?,
         )),
         Compression::H5 => {

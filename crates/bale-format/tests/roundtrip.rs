@@ -11,8 +11,8 @@ use std::path::Path;
 
 use bale_format::read::{self, ShardReader};
 use bale_format::{
-    Compression, Member, SampleStream, ShardFileWriter, ShardIndex, checksum, index_file_name,
-    open_shard_stream, shard_file_name,
+    Compression, Member, SampleStream, ShardFileWriter, ShardIndex, ZSTD_DICT_FRAME_MAGIC,
+    ZSTD_DICT_MAX, checksum, index_file_bytes, index_file_name, open_shard_stream, shard_file_name,
 };
 use common::{
     ShortReader, TestSample, as_test_samples, collect_stream, fixed_samples, samples_strategy,
@@ -20,13 +20,48 @@ use common::{
 };
 use proptest::prelude::*;
 
+/// The dictionary a `.tar.zst` shard holds in its opening skippable frame
+/// (empty without one).
+fn shard_dict(zst: &[u8]) -> &[u8] {
+    let magic = u32::from_le_bytes(zst[..4].try_into().unwrap());
+    if magic != ZSTD_DICT_FRAME_MAGIC {
+        return &[];
+    }
+    let len = u32::from_le_bytes(zst[4..8].try_into().unwrap()) as usize;
+    &zst[8..8 + len]
+}
+
 /// Checks everything a written shard promises about `samples`.
 fn check_round_trip(samples: &[TestSample], seed: u64) {
     let (plain, plain_idx) = write_shard(samples, Compression::None);
     let (zst, zst_idx) = write_shard(samples, Compression::Zstd);
 
-    // The zstd shard is the plain tar, compressed: the zstd CLI and any decoder see the same tar.
-    let decoded = zstd::stream::decode_all(&zst[..]).expect("zstd shard decodes");
+    // The zstd shard opens with its dictionary (a skippable frame): the first
+    // bytes of the plain tar, up to ZSTD_DICT_MAX or the first sample's end.
+    let dict = shard_dict(&zst);
+    let plain_index = ShardIndex::from_bytes(plain_idx.clone(), "plain.idx").expect("index");
+    if !samples.is_empty() {
+        let first_len = plain_index.sample(0).tar_len as usize;
+        assert_eq!(
+            dict.len(),
+            first_len.min(ZSTD_DICT_MAX),
+            "dictionary length"
+        );
+        assert_eq!(
+            dict,
+            &plain[..dict.len()],
+            "the dictionary is the tar's start"
+        );
+    } else {
+        assert!(dict.is_empty(), "an empty shard has no dictionary");
+    }
+    // The zstd shard is the plain tar, compressed: with the dictionary, the zstd
+    // CLI (`zstd -D dict -d`) and any decoder see the same tar.
+    let mut decoded = Vec::new();
+    zstd::stream::read::Decoder::with_dictionary(&zst[..], dict)
+        .expect("decoder")
+        .read_to_end(&mut decoded)
+        .expect("zstd shard decodes with its dictionary");
     assert_eq!(
         decoded, plain,
         "zstd shard does not decode to the plain tar"
@@ -44,8 +79,11 @@ fn check_round_trip(samples: &[TestSample], seed: u64) {
     ))
     .expect("stream plain tar with short reads");
     assert_eq!(short, streamed);
-    let dec = zstd::stream::read::Decoder::new(ShortReader::new(&zst[..], seed ^ 1, false))
-        .expect("decoder");
+    let dec = zstd::stream::read::Decoder::with_dictionary(
+        std::io::BufReader::with_capacity(7, ShortReader::new(&zst[..], seed ^ 1, false)),
+        dict,
+    )
+    .expect("decoder");
     let short_zst = collect_stream(SampleStream::new(
         ShortReader::new(dec, seed ^ 2, true),
         "short.tar.zst",
@@ -58,6 +96,16 @@ fn check_round_trip(samples: &[TestSample], seed: u64) {
         (Compression::Zstd, &zst, zst_idx),
     ] {
         let index = ShardIndex::from_bytes(idx_bytes, "mem.idx").expect("index validates");
+        let want: &[u8] = if compression == Compression::Zstd {
+            dict
+        } else {
+            &[]
+        };
+        assert_eq!(
+            index.zstd_dict(),
+            want,
+            "the index holds the shard's dictionary"
+        );
         check_index(&index, samples, compression, shard, &plain, &streamed);
     }
 }
@@ -79,7 +127,12 @@ fn check_index(
     assert!(index.has_checksums());
     assert_eq!(index.shard_len(), shard.len() as u64);
     assert_eq!(index.tar_len(), plain.len() as u64);
-    let mut prev_file_end = 0;
+    let dict = index.zstd_dict();
+    let mut prev_file_end = if dict.is_empty() {
+        0
+    } else {
+        8 + dict.len() as u64
+    };
     for (i, (key, members)) in samples.iter().enumerate() {
         let e = index.sample(i);
         let s = &streamed[i];
@@ -106,7 +159,8 @@ fn check_index(
             );
         }
         // The bytes at file_offset..+file_len are the sample on their own: the
-        // tar bytes, or one zstd frame that decodes to them without context.
+        // tar bytes, or one zstd frame that decodes to them with the
+        // shard's dictionary as its only context.
         let file_bytes = &shard[e.file_offset as usize..(e.file_offset + e.file_len) as usize];
         let tar_bytes = &plain[e.tar_offset as usize..(e.tar_offset + e.tar_len) as usize];
         match compression {
@@ -114,14 +168,17 @@ fn check_index(
                 assert_eq!((e.file_offset, e.file_len), (e.tar_offset, e.tar_len));
             }
             Compression::Zstd => {
-                let frame =
-                    zstd::stream::decode_all(file_bytes).expect("sample frame decodes alone");
+                let frame = zstd::bulk::Decompressor::with_dictionary(dict)
+                    .expect("decompressor")
+                    .decompress(file_bytes, e.tar_len as usize)
+                    .expect("sample frame decodes alone");
                 assert_eq!(frame, tar_bytes, "sample {i}'s frame");
                 let via = read::decompress_frame(
                     Path::new("mem.tar.zst"),
                     e.file_offset,
                     file_bytes,
                     e.tar_len,
+                    dict,
                 )
                 .expect("decompress_frame");
                 assert_eq!(via, tar_bytes);
@@ -133,7 +190,9 @@ fn check_index(
     let tail = &shard[prev_file_end as usize..];
     let tail = match compression {
         Compression::None => tail.to_vec(),
-        Compression::Zstd => zstd::stream::decode_all(tail).expect("end frame decodes alone"),
+        Compression::Zstd => zstd::bulk::Decompressor::with_dictionary(dict)
+            .and_then(|mut d| d.decompress(tail, 1024))
+            .expect("end frame decodes alone"),
         Compression::H5 => unreachable!("this test writes tar shards"),
     };
     assert_eq!(tail, vec![0u8; 1024]);
@@ -170,7 +229,7 @@ fn check_files(samples: &[TestSample], compression: Compression) {
     let shard_path = dir.path().join(&entry.file);
     let index_path = dir.path().join(&entry.index);
     assert_eq!(fs::read(&shard_path).unwrap(), mem_shard);
-    assert_eq!(fs::read(&index_path).unwrap(), mem_idx);
+    assert_eq!(fs::read(&index_path).unwrap(), &*index_file_bytes(&mem_idx));
     assert_eq!(entry.samples, samples.len() as u64);
     assert_eq!(entry.bytes, mem_shard.len() as u64);
     assert_eq!(

@@ -203,12 +203,14 @@ fn zstd_levels_are_checked() {
             let members: Vec<_> = members.iter().map(|(e, d)| m(e, d)).collect();
             w.write_sample(key, &members).unwrap();
         }
-        let (z, _, _) = w.finish().unwrap();
-        assert_eq!(
-            zstd::stream::decode_all(&z[..]).unwrap(),
-            plain,
-            "level {level}"
-        );
+        let (z, idx, _) = w.finish().unwrap();
+        let idx = ShardIndex::from_bytes(idx, "z.idx").unwrap();
+        let mut tar = Vec::new();
+        zstd::stream::read::Decoder::with_dictionary(&z[..], idx.zstd_dict())
+            .unwrap()
+            .read_to_end(&mut tar)
+            .unwrap();
+        assert_eq!(tar, plain, "level {level}");
     }
 }
 
@@ -299,4 +301,67 @@ fn file_names() {
     );
     assert_eq!(index_file_name("shard-000007.tar"), "shard-000007.idx");
     assert_eq!(index_file_name("train-000001.tar.zst"), "train-000001.idx");
+}
+
+/// The dictionary is the tar's first 16 KiB when the first sample is longer
+/// (streamed member by member: held back only up to that bound), and every
+/// sample, the first included, reads back through it; one shorter first
+/// sample gives a dictionary of its own length.
+#[test]
+fn zstd_dictionary_is_the_start_of_the_tar() {
+    let big: Vec<u8> = (0..40_000u32).map(|i| (i * 7 % 253) as u8).collect();
+    for first in [&big[..], &big[..900]] {
+        let mut w = ShardWriter::new(Vec::new(), "d.tar.zst", Compression::Zstd, 0).unwrap();
+        let mut p = ShardWriter::new(Vec::new(), "d.tar", Compression::None, 0).unwrap();
+        for w in [&mut w, &mut p] {
+            w.write_sample("s/0", &[m("bin", first), m("cls", b"1")])
+                .unwrap();
+            for i in 1..50 {
+                let body = format!("sample {i} {}", "x".repeat(i * 40));
+                w.write_sample(
+                    &format!("s/{i}"),
+                    &[m("txt", body.as_bytes()), m("cls", b"2")],
+                )
+                .unwrap();
+            }
+        }
+        let (z, zi, _) = w.finish().unwrap();
+        let (plain, _, _) = p.finish().unwrap();
+        let zi = ShardIndex::from_bytes(zi, "d.idx").unwrap();
+        let dict = zi.zstd_dict();
+        let want = (first.len().div_ceil(512) * 512 + 3 * 512).min(bale_format::ZSTD_DICT_MAX);
+        assert_eq!(dict.len(), want);
+        assert_eq!(dict, &plain[..dict.len()]);
+        assert_eq!(&z[..4], &bale_format::ZSTD_DICT_FRAME_MAGIC.to_le_bytes());
+        assert_eq!(&z[8..8 + dict.len()], dict);
+        assert_eq!(zi.sample(0).file_offset, 8 + dict.len() as u64);
+        for i in 0..zi.len() {
+            let e = zi.sample(i);
+            let frame = &z[e.file_offset as usize..(e.file_offset + e.file_len) as usize];
+            let tar = bale_format::read::decompress_frame(
+                Path::new("d.tar.zst"),
+                e.file_offset,
+                frame,
+                e.tar_len,
+                dict,
+            )
+            .unwrap();
+            assert_eq!(
+                tar,
+                &plain[e.tar_offset as usize..(e.tar_offset + e.tar_len) as usize]
+            );
+            // Without it, the frame does not give the sample back.
+            let bare = bale_format::read::decompress_frame(
+                Path::new("d.tar.zst"),
+                e.file_offset,
+                frame,
+                e.tar_len,
+                &[],
+            );
+            assert!(
+                bare.map_or(true, |t| t != tar),
+                "sample {i} decodes without the dictionary"
+            );
+        }
+    }
 }

@@ -282,7 +282,12 @@ fn upload_loop(
                 let _ = std::fs::remove_file(&local);
             }
             Err(e) => {
-                if !matches!(e, StorageError::Cancelled) {
+                // Once the command is cancelled (Ctrl-C, SIGTERM), it removes
+                // what it wrote, queued files included: a failure then is the
+                // cancellation's, not an error to report in its place.
+                let cancelled =
+                    matches!(e, StorageError::Cancelled) || cancel.load(Ordering::SeqCst);
+                if !cancelled {
                     *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                 }
                 // Stop the command: it would write for nothing.

@@ -99,6 +99,12 @@ pub struct PackArgs {
     pub seed: u64,
 
     /// Compression: none, zstd or zstd:LEVEL (writes .tar.zst, one frame per sample).
+    ///
+    /// Each frame is compressed against the shard's first sample (a zstd
+    /// dictionary stored in the shard and its index), and the index is
+    /// stored compressed: for small samples the dataset is a few percent
+    /// over the payload. `zstd -D DICT -d` gives the plain tar; docs/format.md
+    /// shows how to write DICT out of a shard.
     #[arg(long, value_name = "ALGO", default_value = "none")]
     pub compress: CompressSpec,
 

@@ -178,6 +178,7 @@ pub(super) fn decompress(
     f: Frame,
     limit: u64,
     hash: Option<&mut Xxh3>,
+    dict: &[u8],
 ) -> Result<(Vec<u8>, u64)> {
     let bad = |e: io::Error| FormatError::corrupt(path, f.offset, format!("bad zstd frame: {e}"));
     let at = At {
@@ -187,7 +188,8 @@ pub(super) fn decompress(
         hash,
         read: 0,
     };
-    let mut dec = zstd::stream::read::Decoder::new(at)
+    let at = io::BufReader::with_capacity(zstd::zstd_safe::DCtx::in_size(), at);
+    let mut dec = zstd::stream::read::Decoder::with_dictionary(at, dict)
         .map_err(bad)?
         .single_frame();
     let mut out = Vec::new();
@@ -257,6 +259,13 @@ pub(super) fn scan_zstd(
             len,
         });
     }
+    // bale's shards keep their dictionary in a skippable frame at offset 0.
+    let dict = match frames.first() {
+        Some(f) if f.skippable && f.offset == 0 => {
+            crate::read::read_shard_zstd_dict(file, path)?.unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
     if data_frames == 1 {
         // An empty shard is one frame of end blocks; anything else is a whole tar in one frame.
         let f = frames
@@ -264,7 +273,7 @@ pub(super) fn scan_zstd(
             .find(|f| !f.skippable)
             .copied()
             .unwrap_or(frames[0]);
-        let (head, _) = decompress(file, path, f, 64 << 10, None).map_err(|e| {
+        let (head, _) = decompress(file, path, f, 64 << 10, None, &dict).map_err(|e| {
             if matches!(e, FormatError::Limit { .. }) {
                 single_frame_error(path)
             } else {
@@ -276,6 +285,7 @@ pub(super) fn scan_zstd(
         }
     }
     let mut g = Grouper::new(path, *opts, Compression::Zstd);
+    g.index.set_zstd_dict(&dict);
     let mut file_hash = opts.checksums.then(Xxh3::new);
     let mut bytes_read = 0u64;
     let mut base = 0u64;
@@ -289,7 +299,7 @@ pub(super) fn scan_zstd(
             }
             continue;
         }
-        let (data, read) = decompress(file, path, f, MAX_FRAME_CONTENT, file_hash.as_mut())?;
+        let (data, read) = decompress(file, path, f, MAX_FRAME_CONTENT, file_hash.as_mut(), &dict)?;
         bytes_read += read;
         let end = base + data.len() as u64;
         let mut src = Slice { data, base };

@@ -196,7 +196,7 @@ impl ScannedShard {
     pub fn write_index(&self, path: &Path) -> Result<u64> {
         let bytes = self.index_bytes();
         let checksum = ShardIndex::from_bytes(bytes.clone(), path)?.checksum();
-        write_atomic(path, &bytes)?;
+        write_atomic(path, &crate::index::index_file_bytes(&bytes))?;
         Ok(checksum)
     }
 

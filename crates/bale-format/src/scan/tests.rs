@@ -534,9 +534,7 @@ fn every_truncation_and_many_bit_flips_are_errors_or_valid_indexes() {
                 let idx = ShardIndex::from_bytes(s.index_bytes(), "mem.idx").unwrap();
                 let file = std::fs::File::open(&p).unwrap();
                 for i in 0..idx.len() {
-                    let buf =
-                        crate::read::read_sample(&file, &p, idx.compression(), &idx.sample(i))
-                            .unwrap();
+                    let buf = crate::read::read_sample(&file, &p, &idx, &idx.sample(i)).unwrap();
                     for m in idx.members(i) {
                         let data = buf.member(&m);
                         assert_eq!(data.len() as u64, m.size);

@@ -53,6 +53,29 @@ pub(super) fn full_pass(
     let Some(file) = open_or_report(r, path) else {
         return;
     };
+    let dict = if entry.compression == Compression::Zstd {
+        match crate::read::read_shard_zstd_dict(&*file, path) {
+            Ok(d) => d,
+            Err(e) => {
+                r.push(Problem::new(&name, e.to_string()).offset(0));
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    if let Some(idx) = idx
+        && idx.zstd_dict() != dict.as_deref().unwrap_or(&[])
+    {
+        r.push(
+            Problem::new(
+                &name,
+                "the zstd dictionary at the shard's start differs from the one its index holds",
+            )
+            .offset(0),
+        );
+        return;
+    }
     let hasher = Rc::new(RefCell::new(Xxh3::new()));
     let pos = Rc::new(Cell::new(0u64));
     let hashing = Hashing {
@@ -63,7 +86,10 @@ pub(super) fn full_pass(
     let buffered = BufReader::with_capacity(STREAM_BUFFER, hashing);
     let reader: Box<dyn Read> = match entry.compression {
         Compression::None => Box::new(buffered),
-        Compression::Zstd => match zstd::stream::read::Decoder::with_buffer(buffered) {
+        Compression::Zstd => match zstd::stream::read::Decoder::with_dictionary(
+            buffered,
+            dict.as_deref().unwrap_or(&[]),
+        ) {
             Ok(d) => Box::new(BufReader::with_capacity(STREAM_BUFFER, d)),
             Err(e) => {
                 r.push(Problem::new(

@@ -91,6 +91,23 @@ pub(super) fn quick_headers(
         return;
     };
     let compressed = idx.compression() == Compression::Zstd;
+    if compressed {
+        // The shard's own copy of its dictionary (what `zstd -D` and
+        // `bale index` use) must be the index's (what readers use).
+        let same = match crate::read::read_shard_zstd_dict(&*file, path) {
+            Ok(d) => d.as_deref().unwrap_or(&[]) == idx.zstd_dict(),
+            Err(_) => false,
+        };
+        if !same {
+            r.push(
+                Problem::new(
+                    &name,
+                    "the zstd dictionary at the shard's start differs from the one its index holds",
+                )
+                .offset(0),
+            );
+        }
+    }
     for i in 0..idx.len() {
         let e = idx.sample(i);
         let key = idx.key(i);
@@ -108,7 +125,7 @@ pub(super) fn quick_headers(
         }
         // For a compressed shard, the sample's tar bytes; else read per member.
         let buf = if compressed {
-            match read_sample(&*file, path, Compression::Zstd, &e) {
+            match read_sample(&*file, path, idx, &e) {
                 Ok(b) => Some(b),
                 Err(err) => {
                     r.push(

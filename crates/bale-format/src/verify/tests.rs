@@ -133,13 +133,23 @@ fn flipped_header_bit_is_found_by_quick() {
         let dir = tempfile::tempdir().unwrap();
         let m = dataset(dir.path(), c);
         if c == Compression::Zstd {
-            // Damage inside a frame: the frame no longer decompresses to the same tar.
+            // Damage inside the dictionary's frame (the shard's own copy),
+            // then inside a sample's frame (which then no longer
+            // decompresses to the same tar).
             let path = dir.path().join(&m.shards[0].file);
-            let mut b = std::fs::read(&path).unwrap();
-            b[20] ^= 0xff;
-            std::fs::write(&path, b).unwrap();
-            assert!(!all(dir.path(), Level::Quick).is_empty());
-            assert!(!all(dir.path(), Level::Full).is_empty());
+            let clean = std::fs::read(&path).unwrap();
+            let idx = ShardIndex::open(dir.path().join(&m.shards[0].index)).unwrap();
+            assert!(
+                !idx.zstd_dict().is_empty(),
+                "small samples get a dictionary"
+            );
+            for at in [20, idx.sample(1).file_offset as usize + 6] {
+                let mut b = clean.clone();
+                b[at] ^= 0xff;
+                std::fs::write(&path, b).unwrap();
+                assert!(!all(dir.path(), Level::Quick).is_empty(), "byte {at}");
+                assert!(!all(dir.path(), Level::Full).is_empty(), "byte {at}");
+            }
             continue;
         }
         let path = dir.path().join(&m.shards[0].file);

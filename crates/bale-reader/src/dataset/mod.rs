@@ -320,7 +320,7 @@ impl Dataset {
 
     /// Bytes of shard `s`'s index file.
     pub(crate) fn index_len(&self, s: usize) -> u64 {
-        self.inner.shards[s].index.as_bytes().len() as u64
+        self.inner.shards[s].index.stored_len()
     }
 
     /// The global index of shard `s`'s first sample.

@@ -266,7 +266,13 @@ impl Dataset {
                 let frame = map_slice(map, &shard.path, e.file_offset, e.file_len)?;
                 self.read_around(h, e.file_offset);
                 will_need(map, e.file_offset, e.file_len);
-                let data = decompress_frame(&shard.path, e.file_offset, frame, e.tar_len)?;
+                let data = decompress_frame(
+                    &shard.path,
+                    e.file_offset,
+                    frame,
+                    e.tar_len,
+                    shard.index.zstd_dict(),
+                )?;
                 (Buf::owned(data), 0)
             }
             (None, Some(file), _) => {
@@ -274,7 +280,13 @@ impl Dataset {
                 let raw = self.pread(file, &shard.path, e.file_offset, e.file_len)?;
                 match compression {
                     Compression::Zstd => {
-                        let data = decompress_frame(&shard.path, e.file_offset, &raw, e.tar_len)?;
+                        let data = decompress_frame(
+                            &shard.path,
+                            e.file_offset,
+                            &raw,
+                            e.tar_len,
+                            shard.index.zstd_dict(),
+                        )?;
                         (Buf::owned(data), 0)
                     }
                     _ => (raw, 0),
@@ -450,8 +462,14 @@ impl Dataset {
                     .and_then(|end| buf.get(at..end))
                     .ok_or_else(outside)
                     .and_then(|frame| {
-                        decompress_frame(&shard.path, e.file_offset, frame, e.tar_len)
-                            .map_err(ReaderError::from)
+                        decompress_frame(
+                            &shard.path,
+                            e.file_offset,
+                            frame,
+                            e.tar_len,
+                            shard.index.zstd_dict(),
+                        )
+                        .map_err(ReaderError::from)
                     })
                     .and_then(|d| self.build(s, l, &e, Buf::owned(d), 0, None)),
             };

@@ -17,14 +17,25 @@ use super::*;
 /// Bytes of an index's fixed tables for `samples` and `members` (header,
 /// sample records, member records, lookup table, footer), and the most its
 /// key and extension strings may add: the bounds an index object's size
-/// must lie in before it is downloaded.
-fn index_bounds(samples: u64, members: u64) -> (u64, u64) {
+/// must lie in before it is downloaded. A `.tar.zst` shard's index is stored
+/// compressed (one zstd frame): it has no lower bound but a frame header's,
+/// and its decompressed size is bounded when it is opened.
+fn index_bounds(samples: u64, members: u64, compression: Compression) -> (u64, u64) {
     let fixed = 64u64
         .saturating_add(samples.saturating_mul(48 + 16))
         .saturating_add(members.saturating_mul(32))
         .saturating_add(8);
     let strings = samples.saturating_add(members).saturating_mul(4096);
-    (fixed, fixed.saturating_add(strings).saturating_add(4096))
+    let max = fixed
+        .saturating_add(strings)
+        .saturating_add(bale_format::ZSTD_DICT_MAX as u64)
+        .saturating_add(4096);
+    let min = if compression == Compression::Zstd {
+        9
+    } else {
+        fixed
+    };
+    (min, max)
 }
 
 /// Opens the dataset at `url`.
@@ -63,7 +74,7 @@ pub(super) fn open_remote(url: &str, options: DatasetOptions) -> Result<Dataset>
         .shards
         .iter()
         .map(|e| {
-            let (min, max) = index_bounds(e.samples, e.members);
+            let (min, max) = index_bounds(e.samples, e.members, e.compression);
             Ok((store.object(&e.index)?, min, max))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -210,7 +221,13 @@ impl Dataset {
         let shard = &self.inner.shards[s];
         match shard.index.compression() {
             Compression::Zstd => {
-                let data = decompress_frame(&shard.path, e.file_offset, &bytes, e.tar_len)?;
+                let data = decompress_frame(
+                    &shard.path,
+                    e.file_offset,
+                    &bytes,
+                    e.tar_len,
+                    shard.index.zstd_dict(),
+                )?;
                 self.build(s, local, e, Buf::owned(data), 0, None)
             }
             _ => self.build(s, local, e, Buf::Bytes(bytes), 0, None),
@@ -368,7 +385,8 @@ fn check_filled(
         file.read_exact_at(&mut raw, e.file_offset)
             .map_err(|e| e.to_string())?;
         let data = if index.compression() == Compression::Zstd {
-            decompress_frame(path, e.file_offset, &raw, e.tar_len).map_err(|e| e.to_string())?
+            decompress_frame(path, e.file_offset, &raw, e.tar_len, index.zstd_dict())
+                .map_err(|e| e.to_string())?
         } else {
             raw
         };

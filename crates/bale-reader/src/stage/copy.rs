@@ -190,15 +190,16 @@ fn hash_file(path: &Path, len: u64, progress: &dyn StageProgress) -> Result<u64>
 }
 
 /// Copies an index: the source is opened and checked against the manifest
-/// first, then exactly its validated bytes are written; the copy is checked
-/// again before it is renamed into place.
+/// first, then exactly its validated bytes are written (in their stored form:
+/// compressed for a `.tar.zst` shard, as the writers store them); the copy is
+/// checked again before it is renamed into place.
 fn copy_index(ctx: &Ctx<'_>, p: &Planned, xxh3: u64, dest: &Path) -> Result<()> {
     let entry = &ctx.manifest.shards[p.shard];
     let from = ctx.src.join(&p.rel);
     let idx = open_index(&from, entry, xxh3).map_err(|e| source_mismatch(&from, e))?;
-    let bytes = idx.as_bytes();
+    let bytes = bale_format::index_file_bytes(idx.as_bytes());
     let mut out = AtomicFile::create(dest)?;
-    out.write_all(bytes)
+    out.write_all(&bytes)
         .and_then(|()| out.flush())
         .map_err(|e| io_error(out.tmp_path(), e))?;
     ctx.progress.bytes(bytes.len() as u64);

@@ -132,7 +132,7 @@ impl Plan {
                 What::Index { xxh3 } => {
                     let idx =
                         open_index(&path, entry, xxh3).map_err(|e| source_mismatch(&path, e))?;
-                    p.len = idx.as_bytes().len() as u64;
+                    p.len = bale_format::index_file_bytes(idx.as_bytes()).len() as u64;
                 }
                 What::Shard { .. } => {
                     // A local regular file, or an object in a bucket (its size from a HEAD).
