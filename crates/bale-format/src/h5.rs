@@ -18,7 +18,7 @@
 //! arrive (memory: the per-member bookkeeping only) and writes the HDF5 file
 //! at [`H5ShardWriter::finish`], copying the spools through a 4 MiB buffer.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 #[cfg(feature = "hdf5")]
 use std::io::Read;
@@ -32,7 +32,7 @@ use crate::error::{FormatError, Result};
 use crate::index::{Compression, IndexBuilder};
 use crate::manifest::{FieldStats, ShardEntry, hex64};
 use crate::name::validate_ext;
-use crate::shard::{Member, check_new_sample, index_file_name};
+use crate::shard::{KeySet, Member, check_new_sample, index_file_name};
 
 /// Copy buffer for spools (4 MiB).
 const COPY_BUFFER: usize = 4 << 20;
@@ -124,7 +124,7 @@ pub struct H5ShardWriter {
     dest: PathBuf,
     spools: BTreeMap<String, Spool>,
     samples: Vec<SampleRec>,
-    keys: HashSet<String>,
+    keys: KeySet,
     cur: Option<SampleRec>,
     spooled: u64,
 }
@@ -144,7 +144,7 @@ impl H5ShardWriter {
             dest: dir.join(file_name),
             spools: BTreeMap::new(),
             samples: Vec::new(),
-            keys: HashSet::new(),
+            keys: KeySet::default(),
             cur: None,
             spooled: 0,
         })

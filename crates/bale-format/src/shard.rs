@@ -234,7 +234,7 @@ pub struct ShardWriter<W: Write> {
     zbuf: Vec<u8>,
     tar_pos: u64,
     index: IndexBuilder,
-    keys: HashSet<String>,
+    keys: KeySet,
     cur: Option<Current>,
     scratch: Vec<u8>,
     fields: BTreeMap<String, FieldStats>,
@@ -308,7 +308,7 @@ impl<W: Write> ShardWriter<W> {
             zbuf: vec![0; 1 << 17],
             tar_pos: 0,
             index: IndexBuilder::new(compression),
-            keys: HashSet::new(),
+            keys: KeySet::default(),
             cur: None,
             scratch: Vec::with_capacity(4096),
             fields: BTreeMap::new(),
@@ -855,13 +855,53 @@ pub(crate) fn commit_with_index(shard: AtomicFile, index_path: &Path, index: &[u
     Ok(())
 }
 
+/// The keys a shard writer has taken, to refuse one taken twice. While they
+/// come in increasing order (as `bale pack` writes them unless shuffled) a
+/// new key is compared with the last one only, and all are kept in one
+/// string; the first key out of order moves them into a hash set.
+#[derive(Debug, Default)]
+pub(crate) struct KeySet {
+    /// The keys in order, back to back (while no set is made).
+    text: String,
+    /// Where each key of `text` ends.
+    ends: Vec<usize>,
+    set: Option<HashSet<String>>,
+}
+
+impl KeySet {
+    /// Adds `key`: false when it was there already.
+    pub(crate) fn insert(&mut self, key: &str) -> bool {
+        if let Some(set) = &mut self.set {
+            return set.insert(key.to_owned());
+        }
+        let start = self.ends.len().checked_sub(2).map_or(0, |i| self.ends[i]);
+        let last = self.ends.last().map(|&end| &self.text[start..end]);
+        if last.is_none_or(|last| key > last) {
+            self.text.push_str(key);
+            self.ends.push(self.text.len());
+            return true;
+        }
+        let mut set = HashSet::with_capacity(self.ends.len() + 1);
+        let mut at = 0;
+        for &end in &self.ends {
+            set.insert(self.text[at..end].to_owned());
+            at = end;
+        }
+        self.text = String::new();
+        self.ends = Vec::new();
+        let new = set.insert(key.to_owned());
+        self.set = Some(set);
+        new
+    }
+}
+
 /// The checks that start a sample in a shard writer (tar or HDF5): a valid
 /// key, no sample still `open`, and a key new to the shard (recorded in
 /// `keys`). `path` names the shard in errors.
 pub(crate) fn check_new_sample(
     path: &Path,
     open: bool,
-    keys: &mut HashSet<String>,
+    keys: &mut KeySet,
     key: &str,
 ) -> Result<()> {
     validate_key(key)?;
@@ -871,7 +911,7 @@ pub(crate) fn check_new_sample(
             what: format!("sample {key:?} begun while another sample is open"),
         });
     }
-    if !keys.insert(key.to_owned()) {
+    if !keys.insert(key) {
         return Err(FormatError::DuplicateKey {
             path: path.to_path_buf(),
             key: key.to_owned(),
@@ -949,6 +989,43 @@ mod tests {
     use std::fs;
 
     use super::*;
+
+    #[test]
+    fn key_set_finds_every_repeat_in_order_or_out_of_it() {
+        // A naive list of taken keys is the oracle.
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for run in 0..200 {
+            let mut set = KeySet::default();
+            let mut taken: Vec<String> = Vec::new();
+            // Runs start in increasing order (some stay so), then draw from
+            // a small alphabet so repeats and prefixes come often.
+            let sorted = (next() % 20) as usize;
+            for i in 0..60 {
+                let key = if i < sorted {
+                    format!("k{run}/{i:03}")
+                } else {
+                    let len = 1 + next() % 3;
+                    (0..len)
+                        .map(|_| ["a", "b", "ab", "/"][(next() % 4) as usize])
+                        .collect()
+                };
+                let new = !taken.contains(&key);
+                assert_eq!(set.insert(&key), new, "run {run}, key {i} {key:?}");
+                if new {
+                    taken.push(key);
+                }
+            }
+        }
+        let mut set = KeySet::default();
+        assert!(set.insert("a") && set.insert("b") && !set.insert("b"));
+        assert!(!set.insert("a") && set.insert("ab") && !set.insert("ab"));
+    }
 
     /// Members of every size class: below and above the direct-write size,
     /// and above the whole buffer.

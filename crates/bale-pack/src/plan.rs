@@ -126,6 +126,22 @@ fn depth(key: &str) -> usize {
 /// Applies the label mode: sets each sample's label, drops samples outside
 /// any class (directory labels) into `ignored`, marks samples without a CSV
 /// label as failing.
+/// The first path components of the sample keys, sorted. Samples come
+/// sorted by key, so a class's samples are mostly neighbours: a name like
+/// the one before it is not looked up again.
+fn class_names(samples: &[PlannedSample]) -> BTreeSet<&str> {
+    let mut names = BTreeSet::new();
+    let mut prev = None;
+    for s in samples {
+        let name = s.key.split('/').next().unwrap_or_default();
+        if prev != Some(name) {
+            names.insert(name);
+            prev = Some(name);
+        }
+    }
+    names
+}
+
 pub(crate) fn apply_labels(
     samples: &mut Vec<PlannedSample>,
     mode: &LabelMode,
@@ -142,13 +158,9 @@ pub(crate) fn apply_labels(
         LabelMode::None => return Ok(none),
         LabelMode::Dir => true,
         LabelMode::Auto => {
-            let classes: BTreeSet<&str> = samples
-                .iter()
-                .filter_map(|s| s.key.split('/').next())
-                .collect();
             let image_folder = !samples.is_empty()
                 && samples.iter().all(|s| depth(&s.key) == 2)
-                && classes.len() >= 2;
+                && class_names(samples).len() >= 2;
             if !image_folder {
                 return Ok(none);
             }
@@ -174,14 +186,10 @@ pub(crate) fn apply_labels(
                 true
             }
         });
-        let mut classes: Vec<String> = samples
-            .iter()
-            .filter_map(|s| s.key.split('/').next())
-            .collect::<BTreeSet<_>>()
+        let classes: Vec<String> = class_names(samples)
             .into_iter()
             .map(str::to_owned)
             .collect();
-        classes.sort();
         let index: HashMap<&str, u32> = classes
             .iter()
             .enumerate()

@@ -591,6 +591,24 @@ fn files_that_vanish_or_change_size_during_the_pack() {
     }
 }
 
+#[cfg(target_os = "linux")]
+#[test]
+fn a_file_listed_as_empty_that_gives_bytes_is_an_error_not_an_empty_sample() {
+    use std::os::unix::fs::symlink;
+    // procfs lists its files with size 0 and then gives their text.
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    fs::create_dir_all(&input).unwrap();
+    fs::write(input.join("a.txt"), b"a").unwrap();
+    symlink("/proc/version", input.join("b.txt")).unwrap();
+    assert_eq!(fs::metadata(input.join("b.txt")).unwrap().len(), 0);
+    let out = t.path().join("out");
+    let err = pack(builder(&input, &out).follow_links(true)).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("b.txt") && msg.contains("grew past"), "{msg}");
+    assert!(!out.exists(), "no dataset, no directory left");
+}
+
 #[test]
 fn cancel_leaves_no_manifest_and_no_shards() {
     let t = tempfile::tempdir().unwrap();
