@@ -487,6 +487,23 @@ pub struct ShardIndex {
 }
 
 #[inline]
+/// An index at `path` holding `held` (samples, members) against the
+/// manifest's `recorded`: an error naming the count that differs.
+fn counts_match(path: &Path, held: (u64, u64), recorded: (u64, u64)) -> Result<()> {
+    for (what, h, r) in [
+        ("samples", held.0, recorded.0),
+        ("members", held.1, recorded.1),
+    ] {
+        if h != r {
+            return Err(FormatError::IndexMismatch {
+                path: path.to_path_buf(),
+                what: format!("the index holds {h} {what}, the manifest records {r}"),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
@@ -564,24 +581,11 @@ impl ShardIndex {
 
     /// The counts `samples` and `members` of the manifest, against this index's.
     fn check_counts(&self, samples: u64, members: u64) -> Result<()> {
-        let mismatch = |what: String| {
-            Err(FormatError::IndexMismatch {
-                path: self.path.clone(),
-                what,
-            })
-        };
-        let (s, m) = (self.samples as u64, self.members as u64);
-        if s != samples {
-            return mismatch(format!(
-                "the index holds {s} samples, the manifest records {samples}"
-            ));
-        }
-        if m != members {
-            return mismatch(format!(
-                "the index holds {m} members, the manifest records {members}"
-            ));
-        }
-        Ok(())
+        counts_match(
+            &self.path,
+            (self.samples as u64, self.members as u64),
+            (samples, members),
+        )
     }
 
     fn open_expecting_file(path: &Path, samples: u64, members: u64) -> Result<Self> {
@@ -592,23 +596,11 @@ impl ShardIndex {
             std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)
                 .map_err(|e| FormatError::io(path, e))?;
             if head[..8] == INDEX_MAGIC {
-                let mismatch = |what: String| {
-                    Err(FormatError::IndexMismatch {
-                        path: path.to_path_buf(),
-                        what,
-                    })
-                };
-                let (s, m) = (u64_at(&head, 16), u64_at(&head, 24));
-                if s != samples {
-                    return mismatch(format!(
-                        "the index holds {s} samples, the manifest records {samples}"
-                    ));
-                }
-                if m != members {
-                    return mismatch(format!(
-                        "the index holds {m} members, the manifest records {members}"
-                    ));
-                }
+                counts_match(
+                    path,
+                    (u64_at(&head, 16), u64_at(&head, 24)),
+                    (samples, members),
+                )?;
             }
         }
         Self::open_file(file, len, path)

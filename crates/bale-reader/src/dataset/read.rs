@@ -266,29 +266,13 @@ impl Dataset {
                 let frame = map_slice(map, &shard.path, e.file_offset, e.file_len)?;
                 self.read_around(h, e.file_offset);
                 will_need(map, e.file_offset, e.file_len);
-                let data = decompress_frame(
-                    &shard.path,
-                    e.file_offset,
-                    frame,
-                    e.tar_len,
-                    shard.index.zstd_dict(),
-                )?;
-                (Buf::owned(data), 0)
+                (Buf::owned(shard.decompress(&e, frame)?), 0)
             }
             (None, Some(file), _) => {
                 self.read_around(h, e.file_offset);
                 let raw = self.pread(file, &shard.path, e.file_offset, e.file_len)?;
                 match compression {
-                    Compression::Zstd => {
-                        let data = decompress_frame(
-                            &shard.path,
-                            e.file_offset,
-                            &raw,
-                            e.tar_len,
-                            shard.index.zstd_dict(),
-                        )?;
-                        (Buf::owned(data), 0)
-                    }
+                    Compression::Zstd => (Buf::owned(shard.decompress(&e, &raw)?), 0),
                     _ => (raw, 0),
                 }
             }
@@ -461,16 +445,7 @@ impl Dataset {
                     .checked_add(e.file_len as usize)
                     .and_then(|end| buf.get(at..end))
                     .ok_or_else(outside)
-                    .and_then(|frame| {
-                        decompress_frame(
-                            &shard.path,
-                            e.file_offset,
-                            frame,
-                            e.tar_len,
-                            shard.index.zstd_dict(),
-                        )
-                        .map_err(ReaderError::from)
-                    })
+                    .and_then(|frame| shard.decompress(&e, frame))
                     .and_then(|d| self.build(s, l, &e, Buf::owned(d), 0, None)),
             };
             if populate && let Ok(sample) = &r {

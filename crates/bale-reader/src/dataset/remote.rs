@@ -221,13 +221,7 @@ impl Dataset {
         let shard = &self.inner.shards[s];
         match shard.index.compression() {
             Compression::Zstd => {
-                let data = decompress_frame(
-                    &shard.path,
-                    e.file_offset,
-                    &bytes,
-                    e.tar_len,
-                    shard.index.zstd_dict(),
-                )?;
+                let data = shard.decompress(e, &bytes)?;
                 self.build(s, local, e, Buf::owned(data), 0, None)
             }
             _ => self.build(s, local, e, Buf::Bytes(bytes), 0, None),

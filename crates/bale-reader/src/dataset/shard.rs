@@ -23,6 +23,20 @@ pub(super) struct Shard {
     pub(super) remote: Option<RemoteShard>,
 }
 
+impl Shard {
+    /// The tar bytes of entry `e` of this `.tar.zst` shard, from its zstd
+    /// `frame` (checked against the entry's offset and length).
+    pub(super) fn decompress(&self, e: &SampleEntry, frame: &[u8]) -> Result<Vec<u8>> {
+        Ok(decompress_frame(
+            &self.path,
+            e.file_offset,
+            frame,
+            e.tar_len,
+            self.index.zstd_dict(),
+        )?)
+    }
+}
+
 /// A shard in object storage.
 #[derive(Debug)]
 pub(super) struct RemoteShard {
