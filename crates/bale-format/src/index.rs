@@ -79,6 +79,9 @@ const ZSTD_FRAME_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// claims more is refused before anything is allocated.
 const MAX_INDEX_RATIO: u64 = 256;
 
+/// The longest a zstd frame header can be: its content size is in it.
+const ZSTD_FRAME_HEADER_MAX: usize = 18;
+
 /// The bytes an index is stored as in its file: for a `.tar.zst` shard's
 /// index (flag bit 0), one zstd frame (level 3, content size recorded), a
 /// third of the size for small samples; other indexes as they are, so that
@@ -96,11 +99,30 @@ fn is_compressed_index(bytes: &[u8]) -> bool {
     bytes.len() >= 4 && bytes[..4] == ZSTD_FRAME_MAGIC
 }
 
-/// Decompresses a compressed index: exactly one zstd frame that records its
-/// content size, within [`MAX_INDEX_RATIO`].
-fn inflate_index(bytes: &[u8], path: &Path) -> Result<Vec<u8>> {
+/// The most bytes a (decompressed) index of `samples` samples and `members`
+/// members can take: its records, every key and extension at the longest a
+/// name may be, a zstd dictionary, and room to spare.
+#[must_use]
+pub fn index_len_max(samples: u64, members: u64) -> u64 {
+    let fixed = ((HEADER_LEN + FOOTER_LEN) as u64)
+        .saturating_add(samples.saturating_mul((SAMPLE_LEN + LOOKUP_LEN) as u64))
+        .saturating_add(members.saturating_mul(MEMBER_LEN as u64));
+    let strings = samples.saturating_add(members).saturating_mul(4096);
+    fixed
+        .saturating_add(strings)
+        .saturating_add(ZSTD_DICT_MAX as u64)
+        .saturating_add(4096)
+}
+
+/// The size a compressed index of `stored` bytes says it decompresses to,
+/// from its first bytes `head` (the frame header: up to 18 bytes), before
+/// anything else is read or allocated. Refused: no recorded size, more than
+/// [`MAX_INDEX_RATIO`] times `stored` or than `most` (from the manifest's
+/// counts, when known), and a file longer than any zstd frame of that size
+/// (so not one index frame: a shard, say, whose first sample starts alike).
+fn compressed_index_size(head: &[u8], stored: u64, most: Option<u64>, path: &Path) -> Result<u64> {
     let bad = |what: String| FormatError::corrupt(path, 0, what);
-    let size = match zstd::zstd_safe::get_frame_content_size(bytes) {
+    let size = match zstd::zstd_safe::get_frame_content_size(head) {
         Ok(Some(n)) => n,
         Ok(None) => {
             return Err(bad(
@@ -109,22 +131,55 @@ fn inflate_index(bytes: &[u8], path: &Path) -> Result<Vec<u8>> {
         }
         Err(_) => return Err(bad("compressed index: bad zstd frame header".into())),
     };
-    let most = (bytes.len() as u64)
+    let by_ratio = stored
         .saturating_mul(MAX_INDEX_RATIO)
         .saturating_add(64 << 10);
-    if size > most {
+    if size > by_ratio {
         return Err(bad(format!(
-            "compressed index: its zstd frame claims {size} bytes, more than {MAX_INDEX_RATIO}x its {} bytes",
-            bytes.len()
+            "compressed index: its zstd frame claims {size} bytes, more than {MAX_INDEX_RATIO}x its {stored} bytes"
         )));
     }
+    if let Some(most) = most
+        && size > most
+    {
+        return Err(bad(format!(
+            "compressed index: its zstd frame claims {size} bytes, more than an index of the manifest's counts can take ({most})"
+        )));
+    }
+    let bound = usize::try_from(size)
+        .map(zstd::zstd_safe::compress_bound)
+        .unwrap_or(usize::MAX) as u64;
+    if stored > bound.saturating_add(64) {
+        return Err(bad(format!(
+            "compressed index: {stored} bytes, more than a zstd frame of {size} bytes can take: not one index frame"
+        )));
+    }
+    Ok(size)
+}
+
+/// Decompresses a compressed index: exactly one zstd frame that records its
+/// content size, within [`compressed_index_size`]'s limits.
+fn inflate_index(bytes: &[u8], most: Option<u64>, path: &Path) -> Result<Vec<u8>> {
+    let bad = |what: String| FormatError::corrupt(path, 0, what);
+    let size = compressed_index_size(bytes, bytes.len() as u64, most, path)?;
     match zstd::zstd_safe::find_frame_compressed_size(bytes) {
         Ok(n) if n == bytes.len() => {}
         _ => {
             return Err(bad("compressed index: not exactly one zstd frame".into()));
         }
     }
-    let out = zstd::bulk::decompress(bytes, size as usize)
+    // An allocation that fails is an error naming the file, not an abort.
+    let mut out: Vec<u8> = Vec::new();
+    usize::try_from(size)
+        .ok()
+        .and_then(|n| out.try_reserve_exact(n).ok())
+        .ok_or_else(|| {
+            bad(format!(
+                "compressed index: no memory for the {size} bytes it decompresses to"
+            ))
+        })?;
+    zstd::bulk::Decompressor::new()
+        .and_then(|mut d| d.decompress_to_buffer(bytes, &mut out))
         .map_err(|e| bad(format!("compressed index: bad zstd frame: {e}")))?;
     if out.len() as u64 != size {
         return Err(bad(format!(
@@ -486,7 +541,6 @@ pub struct ShardIndex {
     checksum: u64,
 }
 
-#[inline]
 /// An index at `path` holding `held` (samples, members) against the
 /// manifest's `recorded`: an error naming the count that differs.
 fn counts_match(path: &Path, held: (u64, u64), recorded: (u64, u64)) -> Result<()> {
@@ -504,6 +558,7 @@ fn counts_match(path: &Path, held: (u64, u64), recorded: (u64, u64)) -> Result<(
     Ok(())
 }
 
+#[inline]
 fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
@@ -536,11 +591,28 @@ impl ShardIndex {
     }
 
     /// Maps (or, when small, reads) an opened index file of `len` bytes and validates it.
-    fn open_file(mut file: File, len: u64, path: &Path) -> Result<Self> {
-        let mut magic = [0u8; 4];
-        let compressed = std::os::unix::fs::FileExt::read_exact_at(&file, &mut magic, 0).is_ok()
-            && is_compressed_index(&magic);
-        if compressed || len < (HEADER_LEN + FOOTER_LEN) as u64 {
+    fn open_file(file: File, len: u64, path: &Path) -> Result<Self> {
+        Self::open_file_within(file, len, path, None)
+    }
+
+    /// [`Self::open_file`], a compressed index held to `most` bytes decompressed.
+    fn open_file_within(mut file: File, len: u64, path: &Path, most: Option<u64>) -> Result<Self> {
+        let mut head = [0u8; ZSTD_FRAME_HEADER_MAX];
+        let n = len.min(head.len() as u64) as usize;
+        let compressed = std::os::unix::fs::FileExt::read_exact_at(&file, &mut head[..n], 0)
+            .is_ok()
+            && is_compressed_index(&head[..n]);
+        if compressed {
+            // Its limits before the whole file is read.
+            compressed_index_size(&head[..n], len, most, path)?;
+            let mut bytes = Vec::new();
+            (&mut file)
+                .take(len)
+                .read_to_end(&mut bytes)
+                .map_err(|e| FormatError::io(path, e))?;
+            return Self::from_bytes_within(bytes, path.to_path_buf(), most);
+        }
+        if len < (HEADER_LEN + FOOTER_LEN) as u64 {
             // Small files: read them (mapping an empty file fails on some systems).
             let mut bytes = Vec::new();
             (&mut file)
@@ -603,7 +675,8 @@ impl ShardIndex {
                 )?;
             }
         }
-        Self::open_file(file, len, path)
+        let most = index_len_max(samples, members);
+        Self::open_file_within(file, len, path, Some(most))
     }
 
     /// An index at a URL (through the storage layer, see
@@ -619,23 +692,8 @@ impl ShardIndex {
             if head[..8] == INDEX_MAGIC {
                 let (s, m, strings) = (u64_at(&head, 16), u64_at(&head, 24), u64_at(&head, 32));
                 let dict = u64_at(&head, 56);
-                if let Some((samples, members)) = expect {
-                    let mismatch = |what: String| {
-                        Err(FormatError::IndexMismatch {
-                            path: path.to_path_buf(),
-                            what,
-                        })
-                    };
-                    if s != samples {
-                        return mismatch(format!(
-                            "the index holds {s} samples, the manifest records {samples}"
-                        ));
-                    }
-                    if m != members {
-                        return mismatch(format!(
-                            "the index holds {m} members, the manifest records {members}"
-                        ));
-                    }
+                if let Some(recorded) = expect {
+                    counts_match(path, (s, m), recorded)?;
                 }
                 let expected = s
                     .checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)
@@ -652,9 +710,17 @@ impl ShardIndex {
                 }
             }
         }
+        let most = expect.map(|(samples, members)| index_len_max(samples, members));
+        let mut head = [0u8; ZSTD_FRAME_HEADER_MAX];
+        let n = len.min(head.len() as u64) as usize;
+        src.read_exact_at(&mut head[..n], 0).map_err(io)?;
+        if is_compressed_index(&head[..n]) {
+            // Its limits before the whole object is read.
+            compressed_index_size(&head[..n], len, most, path)?;
+        }
         let mut bytes = vec![0u8; len.min(u64::from(u32::MAX) * 4) as usize];
         src.read_exact_at(&mut bytes, 0).map_err(io)?;
-        let index = Self::from_bytes(bytes, path)?;
+        let index = Self::from_bytes_within(bytes, path.to_path_buf(), most)?;
         if let Some((samples, members)) = expect {
             index.check_counts(samples, members)?;
         }
@@ -666,9 +732,13 @@ impl ShardIndex {
     /// # Errors
     /// Every structural problem, naming `path` and the offset.
     pub fn from_bytes(bytes: Vec<u8>, path: impl Into<PathBuf>) -> Result<Self> {
-        let path = path.into();
+        Self::from_bytes_within(bytes, path.into(), None)
+    }
+
+    /// [`Self::from_bytes`], a compressed index held to `most` bytes decompressed.
+    fn from_bytes_within(bytes: Vec<u8>, path: PathBuf, most: Option<u64>) -> Result<Self> {
         if is_compressed_index(&bytes) {
-            let inflated = inflate_index(&bytes, &path)?;
+            let inflated = inflate_index(&bytes, most, &path)?;
             let mut index = Self::validate(Bytes::Owned(inflated), path)?;
             index.stored_len = bytes.len() as u64;
             return Ok(index);
@@ -709,7 +779,7 @@ impl ShardIndex {
                 path,
                 12,
                 format!(
-                    "unknown index flags {flags:#x} (index version {major}.{minor}; this bale knows flags {KNOWN_FLAGS:#x} of version {INDEX_MAJOR}.{INDEX_MINOR_SCATTERED}): written by a newer bale?"
+                    "unknown index flags {flags:#x} (index version {major}.{minor}; this bale knows flags {KNOWN_FLAGS:#x} of version {INDEX_MAJOR}.{INDEX_MINOR_DICT}): written by a newer bale?"
                 ),
             ));
         }
@@ -1344,6 +1414,54 @@ mod tests {
         bad[HEADER_LEN] ^= 1;
         let e = err(zstd::bulk::compress(&bad, 3).unwrap());
         assert!(e.contains("checksum"), "{e}");
+    }
+
+    #[test]
+    fn a_compressed_index_is_held_to_its_counts_and_its_frame_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("z.idx");
+        // Within the ratio bound, past what an index of 1 sample and 1 member can take.
+        let mut noise = vec![0u8; 200 << 10];
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for b in &mut noise {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        let frame = zstd::bulk::compress(&noise, 3).unwrap();
+        std::fs::write(&path, &frame).unwrap();
+        assert!(index_len_max(1, 1) < noise.len() as u64);
+        let e = ShardIndex::open_expecting(&path, 1, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("z.idx") && e.contains("manifest's counts"),
+            "{e}"
+        );
+        // Without counts it is read, and refused as no index.
+        let e = ShardIndex::open(&path).unwrap_err().to_string();
+        assert!(e.contains("z.idx") && e.contains("not a bale index"), "{e}");
+        // A small frame at the start of a long file (a .tar.zst shard taken
+        // for an index): refused from its first bytes, whatever its length.
+        let small = zstd::bulk::compress(b"a/0.cls", 3).unwrap();
+        let mut long = small.clone();
+        long.resize(small.len() + (1 << 20), 0);
+        std::fs::write(&path, &long).unwrap();
+        for e in [
+            ShardIndex::open(&path).unwrap_err(),
+            ShardIndex::open_expecting(&path, 1, 1).unwrap_err(),
+            ShardIndex::from_bytes(long.clone(), &path).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(
+                e.contains("z.idx") && e.contains("not one index frame"),
+                "{e}"
+            );
+        }
+        // The frame header alone is checked: a cut-off one is an error.
+        let e = compressed_index_size(&frame[..5], 1 << 20, None, &path).unwrap_err();
+        assert!(e.to_string().contains("bad zstd frame header"), "{e}");
     }
 
     #[test]

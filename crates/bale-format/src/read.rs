@@ -81,11 +81,14 @@ pub fn read_exact_into<R: ReadAt + ?Sized>(
 
 /// The zstd dictionary a `.tar.zst` shard holds in a skippable frame at
 /// offset 0 (see [`crate::index::ZSTD_DICT_FRAME_MAGIC`]), or `None` when
-/// its first frame is something else.
+/// its first frame is something else: another frame, or a skippable frame
+/// of that magic whose length or content cannot be a bale dictionary (a
+/// foreign `.tar.zst` may start with one; `zstd -d` skips it, and so does
+/// bale). A bale shard whose dictionary frame is damaged then has none:
+/// `verify` reports it against the index's, and its frames fail to decode.
 ///
 /// # Errors
-/// I/O errors; a dictionary frame of a length or content the format does
-/// not allow, naming `path` and the offset.
+/// I/O errors, naming `path` and the offset.
 pub fn read_shard_zstd_dict<R: ReadAt + ?Sized>(file: &R, path: &Path) -> Result<Option<Vec<u8>>> {
     let mut head = [0u8; 8];
     match file.read_exact_at(&mut head, 0) {
@@ -99,21 +102,10 @@ pub fn read_shard_zstd_dict<R: ReadAt + ?Sized>(file: &R, path: &Path) -> Result
     }
     let len = u64::from(u32::from_le_bytes([head[4], head[5], head[6], head[7]]));
     if len > ZSTD_DICT_MAX as u64 {
-        return Err(FormatError::corrupt(
-            path,
-            4,
-            format!("the zstd dictionary frame claims {len} bytes, more than {ZSTD_DICT_MAX}"),
-        ));
+        return Ok(None);
     }
     let dict = read_exact_at(file, path, 8, len)?;
-    if !zstd_dict_ok(&dict) {
-        return Err(FormatError::corrupt(
-            path,
-            8,
-            format!("the zstd dictionary frame holds {len} bytes that cannot be a dictionary"),
-        ));
-    }
-    Ok(Some(dict))
+    Ok(zstd_dict_ok(&dict).then_some(dict))
 }
 
 thread_local! {

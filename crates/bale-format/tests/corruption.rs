@@ -220,7 +220,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("damaged-000003.tar.zst");
         fs::write(&path, &bad).unwrap();
-        // A damaged dictionary frame is refused at open, naming the file.
+        // A damaged start is refused at open or in the stream, naming the file.
         let stream = match bale_format::open_shard_stream(&path, Compression::Zstd) {
             Ok(s) => s,
             Err(e) => {

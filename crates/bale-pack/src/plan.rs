@@ -123,9 +123,6 @@ fn depth(key: &str) -> usize {
     key.split('/').count()
 }
 
-/// Applies the label mode: sets each sample's label, drops samples outside
-/// any class (directory labels) into `ignored`, marks samples without a CSV
-/// label as failing.
 /// The first path components of the sample keys, sorted. Samples come
 /// sorted by key, so a class's samples are mostly neighbours: a name like
 /// the one before it is not looked up again.
@@ -142,6 +139,9 @@ fn class_names(samples: &[PlannedSample]) -> BTreeSet<&str> {
     names
 }
 
+/// Applies the label mode: sets each sample's label, drops samples outside
+/// any class (directory labels) into `ignored`, marks samples without a CSV
+/// label as failing.
 pub(crate) fn apply_labels(
     samples: &mut Vec<PlannedSample>,
     mode: &LabelMode,

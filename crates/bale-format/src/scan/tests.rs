@@ -444,6 +444,31 @@ fn per_sample_zstd_gives_the_writers_own_index() {
 }
 
 #[test]
+fn a_foreign_skippable_frame_of_the_dictionary_magic_is_skipped() {
+    // A foreign .tar.zst may open with a skippable frame of the magic bale
+    // keeps its dictionary in, holding something else: too short, too long
+    // or not a dictionary. `zstd -d` skips it; so does the scan.
+    let empty = bale_shard(Compression::Zstd, &[]);
+    let frame = |payload: &[u8]| {
+        let mut f = crate::ZSTD_DICT_FRAME_MAGIC.to_le_bytes().to_vec();
+        f.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        f.extend_from_slice(payload);
+        f
+    };
+    let mut trained = vec![7u8; 600];
+    trained[..4].copy_from_slice(&[0x37, 0xA4, 0x30, 0xEC]);
+    for payload in [vec![1u8; 10], vec![2u8; crate::ZSTD_DICT_MAX + 1], trained] {
+        let mut bytes = frame(&payload);
+        bytes.extend_from_slice(&empty);
+        let (_d, _, r) = scan(&bytes, ScanOptions::default());
+        let s = r.unwrap_or_else(|e| panic!("{} bytes: {e}", payload.len()));
+        assert_eq!(s.samples, 0);
+        let idx = ShardIndex::from_bytes(s.index_bytes(), "x").unwrap();
+        assert!(idx.zstd_dict().is_empty());
+    }
+}
+
+#[test]
 fn plain_bale_tar_gives_the_writers_own_index() {
     let mut w = ShardWriter::new(Vec::new(), "x.tar", Compression::None, 0).unwrap();
     for i in 0..30u32 {

@@ -25,11 +25,7 @@ fn index_bounds(samples: u64, members: u64, compression: Compression) -> (u64, u
         .saturating_add(samples.saturating_mul(48 + 16))
         .saturating_add(members.saturating_mul(32))
         .saturating_add(8);
-    let strings = samples.saturating_add(members).saturating_mul(4096);
-    let max = fixed
-        .saturating_add(strings)
-        .saturating_add(bale_format::ZSTD_DICT_MAX as u64)
-        .saturating_add(4096);
+    let max = bale_format::index_len_max(samples, members);
     let min = if compression == Compression::Zstd {
         9
     } else {
