@@ -117,15 +117,62 @@ fn read_file_into(path: &Path, size: u64, buf: &mut Vec<u8>) -> Result<()> {
             format!("{size} bytes when listed, {got} bytes read"),
         ));
     }
-    // No read for the end of a regular file (one syscall a file less, as GNU
-    // tar): one that grew since it was opened has another length,
-    // modification and change time by now, which `check_unchanged` compares.
-    // An empty one is still read to its end: procfs lists its files as empty
-    // and then gives bytes, which must be an error, not an empty sample.
-    if size == 0 {
+    // No read for the end of a file on a local file system (one syscall a
+    // file less, as GNU tar): one that grew since it was opened has another
+    // length, modification and change time by now, which `check_unchanged`
+    // compares. Elsewhere the size may come from a cache (NFS, FUSE: sshfs,
+    // s3fs), and an empty file is read to its end everywhere (procfs lists
+    // its files as empty, then gives bytes): more bytes must be an error,
+    // never a sample cut short.
+    if size == 0 || !size_is_exact(&f, before.dev) {
         check_eof(&mut f, path, size)?;
     }
     check_unchanged(&f, path, &before)
+}
+
+/// Whether the file system holding the open file `f` (on device `dev`)
+/// reports sizes as they are on its disk: a local one (ext2-4, XFS, Btrfs,
+/// ZFS, F2FS, tmpfs, overlayfs). Asked once per device and reader thread.
+fn size_is_exact(f: &File, dev: u64) -> bool {
+    thread_local! {
+        static SEEN: std::cell::RefCell<Vec<(u64, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SEEN.with(|seen| {
+        if let Some(&(_, exact)) = seen.borrow().iter().find(|(d, _)| *d == dev) {
+            return exact;
+        }
+        let exact = on_local_fs(f);
+        seen.borrow_mut().push((dev, exact));
+        exact
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn on_local_fs(f: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs fills the struct it is given for an open descriptor;
+    // it is read only when the call succeeds.
+    if unsafe { libc::fstatfs(f.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: initialised by the successful call above.
+    let kind = unsafe { st.assume_init() }.f_type as u32;
+    matches!(
+        kind,
+        0xEF53 // ext2, ext3, ext4
+            | 0x5846_5342 // XFS
+            | 0x9123_683E // Btrfs
+            | 0x2FC1_2FC1 // ZFS
+            | 0xF2F5_2010 // F2FS
+            | 0x0102_1994 // tmpfs
+            | 0x794C_7630 // overlayfs
+    )
+}
+
+#[cfg(not(target_os = "linux"))]
+fn on_local_fs(_: &File) -> bool {
+    false
 }
 
 /// Opens an input file without blocking, should it have become a FIFO since it was listed.
@@ -818,4 +865,40 @@ pub(crate) fn write_all(
     sink.finish_current()?;
     sink.join_finishing()?;
     Ok(std::mem::take(&mut sink.done))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn sizes_are_exact_on_local_file_systems_only() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::NamedTempFile::new().unwrap();
+        let disk = statfs_kind(t.path());
+        let f = File::open(t.path()).unwrap();
+        let dev = f.metadata().unwrap().dev();
+        // ext4 and tmpfs, where temporary directories usually are, are local.
+        if disk == 0xEF53 || disk == 0x0102_1994 {
+            assert!(on_local_fs(&f), "{disk:#x}");
+        }
+        // Asked once, then remembered for the device.
+        assert_eq!(size_is_exact(&f, dev), on_local_fs(&f));
+        assert_eq!(size_is_exact(&f, dev), on_local_fs(&f));
+        // procfs is not: its sizes are not its files' lengths.
+        let p = File::open("/proc/self/status").unwrap();
+        assert!(!on_local_fs(&p));
+        assert!(!size_is_exact(&p, p.metadata().unwrap().dev()));
+    }
+
+    #[cfg(target_os = "linux")]
+    fn statfs_kind(path: &Path) -> u32 {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+        // SAFETY: a plain syscall on a valid path and struct.
+        assert_eq!(unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) }, 0);
+        // SAFETY: filled by the call above.
+        unsafe { st.assume_init() }.f_type as u32
+    }
 }
