@@ -79,9 +79,6 @@ const ZSTD_FRAME_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// claims more is refused before anything is allocated.
 const MAX_INDEX_RATIO: u64 = 256;
 
-/// The longest a zstd frame header can be: its content size is in it.
-const ZSTD_FRAME_HEADER_MAX: usize = 18;
-
 /// The bytes an index is stored as in its file: for a `.tar.zst` shard's
 /// index (flag bit 0), one zstd frame (level 3, content size recorded), a
 /// third of the size for small samples; other indexes as they are, so that
@@ -115,7 +112,7 @@ pub fn index_len_max(samples: u64, members: u64) -> u64 {
 }
 
 /// The size a compressed index of `stored` bytes says it decompresses to,
-/// from its first bytes `head` (the frame header: up to 18 bytes), before
+/// from its first bytes `head` (holding the frame header: up to 18 bytes), before
 /// anything else is read or allocated. Refused: no recorded size, more than
 /// [`MAX_INDEX_RATIO`] times `stored` or than `most` (from the manifest's
 /// counts, when known), and a file longer than any zstd frame of that size
@@ -587,48 +584,64 @@ impl ShardIndex {
         }
         let file = crate::files::open_regular(path)?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
-        Self::open_file(file, len, path)
+        Self::open_file(file, len, path, None)
     }
 
-    /// Maps (or, when small, reads) an opened index file of `len` bytes and validates it.
-    fn open_file(file: File, len: u64, path: &Path) -> Result<Self> {
-        Self::open_file_within(file, len, path, None)
-    }
-
-    /// [`Self::open_file`], a compressed index held to `most` bytes decompressed.
-    fn open_file_within(mut file: File, len: u64, path: &Path, most: Option<u64>) -> Result<Self> {
-        let mut head = [0u8; ZSTD_FRAME_HEADER_MAX];
-        let n = len.min(head.len() as u64) as usize;
-        let compressed = std::os::unix::fs::FileExt::read_exact_at(&file, &mut head[..n], 0)
-            .is_ok()
-            && is_compressed_index(&head[..n]);
-        if compressed {
-            // Its limits before the whole file is read.
-            compressed_index_size(&head[..n], len, most, path)?;
-            let mut bytes = Vec::new();
-            (&mut file)
-                .take(len)
-                .read_to_end(&mut bytes)
-                .map_err(|e| FormatError::io(path, e))?;
-            return Self::from_bytes_within(bytes, path.to_path_buf(), most);
-        }
-        if len < (HEADER_LEN + FOOTER_LEN) as u64 {
+    /// Maps (or, when small or compressed, reads) an opened index file of
+    /// `len` bytes and validates it. Its first bytes are read first, on
+    /// their own: with `expect`, the manifest's (samples, members), a plain
+    /// index's header is held to them, and a compressed one is held to its
+    /// frame header's limits (with the most an index of those counts can
+    /// take) before the rest is read.
+    fn open_file(
+        mut file: File,
+        len: u64,
+        path: &Path,
+        expect: Option<(u64, u64)>,
+    ) -> Result<Self> {
+        let io = |e| FormatError::io(path, e);
+        let mut head = [0u8; HEADER_LEN];
+        let n = len.min(HEADER_LEN as u64) as usize;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head[..n], 0).map_err(io)?;
+        let most = expect.map(|(samples, members)| index_len_max(samples, members));
+        let compressed = Self::check_head(&head[..n], len, expect, most, path)?;
+        if compressed || len < (HEADER_LEN + FOOTER_LEN) as u64 {
             // Small files: read them (mapping an empty file fails on some systems).
             let mut bytes = Vec::new();
-            (&mut file)
-                .take(len)
-                .read_to_end(&mut bytes)
-                .map_err(|e| FormatError::io(path, e))?;
-            return Self::from_bytes(bytes, path);
+            (&mut file).take(len).read_to_end(&mut bytes).map_err(io)?;
+            return Self::from_bytes_within(bytes, path.to_path_buf(), most);
         }
         // SAFETY: the map is read-only; bale never modifies an index in place
         // (it writes a new file and renames it), and validation below bounds
         // every later access.
         // Open reads every page once (checksum, validation): populate the map in one
         // go rather than taking a page fault per 4 KiB (about 3x faster for large indexes).
-        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
-            .map_err(|e| FormatError::io(path, e))?;
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io)?;
         Self::validate(Bytes::Mapped(map), path.to_path_buf())
+    }
+
+    /// The checks on the first bytes `head` (up to [`HEADER_LEN`]) of an
+    /// index of `len` bytes, before the rest is read: a compressed index's
+    /// frame header within its limits (true: it is compressed); a plain
+    /// index's counts against the manifest's (`expect`).
+    fn check_head(
+        head: &[u8],
+        len: u64,
+        expect: Option<(u64, u64)>,
+        most: Option<u64>,
+        path: &Path,
+    ) -> Result<bool> {
+        if is_compressed_index(head) {
+            compressed_index_size(head, len, most, path)?;
+            return Ok(true);
+        }
+        if let Some(recorded) = expect
+            && len >= (HEADER_LEN + FOOTER_LEN) as u64
+            && head[..8] == INDEX_MAGIC
+        {
+            counts_match(path, (u64_at(head, 16), u64_at(head, 24)), recorded)?;
+        }
+        Ok(false)
     }
 
     /// Opens the index of a shard the manifest records with `samples` samples
@@ -645,7 +658,9 @@ impl ShardIndex {
         if crate::read_at::is_url(path) {
             return Self::open_url(path, Some((samples, members)));
         }
-        let index = Self::open_expecting_file(path, samples, members)?;
+        let file = crate::files::open_regular(path)?;
+        let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
+        let index = Self::open_file(file, len, path, Some((samples, members)))?;
         // A compressed index's header is checked once decompressed.
         index.check_counts(samples, members)?;
         Ok(index)
@@ -660,25 +675,6 @@ impl ShardIndex {
         )
     }
 
-    fn open_expecting_file(path: &Path, samples: u64, members: u64) -> Result<Self> {
-        let file = crate::files::open_regular(path)?;
-        let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
-        let mut head = [0u8; HEADER_LEN];
-        if len >= (HEADER_LEN + FOOTER_LEN) as u64 {
-            std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)
-                .map_err(|e| FormatError::io(path, e))?;
-            if head[..8] == INDEX_MAGIC {
-                counts_match(
-                    path,
-                    (u64_at(&head, 16), u64_at(&head, 24)),
-                    (samples, members),
-                )?;
-            }
-        }
-        let most = index_len_max(samples, members);
-        Self::open_file_within(file, len, path, Some(most))
-    }
-
     /// An index at a URL (through the storage layer, see
     /// [`crate::read_at::open`]): its header is read first and, with
     /// `expect`, compared with the manifest's counts; its length must be the
@@ -686,37 +682,31 @@ impl ShardIndex {
     fn open_url(path: &Path, expect: Option<(u64, u64)>) -> Result<Self> {
         let (src, len) = crate::read_at::open(path)?;
         let io = |e| FormatError::io(path, e);
-        if len >= (HEADER_LEN + FOOTER_LEN) as u64 {
-            let mut head = [0u8; HEADER_LEN];
-            src.read_exact_at(&mut head, 0).map_err(io)?;
-            if head[..8] == INDEX_MAGIC {
-                let (s, m, strings) = (u64_at(&head, 16), u64_at(&head, 24), u64_at(&head, 32));
-                let dict = u64_at(&head, 56);
-                if let Some(recorded) = expect {
-                    counts_match(path, (s, m), recorded)?;
-                }
-                let expected = s
-                    .checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)
-                    .and_then(|a| a.checked_add(m.checked_mul(MEMBER_LEN as u64)?))
-                    .and_then(|a| a.checked_add(strings))
-                    .and_then(|a| a.checked_add(dict))
-                    .and_then(|a| a.checked_add((HEADER_LEN + FOOTER_LEN) as u64));
-                if expected != Some(len) {
-                    return Err(FormatError::corrupt(
-                        path,
-                        16,
-                        format!("header counts describe {expected:?} bytes, the object has {len}"),
-                    ));
-                }
-            }
+        let mut head = [0u8; HEADER_LEN];
+        let n = len.min(HEADER_LEN as u64) as usize;
+        if n > 0 {
+            src.read_exact_at(&mut head[..n], 0).map_err(io)?;
         }
         let most = expect.map(|(samples, members)| index_len_max(samples, members));
-        let mut head = [0u8; ZSTD_FRAME_HEADER_MAX];
-        let n = len.min(head.len() as u64) as usize;
-        src.read_exact_at(&mut head[..n], 0).map_err(io)?;
-        if is_compressed_index(&head[..n]) {
-            // Its limits before the whole object is read.
-            compressed_index_size(&head[..n], len, most, path)?;
+        if !Self::check_head(&head[..n], len, expect, most, path)?
+            && len >= (HEADER_LEN + FOOTER_LEN) as u64
+            && head[..8] == INDEX_MAGIC
+        {
+            let (s, m, strings) = (u64_at(&head, 16), u64_at(&head, 24), u64_at(&head, 32));
+            let dict = u64_at(&head, 56);
+            let expected = s
+                .checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)
+                .and_then(|a| a.checked_add(m.checked_mul(MEMBER_LEN as u64)?))
+                .and_then(|a| a.checked_add(strings))
+                .and_then(|a| a.checked_add(dict))
+                .and_then(|a| a.checked_add((HEADER_LEN + FOOTER_LEN) as u64));
+            if expected != Some(len) {
+                return Err(FormatError::corrupt(
+                    path,
+                    16,
+                    format!("header counts describe {expected:?} bytes, the object has {len}"),
+                ));
+            }
         }
         let mut bytes = vec![0u8; len.min(u64::from(u32::MAX) * 4) as usize];
         src.read_exact_at(&mut bytes, 0).map_err(io)?;
@@ -1421,14 +1411,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("z.idx");
         // Within the ratio bound, past what an index of 1 sample and 1 member can take.
-        let mut noise = vec![0u8; 200 << 10];
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        for b in &mut noise {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *b = x as u8;
-        }
+        let mut next = crate::test_rng(0x2545_F491_4F6C_DD1D);
+        let noise: Vec<u8> = (0..200 << 10).map(|_| next() as u8).collect();
         let frame = zstd::bulk::compress(&noise, 3).unwrap();
         std::fs::write(&path, &frame).unwrap();
         assert!(index_len_max(1, 1) < noise.len() as u64);

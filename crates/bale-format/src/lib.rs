@@ -76,3 +76,15 @@ pub use shard::{
 };
 pub use stream::{STREAM_BUFFER, SampleStream, StreamMember, StreamSample, open_shard_stream};
 pub use tar::{TAR_END_LEN, tar_member_len};
+
+/// A seeded xorshift64 generator for unit tests (`seed` not 0).
+#[cfg(test)]
+pub(crate) fn test_rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}

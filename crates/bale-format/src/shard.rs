@@ -993,13 +993,7 @@ mod tests {
     #[test]
     fn key_set_finds_every_repeat_in_order_or_out_of_it() {
         // A naive list of taken keys is the oracle.
-        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = crate::test_rng(0x9E37_79B9_7F4A_7C15);
         for run in 0..200 {
             let mut set = KeySet::default();
             let mut taken: Vec<String> = Vec::new();
