@@ -269,6 +269,29 @@ pub fn prefetch(bytes: &[u8]) {
     let _ = bytes;
 }
 
+/// As [`prefetch`] for the bytes of a sample about to be read: one line in
+/// two (every 128 bytes), over at most the first 4 KiB. The CPU's
+/// adjacent-line and stream prefetchers fetch the lines between, and half
+/// as many instructions stall half as often on the CPU's few outstanding
+/// misses: a warm random read of a 2 KB sample ran 1.15x faster this way
+/// than with every line (docs/benchmarks.md).
+#[inline]
+pub fn prefetch_sample(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for at in (0..bytes.len().min(4096)).step_by(128) {
+        // SAFETY: a prefetch never faults and has no effect on memory; the
+        // address lies in a live slice.
+        #[allow(unused_unsafe)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                bytes.as_ptr().add(at).cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 /// Where one sample lies in its shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleEntry {

@@ -153,7 +153,7 @@ impl Dataset {
                     .ok()
                     .and_then(|a| map.get(a..a.checked_add(m.size.min(4096) as usize)?));
                 if let Some(bytes) = bytes {
-                    bale_format::prefetch(bytes);
+                    bale_format::prefetch_sample(bytes);
                 }
             }
         }
@@ -162,6 +162,10 @@ impl Dataset {
     /// Populates a sample, timing it for [`Residency`] when it is mapped;
     /// true if the touch waited for storage.
     ///
+    /// Once reads are warm, one touch in [`Residency::WARM_SAMPLING`] is
+    /// timed (see [`Residency::time_touch`]): a batch that finds the cache
+    /// cold again is hinted from its first timed touch on.
+    ///
     /// Only the touch is timed, not the whole read: the shorter the window,
     /// the more rarely a preemption inside it passes for a wait on storage.
     /// (Parsing a label may fault in the sample's last page first; the
@@ -169,6 +173,10 @@ impl Dataset {
     /// two pages, the only kind a hint helps.)
     pub(super) fn touch(&self, sample: &Sample) -> bool {
         if !sample.is_mapped() {
+            return false;
+        }
+        if !self.inner.residency.time_touch() {
+            sample.populate();
             return false;
         }
         let t = Instant::now();
@@ -255,7 +263,7 @@ impl Dataset {
         let (buf, base) = match (&h.map, &h.file, compression) {
             (Some(map), _, Compression::None) => {
                 let bytes = map_slice(map, &shard.path, e.file_offset, e.file_len)?;
-                bale_format::prefetch(&bytes[..bytes.len().min(1024)]);
+                bale_format::prefetch_sample(bytes);
                 if hint == Hint::Always || self.inner.residency.hint() {
                     self.read_around(h, e.file_offset);
                     will_need(map, e.file_offset, e.file_len);
