@@ -715,24 +715,23 @@ impl PyIter {
 
 impl Ready {
     /// Takes up to [`READY`] samples from the iterator, their pages brought
-    /// into memory (so no page fault happens while the GIL is held), and
-    /// returns the first. Called without the GIL.
+    /// into memory (so no page fault happens while the GIL is held) and
+    /// their first bytes asked of the CPU's caches for all of them at once
+    /// (the copies under the GIL then find them there), and returns the
+    /// first. Called without the GIL.
     fn fill_and_pop(&mut self) -> Option<bale_reader::Result<Sample>> {
         if self.samples.is_empty() {
             for _ in 0..READY {
                 let Some(next) = self.it.next() else { break };
-                let failed = match &next {
-                    Ok(s) => {
-                        s.populate();
-                        false
-                    }
-                    Err(_) => true,
-                };
+                let failed = next.is_err();
                 self.samples.push_back(next);
                 if failed {
                     break;
                 }
             }
+            let ok = || self.samples.iter().filter_map(|s| s.as_ref().ok());
+            ok().for_each(Sample::prefetch);
+            ok().for_each(Sample::populate);
         }
         self.samples.pop_front()
     }
