@@ -1,0 +1,75 @@
+//! Steady-state random reads from Rust: every sample of a dataset once per
+//! pass, in a seeded random order, on N threads, one sample at a time
+//! (`Dataset::get_populated`) or in batches (`Dataset::get_batch`), xxh3 over
+//! every byte read. Later passes show the warm rate once the shards' pages
+//! are mapped (the first pages in a fresh process pay their page faults).
+//!
+//! ```sh
+//! cargo run --release -p bale-reader --example warm_random -- DATASET [PASSES] [THREADS] [BATCH]
+//! ```
+//!
+//! docs/benchmarks.md ("Warm reads of 2 KB samples") quotes its figures.
+
+use std::time::Instant;
+
+fn arg(n: usize, default: usize) -> usize {
+    std::env::args()
+        .nth(n)
+        .map_or(default, |s| s.parse().expect("a whole number"))
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = std::env::args()
+        .nth(1)
+        .ok_or("usage: warm_random DATASET [PASSES] [THREADS] [BATCH]")?;
+    let (passes, threads, batch) = (arg(2, 5), arg(3, 1).max(1), arg(4, 1).max(1));
+    let ds = bale_reader::Dataset::open(&dir)?;
+    let n = ds.len();
+    // A seeded Fisher-Yates shuffle (xorshift64).
+    let mut order: Vec<u64> = (0..n).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    for pass in 0..passes {
+        let t = Instant::now();
+        let sum = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|k| {
+                    let (ds, order) = (&ds, &order);
+                    scope.spawn(move || -> bale_reader::Result<u64> {
+                        let mine: Vec<u64> =
+                            order.iter().skip(k).step_by(threads).copied().collect();
+                        let mut sum = 0u64;
+                        for chunk in mine.chunks(batch) {
+                            let samples = if batch == 1 {
+                                vec![ds.get_populated(chunk[0])?]
+                            } else {
+                                ds.get_batch(chunk)?
+                            };
+                            for s in &samples {
+                                for (_, bytes) in s.fields() {
+                                    sum = sum.wrapping_add(bale_format::checksum(bytes));
+                                }
+                            }
+                        }
+                        Ok(sum)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a reader thread panicked"))
+                .try_fold(0u64, |a, r| r.map(|s| a.wrapping_add(s)))
+        })?;
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "pass {pass}: {:.0} samples/s ({threads} thread(s), batch {batch}; checksum {sum:016x})",
+            n as f64 / secs
+        );
+    }
+    Ok(())
+}
