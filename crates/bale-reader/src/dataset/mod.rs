@@ -353,3 +353,44 @@ impl Dataset {
         self.inner.options.backing == Backing::Mmap
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::testing::TestDataset;
+
+    /// A shuffled epoch reads one sample at a time; on a warm cache its
+    /// touches are fast, so it learns to stop hinting each sample (a
+    /// `MADV_WILLNEED` per sample that finds every page there).
+    #[test]
+    fn a_shuffled_epoch_on_a_warm_cache_turns_per_sample_hints_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = TestDataset::new(4 * u64::from(Residency::HINT_READS), 1);
+        spec.write(dir.path()).unwrap();
+        for e in std::fs::read_dir(dir.path()).unwrap() {
+            std::fs::read(e.unwrap().path()).unwrap();
+        }
+        let ds = Dataset::open(dir.path()).unwrap();
+        assert!(
+            ds.inner.residency.hint(),
+            "a fresh dataset is taken for cold"
+        );
+        // A touch preempted for 10 us passes for a wait on storage and turns
+        // hints on again: on a busy machine, give it a few epochs.
+        let learnt = (0..5).any(|epoch| {
+            let it = ds
+                .iter(EpochPlan::shuffled(7, epoch), Partition::ALL)
+                .unwrap()
+                .prefetch(1, 64, 1 << 20);
+            let mut n = 0;
+            for s in it {
+                let s = s.unwrap();
+                assert_eq!(s.field("bin"), Some(&spec.payload(s.index())[..]));
+                n += 1;
+            }
+            assert_eq!(n, spec.len());
+            !ds.inner.residency.hint()
+        });
+        assert!(learnt, "still hinting every sample after five warm epochs");
+    }
+}

@@ -80,6 +80,13 @@ impl Dataset {
     /// As [`Dataset::get`].
     pub fn get_populated(&self, i: u64) -> Result<Sample> {
         let (s, local) = self.locate(i)?;
+        self.read_touched(s, local)
+    }
+
+    /// Sample `local` of shard `s` as [`Dataset::get_populated`] reads it:
+    /// hinted while reads wait for storage ([`Residency`]), its pages
+    /// touched (and the touch timed) before it is returned.
+    pub(crate) fn read_touched(&self, s: usize, local: usize) -> Result<Sample> {
         let sample = self.read_entry(s, local, Hint::Learnt)?;
         self.touch(&sample);
         Ok(sample)
@@ -543,9 +550,17 @@ impl Dataset {
     /// shard `s` from storage, without waiting (`MADV_WILLNEED` on the map,
     /// `POSIX_FADV_WILLNEED` on the file). Only a hint: errors are left to
     /// the read itself.
+    ///
+    /// A single sample is hinted only while reads wait for storage
+    /// ([`Residency`]): on a warm cache the call finds every page there and
+    /// costs a system call per sample (a shuffled epoch read one sample at
+    /// a time). A run of samples is always hinted.
     pub(crate) fn will_read(&self, s: usize, local: usize, count: usize) {
         let index = &self.inner.shards[s].index;
         if count == 0 || local + count > index.len() || self.inner.shards[s].remote.is_some() {
+            return;
+        }
+        if count == 1 && !self.inner.residency.hint() {
             return;
         }
         let first = index.sample(local);
