@@ -8,7 +8,7 @@
 //! cargo run --release -p bale-reader --example warm_random -- DATASET [PASSES] [THREADS] [BATCH]
 //! ```
 //!
-//! docs/benchmarks.md ("Warm reads of 2 KB samples") quotes its figures.
+//! docs/benchmarks.md ("Reads of 2 KB samples") quotes its figures.
 
 use std::time::Instant;
 
