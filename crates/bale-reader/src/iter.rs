@@ -161,11 +161,11 @@ fn run_job(ds: &Dataset, job: &Job, populate: bool) -> Vec<Result<Sample>> {
     }
     let mut out = Vec::with_capacity(job.count);
     for p in &job.pieces {
-        if p.count == 1 && populate {
-            // Timed, so that a warm cache turns the hints of later samples off.
+        if p.count == 1 {
+            // Touched and timed, so that a warm cache turns the hints of
+            // later samples off (a system call each that finds every page
+            // in memory).
             out.push(ds.read_touched(p.shard, p.local));
-        } else if p.count == 1 {
-            out.push(ds.read_local(p.shard, p.local, false));
         } else {
             out.extend(ds.read_run(p.shard, p.local, p.count, populate));
         }

@@ -370,27 +370,37 @@ mod tests {
         for e in std::fs::read_dir(dir.path()).unwrap() {
             std::fs::read(e.unwrap().path()).unwrap();
         }
-        let ds = Dataset::open(dir.path()).unwrap();
-        assert!(
-            ds.inner.residency.hint(),
-            "a fresh dataset is taken for cold"
-        );
-        // A touch preempted for 10 us passes for a wait on storage and turns
-        // hints on again: on a busy machine, give it a few epochs.
-        let learnt = (0..5).any(|epoch| {
-            let it = ds
-                .iter(EpochPlan::shuffled(7, epoch), Partition::ALL)
-                .unwrap()
-                .prefetch(1, 64, 1 << 20);
-            let mut n = 0;
-            for s in it {
-                let s = s.unwrap();
-                assert_eq!(s.field("bin"), Some(&spec.payload(s.index())[..]));
-                n += 1;
-            }
-            assert_eq!(n, spec.len());
-            !ds.inner.residency.hint()
-        });
-        assert!(learnt, "still hinting every sample after five warm epochs");
+        // On the reader thread, and on the caller's (no prefetch).
+        for threads in [1, 0] {
+            let ds = Dataset::open(dir.path()).unwrap();
+            assert!(
+                ds.inner.residency.hint(),
+                "a fresh dataset is taken for cold"
+            );
+            // A touch preempted for 10 us passes for a wait on storage and
+            // turns hints on again: on a busy machine, give it a few epochs.
+            let learnt = (0..5).any(|epoch| {
+                let it = ds
+                    .iter(EpochPlan::shuffled(7, epoch), Partition::ALL)
+                    .unwrap();
+                let it = if threads > 0 {
+                    it.prefetch(threads, 64, 1 << 20)
+                } else {
+                    it
+                };
+                let mut n = 0;
+                for s in it {
+                    let s = s.unwrap();
+                    assert_eq!(s.field("bin"), Some(&spec.payload(s.index())[..]));
+                    n += 1;
+                }
+                assert_eq!(n, spec.len());
+                !ds.inner.residency.hint()
+            });
+            assert!(
+                learnt,
+                "{threads} thread(s): still hinting every sample after five warm epochs"
+            );
+        }
     }
 }
