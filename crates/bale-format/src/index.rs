@@ -96,16 +96,37 @@ fn is_compressed_index(bytes: &[u8]) -> bool {
     bytes.len() >= 4 && bytes[..4] == ZSTD_FRAME_MAGIC
 }
 
+/// Bytes of an index's fixed tables for `samples` and `members` (header,
+/// sample records, lookup table, member records, footer), if they fit a u64.
+fn tables_len(samples: u64, members: u64) -> Option<u64> {
+    samples
+        .checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)?
+        .checked_add(members.checked_mul(MEMBER_LEN as u64)?)?
+        .checked_add((HEADER_LEN + FOOTER_LEN) as u64)
+}
+
+/// The length an index header says its file has: the fixed tables for its
+/// `samples` and `members`, its `strings` and its zstd dictionary (`dict`).
+fn described_len(samples: u64, members: u64, strings: u64, dict: u64) -> Option<u64> {
+    tables_len(samples, members)?
+        .checked_add(strings)?
+        .checked_add(dict)
+}
+
+/// The fewest bytes a plain index of `samples` samples and `members`
+/// members can take: its fixed tables, with no key, extension or dictionary.
+#[must_use]
+pub fn index_len_min(samples: u64, members: u64) -> u64 {
+    tables_len(samples, members).unwrap_or(u64::MAX)
+}
+
 /// The most bytes a (decompressed) index of `samples` samples and `members`
 /// members can take: its records, every key and extension at the longest a
 /// name may be, a zstd dictionary, and room to spare.
 #[must_use]
 pub fn index_len_max(samples: u64, members: u64) -> u64 {
-    let fixed = ((HEADER_LEN + FOOTER_LEN) as u64)
-        .saturating_add(samples.saturating_mul((SAMPLE_LEN + LOOKUP_LEN) as u64))
-        .saturating_add(members.saturating_mul(MEMBER_LEN as u64));
     let strings = samples.saturating_add(members).saturating_mul(4096);
-    fixed
+    index_len_min(samples, members)
         .saturating_add(strings)
         .saturating_add(ZSTD_DICT_MAX as u64)
         .saturating_add(4096)
@@ -246,27 +267,33 @@ pub fn checksum(bytes: &[u8]) -> u64 {
     xxh3_64(bytes)
 }
 
+/// Asks the CPU to load the cache line holding `bytes[at]` (a hint: no
+/// fault, no wait). `at` lies in `bytes`.
+#[inline]
+fn prefetch_line(bytes: &[u8], at: usize) {
+    debug_assert!(at < bytes.len());
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and has no effect on memory; the
+    // address lies in a live slice.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            bytes.as_ptr().add(at).cast(),
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, at);
+}
+
 /// Asks the CPU to load the cache lines of `bytes` (a hint: no fault, no wait).
 pub fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // Every 64-byte line the slice touches, from the one holding its first byte.
-        let first = bytes.as_ptr() as usize % 64;
-        let mut at = 0;
-        while at < bytes.len() {
-            // SAFETY: a prefetch never faults and has no effect on memory;
-            // the address lies in a live slice.
-            #[allow(unused_unsafe)]
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    bytes.as_ptr().add(at).cast(),
-                )
-            };
-            at += 64 - if at == 0 { first } else { 0 };
-        }
+    // Every 64-byte line the slice touches, from the one holding its first byte.
+    let first = bytes.as_ptr() as usize % 64;
+    let mut at = 0;
+    while at < bytes.len() {
+        prefetch_line(bytes, at);
+        at += 64 - if at == 0 { first } else { 0 };
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// As [`prefetch`] for the bytes of a sample about to be read: one line in
@@ -277,19 +304,9 @@ pub fn prefetch(bytes: &[u8]) {
 /// than with every line (docs/benchmarks.md).
 #[inline]
 pub fn prefetch_sample(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
     for at in (0..bytes.len().min(4096)).step_by(128) {
-        // SAFETY: a prefetch never faults and has no effect on memory; the
-        // address lies in a live slice.
-        #[allow(unused_unsafe)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                bytes.as_ptr().add(at).cast(),
-            )
-        };
+        prefetch_line(bytes, at);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// Where one sample lies in its shard.
@@ -715,14 +732,12 @@ impl ShardIndex {
             && len >= (HEADER_LEN + FOOTER_LEN) as u64
             && head[..8] == INDEX_MAGIC
         {
-            let (s, m, strings) = (u64_at(&head, 16), u64_at(&head, 24), u64_at(&head, 32));
-            let dict = u64_at(&head, 56);
-            let expected = s
-                .checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)
-                .and_then(|a| a.checked_add(m.checked_mul(MEMBER_LEN as u64)?))
-                .and_then(|a| a.checked_add(strings))
-                .and_then(|a| a.checked_add(dict))
-                .and_then(|a| a.checked_add((HEADER_LEN + FOOTER_LEN) as u64));
+            let expected = described_len(
+                u64_at(&head, 16),
+                u64_at(&head, 24),
+                u64_at(&head, 32),
+                u64_at(&head, 56),
+            );
             if expected != Some(len) {
                 return Err(FormatError::corrupt(
                     path,
@@ -832,14 +847,7 @@ impl ShardIndex {
                 ),
             ));
         }
-        let expected = (|| {
-            let s = samples.checked_mul((SAMPLE_LEN + LOOKUP_LEN) as u64)?;
-            let m = members.checked_mul(MEMBER_LEN as u64)?;
-            s.checked_add(m)?
-                .checked_add(strings)?
-                .checked_add(dict)?
-                .checked_add((HEADER_LEN + FOOTER_LEN) as u64)
-        })();
+        let expected = described_len(samples, members, strings, dict);
         if samples > u64::from(u32::MAX)
             || members > u64::from(u32::MAX)
             || strings > u64::from(u32::MAX)

@@ -21,15 +21,11 @@ use super::*;
 /// compressed (one zstd frame): it has no lower bound but a frame header's,
 /// and its decompressed size is bounded when it is opened.
 fn index_bounds(samples: u64, members: u64, compression: Compression) -> (u64, u64) {
-    let fixed = 64u64
-        .saturating_add(samples.saturating_mul(48 + 16))
-        .saturating_add(members.saturating_mul(32))
-        .saturating_add(8);
     let max = bale_format::index_len_max(samples, members);
     let min = if compression == Compression::Zstd {
         9
     } else {
-        fixed
+        bale_format::index_len_min(samples, members)
     };
     (min, max)
 }
