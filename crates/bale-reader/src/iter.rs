@@ -194,7 +194,7 @@ impl Inline {
 
     fn next(&mut self) -> Option<Result<Sample>> {
         loop {
-            if let Some(x) = self.queue.pop_front() {
+            if let Some(x) = pop_ahead(&mut self.queue) {
                 return Some(x);
             }
             let job = self.ahead.take().or_else(|| self.jobs.next_job())?;
@@ -205,6 +205,14 @@ impl Inline {
             self.queue.extend(run_job(&self.jobs.ds, &job, false));
         }
     }
+}
+
+fn pop_ahead(q: &mut VecDeque<Result<Sample>>) -> Option<Result<Sample>> {
+    let x = q.pop_front();
+    if let Some(Ok(s)) = q.get(1) {
+        s.prefetch();
+    }
+    x
 }
 
 #[derive(Debug)]
@@ -304,7 +312,7 @@ impl Prefetcher {
 
     fn next(&mut self) -> Option<Result<Sample>> {
         loop {
-            if let Some(x) = self.current.pop_front() {
+            if let Some(x) = pop_ahead(&mut self.current) {
                 return Some(x);
             }
             if self.held != (0, 0) {
@@ -365,7 +373,7 @@ fn worker(shared: &PrefetchShared, tx: &Sender<Done>, ds: &Dataset) {
             }
         };
         let populate = ds.is_mapped();
-        let results = catch_unwind(AssertUnwindSafe(|| run_job(ds, &job, populate)))
+        let mut results = catch_unwind(AssertUnwindSafe(|| run_job(ds, &job, populate)))
             .unwrap_or_else(|panic| {
                 let what = panic
                     .downcast_ref::<&str>()
@@ -383,6 +391,8 @@ fn worker(shared: &PrefetchShared, tx: &Sender<Done>, ds: &Dataset) {
                     })
                     .collect()
             });
+        // The caller drops these samples on its own thread.
+        crate::sample::share_maps(&mut results);
         let done = Done {
             seq,
             results,

@@ -15,11 +15,36 @@ use smallvec::SmallVec;
 pub(crate) enum Buf {
     Heap(Arc<HeapBuf>),
     Map(Arc<Mmap>),
+    /// A shard's memory map through a handle of its own, shared by the
+    /// samples of one job (a run, or a batch of single reads on a reader
+    /// thread). Their reference counts then live on a cache line of the
+    /// job's, not on the shard's: a reader thread that builds samples
+    /// (counting up) and the caller that drops them (counting down) would
+    /// otherwise pass the shard's line between their cores once per sample,
+    /// which bounded a warm sequential epoch (docs/benchmarks.md).
+    JobMap(Arc<JobHandle>),
     /// An answer from object storage (shared by the samples of one request).
     Bytes(bytes::Bytes),
 }
 
+/// A job's own handle to a shard's memory map ([`Buf::JobMap`]).
+pub(crate) struct JobHandle(Arc<Mmap>);
+
 impl Buf {
+    /// A handle of a job's own to `map`, for the samples of one job.
+    pub(crate) fn job_map(map: &Arc<Mmap>) -> Self {
+        Buf::JobMap(Arc::new(JobHandle(Arc::clone(map))))
+    }
+
+    /// The shard's memory map the bytes are a slice of, if any.
+    fn map(&self) -> Option<&Mmap> {
+        match self {
+            Buf::Map(m) => Some(m),
+            Buf::JobMap(m) => Some(&m.0),
+            Buf::Heap(_) | Buf::Bytes(_) => None,
+        }
+    }
+
     /// A heap buffer of its own (not pooled).
     pub fn owned(data: Vec<u8>) -> Self {
         let len = data.len();
@@ -37,6 +62,7 @@ impl Deref for Buf {
         match self {
             Buf::Heap(v) => v,
             Buf::Map(m) => m,
+            Buf::JobMap(m) => &m.0,
             Buf::Bytes(b) => b,
         }
     }
@@ -254,7 +280,7 @@ impl Sample {
 
     /// Whether the fields are slices of a shard's memory map (zero-copy).
     pub fn is_mapped(&self) -> bool {
-        matches!(self.buf, Buf::Map(_))
+        self.buf.map().is_some()
     }
 
     fn slice(&self, f: &Field) -> &[u8] {
@@ -292,13 +318,16 @@ impl Sample {
         }
     }
 
-    /// Asks the CPU to start loading the first 4 KiB of each field into its
-    /// caches, without waiting (a hint: never a page fault). A caller about
-    /// to copy a batch of samples issues this for all of them first, so
-    /// that their cache misses overlap instead of coming one after another.
+    /// Asks the CPU to start loading every cache line of the first 4 KiB of
+    /// each field, without waiting (a hint: never a page fault; pages not
+    /// mapped yet are skipped, so populate first). A caller that hands out
+    /// samples one by one issues this a couple of samples ahead of the one
+    /// it copies, so the loads finish while it works on the samples between;
+    /// past the first 4 KiB the CPU's stream prefetchers keep ahead of a copy.
     pub fn prefetch(&self) {
         for f in &self.fields {
-            bale_format::prefetch_sample(self.slice(f));
+            let bytes = self.slice(f);
+            bale_format::prefetch(&bytes[..bytes.len().min(4096)]);
         }
     }
 
@@ -308,7 +337,7 @@ impl Sample {
     /// them). The tar headers are not touched: a page holding only a header
     /// is not needed. Samples in a heap buffer are already in memory.
     pub fn populate(&self) {
-        if let Buf::Map(m) = &self.buf {
+        if let Some(m) = self.buf.map() {
             let mut acc = 0u8;
             for f in &self.fields {
                 let at = self.base + f.start;
@@ -331,7 +360,7 @@ impl Sample {
     /// (`MADV_WILLNEED`): one request per run of fields less than a page
     /// apart (one for a tar sample, one per member of a scattered one).
     pub(crate) fn will_need(&self) {
-        if let Buf::Map(m) = &self.buf {
+        if let Some(m) = self.buf.map() {
             let mut run: Option<(usize, usize)> = None;
             for f in &self.fields {
                 let (a, b) = (self.base + f.start, self.base + f.start + f.len);
@@ -348,6 +377,20 @@ impl Sample {
                 will_need(m, s as u64, (e - s) as u64);
             }
         }
+    }
+}
+
+/// Points the mapped samples of one job at a handle per shard map of the
+/// job's own ([`Buf::JobMap`]), so that the thread that drops them does not
+/// count on the line the shard's other readers count on.
+pub(crate) fn share_maps(samples: &mut [crate::Result<Sample>]) {
+    let mut shared: Option<Buf> = None;
+    for s in samples.iter_mut().flatten() {
+        let Buf::Map(m) = &s.buf else { continue };
+        s.buf = match &shared {
+            Some(Buf::JobMap(h)) if Arc::ptr_eq(&h.0, m) => Buf::JobMap(Arc::clone(h)),
+            _ => shared.insert(Buf::job_map(m)).clone(),
+        };
     }
 }
 

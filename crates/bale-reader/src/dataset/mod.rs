@@ -403,4 +403,41 @@ mod tests {
             );
         }
     }
+
+    /// Samples built on a reader thread share a handle to their shard's
+    /// map per job: the caller dropping them counts on the job's handle,
+    /// not on the map's own count, which the reader thread counts on.
+    #[test]
+    fn samples_from_a_reader_thread_count_on_their_jobs_handle_not_the_shards_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = TestDataset::new(600, 1);
+        spec.write(dir.path()).unwrap();
+        let ds = Dataset::open(dir.path()).unwrap();
+        for plan in [EpochPlan::sequential(), EpochPlan::shuffled(3, 0)] {
+            let held: Vec<Sample> = ds
+                .iter(plan, Partition::ALL)
+                .unwrap()
+                .prefetch(1, 64, 1 << 20)
+                .map(|s| s.unwrap())
+                .collect();
+            assert_eq!(held.len(), 600);
+            for s in &held {
+                assert!(s.is_mapped());
+                assert_eq!(s.field("bin"), Some(&spec.payload(s.index())[..]));
+            }
+            let map = ds.inner.shards[0]
+                .handle
+                .get()
+                .unwrap()
+                .map
+                .as_ref()
+                .unwrap();
+            // Jobs of at most 64 / 2 samples: at least 19 of them.
+            let counts = Arc::strong_count(map);
+            assert!(
+                (2..=1 + 600 / 19).contains(&counts),
+                "{plan:?}: 600 samples held, the shard's map counted {counts} times"
+            );
+        }
+    }
 }

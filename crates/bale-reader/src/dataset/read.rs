@@ -411,7 +411,7 @@ impl Dataset {
                     next,
                     span_len.min((map.len() as u64).saturating_sub(next)),
                 );
-                Buf::Map(Arc::clone(map))
+                Buf::job_map(map)
             }
             (None, Some(file)) => self.pread(file, &shard.path, span_start, span_len)?,
             (None, None) => unreachable_handle(&shard.path)?,
@@ -435,7 +435,7 @@ impl Dataset {
         let compression = shard.index.compression();
         // Offset of file byte `o` in `buf` (None if a corrupt index puts it before the run).
         let shift = |o: u64| match &buf {
-            Buf::Map(_) => usize::try_from(o).ok(),
+            Buf::Map(_) | Buf::JobMap(_) => usize::try_from(o).ok(),
             Buf::Heap(_) | Buf::Bytes(_) => o
                 .checked_sub(span_start)
                 .and_then(|d| usize::try_from(d).ok()),
