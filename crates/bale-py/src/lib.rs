@@ -544,11 +544,12 @@ impl PyDataset {
 
     /// The sample with key `key`.
     fn get_by_key<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyDict>> {
+        // Read as `ds[i]` reads (hinted only while reads wait for storage);
+        // an unknown key gets `get_by_key`'s error, which names the dataset.
         let s = py
-            .detach(|| {
-                let s = self.ds.get_by_key(key)?;
-                s.populate();
-                Ok::<_, ReaderError>(s)
+            .detach(|| match self.ds.find(key) {
+                Some(i) => self.ds.get_populated(i),
+                None => self.ds.get_by_key(key),
             })
             .map_err(to_py)?;
         self.to_dict(py, &s)
