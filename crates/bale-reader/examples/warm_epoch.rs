@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map_or(Ok(default), |s| s.parse().map_err(|_| usage.to_owned()))
     };
     let (passes, threads) = (number(5)?, number(1)?);
-    let plan = match std::env::args().nth(4).as_deref() {
+    let plan = match args.next().as_deref() {
         None | Some("sequential") => EpochPlan::sequential(),
         Some("shuffled") => EpochPlan::shuffled(1, 0),
         Some(_) => return Err(usage.into()),

@@ -207,9 +207,17 @@ impl Inline {
     }
 }
 
+/// How many samples behind the one handed out the iterator asks the CPU for
+/// ([`Sample::prefetch`]): far enough that the loads finish while the caller
+/// works on the samples between, near enough that they are still in its
+/// core's caches when it reads that sample (docs/benchmarks.md).
+const PREFETCH_DISTANCE: usize = 2;
+
+/// The next sample of `q`; asks the CPU for the first bytes of the one
+/// [`PREFETCH_DISTANCE`] behind it.
 fn pop_ahead(q: &mut VecDeque<Result<Sample>>) -> Option<Result<Sample>> {
     let x = q.pop_front();
-    if let Some(Ok(s)) = q.get(1) {
+    if let Some(Ok(s)) = q.get(PREFETCH_DISTANCE - 1) {
         s.prefetch();
     }
     x

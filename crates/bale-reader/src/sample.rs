@@ -384,13 +384,14 @@ impl Sample {
 /// job's own ([`Buf::JobMap`]), so that the thread that drops them does not
 /// count on the line the shard's other readers count on.
 pub(crate) fn share_maps(samples: &mut [crate::Result<Sample>]) {
-    let mut shared: Option<Buf> = None;
+    let mut shared: Option<Arc<JobHandle>> = None;
     for s in samples.iter_mut().flatten() {
         let Buf::Map(m) = &s.buf else { continue };
-        s.buf = match &shared {
-            Some(Buf::JobMap(h)) if Arc::ptr_eq(&h.0, m) => Buf::JobMap(Arc::clone(h)),
-            _ => shared.insert(Buf::job_map(m)).clone(),
+        let handle = match &shared {
+            Some(h) if Arc::ptr_eq(&h.0, m) => Arc::clone(h),
+            _ => Arc::clone(shared.insert(Arc::new(JobHandle(Arc::clone(m))))),
         };
+        s.buf = Buf::JobMap(handle);
     }
 }
 
