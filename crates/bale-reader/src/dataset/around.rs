@@ -1,6 +1,7 @@
 //! Read-around ([`ReadAround`]): the first cold read in each region of a
 //! local shard asks the kernel for the whole region.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::options::{READ_AROUND, ReadAround};
@@ -48,6 +49,53 @@ impl Regions {
     }
 }
 
+/// The bytes of one shard file asked for ahead of the reader
+/// (`MADV_WILLNEED`) and not read yet: one range, grown as runs read in
+/// order ask for the run after theirs, moved past what is read. A run
+/// read in order was asked for as the run after the one before it; each
+/// byte is then asked for once, where every run used to be asked for
+/// twice (as the next run, then as itself). The second request found every
+/// page in the page cache or on its way and cost only the kernel's walk
+/// over them: about a third of a reader thread's system time in a warm
+/// sequential epoch of 2 KB samples (docs/benchmarks.md).
+#[derive(Debug, Default)]
+pub(super) struct Ahead(Mutex<(u64, u64)>);
+
+impl Ahead {
+    /// The part of `[start, start + len)` not asked for yet, recorded as
+    /// asked for: the caller asks the kernel for it. The whole range when it
+    /// does not meet the one ahead (a jump: the range ahead starts over
+    /// there), its tail past the range ahead when it starts inside it, and
+    /// `None` when it is already asked for.
+    pub(super) fn claim(&self, start: u64, len: u64) -> Option<(u64, u64)> {
+        let end = start.saturating_add(len);
+        let mut ahead = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, e) = *ahead;
+        if len == 0 || (s <= start && end <= e) {
+            return None;
+        }
+        if s <= start && start <= e {
+            *ahead = (s, end);
+            Some((e, end - e))
+        } else {
+            *ahead = (start, end);
+            Some((start, len))
+        }
+    }
+
+    /// The reader has read `[start, start + len)`: what lies before its end
+    /// is no longer ahead (a later read of it, as in the next epoch, asks
+    /// for it again).
+    pub(super) fn read(&self, start: u64, len: u64) {
+        let end = start.saturating_add(len);
+        let mut ahead = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, e) = *ahead;
+        if s < end {
+            *ahead = (end, e.max(end));
+        }
+    }
+}
+
 /// Whether a dataset of `total` shard bytes is read around; `available`
 /// gives the memory available now (asked only for [`ReadAround::Auto`];
 /// `None` when unknown: no read-around).
@@ -89,6 +137,39 @@ mod tests {
         for i in 0..200 {
             assert!(r.claim(i * READ_AROUND).is_none(), "region {i} again");
         }
+    }
+
+    #[test]
+    fn runs_read_in_order_ask_for_each_byte_once() {
+        let a = Ahead::default();
+        // Run 0 (bytes 0..100) and the run after it (100..200).
+        assert_eq!(a.claim(0, 100), Some((0, 100)));
+        assert_eq!(a.claim(100, 100), Some((100, 100)));
+        a.read(0, 100);
+        // Run 1 was asked for as the run after run 0; a longer run 1 asks
+        // only for its tail, then for the run after it.
+        assert_eq!(a.claim(100, 130), Some((200, 30)));
+        assert_eq!(a.claim(230, 130), Some((230, 130)));
+        a.read(100, 130);
+        assert_eq!(a.claim(230, 130), None, "asked for as the run after");
+        a.read(230, 130);
+        assert_eq!(a.claim(360, 0), None, "nothing to ask for");
+    }
+
+    #[test]
+    fn bytes_read_or_jumped_away_from_are_asked_for_again() {
+        let a = Ahead::default();
+        assert_eq!(a.claim(0, 100), Some((0, 100)));
+        assert_eq!(a.claim(100, 100), Some((100, 100)));
+        a.read(0, 100);
+        // The next epoch starts over at the start of the shard.
+        assert_eq!(a.claim(0, 100), Some((0, 100)));
+        // A jump elsewhere: the range ahead starts over there.
+        assert_eq!(a.claim(5_000, 10), Some((5_000, 10)));
+        assert_eq!(a.claim(100, 100), Some((100, 100)), "no longer ahead");
+        // Reading past everything ahead leaves nothing ahead.
+        a.read(0, 10_000);
+        assert_eq!(a.claim(150, 10), Some((150, 10)));
     }
 
     #[test]

@@ -403,19 +403,23 @@ impl Dataset {
                 map_slice(map, &shard.path, span_start, span_len)?;
                 // Start the kernel reading the whole run at once, and the
                 // next run of the shard too (the read-ahead a sequential
-                // reader would get without `MADV_RANDOM`).
-                will_need(map, span_start, span_len);
+                // reader would get without `MADV_RANDOM`); what was asked
+                // for already, as the run after the last one, is not asked
+                // for again ([`Ahead`](super::around::Ahead)).
                 let next = span_start + span_len;
-                will_need(
-                    map,
-                    next,
-                    span_len.min((map.len() as u64).saturating_sub(next)),
-                );
+                let next_len = span_len.min((map.len() as u64).saturating_sub(next));
+                for (at, len) in [(span_start, span_len), (next, next_len)] {
+                    if let Some((at, len)) = h.ahead.claim(at, len) {
+                        will_need(map, at, len);
+                    }
+                }
                 Buf::job_map(map)
             }
             (None, Some(file)) => self.pread(file, &shard.path, span_start, span_len)?,
             (None, None) => unreachable_handle(&shard.path)?,
         };
+        // Read: a later read of these bytes (the next epoch) asks for them again.
+        h.ahead.read(span_start, span_len);
         Ok(self.samples_of_run(s, local, count, buf, span_start, populate))
     }
 
@@ -567,7 +571,8 @@ impl Dataset {
     /// A single sample is hinted only while reads wait for storage
     /// ([`Residency`]): on a warm cache the call finds every page there and
     /// costs a system call per sample (a shuffled epoch read one sample at
-    /// a time). A run of samples is always hinted.
+    /// a time). A run of samples is always hinted, once while it is ahead
+    /// of the reader ([`Ahead`](super::around::Ahead)).
     pub(crate) fn will_read(&self, s: usize, local: usize, count: usize) {
         let index = &self.inner.shards[s].index;
         if count == 0 || local + count > index.len() || self.inner.shards[s].remote.is_some() {
@@ -584,6 +589,12 @@ impl Dataset {
             // Only ranges inside the map (a corrupt index is the read's error).
             Ok(Handle { map: Some(map), .. })
                 if map_slice(map, &self.inner.shards[s].path, start, len).is_err() => {}
+            // A run asked for ahead is not asked for again when it is read.
+            Ok(h) if count > 1 => {
+                if let Some((at, len)) = h.ahead.claim(start, len) {
+                    h.will_need(at, len);
+                }
+            }
             Ok(h) => h.will_need(start, len),
             Err(_) => {}
         }

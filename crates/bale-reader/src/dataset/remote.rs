@@ -133,6 +133,7 @@ impl Dataset {
                         file: Some(file),
                         map: None,
                         regions: super::around::Regions::new(shard.index.shard_len()),
+                        ahead: super::around::Ahead::default(),
                     });
                     return Ok(None);
                 }

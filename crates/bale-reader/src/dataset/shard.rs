@@ -10,6 +10,8 @@ pub(super) struct Handle {
     pub(super) map: Option<Arc<Mmap>>,
     /// The regions read around so far ([`super::ReadAround`]).
     pub(super) regions: super::around::Regions,
+    /// What runs read in order asked for ahead of the reader.
+    pub(super) ahead: super::around::Ahead,
 }
 
 #[derive(Debug)]
@@ -242,6 +244,7 @@ pub(super) fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
                 file: Some(file),
                 map: None,
                 regions: super::around::Regions::new(len),
+                ahead: super::around::Ahead::default(),
             })
         }
         Backing::Mmap => {
@@ -260,6 +263,7 @@ pub(super) fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
                 file: None,
                 map: Some(Arc::new(map)),
                 regions: super::around::Regions::new(len),
+                ahead: super::around::Ahead::default(),
             })
         }
     }
