@@ -176,12 +176,20 @@ pub fn main(mut args: Args) -> Result<()> {
     // small ones, `--list` none).
     let own_trees = selected.iter().all(|b| b.name == "python")
         && !crate::bench_python::reads_default_trees(&extra);
-    if !own_trees {
+    // A `--tree` naming one of the repository's own trees generates it too,
+    // so that the commands docs/benchmarks.md quotes run on a fresh clone.
+    let named = if crate::bench_python::lists_only(&extra) {
+        Vec::new()
+    } else {
+        crate::bench_python::tree_paths(&extra)
+    };
+    let names = |own: &std::path::Path| named.iter().any(|p| root.join(p) == own);
+    if !own_trees || names(&tree) {
         gen_tree::generate(&tree, &tree_params()).context("generating the benchmark tree")?;
     }
     // The pack group also packs a tree of many small files.
     let small = root.join(SMALL_TREE);
-    if selected.iter().any(|b| b.name == "pack") {
+    if selected.iter().any(|b| b.name == "pack") || names(&small) {
         gen_tree::generate(&small, &small_tree_params())
             .context("generating the small-file benchmark tree")?;
     }

@@ -146,6 +146,24 @@ pub fn has_trees(extra: &[String]) -> bool {
         .any(|a| a == "--tree" || a.starts_with("--tree="))
 }
 
+/// The paths the arguments' `--tree [NAME=]PATH` options name, in order.
+pub fn tree_paths(extra: &[String]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut args = extra.iter();
+    while let Some(a) = args.next() {
+        let value = match a.strip_prefix("--tree=") {
+            Some(v) => Some(v),
+            None if a == "--tree" => args.next().map(String::as_str),
+            None => None,
+        };
+        if let Some(v) = value {
+            let path = v.split_once('=').map_or(v, |(_, p)| p);
+            out.push(PathBuf::from(path));
+        }
+    }
+    out
+}
+
 /// True unless the arguments name their own trees, ask for the quick trees, or only
 /// list the rows or the options.
 pub fn reads_default_trees(extra: &[String]) -> bool {
@@ -156,7 +174,7 @@ fn is_quick(extra: &[String]) -> bool {
     extra.iter().any(|a| a == "--quick")
 }
 
-fn lists_only(extra: &[String]) -> bool {
+pub fn lists_only(extra: &[String]) -> bool {
     extra
         .iter()
         .any(|a| matches!(a.as_str(), "--list" | "--help" | "-h"))
@@ -334,4 +352,34 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
     }
     eprintln!("\n$ {}", util::display(&cmd));
     util::run(&mut cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_paths_are_the_values_of_every_tree_option() {
+        let args: Vec<String> = [
+            "--tree",
+            "png-100k=target/bench/png-100k",
+            "--runs",
+            "3",
+            "--tree=/data/imgs",
+            "--tree=jpeg=a=b",
+            "--tree",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            tree_paths(&args),
+            vec![
+                PathBuf::from("target/bench/png-100k"),
+                PathBuf::from("/data/imgs"),
+                PathBuf::from("a=b"),
+            ]
+        );
+        assert!(tree_paths(&["--runs".to_string(), "3".to_string()]).is_empty());
+    }
 }

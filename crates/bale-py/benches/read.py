@@ -444,6 +444,12 @@ def main(argv: list[str]) -> int:
         name, sep, path = t.partition("=")
         if not sep:
             name, path = Path(t).name, t
+        if not os.path.isdir(path):
+            raise SystemExit(
+                f"--tree {t}: {path} is not a directory (cargo xtask bench python generates "
+                "target/bench/imagenet-like and target/bench/png-100k when it is given them; "
+                "cargo xtask gen-tree makes a tree of your own)"
+            )
         trees.append((name, os.path.abspath(path)))
     rows = selected_rows(args)
     pack_writers = selected_writers(args, "pack", PACK)
