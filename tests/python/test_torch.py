@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import torch  # noqa: E402  (cargo xtask ci installs it: these tests never skip)
@@ -53,6 +56,40 @@ def test_dataloader_over_iterable_splits_by_worker(zst_ds: Packed, plan: str) ->
                 assert_sample(s, s["__key__"], zst_ds, views=False)
                 seen.append(s["__index__"])
     assert sorted(seen) == sorted(list(range(N)) * 2)
+
+
+def test_import_bale_leaves_torch_unimported_until_an_iterable_dataset_is_made(zst_ds: Packed) -> None:
+    # A fresh interpreter: torch is imported above, in this one.
+    script = f"""
+import sys
+import bale
+assert "torch" not in sys.modules, "import bale imported torch"
+ds = bale.Dataset({str(zst_ds.path)!r})
+assert len(ds) == {N} and "torch" not in sys.modules
+import torch
+from torch.utils.data import DataLoader
+it = bale.IterableDataset({str(zst_ds.path)!r})
+assert isinstance(it, torch.utils.data.IterableDataset)
+# DataLoader takes it as iterable: no sampler, every sample once, in plan order.
+seen = [s["__index__"] for b in DataLoader(it, batch_size=4, num_workers=1, collate_fn=list) for s in b]
+assert sorted(seen) == list(range({N})), seen
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_bale_imported_after_torch_is_registered_before_any_instance() -> None:
+    script = """
+import torch
+import bale
+assert issubclass(bale.IterableDataset, torch.utils.data.IterableDataset)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
 
 
 @pytest.mark.parametrize("ctx", ["fork", "spawn"])

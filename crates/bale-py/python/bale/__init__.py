@@ -67,15 +67,31 @@ __all__ = [
 ]
 
 # DataLoader tells iterable datasets from map-style ones with isinstance(ds,
-# torch.utils.data.IterableDataset), so IterableDataset subclasses it when torch
-# is installed (importing bale then imports torch.utils.data).
-if os.environ.get("BALE_NO_TORCH") != "1" and importlib.util.find_spec("torch") is not None:
+# torch.utils.data.IterableDataset), so IterableDataset is registered as a
+# virtual subclass of it when torch is installed. Registration waits until torch
+# is already imported or an IterableDataset is made: importing torch takes
+# seconds, and `import bale` alone (Dataset, Loader, plain loops, JAX) does not
+# import it.
+_torch_registered = False
+
+
+def _register_with_torch() -> None:
+    """Registers IterableDataset with torch.utils.data.IterableDataset, once."""
+    global _torch_registered
+    if _torch_registered:
+        return
+    _torch_registered = True
+    if os.environ.get("BALE_NO_TORCH") == "1":
+        return
+    if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
+        return
     try:
-        from torch.utils.data import IterableDataset as _IterableBase
+        from torch.utils.data import IterableDataset as base
+
+        base.register(IterableDataset)
     except Exception:  # a broken torch install must not break bale
-        _IterableBase = object  # type: ignore[assignment,misc]
-else:
-    _IterableBase = object  # type: ignore[assignment,misc]
+        pass
+
 
 _PLANS = ("sequential", "shuffled", "shard_shuffled")
 
@@ -132,7 +148,7 @@ def worker_offsets(batches: int, batch_size: int, num_workers: int) -> list[int]
     return [(q + (1 if w < r else 0)) * batch_size for w in range(num_workers)]
 
 
-class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
+class IterableDataset:
     """Epochs over a bale dataset, split by rank and DataLoader worker.
 
     Example::
@@ -207,6 +223,7 @@ class IterableDataset(_IterableBase):  # type: ignore[misc,valid-type]
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
     ) -> None:
+        _register_with_torch()
         if plan is None:
             plan = "shuffled" if shuffle else "sequential"
         if plan not in _PLANS:
@@ -608,3 +625,8 @@ class Loader:
 
     def __repr__(self) -> str:
         return f"bale.Loader({self.path!r}, batch_size={self.batch_size}, epoch={self.epoch})"
+
+
+# torch imported before bale costs nothing more to register with.
+if "torch" in sys.modules:
+    _register_with_torch()
