@@ -10,10 +10,12 @@
 //!    (skipped when `.venv` records that file's sha256);
 //! 3. `cargo fmt --all --check`;
 //! 4. `cargo clippy --workspace --all-targets --all-features -- -D warnings`;
-//! 5. `cargo install --debug --path crates/bale-cli` into `target/ci/install` (a user's
-//!    `cargo install`), then that `bale` packs and verifies a small tree;
-//! 6. `cargo build --workspace --exclude xtask --bins --all-features` (so the tests
-//!    run a fresh `bale`), then `cargo test --workspace --all-features`;
+//! 5. `cargo build --workspace --exclude xtask --all-features --bins --tests --examples`
+//!    (so the tests run a fresh `bale`), then `cargo test` of the same packages, which
+//!    finds everything built, then `cargo test -p xtask`;
+//! 6. `cargo install --debug --path crates/bale-cli` into `target/ci/install` (a user's
+//!    `cargo install`), then that `bale` packs and verifies a small tree. After step 5
+//!    it rebuilds only what bale-cli's own features change;
 //! 7. `cargo check` of `fuzz/`, if it exists;
 //! 8. `cargo package` of bale-format, bale-storage, bale-image, bale-reader and bale-pack (each
 //!    verified by building it from its packaged sources, against the others; what an
@@ -42,7 +44,7 @@ const USAGE: &str = "\
 usage: cargo xtask ci
 
 Runs every check and test in order, stopping at the first failure:
-  tools, venv, fmt, clippy, install (cargo install of bale), test, fuzz (if fuzz/
+  tools, venv, fmt, clippy, test, install (cargo install of bale), fuzz (if fuzz/
   exists), package (cargo package of the library crates), example
   (examples/rust-loader), wheel (the abi3 wheel in a fresh venv without Rust),
   pytest (if tests/python has tests).
@@ -77,7 +79,7 @@ pub fn main(args: Args) -> Result<()> {
 
 /// Names of the steps, for the `[i/N]` headers.
 const STEPS: &[&str] = &[
-    "tools", "venv", "fmt", "clippy", "install", "test", "fuzz", "package", "example", "wheel",
+    "tools", "venv", "fmt", "clippy", "test", "install", "fuzz", "package", "example", "wheel",
     "pytest",
 ];
 
@@ -137,6 +139,23 @@ impl Ci {
                 Ok(Outcome::Passed)
             },
         )?;
+        self.step("test", "cargo test --workspace --all-features", |ci| {
+            // The end-to-end tests run target/<profile>/bale as it is: build it fresh
+            // first, in the same invocation as the tests. The targets chosen (bins,
+            // tests, examples) are the ones `cargo test` builds, so both resolve the
+            // same dependency features and the test run compiles nothing again.
+            // xtask is tested on its own: built with the workspace's unified
+            // features, the next `cargo xtask` would rebuild it.
+            let workspace = ["--workspace", "--exclude", "xtask", "--all-features"];
+            util::run(ci.cargo().arg("build").args(workspace).args([
+                "--bins",
+                "--tests",
+                "--examples",
+            ]))?;
+            util::run(ci.cargo().arg("test").args(workspace))?;
+            util::run(ci.cargo().args(["test", "-p", "xtask"]))?;
+            Ok(Outcome::Passed)
+        })?;
         self.step(
             "install",
             "cargo install --debug --path crates/bale-cli; pack and verify with it",
@@ -145,22 +164,6 @@ impl Ci {
                 Ok(Outcome::Passed)
             },
         )?;
-        self.step("test", "cargo test --workspace --all-features", |ci| {
-            // The end-to-end tests run target/<profile>/bale as it is; build it fresh
-            // first, with the features the tests use. (xtask is excluded: rebuilding it
-            // with the workspace's unified features would only make the next
-            // `cargo xtask` rebuild it again.)
-            util::run(ci.cargo().args([
-                "build",
-                "--workspace",
-                "--exclude",
-                "xtask",
-                "--bins",
-                "--all-features",
-            ]))?;
-            util::run(ci.cargo().args(["test", "--workspace", "--all-features"]))?;
-            Ok(Outcome::Passed)
-        })?;
         self.step(
             "fuzz",
             "cargo check --manifest-path fuzz/Cargo.toml",
