@@ -80,17 +80,21 @@ def _register_with_torch() -> None:
     global _torch_registered
     if _torch_registered:
         return
-    _torch_registered = True
-    if os.environ.get("BALE_NO_TORCH") == "1":
-        return
-    if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
-        return
+    # The flag is set once the attempt is over, so that a second thread making an
+    # IterableDataset meanwhile registers too (registering twice is harmless)
+    # rather than hand DataLoader a dataset not yet registered.
     try:
+        if os.environ.get("BALE_NO_TORCH") == "1":
+            return
+        if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
+            return
         from torch.utils.data import IterableDataset as base
 
         base.register(IterableDataset)
     except Exception:  # a broken torch install must not break bale
         pass
+    finally:
+        _torch_registered = True
 
 
 _PLANS = ("sequential", "shuffled", "shard_shuffled")
