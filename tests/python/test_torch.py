@@ -58,8 +58,14 @@ def test_dataloader_over_iterable_splits_by_worker(zst_ds: Packed, plan: str) ->
     assert sorted(seen) == sorted(list(range(N)) * 2)
 
 
+def run_fresh_python(script: str) -> None:
+    """Runs `script` in a new interpreter (torch is already imported in this one); it prints "ok"."""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
 def test_import_bale_leaves_torch_unimported_until_an_iterable_dataset_is_made(zst_ds: Packed) -> None:
-    # A fresh interpreter: torch is imported above, in this one.
     script = f"""
 import sys
 import bale
@@ -70,14 +76,12 @@ import torch
 from torch.utils.data import DataLoader
 it = bale.IterableDataset({str(zst_ds.path)!r})
 assert isinstance(it, torch.utils.data.IterableDataset)
-# DataLoader takes it as iterable: no sampler, every sample once, in plan order.
+# DataLoader takes it as iterable: no sampler, every sample once.
 seen = [s["__index__"] for b in DataLoader(it, batch_size=4, num_workers=1, collate_fn=list) for s in b]
 assert sorted(seen) == list(range({N})), seen
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    run_fresh_python(script)
 
 
 def test_bale_imported_after_torch_is_registered_before_any_instance() -> None:
@@ -87,9 +91,7 @@ import bale
 assert issubclass(bale.IterableDataset, torch.utils.data.IterableDataset)
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    run_fresh_python(script)
 
 
 @pytest.mark.parametrize("ctx", ["fork", "spawn"])
