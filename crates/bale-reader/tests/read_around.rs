@@ -45,9 +45,15 @@ fn a_cold_read_brings_in_its_region_only_when_read_around() {
                         std::thread::sleep(Duration::from_millis(20));
                         pages = resident(&shard, region.0, region.1);
                     }
-                    assert_eq!(
-                        pages, region_pages,
-                        "{backing:?}: read around, the region holding the sample is read whole"
+                    // The hint is best effort: under memory pressure the
+                    // kernel's read-ahead skips pages it cannot allocate
+                    // at once (a CI run saw 2,037 of 2,048). Read exactly,
+                    // the region holds at most 16 cached pages; read
+                    // around, nearly all of it.
+                    assert!(
+                        pages >= region_pages * 7 / 8,
+                        "{backing:?}: read around, only {pages} of the {region_pages} pages \
+                         of the region holding the sample are cached"
                     );
                     // Its neighbours were not asked for.
                     let before = resident(&shard, 0, READ_AROUND);
