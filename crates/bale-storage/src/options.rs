@@ -241,7 +241,19 @@ enum Built {
     Http(object_store::http::HttpStore),
 }
 
+/// Makes ring the process's TLS provider, unless the program already chose
+/// one (a Rust program embedding bale may have). reqwest is built without a
+/// provider of its own (see the workspace's Cargo.toml).
+fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error only says that a provider is installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 fn build(url: &url::Url, scheme: ObjectStoreScheme, options: &StorageOptions) -> Result<Built> {
+    install_tls_provider();
     let shown = url.as_str();
     let retry = options.retry()?;
     let user = options.iter().filter(|(k, _)| !BALE_KEYS.contains(k));
