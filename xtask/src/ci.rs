@@ -7,7 +7,10 @@
 //!    (`slurm-wlm`, `munge`, for tests/e2e/slurm.rs); installed with apt-get
 //!    when missing and we are root, else a message naming the apt-get command;
 //! 2. the Python venv at `.venv` with `tests/python/requirements.txt` installed
-//!    (skipped when `.venv` records that file's sha256);
+//!    (skipped when `.venv` records that file's sha256). It is set up in the
+//!    background while steps 3 and 4 run (pip mostly waits on the network and the
+//!    disk, clippy on the CPU), its output in `target/ci/venv.log`, and waited for
+//!    before step 5, the first that needs it;
 //! 3. `cargo fmt --all --check`;
 //! 4. `cargo clippy --workspace --all-targets --all-features -- -D warnings`;
 //! 5. `cargo build --workspace --exclude xtask --all-features --bins --tests --examples`
@@ -29,11 +32,13 @@
 //!     collected, counts as success), with `BALE_BIN` set to `target/debug/bale`, after
 //!     the wheel of step 10 has been installed into the venv.
 //!
-//! Steps 3..11 see `BALE_TEST_PYTHON` set to the venv's interpreter.
+//! Steps 5..11 see `BALE_TEST_PYTHON` set to the venv's interpreter.
 
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -102,6 +107,13 @@ struct Ci {
     done: Vec<(&'static str, Duration, &'static str)>,
 }
 
+/// Step 2, set up on a thread of its own.
+struct VenvJob {
+    thread: JoinHandle<Result<PathBuf>>,
+    log: PathBuf,
+    start: Instant,
+}
+
 /// How a step ended, when it did not fail.
 enum Outcome {
     Passed,
@@ -114,31 +126,13 @@ impl Ci {
             check_tools()?;
             Ok(Outcome::Passed)
         })?;
-        self.step("venv", ".venv with tests/python/requirements.txt", |ci| {
-            ci.python = Some(ensure_venv(&ci.root)?);
-            Ok(Outcome::Passed)
-        })?;
-        self.step("fmt", "cargo fmt --all --check", |ci| {
-            util::run(ci.cargo().args(["fmt", "--all", "--check"]))
-                .context("formatting differs; run `cargo fmt --all`")?;
-            Ok(Outcome::Passed)
-        })?;
-        self.step(
-            "clippy",
-            "cargo clippy --workspace --all-targets --all-features -- -D warnings",
-            |ci| {
-                util::run(ci.cargo().args([
-                    "clippy",
-                    "--workspace",
-                    "--all-targets",
-                    "--all-features",
-                    "--",
-                    "-D",
-                    "warnings",
-                ]))?;
-                Ok(Outcome::Passed)
-            },
-        )?;
+        let venv = self.start_venv()?;
+        let early = self.early_checks();
+        // Waited for even when fmt or clippy failed, so that pip is not left
+        // writing into .venv after ci has returned.
+        let venv = self.join_venv(venv);
+        early?;
+        venv?;
         self.step("test", "cargo test --workspace --all-features", |ci| {
             // The end-to-end tests run target/<profile>/bale as it is: build it fresh
             // first, in the same invocation as the tests. The targets chosen (bins,
@@ -237,6 +231,84 @@ impl Ci {
         Ok(())
     }
 
+    /// Steps 3 and 4, which need no venv: they run while it is set up.
+    fn early_checks(&mut self) -> Result<()> {
+        self.step("fmt", "cargo fmt --all --check", |ci| {
+            util::run(ci.cargo().args(["fmt", "--all", "--check"]))
+                .context("formatting differs; run `cargo fmt --all`")?;
+            Ok(Outcome::Passed)
+        })?;
+        self.step(
+            "clippy",
+            "cargo clippy --workspace --all-targets --all-features -- -D warnings",
+            |ci| {
+                util::run(ci.cargo().args([
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--all-features",
+                    "--",
+                    "-D",
+                    "warnings",
+                ]))?;
+                Ok(Outcome::Passed)
+            },
+        )
+    }
+
+    /// Starts step 2 on a thread of its own, its output going to
+    /// `target/ci/venv.log`; [`Ci::join_venv`] waits for it.
+    fn start_venv(&mut self) -> Result<VenvJob> {
+        let what = ".venv with tests/python/requirements.txt";
+        eprintln!("\n==> ci [2/{}] venv: {what}", STEPS.len());
+        let dir = self.target().join("ci");
+        fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let log = dir.join("venv.log");
+        let file =
+            fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+        eprintln!(
+            "ci: venv: set up in the background while fmt and clippy run; its output goes to {}",
+            util::shown(&log)
+        );
+        let root = self.root.clone();
+        let start = Instant::now();
+        let thread = std::thread::spawn(move || ensure_venv_to(&root, Some(&file)));
+        Ok(VenvJob { thread, log, start })
+    }
+
+    /// Waits for step 2 and records it; on failure, shows the end of its log.
+    fn join_venv(&mut self, job: VenvJob) -> Result<()> {
+        let waiting = Instant::now();
+        let result = match job.thread.join() {
+            Ok(r) => r,
+            Err(_) => Err(anyhow::anyhow!("the venv set-up thread panicked")),
+        };
+        let elapsed = job.start.elapsed();
+        let what = format!("venv ({})", util::shown(&job.log));
+        match result {
+            Ok(python) => {
+                eprintln!(
+                    "ci: venv: ready after {} (waited {} for it after clippy)",
+                    util::secs(elapsed),
+                    util::secs(waiting.elapsed())
+                );
+                self.python = Some(python);
+                self.done.push(("venv", elapsed, "ok"));
+                Ok(())
+            }
+            Err(e) => {
+                self.done.push(("venv", elapsed, "FAILED"));
+                let log = fs::read_to_string(&job.log).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                eprintln!("ci: venv: the last lines of {}:", util::shown(&job.log));
+                for line in &lines[lines.len().saturating_sub(40)..] {
+                    eprintln!("  {line}");
+                }
+                Err(e.context(format!("ci stopped at step 2/{} ({what})", STEPS.len())))
+            }
+        }
+    }
+
     /// Runs one step with a header before it, recording its time and outcome.
     fn step(
         &mut self,
@@ -267,8 +339,10 @@ impl Ci {
     }
 
     fn print_timings(&self, total: Duration, passed: bool) {
-        eprintln!("\nci: step times");
-        for (name, elapsed, outcome) in &self.done {
+        eprintln!("\nci: step times (venv ran beside fmt and clippy)");
+        let mut done = self.done.clone();
+        done.sort_by_key(|(name, _, _)| STEPS.iter().position(|s| s == name));
+        for (name, elapsed, outcome) in &done {
             eprintln!("  {name:<8} {:>8}  {outcome}", util::secs(*elapsed));
         }
         let verdict = if passed { "passed" } else { "FAILED" };
@@ -809,12 +883,32 @@ fn is_root() -> bool {
 /// The pip step is skipped when the venv's stamp holds the sha256 of the current
 /// requirements file.
 pub fn ensure_venv(root: &Path) -> Result<PathBuf> {
+    ensure_venv_to(root, None)
+}
+
+/// [`ensure_venv`], writing its notes and its commands' output to `log`
+/// when given (it then runs beside other steps), else to the terminal.
+fn ensure_venv_to(root: &Path, log: Option<&fs::File>) -> Result<PathBuf> {
+    let note = |msg: String| match log {
+        Some(mut f) => {
+            let _ = writeln!(f, "{msg}");
+        }
+        None => eprintln!("{msg}"),
+    };
+    let to_log = |cmd: &mut Command| -> Result<()> {
+        if let Some(f) = log {
+            cmd.stdout(f.try_clone()?).stderr(f.try_clone()?);
+        }
+        Ok(())
+    };
     let venv = root.join(".venv");
     let python = venv.join("bin/python");
     if !python.exists() {
-        eprintln!("ci: venv: python3 -m venv {}", util::shown(&venv));
-        util::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-            .context("creating the Python venv (is python3-venv installed?)")?;
+        note(format!("ci: venv: python3 -m venv {}", util::shown(&venv)));
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "venv"]).arg(&venv);
+        to_log(&mut cmd)?;
+        util::run(&mut cmd).context("creating the Python venv (is python3-venv installed?)")?;
     }
     let requirements = root.join(REQUIREMENTS);
     if !requirements.exists() {
@@ -823,27 +917,26 @@ pub fn ensure_venv(root: &Path) -> Result<PathBuf> {
     let sha = util::sha256_of(&python, &requirements)?;
     let stamp = venv.join(VENV_STAMP);
     if fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == sha) {
-        eprintln!(
+        note(format!(
             "ci: venv: {REQUIREMENTS} already installed (sha256 {})",
             &sha[..12]
-        );
+        ));
         return Ok(python);
     }
-    eprintln!("ci: venv: pip install -r {REQUIREMENTS}");
-    util::run(
-        Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "-q",
-                "-r",
-            ])
-            .arg(&requirements),
-    )
-    .context("installing the Python test requirements")?;
+    note(format!("ci: venv: pip install -r {REQUIREMENTS}"));
+    let mut cmd = Command::new(&python);
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "-q",
+        "-r",
+    ])
+    .arg(&requirements);
+    to_log(&mut cmd)?;
+    util::run(&mut cmd).context("installing the Python test requirements")?;
     fs::write(&stamp, format!("{sha}\n"))
         .with_context(|| format!("cannot write {}", stamp.display()))?;
     Ok(python)
