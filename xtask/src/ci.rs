@@ -60,6 +60,15 @@ apt-get when run as root; otherwise ci stops with the apt-get command to run.";
 
 /// Requirements of the Python tests, relative to the repository root.
 const REQUIREMENTS: &str = "tests/python/requirements.txt";
+/// `python` arguments of a quiet, non-interactive `pip install`.
+const PIP_INSTALL: &[&str] = &[
+    "-m",
+    "pip",
+    "install",
+    "--disable-pip-version-check",
+    "--no-input",
+    "-q",
+];
 /// Records, inside the venv, the sha256 of the requirements last installed.
 const VENV_STAMP: &str = ".bale-requirements.sha256";
 
@@ -288,7 +297,7 @@ impl Ci {
         match result {
             Ok(python) => {
                 eprintln!(
-                    "ci: venv: ready after {} (waited {} for it after clippy)",
+                    "ci: venv: ready after {} (the test step waited {} for it)",
                     util::secs(elapsed),
                     util::secs(waiting.elapsed())
                 );
@@ -439,16 +448,8 @@ fn install_python_package(ci: &Ci, python: &Path) -> Result<()> {
     let wheel = ci.wheel.as_ref().context("the wheel step did not run")?;
     util::run(
         ci.command(python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "-q",
-                "--no-deps",
-                "--force-reinstall",
-            ])
+            .args(PIP_INSTALL)
+            .args(["--no-deps", "--force-reinstall"])
             .arg(wheel),
     )
     .context("installing the bale wheel into the test venv failed")
@@ -673,14 +674,7 @@ fn check_wheel(ci: &Ci, wheel: &Path) -> Result<()> {
     let python = venv.join("bin/python");
     util::run(
         clean(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "-q",
-            ])
+            .args(PIP_INSTALL)
             .arg(wheel)
             .arg(pinned_numpy(&ci.root)?),
     )
@@ -925,16 +919,7 @@ fn ensure_venv_to(root: &Path, log: Option<&fs::File>) -> Result<PathBuf> {
     }
     note(format!("ci: venv: pip install -r {REQUIREMENTS}"));
     let mut cmd = Command::new(&python);
-    cmd.args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "-q",
-        "-r",
-    ])
-    .arg(&requirements);
+    cmd.args(PIP_INSTALL).arg("-r").arg(&requirements);
     to_log(&mut cmd)?;
     util::run(&mut cmd).context("installing the Python test requirements")?;
     fs::write(&stamp, format!("{sha}\n"))
