@@ -60,15 +60,22 @@ apt-get when run as root; otherwise ci stops with the apt-get command to run.";
 
 /// Requirements of the Python tests, relative to the repository root.
 const REQUIREMENTS: &str = "tests/python/requirements.txt";
-/// `python` arguments of a quiet, non-interactive `pip install`.
+/// `python` arguments of a quiet, non-interactive `pip install`. Without
+/// compiling every installed module to bytecode: for the test requirements that
+/// is 32,000 files and 105 s of CPU, taken from clippy while the venv is set up
+/// beside it; Python compiles what it imports, when it first imports it.
 const PIP_INSTALL: &[&str] = &[
     "-m",
     "pip",
     "install",
     "--disable-pip-version-check",
     "--no-input",
+    "--no-compile",
     "-q",
 ];
+/// `cargo` arguments that build the `bale` binary the end-to-end tests run (see
+/// `bale_tests::bale_bin`): bale-cli alone with hdf5, in the dev profile.
+const BALE_CLI_HDF5: &[&str] = &["build", "--locked", "-p", "bale-cli", "--features", "hdf5"];
 /// Records, inside the venv, the sha256 of the requirements last installed.
 const VENV_STAMP: &str = ".bale-requirements.sha256";
 
@@ -143,25 +150,31 @@ impl Ci {
         early?;
         venv?;
         self.step("test", "cargo test --workspace --all-features", |ci| {
-            // The end-to-end tests run target/<profile>/bale as it is: build it fresh
-            // first, in the same invocation as the tests. The targets chosen (bins,
-            // tests, examples) are the ones `cargo test` builds, so both resolve the
-            // same dependency features and the test run compiles nothing again.
-            // xtask is tested on its own: built with the workspace's unified
-            // features, the next `cargo xtask` would rebuild it.
+            // Everything `cargo test` builds, first: the targets chosen (tests and
+            // examples) resolve the same dependency features as `cargo test`, so the
+            // test run compiles nothing again. xtask is tested on its own: built
+            // with the workspace's unified features, the next `cargo xtask` would
+            // rebuild it.
             let workspace = ["--workspace", "--exclude", "xtask", "--all-features"];
-            util::run(ci.cargo().arg("build").args(workspace).args([
-                "--bins",
-                "--tests",
-                "--examples",
-            ]))?;
+            util::run(
+                ci.cargo()
+                    .arg("build")
+                    .args(workspace)
+                    .args(["--tests", "--examples"]),
+            )?;
+            // The `bale` the end-to-end tests run: bale-cli alone with hdf5, as
+            // `cargo install --path crates/bale-cli --features hdf5` builds it (and as
+            // the tests would build it on their first call; here it is built once, in
+            // sight, and the install step finds it up to date).
+            util::run(ci.cargo().args(BALE_CLI_HDF5))?;
             util::run(ci.cargo().arg("test").args(workspace))?;
             util::run(ci.cargo().args(["test", "-p", "xtask"]))?;
             Ok(Outcome::Passed)
         })?;
         self.step(
             "install",
-            "cargo install --debug --path crates/bale-cli; pack and verify with it",
+            "cargo install --debug --path crates/bale-cli --features hdf5; pack and verify with it; \
+             cargo check -p bale-cli (no C library)",
             |ci| {
                 install_and_try(ci)?;
                 Ok(Outcome::Passed)
@@ -187,7 +200,11 @@ impl Ci {
             |ci| {
                 clear_unpacked_packages(&ci.target())?;
                 let mut cmd = ci.cargo();
-                cmd.args(["package", "--allow-dirty"]);
+                // The verification builds every crate and its dependencies from
+                // scratch (its own feature sets, the default dev profile: nothing is
+                // shared with the test step's units); it checks that they build, so it
+                // builds them without debug info (0.84x the time, docs/benchmarks.md).
+                cmd.args(["package", "--allow-dirty", "--config", "profile.dev.debug=0"]);
                 for p in PACKAGES {
                     cmd.args(["-p", p]);
                 }
@@ -476,8 +493,11 @@ fn small_tree(dir: &Path, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// `cargo install --path crates/bale-cli` (debug, into target/ci/install, sharing
-/// the target directory), then the installed `bale` packs and verifies a tree.
+/// `cargo install --path crates/bale-cli --features hdf5` (debug, into
+/// target/ci/install, sharing the target directory: the test step built the same
+/// units), then the installed `bale` packs and verifies a tree; and
+/// `cargo check -p bale-cli` without features, the build the README says needs no
+/// C library.
 fn install_and_try(ci: &Ci) -> Result<()> {
     let base = ci.target().join("ci/install");
     fresh_dir(&base)?;
@@ -487,6 +507,8 @@ fn install_and_try(ci: &Ci) -> Result<()> {
                 "install",
                 "--locked",
                 "--debug",
+                "--features",
+                "hdf5",
                 "--path",
                 "crates/bale-cli",
                 "--root",
@@ -495,7 +517,9 @@ fn install_and_try(ci: &Ci) -> Result<()> {
             .arg("--target-dir")
             .arg(ci.target()),
     )
-    .context("`cargo install --path crates/bale-cli` failed")?;
+    .context("`cargo install --path crates/bale-cli --features hdf5` failed")?;
+    util::run(ci.cargo().args(["check", "--locked", "-p", "bale-cli"]))
+        .context("bale-cli does not build without features (`cargo check -p bale-cli`)")?;
     let bale = base.join("bin/bale");
     let version = util::output(Command::new(&bale).arg("--version"))?;
     if !version.starts_with("bale ") {
