@@ -271,15 +271,8 @@ pub fn ensure_bench_venv(root: &Path, test_python: &Path) -> Result<PathBuf> {
 fn pip_install(python: &Path, requirements: &Path) -> Result<Vec<String>> {
     let pip = |what: &[&std::ffi::OsStr]| {
         Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "--no-input",
-                "-q",
-            ])
+            .args(util::PIP_INSTALL)
+            .arg("--no-deps")
             .args(what)
             .status()
             .with_context(|| format!("cannot run {}", python.display()))

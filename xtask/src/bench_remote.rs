@@ -94,14 +94,8 @@ fn bench_venv(root: &Path, test_python: &Path, venv: &Path) -> Result<std::path:
     );
     util::run(
         Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "-q",
-                "-r",
-            ])
+            .args(util::PIP_INSTALL)
+            .arg("-r")
             .arg(&requirements),
     )
     .context("installing the bench requirements")?;

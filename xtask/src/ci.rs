@@ -60,19 +60,6 @@ apt-get when run as root; otherwise ci stops with the apt-get command to run.";
 
 /// Requirements of the Python tests, relative to the repository root.
 const REQUIREMENTS: &str = "tests/python/requirements.txt";
-/// `python` arguments of a quiet, non-interactive `pip install`. Without
-/// compiling every installed module to bytecode: for the test requirements that
-/// is 32,000 files and 105 s of CPU, taken from clippy while the venv is set up
-/// beside it; Python compiles what it imports, when it first imports it.
-const PIP_INSTALL: &[&str] = &[
-    "-m",
-    "pip",
-    "install",
-    "--disable-pip-version-check",
-    "--no-input",
-    "--no-compile",
-    "-q",
-];
 /// `cargo` arguments that build the `bale` binary the end-to-end tests run (see
 /// `bale_tests::bale_bin`): bale-cli alone with hdf5, in the dev profile.
 const BALE_CLI_HDF5: &[&str] = &["build", "--locked", "-p", "bale-cli", "--features", "hdf5"];
@@ -465,7 +452,7 @@ fn install_python_package(ci: &Ci, python: &Path) -> Result<()> {
     let wheel = ci.wheel.as_ref().context("the wheel step did not run")?;
     util::run(
         ci.command(python)
-            .args(PIP_INSTALL)
+            .args(util::PIP_INSTALL)
             .args(["--no-deps", "--force-reinstall"])
             .arg(wheel),
     )
@@ -698,7 +685,7 @@ fn check_wheel(ci: &Ci, wheel: &Path) -> Result<()> {
     let python = venv.join("bin/python");
     util::run(
         clean(&python)
-            .args(PIP_INSTALL)
+            .args(util::PIP_INSTALL)
             .arg(wheel)
             .arg(pinned_numpy(&ci.root)?),
     )
@@ -943,7 +930,7 @@ fn ensure_venv_to(root: &Path, log: Option<&fs::File>) -> Result<PathBuf> {
     }
     note(format!("ci: venv: pip install -r {REQUIREMENTS}"));
     let mut cmd = Command::new(&python);
-    cmd.args(PIP_INSTALL).arg("-r").arg(&requirements);
+    cmd.args(util::PIP_INSTALL).arg("-r").arg(&requirements);
     to_log(&mut cmd)?;
     util::run(&mut cmd).context("installing the Python test requirements")?;
     fs::write(&stamp, format!("{sha}\n"))

@@ -7,6 +7,21 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+/// `python` arguments of a quiet, non-interactive `pip install`, for ci's venvs
+/// and the benches'. Without compiling every installed module to bytecode: for
+/// the test requirements that is 32,000 files and 105 s of CPU, which `cargo
+/// xtask ci` would take from clippy (it sets up the venv beside it); Python
+/// compiles a module when it first imports it.
+pub(crate) const PIP_INSTALL: &[&str] = &[
+    "-m",
+    "pip",
+    "install",
+    "--disable-pip-version-check",
+    "--no-input",
+    "--no-compile",
+    "-q",
+];
+
 /// The repository root (the parent of `xtask/`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
