@@ -72,6 +72,42 @@ pub fn run_python(script: &str, args: &[&OsStr]) -> Result<String> {
     Ok(stdout)
 }
 
+/// A `cargo` command: `$CARGO` (set when cargo runs this program), else `cargo`
+/// from PATH, without the variables cargo sets for the crate it runs.
+///
+/// ring's build script asks to be rerun when `CARGO_PKG_NAME`,
+/// `CARGO_MANIFEST_DIR` and the like change, and cargo compares them in its own
+/// environment. A cargo started with one crate's values (a test's, xtask's) and
+/// then one started from a shell would each rebuild ring and everything above it
+/// (rustls, reqwest, object_store, bale-storage, ...) for the other.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (key, _) in std::env::vars_os() {
+        if key.to_str().is_some_and(set_by_cargo_for_a_crate) {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// Whether `var` is one of the variables cargo sets for the program or test it
+/// runs (and for build scripts), naming that crate.
+fn set_by_cargo_for_a_crate(var: &str) -> bool {
+    var.starts_with("CARGO_PKG_")
+        || var.starts_with("CARGO_BIN_EXE_")
+        || matches!(
+            var,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+        )
+}
+
 /// The `bale` binary under test: `$BALE_BIN` if set, else `target/<profile>/bale`
 /// beside this test executable.
 ///
@@ -108,8 +144,7 @@ pub fn bale_bin() -> PathBuf {
 
 /// Builds the `bale` binary in the profile whose output directory is `profile_dir`.
 fn build_bale(profile_dir: &Path) {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
+    let mut cmd = cargo();
     cmd.current_dir(repo_root())
         .args(["build", "--quiet", "-p", "bale-cli"]);
     if cfg!(feature = "hdf5") {

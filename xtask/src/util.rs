@@ -30,9 +30,11 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The cargo that runs us (`$CARGO`, set by `cargo run`), else `cargo` from PATH.
+/// The cargo that runs us (`$CARGO`, set by `cargo run`), else `cargo` from PATH,
+/// without the variables `cargo run` set for xtask itself (see
+/// [`bale_tests::cargo`]: they would make cargo rebuild ring and all above it).
 pub fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    bale_tests::cargo()
 }
 
 /// Finds an executable named `name` on PATH.
