@@ -63,6 +63,9 @@ const REQUIREMENTS: &str = "tests/python/requirements.txt";
 /// `cargo` arguments that build the `bale` binary the end-to-end tests run (see
 /// `bale_tests::bale_bin`): bale-cli alone with hdf5, in the dev profile.
 const BALE_CLI_HDF5: &[&str] = &["build", "--locked", "-p", "bale-cli", "--features", "hdf5"];
+/// `cargo` arguments of the package step's verification and of the example's
+/// build: the default dev profile without debug info.
+const PACKAGE_PROFILE: &[&str] = &["--config", "profile.dev.debug=0"];
 /// Records, inside the venv, the sha256 of the requirements last installed.
 const VENV_STAMP: &str = ".bale-requirements.sha256";
 
@@ -191,7 +194,7 @@ impl Ci {
                 // scratch (its own feature sets, the default dev profile: nothing is
                 // shared with the test step's units); it checks that they build, so it
                 // builds them without debug info (0.84x the time, docs/benchmarks.md).
-                cmd.args(["package", "--allow-dirty", "--config", "profile.dev.debug=0"]);
+                cmd.args(["package", "--allow-dirty"]).args(PACKAGE_PROFILE);
                 for p in PACKAGES {
                     cmd.args(["-p", p]);
                 }
@@ -536,6 +539,10 @@ fn run_example(ci: &Ci) -> Result<()> {
         ci.cargo()
             .args(["build", "--locked", "--manifest-path"])
             .arg(&manifest)
+            // The profile of the package step's verification, whose units (the
+            // library crates' dependencies with their own features) this build
+            // then finds built.
+            .args(PACKAGE_PROFILE)
             .arg("--target-dir")
             .arg(ci.target()),
     )
