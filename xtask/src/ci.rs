@@ -15,7 +15,7 @@
 //! 4. `cargo clippy --workspace --all-targets --all-features -- -D warnings`;
 //! 5. `cargo build --workspace --exclude xtask --all-features --bins --tests --examples`
 //!    (so the tests run a fresh `bale`), then `cargo test` of the same packages, which
-//!    finds everything built, then `cargo test -p xtask`;
+//!    finds everything built (with two test threads per core), then `cargo test -p xtask`;
 //! 6. `cargo install --debug --path crates/bale-cli` into `target/ci/install` (a user's
 //!    `cargo install`), then that `bale` packs and verifies a small tree. After step 5
 //!    it rebuilds only what bale-cli's own features change;
@@ -115,9 +115,10 @@ struct Ci {
 
 /// Step 2, set up on a thread of its own.
 struct VenvJob {
-    thread: JoinHandle<Result<PathBuf>>,
+    /// Returns the venv's interpreter and the time the set-up took (measured on
+    /// its own thread: the join comes only after clippy).
+    thread: JoinHandle<(Result<PathBuf>, Duration)>,
     log: PathBuf,
-    start: Instant,
 }
 
 /// How a step ended, when it did not fail.
@@ -157,7 +158,17 @@ impl Ci {
             // the tests would build it on their first call; here it is built once, in
             // sight, and the install step finds it up to date).
             util::run(ci.cargo().args(BALE_CLI_HDF5))?;
-            util::run(ci.cargo().arg("test").args(workspace))?;
+            let mut test = ci.cargo();
+            test.arg("test").args(workspace);
+            // The end-to-end tests mostly wait on the processes and servers they
+            // start: twice as many test threads as cores took 0.89x the time of
+            // one per core (docs/benchmarks.md). A RUST_TEST_THREADS of the
+            // caller's is kept.
+            if std::env::var_os("RUST_TEST_THREADS").is_none() {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                test.env("RUST_TEST_THREADS", (2 * cores).to_string());
+            }
+            util::run(&mut test)?;
             util::run(ci.cargo().args(["test", "-p", "xtask"]))?;
             Ok(Outcome::Passed)
         })?;
@@ -287,24 +298,29 @@ impl Ci {
             util::shown(&log)
         );
         let root = self.root.clone();
-        let start = Instant::now();
-        let thread = std::thread::spawn(move || ensure_venv_to(&root, Some(&file)));
-        Ok(VenvJob { thread, log, start })
+        let thread = std::thread::spawn(move || {
+            let start = Instant::now();
+            let result = ensure_venv_to(&root, Some(&file));
+            (result, start.elapsed())
+        });
+        Ok(VenvJob { thread, log })
     }
 
     /// Waits for step 2 and records it; on failure, shows the end of its log.
     fn join_venv(&mut self, job: VenvJob) -> Result<()> {
         let waiting = Instant::now();
-        let result = match job.thread.join() {
-            Ok(r) => r,
-            Err(_) => Err(anyhow::anyhow!("the venv set-up thread panicked")),
+        let (result, elapsed) = match job.thread.join() {
+            Ok(done) => done,
+            Err(_) => (
+                Err(anyhow::anyhow!("the venv set-up thread panicked")),
+                Duration::ZERO,
+            ),
         };
-        let elapsed = job.start.elapsed();
         let what = format!("venv ({})", util::shown(&job.log));
         match result {
             Ok(python) => {
                 eprintln!(
-                    "ci: venv: ready after {} (the test step waited {} for it)",
+                    "ci: venv: set up in {} (the test step waited {} for it)",
                     util::secs(elapsed),
                     util::secs(waiting.elapsed())
                 );
