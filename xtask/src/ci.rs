@@ -13,12 +13,14 @@
 //!    before step 5, the first that needs it;
 //! 3. `cargo fmt --all --check`;
 //! 4. `cargo clippy --workspace --all-targets --all-features -- -D warnings`;
-//! 5. `cargo build --workspace --exclude xtask --all-features --bins --tests --examples`
-//!    (so the tests run a fresh `bale`), then `cargo test` of the same packages, which
-//!    finds everything built (with two test threads per core), then `cargo test -p xtask`;
-//! 6. `cargo install --debug --path crates/bale-cli` into `target/ci/install` (a user's
-//!    `cargo install`), then that `bale` packs and verifies a small tree. After step 5
-//!    it rebuilds only what bale-cli's own features change;
+//! 5. `cargo build --workspace --exclude xtask --all-features --tests --examples`, then
+//!    the `bale` the end-to-end tests run (`cargo build -p bale-cli --features hdf5`),
+//!    then `cargo test` of the same packages, which finds everything built (with two
+//!    test threads per core), then `cargo test -p xtask`;
+//! 6. `cargo install --debug --path crates/bale-cli --features hdf5` into
+//!    `target/ci/install` (a user's `cargo install`; it finds step 5's build of
+//!    bale-cli), then that `bale` packs and verifies a small tree; then `cargo check
+//!    -p bale-cli` without features (the build that needs no C library);
 //! 7. `cargo check` of `fuzz/`, if it exists;
 //! 8. `cargo package` of bale-format, bale-storage, bale-image, bale-reader and bale-pack (each
 //!    verified by building it from its packaged sources, against the others; what an
@@ -162,8 +164,8 @@ impl Ci {
             test.arg("test").args(workspace);
             // The end-to-end tests mostly wait on the processes and servers they
             // start: twice as many test threads as cores took 0.89x the time of
-            // one per core (docs/benchmarks.md). A RUST_TEST_THREADS of the
-            // caller's is kept.
+            // one per core (docs/benchmarks.md). A RUST_TEST_THREADS the caller
+            // set is kept.
             if std::env::var_os("RUST_TEST_THREADS").is_none() {
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 test.env("RUST_TEST_THREADS", (2 * cores).to_string());
