@@ -21,15 +21,18 @@
 //!    `target/ci/install` (a user's `cargo install`; it finds step 5's build of
 //!    bale-cli), then that `bale` packs and verifies a small tree; then `cargo check
 //!    -p bale-cli` without features (the build that needs no C library);
-//! 7. `cargo check` of `fuzz/`, if it exists;
+//! 7. `cargo check --no-default-features` of `fuzz/`, if it exists: the targets
+//!    without libFuzzer's C++ runtime, which only `cargo fuzz` needs to link;
 //! 8. `cargo package` of bale-format, bale-storage, bale-image, bale-reader and bale-pack (each
 //!    verified by building it from its packaged sources, against the others; what an
 //!    earlier run unpacked and built of them is removed first, see `clear_unpacked_packages`);
 //! 9. examples/rust-loader, a crate of its own that depends on bale-reader as an
 //!    outside loader would: built, and run over a dataset packed here;
-//! 10. the abi3 wheel: `maturin build --release` into `target/wheels`, installed (with
-//!     numpy) into a fresh venv whose PATH has no Rust toolchain, where
-//!     tests/wheel/check_wheel.py packs with `bale` and reads through the package;
+//! 10. the abi3 wheel: `maturin build --profile dev` (without debug info) into
+//!     `target/wheels`, which finds every dependency built by step 5 and compiles
+//!     only our crates (see [`build_wheel`]); installed (with numpy) into a fresh
+//!     venv whose PATH has no Rust toolchain, where tests/wheel/check_wheel.py
+//!     packs with `bale` and reads through the package;
 //! 11. `pytest -q tests/python`, if it holds `test_*.py` files (exit code 5, no tests
 //!     collected, counts as success), with `BALE_BIN` set to `target/debug/bale`, after
 //!     the wheel of step 10 has been installed into the venv.
@@ -185,15 +188,21 @@ impl Ci {
         )?;
         self.step(
             "fuzz",
-            "cargo check --manifest-path fuzz/Cargo.toml",
+            "cargo check --manifest-path fuzz/Cargo.toml --no-default-features",
             |ci| {
                 if !ci.root.join("fuzz/Cargo.toml").exists() {
                     return Ok(Outcome::Skipped("no fuzz/Cargo.toml"));
                 }
-                util::run(
-                    ci.cargo()
-                        .args(["check", "--manifest-path", "fuzz/Cargo.toml"]),
-                )?;
+                // Without the default feature `libfuzzer`, libfuzzer-sys does not
+                // compile libFuzzer's C++ runtime, which a check does not need
+                // (0.71x the time, docs/benchmarks.md); `cargo fuzz` builds
+                // with it.
+                util::run(ci.cargo().args([
+                    "check",
+                    "--manifest-path",
+                    "fuzz/Cargo.toml",
+                    "--no-default-features",
+                ]))?;
                 Ok(Outcome::Passed)
             },
         )?;
@@ -227,7 +236,7 @@ impl Ci {
         )?;
         self.step(
             "wheel",
-            "maturin build --release; install into a fresh venv without Rust; read test",
+            "maturin build --profile dev; install into a fresh venv without Rust; read test",
             |ci| {
                 let python = ci.python.clone().context("the venv step did not run")?;
                 let wheel = build_wheel(ci, &python)?;
@@ -594,8 +603,19 @@ fn run_example(ci: &Ci) -> Result<()> {
     Ok(())
 }
 
-/// Builds the abi3 wheel of crates/bale-py in release with the venv's maturin,
-/// into `target/wheels` (emptied of bale wheels first); returns its path.
+/// Builds the abi3 wheel of crates/bale-py with the venv's maturin, into
+/// `target/wheels` (emptied of bale wheels first); returns its path.
+///
+/// It is built in the dev profile, not in release: every dependency then has
+/// the profile and the features of the test step's build, whose units it finds
+/// (bale-py's manifest turns on the features the other members turn on, so
+/// that a build of bale-py alone resolves them as the workspace does). Only
+/// our own crates, without debug info, and pyo3 (whose build script reads
+/// the variables maturin sets) are compiled: about 25 s, where a release
+/// build compiled everything in 320-390 s (docs/benchmarks.md). The wheel
+/// is the same package, unoptimised in our crates and with debug
+/// assertions on; `cargo xtask bench python` builds the package in release
+/// (`maturin develop --release`) and measures that.
 fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
     let bin = python
         .parent()
@@ -619,7 +639,10 @@ fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
     cmd.env("PATH", path)
         .args([
             "build",
-            "--release",
+            "--profile",
+            "dev",
+            "--config",
+            "profile.dev.debug=0",
             "--strip",
             "--quiet",
             "-m",
@@ -961,4 +984,50 @@ fn ensure_venv_to(root: &Path, log: Option<&fs::File>) -> Result<PathBuf> {
     fs::write(&stamp, format!("{sha}\n"))
         .with_context(|| format!("cannot write {}", stamp.display()))?;
     Ok(python)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cargo tree` lines `<crate> v<version> <features>` of the normal
+    /// dependencies from crates.io (path crates, ours, are left out).
+    fn resolved(args: &[&str]) -> std::collections::BTreeSet<String> {
+        let out = util::output(
+            util::cargo()
+                .current_dir(util::repo_root())
+                .args(["tree", "--quiet", "--locked", "--prefix", "none"])
+                .args(["--format", "{p} {f}"])
+                .args(args),
+        )
+        .expect("cargo tree runs");
+        out.lines()
+            .map(|l| l.trim_end_matches(" (*)").trim_end())
+            .filter(|l| !l.contains(" (/"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The wheel step finds the test step's units only if a build of bale-py
+    /// alone turns on the same features in every dependency as the
+    /// workspace build does (see `build_wheel`).
+    #[test]
+    fn bale_py_alone_resolves_its_dependencies_as_the_workspace_does() {
+        let alone = resolved(&["-p", "bale-py", "-e", "normal"]);
+        let workspace = resolved(&[
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--all-features",
+            "-e",
+            "normal,dev",
+        ]);
+        assert!(alone.len() > 100, "too few dependencies: {alone:?}");
+        let differ: Vec<&String> = alone.difference(&workspace).collect();
+        assert!(
+            differ.is_empty(),
+            "bale-py alone resolves these with features the workspace build does not \
+             have; turn the workspace's features on in crates/bale-py/Cargo.toml: {differ:#?}"
+        );
+    }
 }
