@@ -82,6 +82,13 @@ pub fn run_python(script: &str, args: &[&OsStr]) -> Result<String> {
 /// (rustls, reqwest, object_store, bale-storage, ...) for the other.
 pub fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    without_crate_vars(&mut cmd);
+    cmd
+}
+
+/// Removes from `cmd`'s environment the variables cargo sets for the crate it
+/// runs (see [`cargo`]), for a program that runs cargo itself (maturin).
+pub fn without_crate_vars(cmd: &mut Command) -> &mut Command {
     for (key, _) in std::env::vars_os() {
         if key.to_str().is_some_and(set_by_cargo_for_a_crate) {
             cmd.env_remove(key);

@@ -29,7 +29,7 @@
 //! 9. examples/rust-loader, a crate of its own that depends on bale-reader as an
 //!    outside loader would: built, and run over a dataset packed here;
 //! 10. the abi3 wheel: `maturin build --profile dev` (without debug info) into
-//!     `target/wheels`, which finds every dependency built by step 5 and compiles
+//!     `target/ci/wheels`, which finds every dependency built by step 5 and compiles
 //!     only our crates (see [`build_wheel`]); installed (with numpy) into a fresh
 //!     venv whose PATH has no Rust toolchain, where tests/wheel/check_wheel.py
 //!     packs with `bale` and reads through the package;
@@ -37,7 +37,8 @@
 //!     collected, counts as success), with `BALE_BIN` set to `target/debug/bale`, after
 //!     the wheel of step 10 has been installed into the venv.
 //!
-//! Steps 5..11 see `BALE_TEST_PYTHON` set to the venv's interpreter.
+//! Steps 5..11 see `BALE_TEST_PYTHON` set to the venv's interpreter, and
+//! Python writes its bytecode to `target/ci/pycache` (see `Ci::python_env`).
 
 use std::fs;
 use std::io::Write;
@@ -396,10 +397,29 @@ impl Ci {
     fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(program);
         cmd.current_dir(&self.root);
+        self.python_env(&mut cmd);
+        cmd
+    }
+
+    /// `BALE_TEST_PYTHON`, and Python bytecode written to
+    /// `target/ci/pycache` even where `PYTHONDONTWRITEBYTECODE` is set.
+    ///
+    /// pip installs the venv without bytecode (`--no-compile`, see
+    /// `util::PIP_INSTALL`). With `PYTHONDONTWRITEBYTECODE=1` in the
+    /// environment, as some machines set it, every Python process the tests
+    /// start (each DataLoader worker imports torch) then compiled torch from
+    /// source again: pytest took 213-218 s against 139 s with the bytecode
+    /// written on first import (docs/benchmarks.md). The cache goes under
+    /// target/, not beside the sources; a `PYTHONPYCACHEPREFIX` the caller set
+    /// is kept.
+    fn python_env(&self, cmd: &mut Command) {
         if let Some(python) = &self.python {
             cmd.env("BALE_TEST_PYTHON", python);
         }
-        cmd
+        cmd.env_remove("PYTHONDONTWRITEBYTECODE");
+        if std::env::var_os("PYTHONPYCACHEPREFIX").is_none() {
+            cmd.env("PYTHONPYCACHEPREFIX", self.target().join("ci/pycache"));
+        }
     }
 
     /// Cargo's target directory (`$CARGO_TARGET_DIR`, else `target/`).
@@ -410,9 +430,7 @@ impl Ci {
     fn cargo(&self) -> Command {
         let mut cmd = util::cargo();
         cmd.current_dir(&self.root);
-        if let Some(python) = &self.python {
-            cmd.env("BALE_TEST_PYTHON", python);
-        }
+        self.python_env(&mut cmd);
         cmd
     }
 }
@@ -604,7 +622,9 @@ fn run_example(ci: &Ci) -> Result<()> {
 }
 
 /// Builds the abi3 wheel of crates/bale-py with the venv's maturin, into
-/// `target/wheels` (emptied of bale wheels first); returns its path.
+/// `target/ci/wheels` (emptied of bale wheels first; not maturin's
+/// `target/wheels`, where a user would look for a wheel to ship); returns its
+/// path.
 ///
 /// It is built in the dev profile, not in release: every dependency then has
 /// the profile and the features of the test step's build, whose units it finds
@@ -620,7 +640,7 @@ fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
     let bin = python
         .parent()
         .context("the venv's python has no directory")?;
-    let out = ci.target().join("wheels");
+    let out = ci.target().join("ci/wheels");
     if let Ok(entries) = fs::read_dir(&out) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -636,6 +656,10 @@ fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
         std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path)),
     )?;
     let mut cmd = ci.command(bin.join("maturin"));
+    // maturin runs cargo: without xtask's crate variables, or ring's build
+    // script would run again and ring, rustls, reqwest, object_store, ... be
+    // built again (see `bale_tests::cargo`).
+    bale_tests::without_crate_vars(&mut cmd);
     cmd.env("PATH", path)
         .args([
             "build",
