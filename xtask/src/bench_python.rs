@@ -102,8 +102,11 @@ pub fn build_release(root: &Path, python: &Path) -> Result<PathBuf> {
     let venv = bin.parent().context("the venv's bin has no parent")?;
     let path = std::env::var_os("PATH").unwrap_or_default();
     let paths = std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&path));
+    // Without xtask's crate variables, as the cargo above ran: with them,
+    // ring's build script would rerun and each build redo ring and what is
+    // above it for the other (see `bale_tests::cargo`).
     util::run(
-        Command::new(bin.join("maturin"))
+        bale_tests::without_crate_vars(&mut Command::new(bin.join("maturin")))
             .current_dir(root)
             .args([
                 "develop",
