@@ -14,7 +14,9 @@
 //! read one by one; without prefetch threads the iterator also hints the
 //! next job while its caller consumes the current one. So a cold shuffled
 //! epoch keeps tens of reads in flight even on the caller's thread alone
-//! (docs/benchmarks.md has the figures).
+//! (docs/benchmarks.md has the figures). A cold run of a mapped shard is
+//! instead read through the file when it is read, and the kernel reads on
+//! ahead of it (`Handle::read_in_order` in `dataset/shard.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};

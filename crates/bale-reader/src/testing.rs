@@ -159,3 +159,18 @@ pub fn payload(i: u64, min: usize, max: usize) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// What a run of shard `shard` read in order asks for, for `len` bytes at
+/// `offset` (its shard file opened first): for tests of what that leaves
+/// in the page cache.
+///
+/// # Errors
+/// The shard's file does not open or map.
+pub fn read_in_order(
+    ds: &crate::Dataset,
+    shard: usize,
+    offset: u64,
+    len: u64,
+) -> crate::Result<()> {
+    ds.read_in_order(shard, offset, len)
+}

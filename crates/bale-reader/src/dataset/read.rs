@@ -223,6 +223,15 @@ impl Dataset {
         Ok(shard.handle.get_or_init(|| h))
     }
 
+    /// As a run read in order asks for `len` bytes at `offset` of shard
+    /// `s` ([`Handle::read_in_order`]), opening its handle first.
+    #[cfg(feature = "testing")]
+    pub(crate) fn read_in_order(&self, s: usize, offset: u64, len: u64) -> Result<()> {
+        let h = self.handle(s)?;
+        h.read_in_order(&self.inner.shards[s].path, offset, len);
+        Ok(())
+    }
+
     /// Sample `local` of shard `s`; with `populate`, a mapped sample's pages are read in now.
     pub(crate) fn read_local(&self, s: usize, local: usize, populate: bool) -> Result<Sample> {
         let sample = self.read_entry(s, local, Hint::Always)?;
@@ -401,17 +410,22 @@ impl Dataset {
         let buf = match (&h.map, &h.file) {
             (Some(map), _) => {
                 map_slice(map, &shard.path, span_start, span_len)?;
-                // Start the kernel reading the whole run at once, and the
-                // next run of the shard too (the read-ahead a sequential
-                // reader would get without `MADV_RANDOM`); what was asked
-                // for already, as the run after the last one, is not asked
-                // for again ([`Ahead`](super::around::Ahead)).
+                // The run is brought in now when it is cold
+                // ([`Handle::read_in_order`]); the kernel then reads on ahead
+                // of it. Else (a short run, a failed pull) the kernel is
+                // asked to start reading it and the run after it, the
+                // read-ahead a sequential reader would get without
+                // `MADV_RANDOM`. What was asked for already, as the run after
+                // the last one, is not asked for again
+                // ([`Ahead`](super::around::Ahead)).
+                let pulled = h
+                    .ahead
+                    .claim(span_start, span_len)
+                    .is_some_and(|(at, len)| h.read_in_order(&shard.path, at, len));
                 let next = span_start + span_len;
                 let next_len = span_len.min((map.len() as u64).saturating_sub(next));
-                for (at, len) in [(span_start, span_len), (next, next_len)] {
-                    if let Some((at, len)) = h.ahead.claim(at, len) {
-                        will_need(map, at, len);
-                    }
+                if !pulled && let Some((at, len)) = h.ahead.claim(next, next_len) {
+                    will_need(map, at, len);
                 }
                 Buf::job_map(map)
             }
@@ -571,8 +585,10 @@ impl Dataset {
     /// A single sample is hinted only while reads wait for storage
     /// ([`Residency`]): on a warm cache the call finds every page there and
     /// costs a system call per sample (a shuffled epoch read one sample at
-    /// a time). A run of samples is always hinted, once while it is ahead
-    /// of the reader ([`Ahead`](super::around::Ahead)).
+    /// a time). A run of samples is hinted once while it is ahead of the
+    /// reader ([`Ahead`](super::around::Ahead)), unless its read brings it
+    /// in itself: a mapped run of 64 KiB or more, read through the file
+    /// when it is cold ([`Handle::read_in_order`]).
     pub(crate) fn will_read(&self, s: usize, local: usize, count: usize) {
         let index = &self.inner.shards[s].index;
         if count == 0 || local + count > index.len() || self.inner.shards[s].remote.is_some() {
@@ -590,6 +606,8 @@ impl Dataset {
             Ok(Handle { map: Some(map), .. })
                 if map_slice(map, &self.inner.shards[s].path, start, len).is_err() => {}
             // A run asked for ahead is not asked for again when it is read.
+            // A run the read brings in itself is left to it.
+            Ok(h) if count > 1 && h.pulls(len) => {}
             Ok(h) if count > 1 => {
                 if let Some((at, len)) = h.ahead.claim(start, len) {
                     h.will_need(at, len);

@@ -69,6 +69,105 @@ impl Handle {
     }
 }
 
+/// Runs in order shorter than this are asked for with `MADV_WILLNEED`
+/// alone: [`Handle::read_in_order`].
+const PULL_MIN: u64 = 64 << 10;
+
+/// The piece a pulled run is read in, into a buffer of each thread that
+/// pulls: small enough to stay in the core's cache ([`pull`]).
+const PULL_CHUNK: usize = 256 << 10;
+
+impl Handle {
+    /// Brings `len` bytes at `offset` of the shard at `path` into the page
+    /// cache for a run about to be read in order; true when that needs no
+    /// hint of the run after it.
+    ///
+    /// A mapped run of [`PULL_MIN`] bytes or more is left alone when
+    /// every page is in the page cache (`mincore`), and otherwise read
+    /// through the file here, once: positioned reads of [`PULL_CHUNK`] into
+    /// a buffer that is thrown away. The kernel's read path brings the
+    /// pages in large folios and reads on ahead of a sequential reader by
+    /// itself, where `MADV_WILLNEED` on a `MADV_RANDOM` map fills the cache
+    /// a 4 KiB page at a time (docs/benchmarks.md, "Runs read through the
+    /// file"). Both return true. A shorter run, a file handle, or a pull that
+    /// fails (the path no longer opens as a regular file of the map's
+    /// length) falls back to [`Handle::will_need`] and returns false: the
+    /// reads themselves still go through the map, so a pull is only a hint.
+    pub(super) fn read_in_order(&self, path: &Path, offset: u64, len: u64) -> bool {
+        if let Some(map) = &self.map
+            && len >= PULL_MIN
+        {
+            match resident(map, offset, len) {
+                Some(true) => return true,
+                Some(false) if pull(path, map.len() as u64, offset, len) => return true,
+                _ => {}
+            }
+        }
+        self.will_need(offset, len);
+        false
+    }
+
+    /// Whether a run of `len` bytes is left to [`Handle::read_in_order`]
+    /// when it is read, rather than hinted ahead of time.
+    pub(super) fn pulls(&self, len: u64) -> bool {
+        self.map.is_some() && len >= PULL_MIN
+    }
+}
+
+/// Whether every page of `len` bytes at `offset` of `map` is in memory
+/// (`mincore`); `None` when the range is outside the map or the call fails.
+fn resident(map: &Mmap, offset: u64, len: u64) -> Option<bool> {
+    const PAGE: usize = 4096;
+    let start = usize::try_from(offset).ok()?;
+    let end = start.checked_add(usize::try_from(len).ok()?)?;
+    if end > map.len() || start >= end {
+        return None;
+    }
+    let first = start - start % PAGE;
+    let pages = (end - first).div_ceil(PAGE);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `first..end` lies in the map (checked above), whose start is
+    // page-aligned, so `first` is too; `vec` holds one byte per page of it.
+    let r = unsafe {
+        libc::mincore(
+            map.as_ptr().add(first) as *mut libc::c_void,
+            end - first,
+            vec.as_mut_ptr(),
+        )
+    };
+    (r == 0).then(|| vec.iter().all(|b| b & 1 != 0))
+}
+
+/// Reads `len` bytes at `offset` of the file at `path` and throws them
+/// away, to bring them into the page cache; false (nothing more read) when
+/// the path does not open as a regular file of `file_len` bytes (replaced,
+/// removed: the map still reads the file it was made from) or a read fails.
+fn pull(path: &Path, file_len: u64, offset: u64, len: u64) -> bool {
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let Ok(file) = bale_format::files::open_regular(path) else {
+        return false;
+    };
+    if file.metadata().map(|m| m.len()).ok() != Some(file_len) {
+        return false;
+    }
+    let end = offset.saturating_add(len).min(file_len);
+    BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        buf.resize(PULL_CHUNK, 0);
+        let mut at = offset;
+        while at < end {
+            let n = usize::try_from(end - at).map_or(PULL_CHUNK, |n| n.min(PULL_CHUNK));
+            match file.read_at(&mut buf[..n], at) {
+                Ok(0) | Err(_) => return false,
+                Ok(k) => at += k as u64,
+            }
+        }
+        true
+    })
+}
+
 pub(super) fn map_slice<'a>(map: &'a Mmap, path: &Path, offset: u64, len: u64) -> Result<&'a [u8]> {
     let range = usize::try_from(offset)
         .ok()
