@@ -96,15 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         indexes.push(index);
     }
     let n = ds.len();
-    // The seeded Fisher-Yates shuffle (xorshift64) of `warm_random`.
-    let mut order: Vec<u64> = (0..n).collect();
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-    for i in (1..order.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
+    let order = bale_reader::testing::shuffled_order(n);
     // `bytes`: every member's (shard, offset, length), in the order read.
     let mut spans: Vec<(u32, u64, u32)> = Vec::new();
     let mut first = Vec::with_capacity(order.len() + 1);

@@ -25,15 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (passes, threads, batch) = (arg(2, 5), arg(3, 1).max(1), arg(4, 1).max(1));
     let ds = bale_reader::Dataset::open(&dir)?;
     let n = ds.len();
-    // A seeded Fisher-Yates shuffle (xorshift64).
-    let mut order: Vec<u64> = (0..n).collect();
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-    for i in (1..order.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
+    let order = bale_reader::testing::shuffled_order(n);
     for pass in 0..passes {
         let t = Instant::now();
         let sum = std::thread::scope(|scope| {

@@ -174,3 +174,18 @@ pub fn read_in_order(
 ) -> crate::Result<()> {
     ds.read_in_order(shard, offset, len)
 }
+
+/// `0..n` in a seeded random order (a Fisher-Yates shuffle driven by
+/// xorshift64, always the same for the same `n`): the order the
+/// `warm_random` and `random_ceiling` examples read in.
+pub fn shuffled_order(n: u64) -> Vec<u64> {
+    let mut order: Vec<u64> = (0..n).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
+}
