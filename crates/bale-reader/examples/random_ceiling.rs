@@ -50,21 +50,7 @@ where
     F: Fn(&[u64]) -> Result<u64, String> + Sync,
 {
     let t = Instant::now();
-    let sum = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|k| {
-                let read = &read;
-                scope.spawn(move || {
-                    let mine: Vec<u64> = order.iter().skip(k).step_by(threads).copied().collect();
-                    read(&mine)
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("a reader thread panicked"))
-            .try_fold(0u64, |a, r| r.map(|s| a.wrapping_add(s)))
-    })?;
+    let sum = bale_reader::testing::on_threads(order, threads, read)?;
     Ok((order.len() as f64 / t.elapsed().as_secs_f64(), sum))
 }
 

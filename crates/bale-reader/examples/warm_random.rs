@@ -28,35 +28,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let order = bale_reader::testing::shuffled_order(n);
     for pass in 0..passes {
         let t = Instant::now();
-        let sum = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|k| {
-                    let (ds, order) = (&ds, &order);
-                    scope.spawn(move || -> bale_reader::Result<u64> {
-                        let mine: Vec<u64> =
-                            order.iter().skip(k).step_by(threads).copied().collect();
-                        let mut sum = 0u64;
-                        for chunk in mine.chunks(batch) {
-                            let samples = if batch == 1 {
-                                vec![ds.get_populated(chunk[0])?]
-                            } else {
-                                ds.get_batch(chunk)?
-                            };
-                            for s in &samples {
-                                for (_, bytes) in s.fields() {
-                                    sum = sum.wrapping_add(bale_format::checksum(bytes));
-                                }
-                            }
+        let sum = bale_reader::testing::on_threads(
+            &order,
+            threads,
+            |mine| -> bale_reader::Result<u64> {
+                let mut sum = 0u64;
+                for chunk in mine.chunks(batch) {
+                    let samples = if batch == 1 {
+                        vec![ds.get_populated(chunk[0])?]
+                    } else {
+                        ds.get_batch(chunk)?
+                    };
+                    for s in &samples {
+                        for (_, bytes) in s.fields() {
+                            sum = sum.wrapping_add(bale_format::checksum(bytes));
                         }
-                        Ok(sum)
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().expect("a reader thread panicked"))
-                .try_fold(0u64, |a, r| r.map(|s| a.wrapping_add(s)))
-        })?;
+                    }
+                }
+                Ok(sum)
+            },
+        )?;
         let secs = t.elapsed().as_secs_f64();
         println!(
             "pass {pass}: {:.0} samples/s ({threads} thread(s), batch {batch}; checksum {sum:016x})",

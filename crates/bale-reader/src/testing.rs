@@ -189,3 +189,35 @@ pub fn shuffled_order(n: u64) -> Vec<u64> {
     }
     order
 }
+
+/// Runs `read` on `threads` threads (at least one), each over its share of
+/// `order` (every `threads`-th item from its own number on), and adds up
+/// (wrapping) what they return: the examples' checksums of what they read.
+///
+/// # Errors
+/// The first error a thread returns.
+///
+/// # Panics
+/// When a thread panics.
+pub fn on_threads<E: Send>(
+    order: &[u64],
+    threads: usize,
+    read: impl Fn(&[u64]) -> Result<u64, E> + Sync,
+) -> Result<u64, E> {
+    let threads = threads.max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|k| {
+                let read = &read;
+                scope.spawn(move || {
+                    let mine: Vec<u64> = order.iter().skip(k).step_by(threads).copied().collect();
+                    read(&mine)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a reader thread panicked"))
+            .try_fold(0u64, |a, r| r.map(|s| a.wrapping_add(s)))
+    })
+}
