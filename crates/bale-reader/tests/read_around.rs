@@ -98,3 +98,31 @@ fn read_around_changes_no_byte() {
         }
     }
 }
+
+/// A mapped region is read through the shard file before the read that
+/// reached it returns (a `MADV_WILLNEED` would only start its reads).
+#[test]
+fn a_mapped_region_is_cached_when_the_read_that_reached_it_returns() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let n = 3 * READ_AROUND / 30_000;
+    let mid = n / 2;
+    let spec = TestDataset::new(n, 1).payload_len(30_000, 30_000);
+    spec.write(dir.path()).unwrap();
+    let shard = dir
+        .path()
+        .join(shard_file_name("shard", 0, Compression::None));
+    evict(&shard);
+    let ds = Dataset::options()
+        .backing(Backing::Mmap)
+        .read_around(ReadAround::Always)
+        .open(dir.path())
+        .unwrap();
+    let s = ds.get_populated(mid).unwrap();
+    assert_eq!(s.field("bin"), Some(&spec.payload(mid)[..]));
+    let pages = resident(&shard, READ_AROUND, READ_AROUND);
+    assert_eq!(
+        pages,
+        (READ_AROUND / PAGE) as usize,
+        "the region holding sample {mid} is not wholly cached when its read returns"
+    );
+}

@@ -28,7 +28,8 @@ pub use options::{Backing, DatasetOptions, READ_AROUND, ReadAround};
 pub(crate) use remote::StartedPieces;
 use residency::{Hint, Residency};
 use shard::{
-    Handle, Shard, map_slice, open_handle, open_shard, unreachable_handle, unreachable_slot,
+    Brought, Handle, Shard, map_slice, open_handle, open_shard, unreachable_handle,
+    unreachable_slot,
 };
 
 /// A member of a sample as the index records it ([`Dataset::members`]).

@@ -19,12 +19,16 @@ pub enum Backing {
     ///
     /// The map is advised `MADV_RANDOM` (no read-around on page faults) and
     /// reads ask for exactly their bytes with `MADV_WILLNEED` (one I/O
-    /// request per sample, or per run of samples in sequential plans; not for
-    /// a sample within one 4 KiB block, whose page fault is that one read), so
-    /// a cold random read of a dataset larger than memory fetches from
-    /// storage only the sample's pages. A dataset that fits in memory is read
+    /// request per sample; not for a sample within one 4 KiB block, whose
+    /// page fault is that one read), so a cold random read of a dataset
+    /// larger than memory fetches from storage only the sample's pages. A
+    /// run of samples in a sequential plan, 64 KiB or more and not all in
+    /// memory (`mincore`), is read through the shard file once before the map
+    /// reads it, and the kernel reads on ahead of it (shorter runs are asked
+    /// for with `MADV_WILLNEED`). A dataset that fits in memory is read
     /// around instead (see [`ReadAround`]): the first cold read in each
-    /// 8 MiB region fetches the whole region.
+    /// 8 MiB region reads the whole region through the file before it
+    /// returns.
     /// [`Dataset::get_populated`] and [`Dataset::get_batch`] skip the hint
     /// while recent reads found their
     /// pages in memory (see `Residency`), where it would be a system call

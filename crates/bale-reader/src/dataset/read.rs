@@ -241,16 +241,29 @@ impl Dataset {
         Ok(sample)
     }
 
-    /// Asks the kernel for the [`READ_AROUND`] region of the shard holding
-    /// `offset`, the first time it is reached, when the dataset is read
-    /// around ([`ReadAround`]). A failure only loses the hint.
-    fn read_around(&self, h: &Handle, offset: u64) {
+    /// Brings in the [`READ_AROUND`] region of shard `s` holding `offset`,
+    /// the first time it is reached, when the dataset is read around
+    /// ([`ReadAround`]): a mapped region is read through the file, at once,
+    /// unless it is in memory already ([`Handle::bring_in`]); otherwise the
+    /// kernel is asked for it. A failure only loses the hint.
+    fn read_around(&self, s: usize, h: &Handle, offset: u64) {
         if !self.inner.read_around {
             return;
         }
         let Some((start, len)) = h.regions.claim(offset) else {
             return;
         };
+        match h.bring_in(&self.inner.shards[s].path, start, len) {
+            Brought::There => return,
+            // The read waited for storage, in the pull rather than in the
+            // touch that follows it: keep reads hinted (a read reaching a
+            // region not yet read then reads it around).
+            Brought::Read => {
+                self.inner.residency.saw_cold();
+                return;
+            }
+            Brought::Not => {}
+        }
         // The kernel cuts one request to the device's read-ahead window
         // (`read_ahead_kb`, often 128 KiB): the region is asked for in
         // pieces no larger.
@@ -284,19 +297,19 @@ impl Dataset {
                 let bytes = map_slice(map, &shard.path, e.file_offset, e.file_len)?;
                 bale_format::prefetch_sample(bytes);
                 if hint == Hint::Always || self.inner.residency.hint() {
-                    self.read_around(h, e.file_offset);
+                    self.read_around(s, h, e.file_offset);
                     will_need(map, e.file_offset, e.file_len);
                 }
                 (Buf::Map(Arc::clone(map)), e.file_offset as usize)
             }
             (Some(map), _, Compression::Zstd) => {
                 let frame = map_slice(map, &shard.path, e.file_offset, e.file_len)?;
-                self.read_around(h, e.file_offset);
+                self.read_around(s, h, e.file_offset);
                 will_need(map, e.file_offset, e.file_len);
                 (Buf::owned(shard.decompress(&e, frame)?), 0)
             }
             (None, Some(file), _) => {
-                self.read_around(h, e.file_offset);
+                self.read_around(s, h, e.file_offset);
                 let raw = self.pread(file, &shard.path, e.file_offset, e.file_len)?;
                 match compression {
                     Compression::Zstd => (Buf::owned(shard.decompress(&e, &raw)?), 0),
@@ -324,7 +337,7 @@ impl Dataset {
             (Some(map), _) => {
                 for m in shard.index.members(local) {
                     map_slice(map, &shard.path, m.offset, m.size)?;
-                    self.read_around(h, m.offset);
+                    self.read_around(s, h, m.offset);
                     will_need(map, m.offset, m.size);
                 }
                 self.build(s, local, e, Buf::Map(Arc::clone(map)), 0, None)
@@ -339,7 +352,7 @@ impl Dataset {
                 let buf = self.inner.pool.filled(n, |buf| {
                     let mut at = 0usize;
                     for m in shard.index.members(local) {
-                        self.read_around(h, m.offset);
+                        self.read_around(s, h, m.offset);
                         let len = m.size as usize;
                         starts.push(at);
                         file.read_exact_at(&mut buf[at..at + len], m.offset)

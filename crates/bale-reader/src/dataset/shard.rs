@@ -69,8 +69,8 @@ impl Handle {
     }
 }
 
-/// Runs in order shorter than this are asked for with `MADV_WILLNEED`
-/// alone: [`Handle::read_in_order`].
+/// Ranges shorter than this are asked for with `MADV_WILLNEED` alone:
+/// [`Handle::bring_in`].
 const PULL_MIN: u64 = 64 << 10;
 
 /// The piece a pulled run is read in, into a buffer of each thread that
@@ -80,31 +80,43 @@ const PULL_CHUNK: usize = 256 << 10;
 impl Handle {
     /// Brings `len` bytes at `offset` of the shard at `path` into the page
     /// cache for a run about to be read in order; true when that needs no
-    /// hint of the run after it.
-    ///
-    /// A mapped run of [`PULL_MIN`] bytes or more is left alone when
-    /// every page is in the page cache (`mincore`), and otherwise read
-    /// through the file here, once: positioned reads of [`PULL_CHUNK`] into
-    /// a buffer that is thrown away. The kernel's read path brings the
-    /// pages in large folios and reads on ahead of a sequential reader by
-    /// itself, where `MADV_WILLNEED` on a `MADV_RANDOM` map fills the cache
-    /// a 4 KiB page at a time (docs/benchmarks.md, "Runs read through the
-    /// file"). Both return true. A shorter run, a file handle, or a pull that
-    /// fails (the path no longer opens as a regular file of the map's
-    /// length) falls back to [`Handle::will_need`] and returns false: the
-    /// reads themselves still go through the map, so a pull is only a hint.
+    /// hint of the run after it: [`Handle::bring_in`], and when that does
+    /// nothing, [`Handle::will_need`] (false).
     pub(super) fn read_in_order(&self, path: &Path, offset: u64, len: u64) -> bool {
-        if let Some(map) = &self.map
-            && len >= PULL_MIN
-        {
-            match resident(map, offset, len) {
-                Some(true) => return true,
-                Some(false) if pull(path, map.len() as u64, offset, len) => return true,
-                _ => {}
-            }
+        if self.bring_in(path, offset, len) != Brought::Not {
+            return true;
         }
         self.will_need(offset, len);
         false
+    }
+
+    /// Brings `len` bytes at `offset` of a mapped shard (at `path`) into the
+    /// page cache now, for a run read in order or a region read around.
+    ///
+    /// A range of [`PULL_MIN`] bytes or more is left alone when every page
+    /// is in the page cache (`mincore`: [`Brought::There`]), and otherwise
+    /// read through the file here, once: positioned reads of [`PULL_CHUNK`]
+    /// into a buffer that is thrown away ([`Brought::Read`]). The kernel's
+    /// read path brings the pages in large folios and reads on ahead of a
+    /// sequential reader by itself, where `MADV_WILLNEED` on a `MADV_RANDOM`
+    /// map fills the cache a 4 KiB page at a time (docs/benchmarks.md, "Runs
+    /// read through the file"). [`Brought::Not`], with nothing done, for a
+    /// shorter range, a file handle, or a pull that fails (the path no
+    /// longer opens as a regular file of the map's length): the caller then
+    /// asks the kernel. The reads themselves always go through the map, so
+    /// this is only a hint.
+    pub(super) fn bring_in(&self, path: &Path, offset: u64, len: u64) -> Brought {
+        let Some(map) = &self.map else {
+            return Brought::Not;
+        };
+        if len < PULL_MIN {
+            return Brought::Not;
+        }
+        match resident(map, offset, len) {
+            Some(true) => Brought::There,
+            Some(false) if pull(path, map.len() as u64, offset, len) => Brought::Read,
+            _ => Brought::Not,
+        }
     }
 
     /// Whether a run of `len` bytes is left to [`Handle::read_in_order`]
@@ -112,6 +124,17 @@ impl Handle {
     pub(super) fn pulls(&self, len: u64) -> bool {
         self.map.is_some() && len >= PULL_MIN
     }
+}
+
+/// What [`Handle::bring_in`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Brought {
+    /// Every page was in memory already.
+    There,
+    /// The range was read in through the file (it was not all in memory).
+    Read,
+    /// Nothing: the caller asks the kernel for the range.
+    Not,
 }
 
 /// Whether every page of `len` bytes at `offset` of `map` is in memory
