@@ -12,17 +12,23 @@ use bale_reader::{Backing, Dataset, READ_AROUND, ReadAround};
 mod common;
 use common::{PAGE, evict, resident};
 
-#[test]
-fn a_cold_read_brings_in_its_region_only_when_read_around() {
-    // One shard of a bit more than three regions of ~31 KB samples.
+/// One shard of a bit more than three regions of ~31 KB samples, on a file
+/// system whose cache can be evicted; and the sample in the middle, which
+/// sits in the second region.
+fn three_regions() -> (tempfile::TempDir, TestDataset, std::path::PathBuf, u64) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let n = 3 * READ_AROUND / 30_000;
-    let mid = n / 2;
     let spec = TestDataset::new(n, 1).payload_len(30_000, 30_000);
     spec.write(dir.path()).unwrap();
     let shard = dir
         .path()
         .join(shard_file_name("shard", 0, Compression::None));
+    (dir, spec, shard, n / 2)
+}
+
+#[test]
+fn a_cold_read_brings_in_its_region_only_when_read_around() {
+    let (dir, spec, shard, mid) = three_regions();
     // Sample `mid` sits in the second region.
     let region = (READ_AROUND, READ_AROUND);
     let region_pages = (READ_AROUND / PAGE) as usize;
@@ -103,14 +109,7 @@ fn read_around_changes_no_byte() {
 /// reached it returns (a `MADV_WILLNEED` would only start its reads).
 #[test]
 fn a_mapped_region_is_cached_when_the_read_that_reached_it_returns() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let n = 3 * READ_AROUND / 30_000;
-    let mid = n / 2;
-    let spec = TestDataset::new(n, 1).payload_len(30_000, 30_000);
-    spec.write(dir.path()).unwrap();
-    let shard = dir
-        .path()
-        .join(shard_file_name("shard", 0, Compression::None));
+    let (dir, spec, shard, mid) = three_regions();
     evict(&shard);
     let ds = Dataset::options()
         .backing(Backing::Mmap)
