@@ -100,6 +100,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .get(a..b)
             .ok_or_else(|| format!("shard {s}: bytes {a}..{b} outside the file"))
     };
+    // Positions in `order` rather than sample numbers: `spans` is in read order.
+    let positions: Vec<u64> = (0..n).collect();
     for pass in 0..passes {
         let (bale, sum_bale) = timed(&order, threads, |mine| {
             let (mut sum, mut buf) = (0u64, Vec::new());
@@ -121,8 +123,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             Ok(sum)
         })?;
-        // Positions in `order` rather than sample numbers: `spans` is in read order.
-        let positions: Vec<u64> = (0..n).collect();
         let (bytes, sum_bytes) = timed(&positions, threads, |mine| {
             let (mut sum, mut buf) = (0u64, Vec::new());
             for &p in mine {

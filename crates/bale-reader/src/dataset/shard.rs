@@ -106,12 +106,9 @@ impl Handle {
     /// asks the kernel. The reads themselves always go through the map, so
     /// this is only a hint.
     pub(super) fn bring_in(&self, path: &Path, offset: u64, len: u64) -> Brought {
-        let Some(map) = &self.map else {
+        let Some(map) = self.map.as_ref().filter(|_| self.pulls(len)) else {
             return Brought::Not;
         };
-        if len < PULL_MIN {
-            return Brought::Not;
-        }
         match resident(map, offset, len) {
             Some(true) => Brought::There,
             Some(false) if pull(path, map.len() as u64, offset, len) => Brought::Read,
@@ -140,14 +137,19 @@ pub(super) enum Brought {
 /// Whether every page of `len` bytes at `offset` of `map` is in memory
 /// (`mincore`); `None` when the range is outside the map or the call fails.
 fn resident(map: &Mmap, offset: u64, len: u64) -> Option<bool> {
-    const PAGE: usize = 4096;
+    // The system's page size (not a smaller step): `mincore` takes a
+    // page-aligned address and reports one byte per page.
+    // SAFETY: a plain libc call with no pointer arguments.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .ok()
+        .filter(|&p| p > 0)?;
     let start = usize::try_from(offset).ok()?;
     let end = start.checked_add(usize::try_from(len).ok()?)?;
     if end > map.len() || start >= end {
         return None;
     }
-    let first = start - start % PAGE;
-    let pages = (end - first).div_ceil(PAGE);
+    let first = start - start % page;
+    let pages = (end - first).div_ceil(page);
     let mut vec = vec![0u8; pages];
     // SAFETY: `first..end` lies in the map (checked above), whose start is
     // page-aligned, so `first` is too; `vec` holds one byte per page of it.
