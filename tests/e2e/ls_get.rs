@@ -218,3 +218,68 @@ fn get_refuses_to_write_through_symlinks_out_of_the_directory() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
 }
+
+#[test]
+fn get_never_overwrites_a_file_of_the_dataset_it_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let m = Manifest::read(&ds).unwrap();
+    let shard = ds.join(&m.shards[0].file);
+    let index = ds.join(&m.shards[0].index);
+    let manifest = ds.join("bale.json");
+    // A hard link elsewhere reaches the shard too.
+    let linked = tmp.path().join("linked.tar");
+    std::fs::hard_link(&shard, &linked).unwrap();
+    let before: Vec<Vec<u8>> = [&shard, &index, &manifest]
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    for target in [&shard, &index, &manifest, &linked] {
+        let out = bale(&[
+            "get",
+            s(&ds),
+            "1",
+            "--ext",
+            "txt",
+            "-o",
+            s(target),
+            "--force",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", target.display());
+        assert!(
+            text(&out.stderr).contains("is a file of the dataset"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    for (p, b) in [&shard, &index, &manifest].iter().zip(&before) {
+        assert_eq!(&std::fs::read(p).unwrap(), b, "{} changed", p.display());
+    }
+    let out = bale(&["verify", s(&ds)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn get_to_a_directory_writes_nothing_when_one_target_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let out_dir = tmp.path().join("out");
+    std::fs::create_dir_all(out_dir.join("dog")).unwrap();
+    // The last member's name is a symlink: the others are not written first.
+    std::os::unix::fs::symlink("/dev/null", out_dir.join("dog/0003.txt")).unwrap();
+    let out = bale(&["get", s(&ds), "dog/0003", "-o", s(&out_dir), "--force"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("symlink"),
+        "{}",
+        text(&out.stderr)
+    );
+    let mut left: Vec<String> = std::fs::read_dir(out_dir.join("dog"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["0003.txt"]);
+}

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 /// stdout (or to the file `-o` names). Without it, `-o DIR` is required and
 /// every member is written to `DIR/<key>.<ext>`, creating subdirectories;
 /// names that would escape DIR (through `..`, absolute paths or symlinks) are
-/// refused, and existing files are not overwritten without `--force`.
+/// refused, and existing files are not overwritten without `--force`. Every
+/// target is checked before any member is written.
 #[derive(Debug, clap::Args)]
 pub struct GetArgs {
     /// Options for a dataset in object storage.
@@ -31,7 +32,8 @@ pub struct GetArgs {
     /// Output: a file with `--ext`, else a directory.
     #[arg(long, short = 'o', value_name = "PATH")]
     pub output: Option<PathBuf>,
-    /// Overwrite existing files.
+    /// Overwrite existing files (never a file of the dataset being read: its
+    /// manifest, a shard or an index, by whatever path).
     #[arg(long)]
     pub force: bool,
 }

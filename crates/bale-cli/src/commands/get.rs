@@ -9,14 +9,19 @@
 //! path, as the index already guarantees), every directory on the way is
 //! created or checked one component at a time and must not be a symlink, and
 //! files are opened with `O_NOFOLLOW` (and `O_EXCL` unless `--force`).
+//! Every target is checked before any is written, and `--force` never
+//! replaces a file of the dataset being read (its manifest, a shard or an
+//! index, whatever path reaches it).
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use bale_format::{FormatError, files};
+use bale_format::files::FileId;
+use bale_format::{FormatError, MANIFEST_NAME, Manifest, files};
 use bale_reader::Dataset;
 
 use crate::args::get::GetArgs;
@@ -89,8 +94,13 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     };
     let sample =
         read().with_context(|| format!("cannot read sample {i} of {}", args.path.display()))?;
+    let targets = Targets {
+        force: args.force,
+        dataset: dataset_files(&ds),
+        dir: ds.dir().to_path_buf(),
+    };
     match &args.ext {
-        Some(ext) => write_member(&sample, ext, args.output.as_deref(), args.force),
+        Some(ext) => write_member(&sample, ext, args.output.as_deref(), &targets),
         None => {
             let Some(out) = &args.output else {
                 bail!(
@@ -99,7 +109,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
                     sample.exts()
                 );
             };
-            let written = write_sample(&sample, out, args.force)?;
+            let written = write_sample(&sample, out, &targets)?;
             for p in written {
                 eprintln!("wrote {}", bale_format::shown(&p));
             }
@@ -108,11 +118,66 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The files of the dataset: its manifest, shards and indexes (those that
+/// are local files).
+fn dataset_files(ds: &Dataset) -> HashSet<FileId> {
+    let dir = ds.dir();
+    let mut paths = vec![dir.join(MANIFEST_NAME)];
+    for e in &ds.manifest().shards {
+        paths.push(Manifest::resolve(dir, &e.file));
+        paths.push(Manifest::resolve(dir, &e.index));
+    }
+    paths.iter().filter_map(|p| FileId::of(p)).collect()
+}
+
+/// What `get` may write to.
+#[derive(Debug)]
+struct Targets {
+    /// `--force`: existing files may be replaced.
+    force: bool,
+    /// The dataset's own files, never replaced.
+    dataset: HashSet<FileId>,
+    /// The dataset's directory, for the error.
+    dir: PathBuf,
+}
+
+impl Targets {
+    /// Checks that `path` may be written: it does not exist (or, with
+    /// `--force`, is a regular file that is none of the dataset's), and it
+    /// is not a symlink.
+    fn check(&self, path: &Path) -> anyhow::Result<()> {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return Ok(());
+        };
+        if meta.file_type().is_symlink() {
+            bail!(
+                "{} is a symlink; refusing to write through it",
+                path.display()
+            );
+        }
+        if !self.force {
+            bail!(
+                "{} already exists; use --force to overwrite it",
+                path.display()
+            );
+        }
+        if self.dataset.contains(&FileId::of_meta(&meta)) {
+            bail!(
+                "{} is a file of the dataset {} being read (its manifest, a shard or an index); \
+                 refusing to overwrite it, even with --force",
+                path.display(),
+                self.dir.display()
+            );
+        }
+        Ok(())
+    }
+}
+
 fn write_member(
     sample: &Fetched,
     ext: &str,
     output: Option<&Path>,
-    force: bool,
+    targets: &Targets,
 ) -> anyhow::Result<ExitCode> {
     let Some(data) = sample.get(ext) else {
         bail!(
@@ -124,7 +189,8 @@ fn write_member(
     };
     match output {
         Some(path) => {
-            let mut f = open_new(path, force)?;
+            targets.check(path)?;
+            let mut f = open_new(path, targets.force)?;
             f.write_all(data)
                 .with_context(|| format!("cannot write {}", path.display()))?;
             eprintln!("wrote {}", path.display());
@@ -158,23 +224,42 @@ fn open_new(path: &Path, force: bool) -> anyhow::Result<File> {
 }
 
 /// Writes every member of `sample` to `<dir>/<key>.<ext>`; returns the files
-/// written. Every name is checked before any is written, and directories are
-/// created one component at a time, never through a symlink.
-fn write_sample(sample: &Fetched, dir: &Path, force: bool) -> anyhow::Result<Vec<PathBuf>> {
+/// written. Every name and target is checked before any is written
+/// ([`Targets::check`]), and directories are created one component at a
+/// time, never through a symlink. A write that fails removes the files this
+/// run created.
+fn write_sample(sample: &Fetched, dir: &Path, targets: &Targets) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let rels: Vec<PathBuf> = sample
         .members
         .iter()
         .map(|(ext, _)| files::member_path(&sample.key, ext))
         .collect::<Result<_, _>>()?;
-    let mut written = Vec::new();
-    for ((_, data), rel) in sample.members.iter().zip(&rels) {
+    for rel in &rels {
         files::create_parents(dir, rel)?;
-        let path = dir.join(rel);
-        let mut f = open_new(&path, force)?;
-        f.write_all(data)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        written.push(path);
+        targets.check(&dir.join(rel))?;
+    }
+    let mut written = Vec::new();
+    let mut created = Vec::new();
+    let result = (|| {
+        for ((_, data), rel) in sample.members.iter().zip(&rels) {
+            let path = dir.join(rel);
+            let existed = std::fs::symlink_metadata(&path).is_ok();
+            let mut f = open_new(&path, targets.force)?;
+            if !existed {
+                created.push(path.clone());
+            }
+            f.write_all(data)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            written.push(path);
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        for p in &created {
+            let _ = std::fs::remove_file(p);
+        }
+        return Err(e);
     }
     Ok(written)
 }
