@@ -69,7 +69,10 @@ pub use discover::{FileList, IGNORED_EXAMPLES, Ignored, IgnoredKind, Tree, TreeF
 pub use error::{PackError, Result, SampleTransformError, TransformError};
 pub use hooks::{MemberData, SampleTransformFn, TransformFn};
 pub use index::{IndexOptions, IndexProgress, IndexSummary, IndexedShard, index};
-pub use merge::{MergeFile, MergeOptions, MergePlan, MergeSummary, merge, plan_merge};
+pub use merge::{
+    JOURNAL_NAME, MergeFile, MergeOptions, MergePlan, MergeSummary, merge, merge_cancellable,
+    plan_merge,
+};
 pub use options::{
     CompressSpec, DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, MAX_JOBS,
     OnError, PackOrder, Part, check_jobs, parse_size,

@@ -3,16 +3,27 @@
 //! The shards are renamed into the output's `shard-NNNNNN` sequence (part 0's
 //! first, in order), so no shard byte is copied; across filesystems they are
 //! copied only when asked. One manifest is written, last.
+//!
+//! Before the first file moves, a journal of the moves
+//! ([`JOURNAL_NAME`]) is written into the output and synced; it goes once
+//! the merge is complete or undone. A merge that was killed (SIGKILL, a
+//! lost node) leaves it, and the next `merge` into that output reads it
+//! first: without a manifest in the output it moves every file back to its
+//! part (or removes the copy), with one it finishes the merge. Any other
+//! command refuses to write into an output holding a journal
+//! ([`crate::output::Output`]). A merge that is cancelled (Ctrl-C, SIGTERM,
+//! SIGHUP) stops between two files and undoes what it moved.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use bale_format::atomic::TEMP_PREFIX;
 use bale_format::parse_hex64;
 use bale_format::{CreatedBy, FormatError, Manifest, ShardIndex, index_file_name, shard_file_name};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{PackError, Result};
 use crate::output::{Inputs, Output};
@@ -49,6 +60,150 @@ pub struct MergeSummary {
     pub skipped: u64,
     /// Wall-clock seconds.
     pub seconds: f64,
+    /// Files an earlier merge into this output left moved when it was
+    /// killed, and which this one moved back to their parts first (or
+    /// found merged, when that merge had written its manifest).
+    pub recovered: u64,
+}
+
+/// The journal of a merge's moves, in its output while files move.
+pub const JOURNAL_NAME: &str = ".bale-merge-journal.json";
+
+/// What [`JOURNAL_NAME`] holds: every move the merge is about to make.
+#[derive(Debug, Serialize, Deserialize)]
+struct Journal {
+    /// The part directories, absolute, as the bytes of their paths in hex
+    /// (a path need not be UTF-8).
+    parts: Vec<String>,
+    /// `(part, file in the part, file in the output)` per move.
+    moves: Vec<(usize, String, String)>,
+}
+
+fn hex_path(p: &Path) -> String {
+    p.as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn unhex_path(s: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    Some(PathBuf::from(std::ffi::OsString::from_vec(bytes)))
+}
+
+/// Writes the journal of `plan` into `output`, synced (file and directory).
+fn write_journal(output: &Path, ins: &[PartIn], plan: &MergePlan) -> Result<()> {
+    let parts = ins
+        .iter()
+        .map(|p| {
+            fs::canonicalize(&p.dir)
+                .map(|d| hex_path(&d))
+                .map_err(|e| PackError::io(&p.dir, e))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let journal = Journal {
+        parts,
+        moves: plan
+            .files
+            .iter()
+            .map(|f| (f.part, f.from.clone(), f.to.clone()))
+            .collect(),
+    };
+    let path = output.join(JOURNAL_NAME);
+    let bytes =
+        serde_json::to_vec(&journal).map_err(|e| PackError::io(&path, io::Error::other(e)))?;
+    let write = || -> io::Result<()> {
+        let mut f = bale_format::files::create_file(&path, false).map_err(io::Error::other)?;
+        io::Write::write_all(&mut f, &bytes)?;
+        f.sync_all()?;
+        fs::File::open(output)?.sync_all()
+    };
+    write().map_err(|e| PackError::io(&path, e))
+}
+
+/// Puts right what a killed merge into `output` left (its journal): every
+/// file moves back to its part (a copy is removed), unless the output has
+/// its manifest, when the merge is finished instead (the parts' manifests
+/// removed). Returns the files put right; 0 when there is no journal.
+fn recover(output: &Path) -> Result<u64> {
+    let path = output.join(JOURNAL_NAME);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(PackError::io(&path, e)),
+    };
+    let _lock = bale_format::files::DirLock::try_lock(output)?;
+    let bad = |what: &str| {
+        merr(
+            &path,
+            format!(
+                "{what}: this journal of an interrupted merge cannot be read; the files it \
+                 lists are in {} and in the part directories; put them back by hand",
+                output.display()
+            ),
+        )
+    };
+    let journal: Journal = serde_json::from_slice(&bytes).map_err(|_| bad("not JSON"))?;
+    let parts = journal
+        .parts
+        .iter()
+        .map(|h| unhex_path(h))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| bad("a part path is not hex"))?;
+    let finished = Manifest::path_in(output).exists();
+    let mut n = 0u64;
+    for (part, from, to) in journal.moves.iter().rev() {
+        // Only plain names inside their directories (a journal is bale's
+        // own file, but a damaged one must not move files elsewhere).
+        let plain = |f: &str| !f.is_empty() && !f.contains('/') && f != "." && f != "..";
+        let Some(dir) = parts.get(*part).filter(|_| plain(from) && plain(to)) else {
+            return Err(bad("a move names no part or a path"));
+        };
+        let (src, dst) = (dir.join(from), output.join(to));
+        if finished {
+            n += u64::from(dst.exists());
+            continue;
+        }
+        match (src.exists(), dst.exists()) {
+            // Moved: move it back.
+            (false, true) => {
+                bale_format::files::rename_noreplace(&dst, &src)
+                    .map_err(|e| PackError::io(&dst, e))?;
+                n += 1;
+            }
+            // Copied (the part keeps its file): remove the copy.
+            (true, true) => {
+                fs::remove_file(&dst).map_err(|e| PackError::io(&dst, e))?;
+                n += 1;
+            }
+            _ => {}
+        }
+    }
+    if finished {
+        for dir in &parts {
+            let m = Manifest::path_in(dir);
+            let gone = Manifest::read(dir).is_ok_and(|pm| {
+                pm.shards
+                    .iter()
+                    .all(|s| !Manifest::resolve(dir, &s.file).exists())
+            });
+            if gone {
+                let _ = fs::remove_file(&m);
+                let _ = fs::remove_dir(dir);
+            }
+        }
+    }
+    for dir in &parts {
+        let _ = fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    fs::remove_file(&path).map_err(|e| PackError::io(&path, e))?;
+    let _ = fs::File::open(output).and_then(|d| d.sync_all());
+    Ok(n)
 }
 
 fn merr(path: &Path, what: impl Into<String>) -> PackError {
@@ -64,11 +219,13 @@ struct PartIn {
     options: ShapingOptions,
 }
 
-/// Files moved so far; moved back (or removed, when copied) unless committed.
+/// Files moved so far; moved back (or removed, when copied) unless
+/// committed, and then the journal (when one was written) removed.
 #[derive(Default)]
 struct Moves {
     done: Vec<(PathBuf, PathBuf, bool)>,
     committed: bool,
+    journal: Option<PathBuf>,
 }
 
 impl Drop for Moves {
@@ -76,12 +233,19 @@ impl Drop for Moves {
         if self.committed {
             return;
         }
+        let mut undone = true;
         for (src, dst, copied) in self.done.iter().rev() {
-            if *copied {
-                let _ = fs::remove_file(dst);
+            let r = if *copied {
+                fs::remove_file(dst)
             } else {
-                let _ = fs::rename(dst, src);
-            }
+                fs::rename(dst, src)
+            };
+            undone &= r.is_ok();
+        }
+        // A file that could not be put back keeps the journal: the next
+        // merge into this output tries again.
+        if let Some(j) = self.journal.as_ref().filter(|_| undone) {
+            let _ = fs::remove_file(j);
         }
     }
 }
@@ -392,7 +556,39 @@ fn plan_parts(mut ins: Vec<PartIn>) -> Result<(Vec<PartIn>, MergePlan)> {
 /// [`PackError::Merge`] naming the part and the problem; I/O errors. On
 /// error, files already moved are moved back and no manifest is written.
 pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<MergeSummary> {
+    merge_cancellable(parts, output, opts, &AtomicBool::new(false))
+}
+
+/// As [`merge`], stopping between two files once `cancel` is set: what was
+/// moved is moved back ([`PackError::Cancelled`]). A merge into `output`
+/// that was killed is put right first (see the module's documentation).
+///
+/// # Errors
+/// As [`merge`]; [`PackError::Cancelled`].
+pub fn merge_cancellable(
+    parts: &[PathBuf],
+    output: &Path,
+    opts: &MergeOptions,
+    cancel: &AtomicBool,
+) -> Result<MergeSummary> {
     let start = Instant::now();
+    let recovered = recover(output)?;
+    if recovered > 0 && Manifest::path_in(output).exists() {
+        // The killed merge had finished: this one has nothing left to do.
+        let m = Manifest::read(output)?;
+        return Ok(MergeSummary {
+            output: output.to_string_lossy().into_owned(),
+            parts: parts.len() as u32,
+            shards: m.shards.len() as u64,
+            samples: m.samples,
+            bytes: m.bytes,
+            renamed: 0,
+            copied: 0,
+            skipped: m.skipped,
+            seconds: start.elapsed().as_secs_f64(),
+            recovered,
+        });
+    }
     let ins: Vec<PartIn> = parts.iter().map(|p| read_part(p)).collect::<Result<_>>()?;
     let (ins, plan) = plan_parts(ins)?;
     let out_canon = fs::canonicalize(output).ok();
@@ -422,8 +618,13 @@ pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<Me
     }
     out.clear(&inputs)?;
     let mut moves = Moves::default();
+    write_journal(output, &ins, &plan)?;
+    moves.journal = Some(output.join(JOURNAL_NAME));
     let mut part_copied = vec![false; ins.len()];
     for f in &plan.files {
+        if cancel.load(Ordering::SeqCst) {
+            return Err(PackError::Cancelled);
+        }
         let before = moves.done.len();
         move_file(
             &Manifest::resolve(&ins[f.part].dir, &f.from),
@@ -447,6 +648,12 @@ pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<Me
             let _ = fs::remove_dir(&p.dir);
         }
     }
+    // The merge is whole: the journal goes last (a merge killed before
+    // this finds the manifest and finishes).
+    if let Some(j) = moves.journal.take() {
+        let _ = fs::remove_file(&j);
+        let _ = fs::File::open(output).and_then(|d| d.sync_all());
+    }
     Ok(MergeSummary {
         output: output.to_string_lossy().into_owned(),
         parts: count,
@@ -457,5 +664,6 @@ pub fn merge(parts: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<Me
         copied,
         skipped: manifest.skipped,
         seconds: start.elapsed().as_secs_f64(),
+        recovered,
     })
 }

@@ -115,6 +115,17 @@ impl Output {
         // A run that does not get the lock leaves the directory as it is:
         // the holder is writing into it.
         let lock = DirLock::try_lock(dir)?;
+        if dir.join(crate::merge::JOURNAL_NAME).exists() {
+            return Err(PackError::Conflict {
+                path: dir.to_path_buf(),
+                what: format!(
+                    "it holds {}, the journal of a `bale merge` that was killed: shards of \
+                     its parts are in here; run the same `bale merge` again to finish it or \
+                     put them back",
+                    crate::merge::JOURNAL_NAME
+                ),
+            });
+        }
         Ok(Self {
             dir: dir.to_path_buf(),
             created,

@@ -413,5 +413,6 @@ pub fn merge_remote(
         copied: plan.files.len() as u64,
         skipped: m.skipped,
         seconds: start.elapsed().as_secs_f64(),
+        recovered: 0,
     })
 }

@@ -9,6 +9,11 @@ use std::path::PathBuf;
 /// `shard-000000.tar`, ... in part order; one manifest is written last, and
 /// the parts' manifests are removed.
 ///
+/// Ctrl-C moves every file back to its part. A merge that was killed leaves
+/// a journal of its moves in OUT (`.bale-merge-journal.json`): run the same
+/// merge again, and it puts back (or finishes) what the killed one left
+/// before it merges.
+///
 /// Parts in object storage (`s3://bucket/parts/p0 ...`) merge into a prefix
 /// of the same bucket (`-o s3://bucket/ds`) by server-side copies: no shard
 /// byte passes through this machine, and the parts are left whole.

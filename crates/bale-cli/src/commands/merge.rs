@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{anyhow, bail};
-use bale_pack::{MergeOptions, PackError, merge, merge_remote};
+use bale_pack::{JOURNAL_NAME, MergeOptions, PackError, merge_cancellable, merge_remote};
 use bale_storage::is_url;
 
 use crate::commands::pack::{install_ctrlc, remote_undone};
@@ -28,8 +28,35 @@ pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
         copy: args.copy,
         force: args.force,
     };
-    let s = merge(&args.parts, &args.output, &opts)
-        .map_err(|e| anyhow!("{e}\nnothing was merged: the parts are as they were"))?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    install_ctrlc(&cancel);
+    let journal = args.output.join(JOURNAL_NAME);
+    let left = || {
+        if journal.exists() {
+            format!(
+                "files of the parts are still in {}: {} lists them; run the same `bale merge` again to put them back",
+                args.output.display(),
+                journal.display()
+            )
+        } else {
+            "nothing was merged: the parts are as they were".to_owned()
+        }
+    };
+    let s = match merge_cancellable(&args.parts, &args.output, &opts, &cancel) {
+        Ok(s) => s,
+        Err(PackError::Cancelled) => {
+            eprintln!("error: interrupted: {}", left());
+            return Ok(ExitCode::from(crate::commands::pack::EXIT_INTERRUPTED));
+        }
+        Err(e) => bail!("{e}\n{}", left()),
+    };
+    if s.recovered > 0 {
+        eprintln!(
+            "note: an earlier `bale merge` into {} was killed part way: {} of its files were put right first",
+            args.output.display(),
+            s.recovered
+        );
+    }
     args.out.summary(&s, || {
         format!(
             "merged {} parts into {}: {} samples in {} shards, {} ({} files renamed, {} copied) in {:.2} s",
