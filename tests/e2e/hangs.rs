@@ -408,3 +408,86 @@ fn sigterm_stops_a_pack_within_seconds_leaving_no_dataset() {
     );
     assert!(!out.join("bale.json").exists());
 }
+
+/// `--files-from` and `--labels csv:` naming `/dev/zero` (or a binary file)
+/// fail at once with the line that is too long, in bounded memory; a list
+/// in a pipe still works.
+#[test]
+fn a_list_or_label_csv_that_is_dev_zero_is_refused_at_once() {
+    let t = tempfile::tempdir().unwrap();
+    let tree = t.path().join("tree");
+    random_tree(&tree, 10);
+    for (case, flag, value, says) in [
+        (
+            "--files-from /dev/zero",
+            "--files-from",
+            "/dev/zero",
+            "not a list of paths",
+        ),
+        (
+            "--labels csv:/dev/zero",
+            "--labels",
+            "csv:/dev/zero",
+            "not a label CSV",
+        ),
+    ] {
+        let out = t.path().join("out");
+        let o = run_bounded(
+            bale_cmd(&[
+                OsStr::new("pack"),
+                tree.as_os_str(),
+                OsStr::new("-o"),
+                out.as_os_str(),
+                OsStr::new(flag),
+                OsStr::new(value),
+            ])
+            .current_dir(t.path()),
+            Duration::from_secs(60),
+            RSS_MIB,
+        );
+        let err = o.stderr_text();
+        assert!(
+            o.failed_cleanly()
+                && o.elapsed < QUICK
+                && err.contains("/dev/zero")
+                && err.contains("line 1 is longer than")
+                && err.contains(says),
+            "{case}: {}",
+            o.describe()
+        );
+        assert!(!out.join("bale.json").exists());
+    }
+    // A list read from a pipe (as `--files-from <(find ...)` gives).
+    let list = t.path().join("list.fifo");
+    mkfifo(&list);
+    let names: Vec<String> = fs::read_dir(&tree)
+        .unwrap()
+        .flat_map(|d| fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|e| {
+            let p = e.unwrap().path();
+            format!("{}\n", p.strip_prefix(&tree).unwrap().display())
+        })
+        .collect();
+    assert_eq!(names.len(), 10);
+    let writer = {
+        let list = list.clone();
+        std::thread::spawn(move || fs::write(&list, names.concat()).unwrap())
+    };
+    let out = t.path().join("piped");
+    let o = run_bounded(
+        bale_cmd(&[
+            OsStr::new("pack"),
+            OsStr::new("-q"),
+            OsStr::new("-o"),
+            out.as_os_str(),
+            OsStr::new("--files-from"),
+            list.as_os_str(),
+        ])
+        .current_dir(&tree),
+        Duration::from_secs(60),
+        RSS_MIB,
+    );
+    writer.join().unwrap();
+    assert!(o.status.is_some_and(|s| s.success()), "{}", o.describe());
+    assert!(out.join("bale.json").exists());
+}

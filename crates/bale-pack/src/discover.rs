@@ -207,22 +207,18 @@ fn lexical_normalize(p: &Path) -> PathBuf {
 }
 
 fn read_list(list: &FileList) -> Result<Vec<PathBuf>> {
-    let (bytes, name) = match list {
+    let bytes = match list {
         FileList::Paths(p) => return Ok(p.clone()),
-        FileList::File(path) => (
-            std::fs::read(path).map_err(|e| PackError::read(path, e))?,
-            path.clone(),
-        ),
-        FileList::Stdin => {
-            let mut v = Vec::new();
-            std::io::stdin()
-                .lock()
-                .read_to_end(&mut v)
-                .map_err(|e| PackError::read("<stdin>", e))?;
-            (v, PathBuf::from("<stdin>"))
+        FileList::File(path) => {
+            let f = std::fs::File::open(path).map_err(|e| PackError::read(path, e))?;
+            read_lines_capped(f, path, "a list of paths")?
         }
+        FileList::Stdin => read_lines_capped(
+            std::io::stdin().lock(),
+            Path::new("<stdin>"),
+            "a list of paths",
+        )?,
     };
-    let _ = name;
     let mut out = Vec::new();
     for line in bytes.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -232,6 +228,43 @@ fn read_list(list: &FileList) -> Result<Vec<PathBuf>> {
         out.push(path_from_bytes(line));
     }
     Ok(out)
+}
+
+/// The longest line [`read_lines_capped`] takes: far longer than any path
+/// (`PATH_MAX` is 4096) or label row.
+pub(crate) const MAX_LIST_LINE: usize = 64 << 10;
+
+/// Reads a list the user gives (`--files-from`, a label CSV) whole, from a
+/// file, a pipe or stdin, refusing a line longer than [`MAX_LIST_LINE`]:
+/// `/dev/zero` or a binary file given by mistake fails at once, naming
+/// `path` and the line, instead of filling memory. `what` says what the
+/// list should be.
+pub(crate) fn read_lines_capped(r: impl Read, path: &Path, what: &str) -> Result<Vec<u8>> {
+    use std::io::BufRead;
+    let mut r = std::io::BufReader::new(r);
+    let mut out = Vec::new();
+    let mut line = 1u64;
+    loop {
+        let start = out.len();
+        let n = (&mut r)
+            .take(MAX_LIST_LINE as u64 + 1)
+            .read_until(b'\n', &mut out)
+            .map_err(|e| PackError::read(path, e))?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let body = out[start..].strip_suffix(b"\n").unwrap_or(&out[start..]);
+        if body.len() > MAX_LIST_LINE {
+            return Err(PackError::bad(
+                path,
+                format!(
+                    "line {line} is longer than {} KiB: this is not {what} (at offset {start})",
+                    MAX_LIST_LINE >> 10
+                ),
+            ));
+        }
+        line += 1;
+    }
 }
 
 #[cfg(unix)]

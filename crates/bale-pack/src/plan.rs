@@ -207,7 +207,8 @@ pub(crate) fn apply_labels(
     let LabelMode::Csv(path) = mode else {
         unreachable!("handled above")
     };
-    let bytes = std::fs::read(path).map_err(|e| PackError::read(path, e))?;
+    let file = std::fs::File::open(path).map_err(|e| PackError::read(path, e))?;
+    let bytes = crate::discover::read_lines_capped(file, path, "a label CSV")?;
     let rows = parse_csv(&bytes, path)?;
     // key -> (label, line)
     let mut by_key: HashMap<String, (String, u64)> = HashMap::new();
