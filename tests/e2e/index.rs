@@ -983,3 +983,52 @@ fn sparse_files_are_refused_in_gnu_and_pax_archives() {
         );
     }
 }
+
+/// `bale index --force` over a dataset, with a tar that fails its scan,
+/// leaves that dataset as it was: its manifest and indexes are replaced
+/// only once every tar is scanned.
+#[test]
+fn a_failed_index_force_leaves_the_old_dataset_whole() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("tree");
+    tree(&root, 30);
+    let ds = t.path().join("ds");
+    ok(&bale(&["pack", "-q", p(&root), "-o", p(&ds)]));
+    let m = Manifest::read(&ds).unwrap();
+    let shard = ds.join(&m.shards[0].file);
+    let bad = t.path().join("bad.tar");
+    fs::write(&bad, vec![0x5au8; 1000]).unwrap();
+    let snapshot = || {
+        let mut v: Vec<(String, Vec<u8>)> = fs::read_dir(&ds)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = snapshot();
+    for args in [
+        vec!["index", p(&bad), "-o", p(&ds), "--force"],
+        vec!["index", p(&shard), p(&bad), "-o", p(&ds), "--force"],
+    ] {
+        let o = bale(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", show(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("bad.tar"),
+            "{}",
+            show(&o)
+        );
+        assert!(snapshot() == before, "{args:?} changed the dataset");
+        verify_passes(&ds);
+    }
+    // The same with good tars replaces it.
+    ok(&bale(&["index", p(&shard), "-o", p(&ds), "--force"]));
+    verify_passes(&ds);
+    assert_eq!(Manifest::read(&ds).unwrap().created_by.command, "index");
+}

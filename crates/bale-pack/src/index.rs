@@ -182,13 +182,23 @@ pub fn index(
             )));
         }
     }
-    // Every name this run writes is free (or, with force, made free) before
-    // any scan starts; the old manifest goes first.
+    // Every name this run writes is free (or, with force, may be made
+    // free) before any scan starts. Nothing of an old dataset is removed
+    // until every tar is scanned: the new indexes are written under
+    // temporary names first, so a tar that fails leaves the old dataset
+    // as it was.
     out.clear_temps()?;
-    out.make_room(MANIFEST_NAME, &inputs)?;
+    out.check_room(MANIFEST_NAME, &inputs)?;
     for p in &plan {
-        out.make_room(&p.index, &inputs)?;
+        out.check_room(&p.index, &inputs)?;
     }
+    let staged = |k: usize| {
+        dir.join(format!(
+            "{}{}-index-{k}.idx",
+            bale_format::atomic::TEMP_PREFIX,
+            std::process::id()
+        ))
+    };
 
     let scan = ScanOptions {
         checksums: opts.checksum,
@@ -202,12 +212,13 @@ pub fn index(
         .map_err(|e| PackError::Option(format!("cannot start the worker threads: {e}")))?;
     let result: Result<Vec<(ShardEntry, ScannedShard)>> = pool.install(|| {
         plan.par_iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(k, p)| {
                 if cancel.load(Ordering::Relaxed) {
                     return Err(PackError::Cancelled);
                 }
                 let scanned = scan_shard(&p.given, &scan)?;
-                let dest = dir.join(&p.index);
+                let dest = staged(k);
                 let sum = scanned.write_index(&dest)?;
                 written
                     .lock()
@@ -231,6 +242,16 @@ pub fn index(
     if let Some(dest) = &wids {
         write_wids(dest, &plan, &done, opts.absolute)?;
         out.track(dest.clone());
+    }
+    // Every tar scanned: the old manifest goes first, then each new index
+    // takes its name.
+    out.make_room(MANIFEST_NAME, &inputs)?;
+    for (k, p) in plan.iter().enumerate() {
+        out.make_room(&p.index, &inputs)?;
+        let dest = dir.join(&p.index);
+        bale_format::files::rename_noreplace(&staged(k), &dest)
+            .map_err(|e| PackError::io(&dest, e))?;
+        out.track(dest);
     }
     let created_by = CreatedBy {
         tool: "bale".into(),

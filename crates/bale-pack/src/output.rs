@@ -197,6 +197,22 @@ impl Output {
 
     /// Makes sure the file `name` of the directory can be created: absent,
     /// or (with `force`) removed, unless an input refers to it.
+    /// Whether [`Output::make_room`] would make room for `name` (it is
+    /// free, or `force` and not an input), removing nothing.
+    pub fn check_room(&self, name: &str, inputs: &Inputs) -> Result<()> {
+        let path = self.dir.join(name);
+        if fs::symlink_metadata(&path).is_err() {
+            return Ok(());
+        }
+        if inputs.holds(&path) {
+            return Err(PackError::WouldDeleteInput { path });
+        }
+        if !self.force {
+            return Err(PackError::WouldReplace { path });
+        }
+        Ok(())
+    }
+
     pub fn make_room(&self, name: &str, inputs: &Inputs) -> Result<()> {
         let path = self.dir.join(name);
         if fs::symlink_metadata(&path).is_err() {

@@ -89,7 +89,8 @@ pub struct IndexArgs {
     #[arg(long)]
     pub allow_split: bool,
 
-    /// Replace an existing bale.json in DATASET_DIR.
+    /// Replace an existing bale.json (and the indexes of the tars given) in
+    /// DATASET_DIR; the old ones stay until every tar is scanned.
     #[arg(long)]
     pub force: bool,
 
