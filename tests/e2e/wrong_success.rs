@@ -510,3 +510,32 @@ fn verify_of_a_glob_subset_ignores_the_other_tars_but_not_strays_in_the_dataset(
     );
     assert!(!all.contains("b1.tar"), "{}", text(&o));
 }
+
+/// A manifest whose counts disagree with an index (here: 2^40 members) is
+/// refused by `convert` as by every reader, naming what disagrees; no
+/// dataset is written.
+#[test]
+fn convert_refuses_a_manifest_that_disagrees_with_an_index() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = t.path().join("ds");
+    pack(t.path(), &ds, "a", "mm", 6);
+    let path = ds.join("bale.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    v["shards"][0]["members"] = serde_json::json!(1u64 << 40);
+    fs::write(&path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    for cmd in [&["ls", p(&ds)][..], &["stat", p(&ds)], &["verify", p(&ds)]] {
+        assert!(
+            !run(cmd).status.success(),
+            "{cmd:?} took the damaged manifest"
+        );
+    }
+    let out = t.path().join("conv");
+    let o = run(&["convert", "-q", p(&ds), "-o", p(&out)]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("the index holds") && stderr(&o).contains("members"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.join("bale.json").exists());
+}

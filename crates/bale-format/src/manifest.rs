@@ -81,6 +81,50 @@ pub struct ShardEntry {
 }
 
 impl ShardEntry {
+    /// What `index` says that this entry records otherwise (its member,
+    /// sample and byte counts, its checksum, its compression), in words;
+    /// `None` when they agree. Every reader of a dataset checks this before
+    /// it trusts an index.
+    pub fn index_mismatch(&self, index: &crate::index::ShardIndex) -> Option<String> {
+        if index.member_count() as u64 != self.members {
+            return Some(format!(
+                "the index holds {} members, the manifest records {}",
+                index.member_count(),
+                self.members
+            ));
+        }
+        let recorded = crate::parse_hex64(&self.index_xxh3).unwrap_or_default();
+        if index.checksum() != recorded {
+            return Some(format!(
+                "the index checksum is {:016x}, the manifest records {}",
+                index.checksum(),
+                self.index_xxh3
+            ));
+        }
+        if index.len() as u64 != self.samples {
+            return Some(format!(
+                "the index holds {} samples, the manifest records {}",
+                index.len(),
+                self.samples
+            ));
+        }
+        if index.shard_len() != self.bytes {
+            return Some(format!(
+                "the index describes a shard of {} bytes, the manifest records {}",
+                index.shard_len(),
+                self.bytes
+            ));
+        }
+        if index.compression() != self.compression {
+            return Some(format!(
+                "the index says compression {}, the manifest {}",
+                index.compression().as_str(),
+                self.compression.as_str()
+            ));
+        }
+        None
+    }
+
     /// Whether reading this shard needs format 1.1: an HDF5 shard, or a
     /// plain tar with a scattered index (recorded with no tar stream).
     fn needs_1_1(&self) -> bool {

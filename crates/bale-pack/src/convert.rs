@@ -317,14 +317,10 @@ fn for_each_bale(
         let file = Manifest::resolve(dir, &entry.file);
         let index = Manifest::resolve(dir, &entry.index);
         let reader = ShardReader::open(&file, &index)?;
-        let recorded = bale_format::parse_hex64(&entry.index_xxh3);
-        if recorded != Some(reader.index().checksum()) || reader.len() as u64 != entry.samples {
+        if let Some(what) = entry.index_mismatch(reader.index()) {
             return Err(PackError::Format(bale_format::FormatError::Manifest {
                 path: Manifest::path_in(dir),
-                what: format!(
-                    "shard {i} ({}): its index does not match the manifest (checksum or sample count); run `bale verify`",
-                    entry.file
-                ),
+                what: format!("shard {i} ({}): {what}; run `bale verify`", entry.file),
             }));
         }
         for s in 0..reader.len() {

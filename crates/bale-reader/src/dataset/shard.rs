@@ -287,52 +287,15 @@ pub(super) fn check_against_manifest(
     index: &ShardIndex,
     index_path: &Path,
 ) -> Result<()> {
-    let entry = &manifest.shards[i];
-    let mismatch = |what: String| {
-        Err(ReaderError::ManifestMismatch {
+    match manifest.shards[i].index_mismatch(index) {
+        Some(what) => Err(ReaderError::ManifestMismatch {
             manifest: manifest_path.to_path_buf(),
             shard: i,
             path: index_path.to_path_buf(),
             what,
-        })
-    };
-    if index.member_count() as u64 != entry.members {
-        return mismatch(format!(
-            "the index holds {} members, the manifest records {}",
-            index.member_count(),
-            entry.members
-        ));
+        }),
+        None => Ok(()),
     }
-    let recorded = bale_format::parse_hex64(&entry.index_xxh3).unwrap_or_default();
-    if index.checksum() != recorded {
-        return mismatch(format!(
-            "the index checksum is {:016x}, the manifest records {}",
-            index.checksum(),
-            entry.index_xxh3
-        ));
-    }
-    if index.len() as u64 != entry.samples {
-        return mismatch(format!(
-            "the index holds {} samples, the manifest records {}",
-            index.len(),
-            entry.samples
-        ));
-    }
-    if index.shard_len() != entry.bytes {
-        return mismatch(format!(
-            "the index describes a shard of {} bytes, the manifest records {}",
-            index.shard_len(),
-            entry.bytes
-        ));
-    }
-    if index.compression() != entry.compression {
-        return mismatch(format!(
-            "the index says compression {}, the manifest {}",
-            index.compression().as_str(),
-            entry.compression.as_str()
-        ));
-    }
-    Ok(())
 }
 
 pub(super) fn check_shard_len(path: &Path, len: u64, index: &ShardIndex) -> Result<()> {
