@@ -611,3 +611,35 @@ fn merge_across_filesystems_needs_copy_and_then_keeps_the_parts() {
     assert_eq!(keys, sorted);
     assert_eq!(keys.len(), 12);
 }
+
+/// A pack that finds no sample says so (a typo in a path or a glob), and
+/// names the first file of each kind it left out.
+#[test]
+fn a_pack_of_no_sample_warns_and_names_what_it_left_out() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    fs::create_dir_all(input.join(".hidden")).unwrap();
+    fs::write(input.join(".hidden/a.txt"), b"x").unwrap();
+    fs::write(input.join("README"), b"x").unwrap();
+    let out = t.path().join("out");
+    let o = bale(&["pack", "-o"], &[&out, &input]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning: no sample was packed") && err.contains("0 samples"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 without an extension, e.g. ") && err.contains("README\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 hidden, e.g. ") && err.contains(".hidden\""),
+        "{err}"
+    );
+    // A pack with samples does not warn.
+    fs::write(input.join("a.txt"), b"x").unwrap();
+    let o = bale(&["pack", "--force", "-o"], &[&out, &input]);
+    ok(&o);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("no sample was packed"));
+}

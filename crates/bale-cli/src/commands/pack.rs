@@ -206,19 +206,23 @@ impl PackProgress for Bars {
 
 fn ignored_line(ig: &Ignored) -> Option<String> {
     let mut parts = Vec::new();
-    let mut add = |n: u64, what: &str| {
-        if n > 0 {
-            parts.push(format!("{n} {what}"));
+    // Each kind with its first path: a name the user did not expect to be
+    // left out is seen at once.
+    let mut add = |k: &bale_pack::IgnoredKind, what: &str| {
+        if k.count > 0 {
+            let first = k
+                .examples
+                .first()
+                .map(|e| format!(", e.g. {}", crate::escape::quoted(e)))
+                .unwrap_or_default();
+            parts.push(format!("{} {what}{first}", k.count));
         }
     };
-    add(ig.no_extension.count, "without an extension");
-    add(ig.hidden.count, "hidden");
-    add(
-        ig.symlinks.count,
-        "symlinks (not followed; see --follow-links)",
-    );
-    add(ig.excluded.count, "excluded by globs");
-    add(ig.outside_class.count, "outside a class directory");
+    add(&ig.no_extension, "without an extension");
+    add(&ig.hidden, "hidden");
+    add(&ig.symlinks, "symlinks (not followed; see --follow-links)");
+    add(&ig.excluded, "excluded by globs");
+    add(&ig.outside_class, "outside a class directory");
     (!parts.is_empty()).then(|| format!("ignored: {}", parts.join(", ")))
 }
 
@@ -417,6 +421,19 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
                 crate::escape::message(&f.error)
             );
         }
+    }
+    if summary.samples == 0 {
+        // Legitimate for an empty part of `--part I/N`; more often a typo in
+        // a path or a glob.
+        let _ = writeln!(
+            err,
+            "warning: no sample was packed: {} holds no file that makes one (check the input, --include and --exclude); the dataset has 0 samples",
+            args.inputs
+                .iter()
+                .map(|p| bale_format::shown(p).to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     drop(err);
     args.out.summary(&summary, || summary_line(&summary))?;
