@@ -205,18 +205,23 @@ fn get_refuses_to_write_through_symlinks_out_of_the_directory() {
     assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
     let link_file = tmp.path().join("link.txt");
     std::os::unix::fs::symlink(&victim, &link_file).unwrap();
-    let out = bale(&[
+    let out = get_txt_forced(&ds, &link_file);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+}
+
+/// `bale get DS 1 --ext txt -o TARGET --force`.
+fn get_txt_forced(ds: &Path, target: &Path) -> std::process::Output {
+    bale(&[
         "get",
-        s(&ds),
+        s(ds),
         "1",
         "--ext",
         "txt",
         "-o",
-        s(&link_file),
+        s(target),
         "--force",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    ])
 }
 
 #[test]
@@ -236,16 +241,7 @@ fn get_never_overwrites_a_file_of_the_dataset_it_reads() {
         .map(|p| std::fs::read(p).unwrap())
         .collect();
     for target in [&shard, &index, &manifest, &linked] {
-        let out = bale(&[
-            "get",
-            s(&ds),
-            "1",
-            "--ext",
-            "txt",
-            "-o",
-            s(target),
-            "--force",
-        ]);
+        let out = get_txt_forced(&ds, target);
         assert_eq!(out.status.code(), Some(2), "{}", target.display());
         assert!(
             text(&out.stderr).contains("is a file of the dataset"),

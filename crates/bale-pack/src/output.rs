@@ -195,8 +195,6 @@ impl Output {
         Ok(())
     }
 
-    /// Makes sure the file `name` of the directory can be created: absent,
-    /// or (with `force`) removed, unless an input refers to it.
     /// Whether [`Output::make_room`] would make room for `name` (it is
     /// free, or `force` and not an input), removing nothing.
     pub fn check_room(&self, name: &str, inputs: &Inputs) -> Result<()> {
@@ -213,18 +211,15 @@ impl Output {
         Ok(())
     }
 
+    /// Makes sure the file `name` of the directory can be created: absent,
+    /// or (with `force`) removed, unless an input refers to it.
     pub fn make_room(&self, name: &str, inputs: &Inputs) -> Result<()> {
+        self.check_room(name, inputs)?;
         let path = self.dir.join(name);
-        if fs::symlink_metadata(&path).is_err() {
-            return Ok(());
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(PackError::io(&path, e)),
+            _ => Ok(()),
         }
-        if inputs.holds(&path) {
-            return Err(PackError::WouldDeleteInput { path });
-        }
-        if !self.force {
-            return Err(PackError::WouldReplace { path });
-        }
-        fs::remove_file(&path).map_err(|e| PackError::io(&path, e))
     }
 
     /// Records a file this run put in place, to remove on failure.
