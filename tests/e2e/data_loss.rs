@@ -504,3 +504,43 @@ fn a_failed_convert_keeps_every_file_it_did_not_create() {
         text(&o)
     );
 }
+
+/// A part whose manifest names a file outside the part's directory is
+/// refused before any file moves: merge moves only a part's own files
+/// (and its journal names nothing else).
+#[test]
+fn merge_refuses_a_part_naming_a_file_outside_it_and_moves_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    text_tree(&input, "a", "out", 12);
+    let (p0, p1) = (t.path().join("p0"), t.path().join("p1"));
+    for (i, dir) in [&p0, &p1].into_iter().enumerate() {
+        ok(&bale(
+            &[
+                "pack",
+                "-q",
+                "--labels",
+                "none",
+                "--part",
+                &format!("{i}/2"),
+                "-o",
+            ],
+            &[dir, &input],
+        ));
+    }
+    // p1's first shard moves into a subdirectory its manifest now names.
+    let path = p1.join("bale.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    let file = v["shards"][0]["file"].as_str().unwrap().to_owned();
+    fs::create_dir(p1.join("sub")).unwrap();
+    fs::rename(p1.join(&file), p1.join("sub").join(&file)).unwrap();
+    v["shards"][0]["file"] = serde_json::json!(format!("sub/{file}"));
+    fs::write(&path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    let before = (snapshot(&p0), snapshot(&p1));
+    let out = t.path().join("merged");
+    let o = bale(&["merge", "-o"], &[&out, &p0, &p1]);
+    refused(&o, "sub/", &["not a file in the part's directory"]);
+    assert!(text(&o).contains("nothing was merged"), "{}", text(&o));
+    assert_eq!((snapshot(&p0), snapshot(&p1)), before, "a part changed");
+    assert!(!out.join(".bale-merge-journal.json").exists());
+}

@@ -96,8 +96,29 @@ fn unhex_path(s: &str) -> Option<PathBuf> {
     Some(PathBuf::from(std::ffi::OsString::from_vec(bytes)))
 }
 
+/// Whether `f` names a file directly in its directory: what a part's
+/// shards and the merged ones are, and all a journal may name.
+fn plain_name(f: &str) -> bool {
+    !f.is_empty() && !f.contains('/') && f != "." && f != ".."
+}
+
 /// Writes the journal of `plan` into `output`, synced (file and directory).
+/// Refuses, before anything moves, a part whose manifest names a file
+/// outside the part's directory (`bale pack --part` writes none).
 fn write_journal(output: &Path, ins: &[PartIn], plan: &MergePlan) -> Result<()> {
+    if let Some(f) = plan
+        .files
+        .iter()
+        .find(|f| !plain_name(&f.from) || !plain_name(&f.to))
+    {
+        return Err(merr(
+            &ins[f.part].dir,
+            format!(
+                "its manifest names {:?}, not a file in the part's directory; merge moves only a part's own files",
+                f.from
+            ),
+        ));
+    }
     let parts = ins
         .iter()
         .map(|p| {
@@ -160,8 +181,10 @@ fn recover(output: &Path) -> Result<u64> {
     for (part, from, to) in journal.moves.iter().rev() {
         // Only plain names inside their directories (a journal is bale's
         // own file, but a damaged one must not move files elsewhere).
-        let plain = |f: &str| !f.is_empty() && !f.contains('/') && f != "." && f != "..";
-        let Some(dir) = parts.get(*part).filter(|_| plain(from) && plain(to)) else {
+        let Some(dir) = parts
+            .get(*part)
+            .filter(|_| plain_name(from) && plain_name(to))
+        else {
             return Err(bad("a move names no part or a path"));
         };
         let (src, dst) = (dir.join(from), output.join(to));

@@ -425,14 +425,18 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     if summary.samples == 0 {
         // Legitimate for an empty part of `--part I/N`; more often a typo in
         // a path or a glob.
-        let _ = writeln!(
-            err,
-            "warning: no sample was packed: {} holds no file that makes one (check the input, --include and --exclude); the dataset has 0 samples",
+        let inputs = if args.inputs.is_empty() {
+            "the list given with --files-from".to_owned()
+        } else {
             args.inputs
                 .iter()
                 .map(|p| bale_format::shown(p).to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
+        };
+        let _ = writeln!(
+            err,
+            "warning: no sample was packed: {inputs} holds no file that makes one (check the input, --include and --exclude); the dataset has 0 samples"
         );
     }
     drop(err);
