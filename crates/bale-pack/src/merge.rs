@@ -224,6 +224,15 @@ fn recover(output: &Path) -> Result<u64> {
     for dir in &parts {
         let _ = fs::File::open(dir).and_then(|d| d.sync_all());
     }
+    // What the killed merge was writing when it died (its manifest, a
+    // copy): bale's temporary files, never a dataset's.
+    if let Ok(rd) = fs::read_dir(output) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
     fs::remove_file(&path).map_err(|e| PackError::io(&path, e))?;
     let _ = fs::File::open(output).and_then(|d| d.sync_all());
     Ok(n)
