@@ -180,31 +180,29 @@ fn pack_force_never_deletes_an_input_named_like_a_shard() {
     assert_eq!(snapshot(&raw), before, "pack changed its own input");
 }
 
+/// The two parts of `bale pack --part I/2` of 12 text samples tagged
+/// `tag`, in `t/p0` and `t/p1`.
+fn two_parts(t: &Path, tag: &str) -> (PathBuf, PathBuf) {
+    let input = t.join("in");
+    text_tree(&input, "a", tag, 12);
+    let parts = (t.join("p0"), t.join("p1"));
+    for (i, dir) in [&parts.0, &parts.1].into_iter().enumerate() {
+        let part = format!("{i}/2");
+        ok(&bale(
+            &["pack", "-q", "--labels", "none", "--part", &part, "-o"],
+            &[dir, &input],
+        ));
+    }
+    parts
+}
+
 /// `bale merge ... -o OUT --force` never deletes a part's file: not when OUT
 /// is one of the parts, and not when the parts' shards live in OUT (the part
 /// directories hold symlinks to them).
 #[test]
 fn merge_force_never_deletes_a_parts_files() {
     let t = tempfile::tempdir().unwrap();
-    let input = t.path().join("in");
-    text_tree(&input, "a", "merge", 12);
-    let part = |dir: &Path, i: usize| {
-        ok(&bale(
-            &[
-                "pack",
-                "-q",
-                "--labels",
-                "none",
-                "--part",
-                &format!("{i}/2"),
-                "-o",
-            ],
-            &[dir, &input],
-        ));
-    };
-    let (p0, p1) = (t.path().join("p0"), t.path().join("p1"));
-    part(&p0, 0);
-    part(&p1, 1);
+    let (p0, p1) = two_parts(t.path(), "merge");
     let parts_before = (snapshot(&p0), snapshot(&p1));
 
     let o = bale(&["merge", "--force", "-o"], &[&p0, &p0, &p1]);
@@ -511,23 +509,7 @@ fn a_failed_convert_keeps_every_file_it_did_not_create() {
 #[test]
 fn merge_refuses_a_part_naming_a_file_outside_it_and_moves_nothing() {
     let t = tempfile::tempdir().unwrap();
-    let input = t.path().join("in");
-    text_tree(&input, "a", "out", 12);
-    let (p0, p1) = (t.path().join("p0"), t.path().join("p1"));
-    for (i, dir) in [&p0, &p1].into_iter().enumerate() {
-        ok(&bale(
-            &[
-                "pack",
-                "-q",
-                "--labels",
-                "none",
-                "--part",
-                &format!("{i}/2"),
-                "-o",
-            ],
-            &[dir, &input],
-        ));
-    }
+    let (p0, p1) = two_parts(t.path(), "out");
     // p1's first shard moves into a subdirectory its manifest now names.
     let path = p1.join("bale.json");
     let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
