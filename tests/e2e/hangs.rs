@@ -409,6 +409,56 @@ fn sigterm_stops_a_pack_within_seconds_leaving_no_dataset() {
     assert!(!out.join("bale.json").exists());
 }
 
+/// A list (`--files-from`) or label CSV (`--labels csv:`) that is a FIFO no
+/// process writes to keeps `open` blocked; the first SIGTERM still stops the
+/// pack within seconds (exit 130), leaving no manifest.
+#[test]
+fn a_list_or_label_csv_in_a_fifo_nobody_writes_yields_to_sigterm() {
+    let t = tempfile::tempdir().unwrap();
+    let tree = t.path().join("tree");
+    random_tree(&tree, 10);
+    let fifo = t.path().join("nobody.fifo");
+    mkfifo(&fifo);
+    let csv = format!("csv:{}", fifo.display());
+    for (case, flag, value) in [
+        ("--files-from FIFO", "--files-from", fifo.as_os_str()),
+        ("--labels csv:FIFO", "--labels", OsStr::new(&csv)),
+    ] {
+        let out = t.path().join("out");
+        let _ = fs::remove_dir_all(&out);
+        let mut cmd = bale_cmd(&[
+            OsStr::new("pack"),
+            OsStr::new("-q"),
+            tree.as_os_str(),
+            OsStr::new("-o"),
+            out.as_os_str(),
+            OsStr::new(flag),
+            value,
+        ]);
+        cmd.current_dir(&tree);
+        let start = Instant::now();
+        let (o, after) = terminate(
+            &mut cmd,
+            move || start.elapsed() > Duration::from_millis(700),
+            Duration::ZERO,
+        );
+        let after =
+            after.unwrap_or_else(|| panic!("{case}: ended before the signal: {}", o.describe()));
+        assert!(
+            o.killed.is_none() && after < Duration::from_secs(5),
+            "{case}: ended {after:?} after SIGTERM: {}",
+            o.describe()
+        );
+        assert_eq!(
+            o.status.and_then(|s| s.code()),
+            Some(130),
+            "{case}: {}",
+            o.describe()
+        );
+        assert!(!out.join("bale.json").exists(), "{case}");
+    }
+}
+
 /// `--files-from` and `--labels csv:` naming `/dev/zero` (or a binary file)
 /// fail at once with the line that is too long, in bounded memory; a list
 /// in a pipe still works.

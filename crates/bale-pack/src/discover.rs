@@ -206,18 +206,11 @@ fn lexical_normalize(p: &Path) -> PathBuf {
     out
 }
 
-fn read_list(list: &FileList) -> Result<Vec<PathBuf>> {
+fn read_list(list: &FileList, cancel: &AtomicBool) -> Result<Vec<PathBuf>> {
     let bytes = match list {
         FileList::Paths(p) => return Ok(p.clone()),
-        FileList::File(path) => {
-            let f = std::fs::File::open(path).map_err(|e| PackError::read(path, e))?;
-            read_lines_capped(f, path, "a list of paths")?
-        }
-        FileList::Stdin => read_lines_capped(
-            std::io::stdin().lock(),
-            Path::new("<stdin>"),
-            "a list of paths",
-        )?,
+        FileList::File(path) => read_user_list(Some(path), "a list of paths", cancel)?,
+        FileList::Stdin => read_user_list(None, "a list of paths", cancel)?,
     };
     let mut out = Vec::new();
     for line in bytes.split(|&b| b == b'\n') {
@@ -228,6 +221,52 @@ fn read_list(list: &FileList) -> Result<Vec<PathBuf>> {
         out.push(path_from_bytes(line));
     }
     Ok(out)
+}
+
+/// Opens and reads a list the user gives (`path`, or stdin when `None`) as
+/// [`read_lines_capped`] does, on a thread of its own while this one watches
+/// `cancel`: a FIFO or pipe nobody writes to (`--labels csv:<(slow)`, a
+/// terminal on stdin) blocks in `open` or `read`, where no flag is looked
+/// at, and Ctrl-C or SIGTERM must still stop the pack at once. On cancel the
+/// reading thread is left blocked; the process is on its way out.
+pub(crate) fn read_user_list(
+    path: Option<&Path>,
+    what: &'static str,
+    cancel: &AtomicBool,
+) -> Result<Vec<u8>> {
+    let read = |path: Option<&Path>| match path {
+        Some(path) => {
+            let f = std::fs::File::open(path).map_err(|e| PackError::read(path, e))?;
+            read_lines_capped(f, path, what)
+        }
+        None => read_lines_capped(std::io::stdin().lock(), Path::new("<stdin>"), what),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = path.map(Path::to_path_buf);
+    let spawned = std::thread::Builder::new()
+        .name("bale-list".into())
+        .spawn(move || {
+            let _ = tx.send(read(owned.as_deref()));
+        });
+    if spawned.is_err() {
+        // No thread to spare: read here (a blocked read then waits for
+        // a second signal, which exits).
+        return read(path);
+    }
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok(result) => return result,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(PackError::Cancelled);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let shown = path.unwrap_or(Path::new("<stdin>"));
+                return Err(PackError::bad(shown, format!("reading {what} failed")));
+            }
+        }
+    }
 }
 
 /// The longest line [`read_lines_capped`] takes: far longer than any path
@@ -360,7 +399,7 @@ impl Discover<'_> {
             )));
         }
         let mut v = Vec::new();
-        for p in read_list(list)? {
+        for p in read_list(list, self.cancel)? {
             let abs = lexical_normalize(&base.join(&p));
             v.push(Start {
                 root: 0,

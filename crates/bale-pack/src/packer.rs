@@ -515,7 +515,7 @@ impl Packer {
                 None => orphans.push(b.error),
             }
         }
-        let labels = apply_labels(&mut samples, &o.labels, &mut ignored)?;
+        let labels = apply_labels(&mut samples, &o.labels, &mut ignored, cancel)?;
         let mut warnings = Vec::new();
         if let Some((line, key)) = &labels.first_unused {
             let msg = format!(

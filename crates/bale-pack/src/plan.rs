@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 
 use rayon::prelude::*;
 
@@ -146,6 +147,7 @@ pub(crate) fn apply_labels(
     samples: &mut Vec<PlannedSample>,
     mode: &LabelMode,
     ignored: &mut Ignored,
+    cancel: &AtomicBool,
 ) -> Result<LabelOutcome> {
     let none = LabelOutcome {
         mode: "none",
@@ -207,8 +209,7 @@ pub(crate) fn apply_labels(
     let LabelMode::Csv(path) = mode else {
         unreachable!("handled above")
     };
-    let file = std::fs::File::open(path).map_err(|e| PackError::read(path, e))?;
-    let bytes = crate::discover::read_lines_capped(file, path, "a label CSV")?;
+    let bytes = crate::discover::read_user_list(Some(path), "a label CSV", cancel)?;
     let rows = parse_csv(&bytes, path)?;
     // key -> (label, line)
     let mut by_key: HashMap<String, (String, u64)> = HashMap::new();
