@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import bale
-from conftest import N, Packed, assert_sample
+from conftest import N, Packed, assert_sample, run_bale
 
 
 def test_every_sample_equals_what_was_packed(any_ds: Packed) -> None:
@@ -149,6 +149,81 @@ def test_fields_filter(tar_ds: Packed) -> None:
     assert set(s) == {"__key__", "__index__", "txt", "cls"}
     s = bale.Dataset(tar_ds.path, fields=["npy"])[2]
     assert set(s) == {"__key__", "__index__", "npy"}
+
+
+def test_one_field_string_gives_its_value_alone(tar_ds: Packed, zst_ds: Packed) -> None:
+    import pickle
+
+    for packed in (tar_ds, zst_ds):
+        ref = bale.Dataset(packed.path)
+        txt = bale.Dataset(packed.path, fields="txt")
+        for i in (0, 5, N - 1):
+            assert txt[i] == packed.expected[ref.key(i)]["txt"]
+        assert txt.get_by_key(ref.key(3)) == packed.expected[ref.key(3)]["txt"]
+        assert txt.__getitems__([7, 2]) == [ref[7]["txt"], ref[2]["txt"]]
+        assert list(txt) == [ref[i]["txt"] for i in range(N)]
+        cls = bale.Dataset(packed.path, fields="cls")
+        assert [cls[i] for i in range(N)] == [packed.labels[ref.key(i)] for i in range(N)]
+        arr = bale.Dataset(packed.path, fields="npy")[6]
+        np.testing.assert_array_equal(arr, packed.expected[ref.key(6)]["npy"])
+        again = pickle.loads(pickle.dumps(txt))
+        assert again.__getnewargs_ex__()[1]["fields"] == "txt"
+        assert again[9] == txt[9]
+    it = bale.IterableDataset(tar_ds.path, fields="__key__", shuffle=True, seed=4)
+    keys = list(pickle.loads(pickle.dumps(it)))
+    assert sorted(keys) == sorted(tar_ds.expected) and keys != sorted(keys)
+
+
+def test_as_tuple_gives_the_fields_in_order(tar_ds: Packed) -> None:
+    import pickle
+
+    ref = bale.Dataset(tar_ds.path)
+    ds = bale.Dataset(tar_ds.path, fields=["cls", "txt", "__key__", "__index__"], as_tuple=True, decode="bytes")
+    for i in (0, 11, N - 1):
+        key = ref.key(i)
+        assert ds[i] == (tar_ds.labels[key], tar_ds.expected[key]["txt"], key, i)
+    assert ds.__getitems__([3, 1]) == [ds[3], ds[1]]
+    assert [t[2] for t in ds] == [ref.key(i) for i in range(N)]
+    again = pickle.loads(pickle.dumps(ds))
+    assert again.__getnewargs_ex__()[1]["as_tuple"] is True
+    assert again[8] == ds[8]
+    one = bale.Dataset(tar_ds.path, fields=["txt"], as_tuple=True)
+    assert one[4] == (ref[4]["txt"],)
+    it = bale.IterableDataset(tar_ds.path, fields=("bin", "cls"), as_tuple=True)
+    got = list(pickle.loads(pickle.dumps(it)))
+    assert got == [(ref[i]["bin"], ref[i]["cls"]) for i in range(N)]
+
+
+def test_as_tuple_gives_none_for_a_field_a_sample_lacks(tmp_path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"A")
+    (src / "a.txt").write_bytes(b"text of a")
+    (src / "b.bin").write_bytes(b"B")
+    run_bale("pack", src, "-o", tmp_path / "ds", "--labels", "none")
+    ds = bale.Dataset(tmp_path / "ds", fields=["__key__", "bin", "txt"], as_tuple=True)
+    assert sorted(ds[i] for i in range(len(ds))) == [("a", b"A", b"text of a"), ("b", b"B", None)]
+    txt = bale.Dataset(tmp_path / "ds", fields="txt")
+    assert sorted(txt, key=lambda v: v is None) == [b"text of a", None]
+
+
+def test_tuple_and_one_field_refuse_names_no_sample_has(tar_ds: Packed, plain_ds: Packed) -> None:
+    said = r'no field "jpeg" in the dataset .*: its samples have __key__, __index__, cls, bin, empty.npy, '
+    with pytest.raises(ValueError, match=said):
+        bale.Dataset(tar_ds.path, fields=["cls", "jpeg"], as_tuple=True)
+    with pytest.raises(ValueError, match='no field "jpg"'):
+        bale.Dataset(tar_ds.path, fields="jpg")
+    # cls is a field only of labelled datasets.
+    with pytest.raises(ValueError, match='no field "cls"'):
+        bale.Dataset(plain_ds.path, fields="cls")
+    with pytest.raises(ValueError, match="as_tuple=True needs fields"):
+        bale.Dataset(tar_ds.path, as_tuple=True)
+    with pytest.raises(ValueError, match="as_tuple=True needs fields"):
+        bale.Dataset(tar_ds.path, fields=[], as_tuple=True)
+    with pytest.raises(ValueError, match="fields must be a string or a sequence of strings"):
+        bale.Dataset(tar_ds.path, fields=3)  # type: ignore[arg-type]
+    # A dict keeps the old meaning: a list of one name filters, a dict comes back.
+    assert set(bale.Dataset(tar_ds.path, fields=["txt"])[0]) == {"__key__", "__index__", "txt"}
 
 
 def test_decode_bytes_and_callable(tar_ds: Packed) -> None:

@@ -533,6 +533,57 @@ def bale_iterable(ctx: Context, shuffle: bool) -> Opened:
     return run, _nothing
 
 
+def _bale_values(ctx: Context, **kw):
+    """bale's values alone, as lmdb gives them: the payload field's bytes as each
+    sample (``fields="png"``), or a tuple of the payload fields (``as_tuple``)."""
+    import bale
+
+    exts = _bale_fields(bale.Dataset(ctx.datasets["bale"]))
+    if len(exts) == 1:
+        return exts[0], False, bale.Dataset(ctx.datasets["bale"], fields=exts[0], decode="bytes", **kw)
+    return exts, True, bale.Dataset(ctx.datasets["bale"], fields=exts, as_tuple=True, decode="bytes", **kw)
+
+
+def bale_values_random(ctx: Context) -> Opened:
+    _, many, ds = _bale_values(ctx)
+    order = ctx.order()
+
+    def run() -> int:
+        got = 0
+        if not many:
+            for i in order:
+                got += len(ds[i])
+            return got
+        for i in order:
+            for v in ds[i]:
+                if v is not None:
+                    got += len(v)
+        return got
+
+    return run, _nothing
+
+
+def bale_values_seq(ctx: Context) -> Opened:
+    import bale
+
+    exts, many, _ = _bale_values(ctx)
+    it = bale.IterableDataset(ctx.datasets["bale"], fields=exts, as_tuple=many, decode="bytes")
+
+    def run() -> int:
+        got = 0
+        if not many:
+            for v in it:
+                got += len(v)
+            return got
+        for t in it:
+            for v in t:
+                if v is not None:
+                    got += len(v)
+        return got
+
+    return run, _nothing
+
+
 def lmdb_random(ctx: Context) -> Opened:
     import lmdb
 
@@ -819,8 +870,24 @@ ROWS: list[Row] = [
         info=True,
     ),
     Row("bale.threads", "random", "bale", "bale.Dataset[i] on 2 threads", bale_threads, info=True),
+    Row(
+        "bale.values",
+        "random",
+        "bale",
+        'bale.Dataset(fields="<ext>")[i]: the payload alone, no dict',
+        bale_values_random,
+        info=True,
+    ),
     # every sample in stored order
     Row("bale.seq", "sequential", "bale", "bale.IterableDataset", lambda c: bale_iterable(c, False)),
+    Row(
+        "bale.seq.values",
+        "sequential",
+        "bale",
+        'bale.IterableDataset(fields="<ext>"): the payload alone, no dict',
+        bale_values_seq,
+        info=True,
+    ),
     Row("litdata.seq", "sequential", "litdata", "LitData StreamingDataset iteration", lambda c: litdata_iter(c, False)),
     Row(
         "mds.seq",

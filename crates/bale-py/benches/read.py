@@ -311,7 +311,16 @@ def headline(state_rows: dict[str, dict], group: str) -> dict | None:
         batched = state_rows.get("bale.batched", {}).get("rate")
         out["batched"] = batched
         out["batched_ratio"] = batched / best[1] if batched and best[1] else None
+    # The payload alone (`fields="<ext>"`), as the key-value peers give it.
+    values = state_rows.get(VALUES_ROW.get(group, ""), {}).get("rate")
+    if values:
+        out["values"] = values
+        out["values_ratio"] = values / best[1] if best[1] else None
     return out
+
+
+# bale's rows that give each sample's payload alone (no dict), shown beside the headline.
+VALUES_ROW = {"random": "bale.values", "sequential": "bale.seq.values"}
 
 
 def _row(name: str) -> peers.Row | None:
@@ -363,6 +372,9 @@ def table(tree: str, info: dict, runs: list[dict], state: str, with_pack: bool) 
         if group == "random" and any(h.get("batched") for h in heads):
             bale += f" (batched {spread([h['batched'] for h in heads], rate)})"
             r += f"; batched {spread([h['batched_ratio'] for h in heads], ratio)}"
+        if any(h.get("values") for h in heads):
+            bale += f" (payload alone {spread([h['values'] for h in heads if h.get('values')], rate)})"
+            r += f"; payload alone {spread([h['values_ratio'] for h in heads if h.get('values_ratio')], ratio)}"
         alts = [h for h in heads if h.get("iter_peer")]
         if alts:
             names = " / ".join(sorted({h["iter_peer"] for h in alts}))

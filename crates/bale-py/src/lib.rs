@@ -27,6 +27,7 @@ use bale_reader::{
     Backing, Dataset, DatasetOptions, EpochPlan, Partition, ReadAround, ReaderError, Sample,
     SampleIter,
 };
+use pyo3::IntoPyObjectExt;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyFileNotFoundError, PyIndexError, PyKeyError, PyValueError};
 use pyo3::ffi;
@@ -88,11 +89,23 @@ enum Decode {
     Call(Py<PyAny>),
 }
 
+/// What Python value a sample becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// A dict of every wanted field (the default).
+    Dict,
+    /// The one field `fields` names, alone (`fields="jpg"`).
+    One,
+    /// A tuple of the `fields` values in their order (`as_tuple=True`).
+    Tuple,
+}
+
 /// What reopening a dataset needs: the arguments of `bale.Dataset(...)`.
 #[derive(Debug)]
 struct Spec {
     path: PathBuf,
     fields: Option<Vec<String>>,
+    shape: Shape,
     decode: Decode,
     verify_on_read: bool,
     backing: Backing,
@@ -147,6 +160,11 @@ pub(crate) fn remote_options(
 /// Args:
 ///     path: the dataset directory (holding `bale.json`), or its URL.
 ///     fields: only these fields (extensions, "cls" included); default all.
+///         A single string (`fields="jpg"`) makes each sample that field's
+///         value alone, not a dict: the cheapest sample to build.
+///     as_tuple: each sample is a tuple of the `fields` values in the order
+///         given (`"__key__"` and `"__index__"` allowed), as WebDataset's
+///         `to_tuple`; a field a sample lacks is None.
 ///     decode: None or "numpy": `.npy` fields as arrays, the rest as bytes;
 ///         "bytes": every field as bytes; "memoryview": every field as a
 ///         read-only memoryview of the sample's bytes (no copy; zero-copy from
@@ -239,6 +257,69 @@ fn want(fields: Option<&[String]>, ext: &str) -> bool {
     fields.is_none_or(|f| f.iter().any(|x| x == ext))
 }
 
+/// `fields` and `as_tuple` as given to `bale.Dataset`: the field list and
+/// the shape of each sample.
+fn parse_fields(
+    fields: Option<Bound<'_, PyAny>>,
+    as_tuple: bool,
+) -> PyResult<(Option<Vec<String>>, Shape)> {
+    let (fields, one) = match fields {
+        None => (None, false),
+        Some(f) if f.is_none() => (None, false),
+        Some(f) => match f.cast::<PyString>() {
+            Ok(one) => (Some(vec![one.to_str()?.to_owned()]), true),
+            Err(_) => (
+                Some(f.extract::<Vec<String>>().map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "fields must be a string or a sequence of strings, not {}",
+                        f.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string())
+                    ))
+                })?),
+                false,
+            ),
+        },
+    };
+    let shape = match (as_tuple, one) {
+        (true, _) if fields.as_ref().is_none_or(Vec::is_empty) => {
+            return Err(PyValueError::new_err(
+                "as_tuple=True needs fields: the names to put in each tuple, in order \
+                 (e.g. fields=[\"jpg\", \"cls\"])",
+            ));
+        }
+        (true, _) => Shape::Tuple,
+        (false, true) => Shape::One,
+        (false, false) => Shape::Dict,
+    };
+    Ok((fields, shape))
+}
+
+/// Refuses a name in `fields` that no sample of the dataset can have, when
+/// the sample is a tuple or one value (a typo would give None everywhere).
+fn check_named(ds: &Dataset, names: &[String]) -> PyResult<()> {
+    for name in names {
+        let known = matches!(name.as_str(), "__key__" | "__index__")
+            || (name == "cls" && ds.labels().is_some())
+            || ds.fields().iter().any(|f| f == name);
+        if !known {
+            let mut have: Vec<&str> = vec!["__key__", "__index__"];
+            if ds.labels().is_some() {
+                have.push("cls");
+            }
+            for f in ds.fields() {
+                if !have.contains(&f.as_str()) {
+                    have.push(f);
+                }
+            }
+            return Err(PyValueError::new_err(format!(
+                "no field {name:?} in the dataset {}: its samples have {}",
+                ds.dir().display(),
+                have.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl PyDataset {
     fn index(&self, i: i64) -> PyResult<u64> {
         let n = self.ds.len();
@@ -276,31 +357,79 @@ impl PyDataset {
             if (ext == "cls" && s.label().is_some()) || !want(fields, ext) {
                 continue;
             }
-            let value = match &self.spec.decode {
-                Decode::Bytes => PyBytes::new(py, bytes).into_any(),
-                Decode::View => {
-                    let buffer = Bound::new(
-                        py,
-                        SampleBuffer {
-                            sample: s.clone(),
-                            ext: ext.to_owned(),
-                        },
-                    )?;
-                    PyMemoryView::from(&buffer.into_any())?.into_any()
-                }
-                Decode::Numpy | Decode::Call(_) if is_npy(ext) => self.npy(py, s, ext, bytes)?,
-                _ => PyBytes::new(py, bytes).into_any(),
-            };
-            let value = match &self.spec.decode {
-                Decode::Call(f) => f.bind(py).call1((ext, value))?,
-                _ => value,
-            };
+            let value = self.field_value(py, s, ext, bytes)?;
             match self.names.iter().find(|(n, _)| n == ext) {
                 Some((_, name)) => d.set_item(name.bind(py), value)?,
                 None => d.set_item(PyString::new(py, ext), value)?,
             }
         }
         Ok(d)
+    }
+
+    /// One field's bytes as the Python value `decode` asks for.
+    fn field_value<'py>(
+        &self,
+        py: Python<'py>,
+        s: &Sample,
+        ext: &str,
+        bytes: &[u8],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let value = match &self.spec.decode {
+            Decode::Bytes => PyBytes::new(py, bytes).into_any(),
+            Decode::View => {
+                let buffer = Bound::new(
+                    py,
+                    SampleBuffer {
+                        sample: s.clone(),
+                        ext: ext.to_owned(),
+                    },
+                )?;
+                PyMemoryView::from(&buffer.into_any())?.into_any()
+            }
+            Decode::Numpy | Decode::Call(_) if is_npy(ext) => self.npy(py, s, ext, bytes)?,
+            _ => PyBytes::new(py, bytes).into_any(),
+        };
+        match &self.spec.decode {
+            Decode::Call(f) => f.bind(py).call1((ext, value)),
+            _ => Ok(value),
+        }
+    }
+
+    /// The value of the named field of a sample for `as_tuple` and a single
+    /// `fields` string: `__key__`, `__index__`, `cls` (the label), or a
+    /// field's value; None when the sample lacks it.
+    fn named<'py>(&self, py: Python<'py>, s: &Sample, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        match name {
+            "__key__" => return Ok(PyString::new(py, s.key()).into_any()),
+            "__index__" => return s.index().into_bound_py_any(py),
+            "cls" => {
+                if let Some(label) = s.label() {
+                    return label.into_bound_py_any(py);
+                }
+            }
+            _ => {}
+        }
+        match s.field(name) {
+            Some(bytes) => self.field_value(py, s, name, bytes),
+            None => Ok(py.None().into_bound(py)),
+        }
+    }
+
+    /// The sample as the Python value the dataset was opened to give: a
+    /// dict, one field's value or a tuple of them.
+    fn to_value<'py>(&self, py: Python<'py>, s: &Sample) -> PyResult<Bound<'py, PyAny>> {
+        let names = self.spec.fields.as_deref().unwrap_or_default();
+        match self.spec.shape {
+            Shape::Dict => Ok(self.to_dict(py, s)?.into_any()),
+            Shape::One => self.named(py, s, &names[0]),
+            Shape::Tuple => {
+                let values = names
+                    .iter()
+                    .map(|n| self.named(py, s, n))
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(PyTuple::new(py, values)?.into_any())
+            }
+        }
     }
 
     /// A `.npy` field as a read-only NumPy array: a view of the sample's
@@ -398,12 +527,13 @@ impl PyDataset {
 impl PyDataset {
     /// Opens the dataset in `path` (a directory holding `bale.json`).
     #[new]
-    #[pyo3(signature = (path, *, fields=None, decode=None, verify_on_read=false, backing="mmap", read_around="auto", storage_options=None, cache_dir=None, cache_limit=None))]
+    #[pyo3(signature = (path, *, fields=None, as_tuple=false, decode=None, verify_on_read=false, backing="mmap", read_around="auto", storage_options=None, cache_dir=None, cache_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
-        fields: Option<Vec<String>>,
+        fields: Option<Bound<'_, PyAny>>,
+        as_tuple: bool,
         decode: Option<Bound<'_, PyAny>>,
         verify_on_read: bool,
         backing: &str,
@@ -427,6 +557,7 @@ impl PyDataset {
                 }
             },
         };
+        let (fields, shape) = parse_fields(fields, as_tuple)?;
         let backing = parse_backing(backing)?;
         let read_around = parse_read_around(read_around)?;
         if !bale_storage::is_url(&path) && !path.exists() {
@@ -445,6 +576,9 @@ impl PyDataset {
             cache_limit,
         )?;
         let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
+        if shape != Shape::Dict {
+            check_named(&ds, fields.as_deref().unwrap_or_default())?;
+        }
         let names = ds
             .fields()
             .iter()
@@ -456,6 +590,7 @@ impl PyDataset {
             spec: Spec {
                 path,
                 fields,
+                shape,
                 decode,
                 verify_on_read,
                 backing,
@@ -473,7 +608,11 @@ impl PyDataset {
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
         let kwargs = PyDict::new(py);
-        kwargs.set_item("fields", &self.spec.fields)?;
+        match (self.spec.shape, self.spec.fields.as_deref()) {
+            (Shape::One, Some([one])) => kwargs.set_item("fields", one)?,
+            (_, fields) => kwargs.set_item("fields", fields)?,
+        }
+        kwargs.set_item("as_tuple", self.spec.shape == Shape::Tuple)?;
         match &self.spec.decode {
             Decode::Numpy => kwargs.set_item("decode", py.None())?,
             Decode::Bytes => kwargs.set_item("decode", "bytes")?,
@@ -503,10 +642,10 @@ impl PyDataset {
         usize::try_from(self.ds.len()).unwrap_or(usize::MAX)
     }
 
-    fn __getitem__<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
+    fn __getitem__<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
         let i = self.index(i)?;
         let s = self.read(py, i)?;
-        self.to_dict(py, &s)
+        self.to_value(py, &s)
     }
 
     /// The samples `indices`, as `[self[i] for i in indices]`: every index
@@ -526,7 +665,7 @@ impl PyDataset {
         let samples = py.detach(|| self.ds.get_batch(&idx)).map_err(to_py)?;
         let out = PyList::empty(py);
         for s in &samples {
-            out.append(self.to_dict(py, s)?)?;
+            out.append(self.to_value(py, s)?)?;
         }
         Ok(out)
     }
@@ -543,7 +682,7 @@ impl PyDataset {
     }
 
     /// The sample with key `key`.
-    fn get_by_key<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyDict>> {
+    fn get_by_key<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
         // Read as `ds[i]` reads (hinted only while reads wait for storage);
         // an unknown key gets `get_by_key`'s error, which names the dataset.
         let s = py
@@ -552,7 +691,7 @@ impl PyDataset {
                 None => self.ds.get_by_key(key),
             })
             .map_err(to_py)?;
-        self.to_dict(py, &s)
+        self.to_value(py, &s)
     }
 
     /// The key of sample `i`, without reading it.
@@ -764,7 +903,7 @@ impl PyIter {
         slf
     }
 
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let next = match self.pop_ready() {
             Some(x) => Some(x),
             None => py.detach(|| self.lock().fill_and_pop()),
@@ -772,7 +911,7 @@ impl PyIter {
         match next {
             None => Ok(None),
             Some(Err(e)) => Err(to_py(e)),
-            Some(Ok(s)) => self.ds.get().to_dict(py, &s).map(Some),
+            Some(Ok(s)) => self.ds.get().to_value(py, &s).map(Some),
         }
     }
 

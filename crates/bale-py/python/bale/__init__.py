@@ -188,7 +188,9 @@ class IterableDataset:
         start: resume: samples this partition has already yielded in this
             epoch; an int (the same for every worker) or a sequence indexed
             by worker id (see :func:`worker_offsets`).
-        fields, decode, verify_on_read, backing, read_around: as :class:`Dataset`.
+        fields, as_tuple, decode, verify_on_read, backing, read_around: as
+            :class:`Dataset` (a single ``fields`` string yields that field's
+            value alone; ``as_tuple`` yields tuples in the order of ``fields``).
         prefetch: background read-ahead threads per iterator (0: none). For
             a dataset in object storage, requests in flight do the reading
             ahead (at most 64 MiB per iterator), threads or not.
@@ -217,7 +219,8 @@ class IterableDataset:
         num_workers: int | None = None,
         even: bool = False,
         start: int | Sequence[int] = 0,
-        fields: Sequence[str] | None = None,
+        fields: str | Sequence[str] | None = None,
+        as_tuple: bool = False,
         decode: None | str | Callable[[str, Any], Any] = None,
         verify_on_read: bool = False,
         backing: str = "mmap",
@@ -250,7 +253,8 @@ class IterableDataset:
         self.num_workers = num_workers
         self.even = even
         self.start = start if isinstance(start, int) else list(start)
-        self.fields = None if fields is None else list(fields)
+        self.fields = fields if fields is None or isinstance(fields, str) else list(fields)
+        self.as_tuple = as_tuple
         self.decode = decode
         self.verify_on_read = verify_on_read
         self.backing = backing
@@ -268,6 +272,7 @@ class IterableDataset:
             self._ds = Dataset(
                 self.path,
                 fields=self.fields,
+                as_tuple=self.as_tuple,
                 decode=self.decode,
                 verify_on_read=self.verify_on_read,
                 backing=self.backing,
@@ -328,7 +333,7 @@ class IterableDataset:
             raise ValueError(f"start has {len(self.start)} entries, no offset for worker {worker}")
         return self.start[worker]
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
         rank, world = self.rank_world()
         worker, workers = self.worker_split()
         return self._dataset().epoch(

@@ -9,8 +9,10 @@ import numpy as np
 
 __version__: str
 
-Sample = dict[str, Any]
-"""``{"__key__": str, "__index__": int, "cls": int, "<ext>": bytes | numpy.ndarray}``."""
+Sample = Any
+"""By default a dict ``{"__key__": str, "__index__": int, "cls": int, "<ext>": bytes |
+numpy.ndarray}``; the field's value alone when ``fields`` is one string; a tuple of the
+``fields`` values with ``as_tuple=True``."""
 
 class BaleError(Exception):
     """Base class of bale's own errors."""
@@ -41,6 +43,12 @@ class Dataset:
     Args:
         path: the dataset directory (holding ``bale.json``).
         fields: only these fields (extensions, ``"cls"`` included); default all.
+            A single string (``fields="jpg"``) makes each sample that field's value
+            alone, not a dict: the cheapest sample to build.
+        as_tuple: each sample is a tuple of the ``fields`` values in the order given
+            (``"__key__"`` and ``"__index__"`` allowed), as WebDataset's ``to_tuple``;
+            a field a sample lacks is None. With a single ``fields`` string or
+            ``as_tuple``, a name no sample of the dataset can have is a ValueError.
         decode: ``None`` or ``"numpy"``: ``.npy`` fields as arrays, the rest as
             bytes; ``"bytes"``: every field as bytes; ``"memoryview"``: every
             field as a read-only memoryview of the sample's bytes (no copy);
@@ -64,7 +72,8 @@ class Dataset:
         self,
         path: str | os.PathLike[str],
         *,
-        fields: Sequence[str] | None = None,
+        fields: str | Sequence[str] | None = None,
+        as_tuple: bool = False,
         decode: None | str | Callable[[str, bytes | np.ndarray], Any] = None,
         verify_on_read: bool = False,
         backing: str = "mmap",
