@@ -228,7 +228,7 @@ fn read_list(list: &FileList, cancel: &AtomicBool) -> Result<Vec<PathBuf>> {
 /// `cancel`: a FIFO or pipe nobody writes to (`--labels csv:<(slow)`, a
 /// terminal on stdin) blocks in `open` or `read`, where no flag is looked
 /// at, and Ctrl-C or SIGTERM must still stop the pack at once. On cancel the
-/// reading thread is left blocked; the process is on its way out.
+/// reading thread stays blocked until a writer comes or the process ends.
 pub(crate) fn read_user_list(
     path: Option<&Path>,
     what: &'static str,
