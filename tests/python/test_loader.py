@@ -255,6 +255,9 @@ def test_fields_pass_through(tmp_path: Path) -> None:
         assert len(fields["txt"]) == len(images)
         for text, index in zip(fields["txt"], loader.last_indices):
             assert text == f"caption {keys[int(index)].split('/')[1]}".encode()
+    # One name given as a string is that field, not its letters.
+    _, _, one = next(iter(bale.Loader(out, batch_size=10, size=16, fields="txt")))
+    assert list(one) == ["txt"] and all(t.startswith(b"caption ") for t in one["txt"])
 
 
 def test_bad_options_are_value_errors(jpegs) -> None:

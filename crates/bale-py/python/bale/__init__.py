@@ -488,7 +488,7 @@ class Loader:
         prefetch: int = 2,
         on_error: str = "fail",
         image: str | None = None,
-        fields: Sequence[str] = (),
+        fields: str | Sequence[str] = (),
         dct_scaling: bool = True,
         max_pixels: int = MAX_PIXELS,
         storage_options: Mapping[str, str] | None = None,
@@ -524,7 +524,8 @@ class Loader:
         self.epoch = 0
         self.start = 0
         self.skipped = 0
-        self._fields = list(fields)
+        # One name is one field, not its letters.
+        self._fields = [fields] if isinstance(fields, str) else list(fields)
         self._native = _native.Loader(
             path,
             batch_size,
