@@ -377,13 +377,7 @@ impl PyDataset {
         let value = match &self.spec.decode {
             Decode::Bytes => PyBytes::new(py, bytes).into_any(),
             Decode::View => {
-                let buffer = Bound::new(
-                    py,
-                    SampleBuffer {
-                        sample: s.clone(),
-                        ext: ext.to_owned(),
-                    },
-                )?;
+                let buffer = SampleBuffer::bound(py, s, ext)?;
                 PyMemoryView::from(&buffer.into_any())?.into_any()
             }
             Decode::Numpy | Decode::Call(_) if is_npy(ext) => self.npy(py, s, ext, bytes)?,
@@ -489,13 +483,7 @@ impl PyDataset {
                 .setattr(intern!(py, "writeable"), false)?;
             return Ok(arr);
         }
-        let buffer = Bound::new(
-            py,
-            SampleBuffer {
-                sample: s.clone(),
-                ext: ext.to_owned(),
-            },
-        )?;
+        let buffer = SampleBuffer::bound(py, s, ext)?;
         kwargs.set_item(intern!(py, "count"), count)?;
         kwargs.set_item(intern!(py, "offset"), data_offset)?;
         let flat = FROMBUFFER
@@ -939,6 +927,17 @@ pub struct SampleBuffer {
 }
 
 impl SampleBuffer {
+    /// The buffer over field `ext` of `s`, as a Python object.
+    fn bound<'py>(py: Python<'py>, s: &Sample, ext: &str) -> PyResult<Bound<'py, Self>> {
+        Bound::new(
+            py,
+            SampleBuffer {
+                sample: s.clone(),
+                ext: ext.to_owned(),
+            },
+        )
+    }
+
     fn bytes(&self) -> &[u8] {
         self.sample.field(&self.ext).unwrap_or_default()
     }
