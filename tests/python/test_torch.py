@@ -43,6 +43,25 @@ def test_dataloader_default_collate_makes_tensors(tar_ds: Packed) -> None:
     assert batch["ids.npy"].dtype == torch.int64
 
 
+@pytest.mark.parametrize("ctx", ["fork", "spawn"])
+def test_dataloader_default_collate_of_tuples(tar_ds: Packed, ctx: str) -> None:
+    # The WebDataset-style pair: (payload, label) per sample, collated by torch.
+    ds = bale.Dataset(tar_ds.path, fields=["txt", "cls", "__index__"], as_tuple=True)
+    loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=2, multiprocessing_context=ctx)
+    seen = []
+    for texts, labels, index in loader:
+        assert isinstance(labels, torch.Tensor) and isinstance(index, torch.Tensor)
+        for t, label, i in zip(texts, labels.tolist(), index.tolist()):
+            key = ds.key(i)
+            assert t == tar_ds.expected[key]["txt"] and label == tar_ds.labels[key]
+            seen.append(i)
+    assert sorted(seen) == list(range(N))
+    # One field alone: a batch is the list of its values.
+    it = bale.IterableDataset(tar_ds.path, fields="cls")
+    labels = torch.cat(list(DataLoader(it, batch_size=16, num_workers=2, multiprocessing_context=ctx)))
+    assert sorted(labels.tolist()) == sorted(tar_ds.labels.values())
+
+
 @pytest.mark.parametrize("plan", ["sequential", "shuffled", "shard_shuffled"])
 def test_dataloader_over_iterable_splits_by_worker(zst_ds: Packed, plan: str) -> None:
     it = bale.IterableDataset(zst_ds.path, plan=plan, seed=1, buffer=4)
