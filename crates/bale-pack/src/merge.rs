@@ -226,13 +226,7 @@ fn recover(output: &Path) -> Result<u64> {
     }
     // What the killed merge was writing when it died (its manifest, a
     // copy): bale's temporary files, never a dataset's.
-    if let Ok(rd) = fs::read_dir(output) {
-        for e in rd.flatten() {
-            if e.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
-                let _ = fs::remove_file(e.path());
-            }
-        }
-    }
+    crate::output::remove_temps(output)?;
     fs::remove_file(&path).map_err(|e| PackError::io(&path, e))?;
     let _ = fs::File::open(output).and_then(|d| d.sync_all());
     Ok(n)

@@ -175,24 +175,7 @@ impl Output {
         if !self.force {
             return Ok(());
         }
-        for entry in fs::read_dir(&self.dir).map_err(|e| PackError::io(&self.dir, e))? {
-            let entry = entry.map_err(|e| PackError::io(&self.dir, e))?;
-            if !entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
-                continue;
-            }
-            let path = entry.path();
-            // The entry's own type: a symlink is removed, not followed.
-            let removed = match entry.file_type() {
-                Ok(t) if t.is_dir() => fs::remove_dir_all(&path),
-                _ => fs::remove_file(&path),
-            };
-            match removed {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(PackError::io(&path, e)),
-            }
-        }
-        Ok(())
+        remove_temps(&self.dir)
     }
 
     /// Whether [`Output::make_room`] would make room for `name` (it is
@@ -256,6 +239,30 @@ pub(crate) fn remove_empty_dirs(dir: &Path, top: &Path) {
         }
         at = d.parent();
     }
+}
+
+/// Removes what interrupted runs left in `dir` under bale's temporary
+/// prefix (`.bale-tmp-*` files, and the staging directories of `convert
+/// --format dir`): never a symlink's target, never anything else.
+pub(crate) fn remove_temps(dir: &Path) -> Result<()> {
+    for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
+        let entry = entry.map_err(|e| PackError::io(dir, e))?;
+        if !entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        // The entry's own type: a symlink is removed, not followed.
+        let removed = match entry.file_type() {
+            Ok(t) if t.is_dir() => fs::remove_dir_all(&path),
+            _ => fs::remove_file(&path),
+        };
+        match removed {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(PackError::io(&path, e)),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
