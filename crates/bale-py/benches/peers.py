@@ -533,19 +533,20 @@ def bale_iterable(ctx: Context, shuffle: bool) -> Opened:
     return run, _nothing
 
 
-def _bale_values(ctx: Context, **kw):
-    """bale's values alone, as lmdb gives them: the payload field's bytes as each
-    sample (``fields="png"``), or a tuple of the payload fields (``as_tuple``)."""
+def _payload(ctx: Context) -> tuple[str | list[str], bool]:
+    """bale's options for the payload alone, as lmdb gives it: the one payload
+    field's name (each sample its bytes), or all of them with ``as_tuple``."""
     import bale
 
     exts = _bale_fields(bale.Dataset(ctx.datasets["bale"]))
-    if len(exts) == 1:
-        return exts[0], False, bale.Dataset(ctx.datasets["bale"], fields=exts[0], decode="bytes", **kw)
-    return exts, True, bale.Dataset(ctx.datasets["bale"], fields=exts, as_tuple=True, decode="bytes", **kw)
+    return (exts[0], False) if len(exts) == 1 else (exts, True)
 
 
 def bale_values_random(ctx: Context) -> Opened:
-    _, many, ds = _bale_values(ctx)
+    import bale
+
+    fields, many = _payload(ctx)
+    ds = bale.Dataset(ctx.datasets["bale"], fields=fields, as_tuple=many, decode="bytes")
     order = ctx.order()
 
     def run() -> int:
@@ -566,8 +567,8 @@ def bale_values_random(ctx: Context) -> Opened:
 def bale_values_seq(ctx: Context) -> Opened:
     import bale
 
-    exts, many, _ = _bale_values(ctx)
-    it = bale.IterableDataset(ctx.datasets["bale"], fields=exts, as_tuple=many, decode="bytes")
+    fields, many = _payload(ctx)
+    it = bale.IterableDataset(ctx.datasets["bale"], fields=fields, as_tuple=many, decode="bytes")
 
     def run() -> int:
         got = 0
