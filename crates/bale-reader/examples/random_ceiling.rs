@@ -11,10 +11,14 @@
 //! - `bytes`: the same bytes at offsets listed beforehand in the order they
 //!   are read: the bytes alone, the ceiling for this order on this machine.
 //!
-//! Each pass prints the three rates and bale's ratio to the two others
-//! (measured in the same pass, so a machine whose speed drifts between runs
-//! still gives comparable ratios). Plain tar shards only (a compressed
-//! shard's members are not bytes of its file).
+//! Each pass then times the machine's `memcpy` bandwidth on the same
+//! threads: each copies a 128 MiB buffer of its own into another, both
+//! written beforehand, four times (no cache holds them). Each pass prints
+//! the three rates, the payload bytes per second of each against that
+//! bandwidth, and bale's ratio to the two others (all measured in the same
+//! pass, so a machine whose speed drifts between runs still gives
+//! comparable ratios). Plain tar shards only (a compressed shard's members
+//! are not bytes of its file).
 //!
 //! ```sh
 //! cargo run --release -p bale-reader --example random_ceiling -- DATASET [PASSES] [THREADS] [xxh3|copy]
@@ -35,6 +39,29 @@ fn touch(bytes: &[u8], copy: bool, buf: &mut Vec<u8>) -> u64 {
     buf.clear();
     buf.extend_from_slice(bytes);
     u64::from(buf.first().copied().unwrap_or(0)) + u64::from(buf.last().copied().unwrap_or(0))
+}
+
+/// The bytes per second `threads` threads copy together, each one 128 MiB
+/// buffer of its own into another four times: the machine's `memcpy`
+/// bandwidth from memory to memory.
+fn memcpy_bandwidth(threads: usize) -> f64 {
+    const LEN: usize = 128 << 20;
+    const ROUNDS: usize = 4;
+    let bufs: Vec<(Vec<u8>, Vec<u8>)> = (0..threads)
+        .map(|k| (vec![k as u8 | 1; LEN], vec![2u8; LEN]))
+        .collect();
+    let t = Instant::now();
+    std::thread::scope(|scope| {
+        for (src, mut dst) in bufs {
+            scope.spawn(move || {
+                for _ in 0..ROUNDS {
+                    dst.copy_from_slice(&src);
+                    std::hint::black_box(&mut dst);
+                }
+            });
+        }
+    });
+    (threads * LEN * ROUNDS) as f64 / t.elapsed().as_secs_f64()
 }
 
 fn arg(n: usize, default: usize) -> usize {
@@ -94,6 +121,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     first.push(spans.len() as u64);
+    // The payload bytes one pass reads, for its rates in bytes per second.
+    let payload: u64 = spans.iter().map(|&(_, _, len)| u64::from(len)).sum();
     let slice = |s: usize, offset: u64, len: u64| -> Result<&[u8], String> {
         let (a, b) = (offset as usize, (offset + len) as usize);
         maps[s]
@@ -140,13 +169,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
             .into());
         }
+        let memcpy = memcpy_bandwidth(threads);
+        let gbs = |rate: f64| rate * payload as f64 / n as f64 / 1e9;
         println!(
             "pass {pass}: bale {bale:.0}/s, index {index:.0}/s, bytes {bytes:.0}/s ({threads} thread(s), {}); \
-             bale/index {:.2}x, bale/bytes {:.2}x, index/bytes {:.2}x",
+             bale/index {:.2}x, bale/bytes {:.2}x, index/bytes {:.2}x; \
+             payload GB/s bale {:.2}, bytes {:.2}, memcpy {:.2}: bale/memcpy {:.2}x, bytes/memcpy {:.2}x",
             if copy { "copy" } else { "xxh3" },
             bale / index,
             bale / bytes,
-            index / bytes
+            index / bytes,
+            gbs(bale),
+            gbs(bytes),
+            memcpy / 1e9,
+            gbs(bale) * 1e9 / memcpy,
+            gbs(bytes) * 1e9 / memcpy,
         );
     }
     Ok(())

@@ -378,8 +378,9 @@ mod tests {
                 ds.inner.residency.hint(),
                 "a fresh dataset is taken for cold"
             );
-            // A touch preempted for 10 us passes for a wait on storage and
-            // turns hints on again: on a busy machine, give it a few epochs.
+            // A touch preempted for 10 us just after a major fault of the
+            // thread passes for a wait on storage and turns hints on again:
+            // on a busy machine, give it a few epochs.
             let learnt = (0..5).any(|epoch| {
                 let it = ds
                     .iter(EpochPlan::shuffled(7, epoch), Partition::ALL)

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 /// Whether mapped samples are worth a `MADV_WILLNEED` before their pages are
 /// touched, learnt from how long recent touches took: a touch that waited
-/// for storage ([`Residency::STORAGE_WAIT`] or more) turns hints on for the
-/// next [`Residency::HINT_READS`] samples; that many fast touches in a row
-/// turn them off. On a warm cache the call does nothing but cost: for a
+/// for storage ([`Residency::STORAGE_WAIT`] or more, and the thread's count
+/// of major page faults went up: [`waited_for_storage`]) turns hints on for
+/// the next [`Residency::HINT_READS`] samples; that many touches in a row
+/// that did not wait turn them off. On a warm cache the call does nothing but cost: for a
 /// 110 KB sample the kernel walks its 27 pages in the page cache, about a
 /// third of a warm `ds[i]`. docs/benchmarks.md gives the measurements behind
 /// the figures.
@@ -63,7 +64,16 @@ impl Residency {
 
     /// Records how long touching a sample's pages took; true if it waited for storage.
     pub(super) fn record(&self, took: Duration) -> bool {
-        if took >= Self::STORAGE_WAIT {
+        self.record_with(took, waited_for_storage)
+    }
+
+    /// [`Residency::record`], with `waited` saying whether a slow touch
+    /// waited for storage: a touch slower than [`Residency::STORAGE_WAIT`]
+    /// may instead have mapped pages already in memory into a fresh map (a
+    /// 110 KB sample on a map no read of this process has touched takes 5 to
+    /// 25 us in minor faults), which no hint would have made faster.
+    pub(super) fn record_with(&self, took: Duration, waited: impl FnOnce() -> bool) -> bool {
+        if took >= Self::STORAGE_WAIT && waited() {
             self.saw_cold();
             return true;
         }
@@ -73,6 +83,48 @@ impl Residency {
             self.hint_left.store(left - 1, Ordering::Relaxed);
         }
         false
+    }
+}
+
+/// Whether this thread waited for storage since it last asked: true when its
+/// count of major page faults (`getrusage(RUSAGE_THREAD)`) went up since
+/// then, or when that count cannot be had. Asked only after a slow touch:
+/// one system call per touch that took [`Residency::STORAGE_WAIT`] or more.
+///
+/// A fault on a page not in memory is major, and so is a fault that had to
+/// wait for a page still being read in (a hinted one): the kernel counts
+/// every fault it retried after waiting. A fault that only maps a page
+/// already in memory is minor. A major fault of the thread elsewhere (its
+/// own code paged in) since it last asked passes for a wait on the dataset:
+/// hints for [`Residency::HINT_READS`] reads, the cost of a wrong guess.
+pub(super) fn waited_for_storage() -> bool {
+    thread_local! {
+        static SEEN: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+    }
+    let Some(now) = major_faults() else {
+        return true;
+    };
+    SEEN.with(|seen| seen.replace(Some(now)) != Some(now))
+}
+
+/// This thread's count of major page faults so far; `None` where it cannot
+/// be had.
+fn major_faults() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+        // SAFETY: `getrusage` fills the struct it is given and touches nothing else.
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) };
+        if rc != 0 {
+            return None;
+        }
+        // SAFETY: filled by the successful call above.
+        let usage = unsafe { usage.assume_init() };
+        u64::try_from(usage.ru_majflt).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
     }
 }
 
@@ -103,6 +155,88 @@ mod tests {
         assert!(!r.hint(), "warm: reads are not hinted");
         assert!(r.record(slow));
         assert!(r.hint(), "one touch that waited turns hints back on");
+    }
+
+    #[test]
+    fn a_slow_touch_that_did_not_wait_for_storage_counts_as_fast() {
+        let r = Residency::new();
+        let slow = Residency::STORAGE_WAIT * 3;
+        for _ in 0..Residency::HINT_READS {
+            assert!(!r.record_with(slow, || false));
+        }
+        assert!(
+            !r.hint(),
+            "touches slow in minor faults alone turn hints off"
+        );
+        let mut asked = false;
+        assert!(!r.record_with(Duration::from_nanos(500), || {
+            asked = true;
+            true
+        }));
+        assert!(!asked, "a fast touch asks for no fault count");
+        assert!(r.record_with(slow, || true));
+        assert!(r.hint(), "a slow touch that waited turns hints on");
+    }
+
+    /// A fresh map of pages in memory faults minor faults only; the same
+    /// pages evicted fault major ones: what tells a slow touch that waited
+    /// for storage from one that mapped pages in.
+    #[test]
+    fn major_faults_tell_a_wait_for_storage_from_pages_mapped_in() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        const PAGES: usize = 64;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pages");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&vec![7u8; PAGES * 4096]).unwrap();
+        f.sync_all().unwrap();
+        let touch = |map: &memmap2::Mmap| {
+            let mut acc = 0u8;
+            for p in 0..PAGES {
+                // SAFETY: in bounds; volatile keeps the read.
+                acc ^= unsafe { std::ptr::read_volatile(map.as_ptr().add(p * 4096)) };
+            }
+            acc
+        };
+        let f = std::fs::File::open(&path).unwrap();
+        std::fs::read(&path).unwrap();
+        waited_for_storage();
+        // SAFETY: a read-only map of a file only this test writes, written above.
+        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        assert_eq!(touch(&map), 0);
+        assert!(
+            !waited_for_storage(),
+            "a fresh map of cached pages counted a major fault"
+        );
+        drop(map);
+        // SAFETY: a plain syscall on an open descriptor.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        // SAFETY: as above.
+        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        let mut resident = vec![0u8; PAGES];
+        // SAFETY: the whole map, a byte per page.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr() as *mut libc::c_void,
+                PAGES * 4096,
+                resident.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        let left = resident.iter().filter(|&&b| b & 1 == 1).count();
+        assert_eq!(
+            left, 0,
+            "{left} pages still cached after POSIX_FADV_DONTNEED (tmpfs?)"
+        );
+        waited_for_storage();
+        assert_eq!(touch(&map), 0);
+        assert!(
+            waited_for_storage(),
+            "touching evicted pages counted no major fault"
+        );
+        assert!(!waited_for_storage(), "nothing waited since the last look");
     }
 
     #[test]
