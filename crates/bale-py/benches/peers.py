@@ -944,7 +944,8 @@ def run_row(row: Row, ctx: Context, state: str, reps: int, budget: float = float
     warm: one open, one untimed pass, then the timed passes. cold: before each
     timed pass the row's files are read once (``prime``) and evicted, their
     residency is measured, and the dataset is opened afresh (its open reads on a
-    cold cache too, untimed)."""
+    cold cache too, untimed). first: as cold without the eviction, the first
+    pass of a fresh open on a warm cache (new maps, every page a page fault)."""
     files = row.files(ctx)
     secs, res = [], []
     if state == "warm":
@@ -966,7 +967,8 @@ def run_row(row: Row, ctx: Context, state: str, reps: int, budget: float = float
                 break
             gc.collect()
             prime(files)
-            evict(files)
+            if state == "cold":
+                evict(files)
             res.append(resident(files))
             run, close = row.opener(ctx)
             t = time.perf_counter()

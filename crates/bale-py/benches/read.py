@@ -23,6 +23,11 @@ touch the whole payload fails its row.
   alike), then posix_fadvise(DONTNEED) over those files (best effort: the kernel
   keeps pages that are mapped or dirty), the share of their pages still resident
   measured with mincore, and the dataset opened afresh.
+- first (only when --states names it): before each of --reps timed passes,
+  every file of the row's dataset read once and the dataset opened afresh: the
+  first pass of a fresh open on a warm page cache, as a DataLoader worker
+  started anew each epoch (persistent_workers=False) reads; its maps are new,
+  so every page is a page fault even though the cache holds it.
 
 Groups: random (one sample at a time over the permutation; bale also in
 batches of 64), sequential (every sample in stored order), shuffled (an epoch in
@@ -66,6 +71,8 @@ GROUPS = ("random", "sequential", "shuffled", "pack", "size")
 # Mean sample bytes under which a tree is tiny (its shuffled, pack and size groups run).
 TINY = 16_000
 STATES = ("warm", "cold")
+# States --states may also name; not run unless named.
+MORE_STATES = ("first",)
 PACK = ("bale", "bale-zstd", "h5", "lmdb", "tar", "litdata", "mds", "dd")
 SIZE = ("bale", "bale-zstd", "mds", "litdata", "h5", "lmdb", "tar")
 # The writers bale's pack is compared with (durable peers doing the same job).
@@ -100,7 +107,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "(bale-zstd comes with bale; default: all)",
     )
     ap.add_argument("--groups", default=",".join(GROUPS), help="comma-separated, of: " + ", ".join(GROUPS))
-    ap.add_argument("--states", default=",".join(STATES), help="comma-separated, of: warm, cold")
+    ap.add_argument(
+        "--states",
+        default=",".join(STATES),
+        help="comma-separated, of: warm, cold, first (the first pass of a fresh open on a warm cache; "
+        "default: warm,cold)",
+    )
     ap.add_argument("--runs", type=int, default=1, help="run the whole set this many times (default: 1)")
     ap.add_argument("--reps", type=int, default=3, help="timed passes per warm row and run (median; default: 3)")
     ap.add_argument("--cold-reps", type=int, default=1, help="timed passes per cold row and run (default: 1)")
@@ -129,7 +141,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.groups = _split(args.groups, GROUPS, "--groups")
-    args.states = _split(args.states, STATES, "--states")
+    args.states = _split(args.states, STATES + MORE_STATES, "--states")
     args.rows = [p.strip() for p in args.rows.split(",") if p.strip()]
     if args.peers is not None:
         args.peers = _split(
@@ -179,9 +191,9 @@ def runs_in(group: str, state: str, mean: float, args: argparse.Namespace) -> bo
         return True
     tiny = mean < TINY
     plan = {
-        "random": ("warm", "cold"),
-        "sequential": ("warm",),
-        "shuffled": ("cold",) if tiny else (),
+        "random": ("warm", "cold", "first"),
+        "sequential": ("warm", "first"),
+        "shuffled": ("cold", "first") if tiny else (),
         "pack": ("warm",) if tiny else (),
         "size": ("warm",) if tiny else (),
     }
@@ -546,7 +558,7 @@ def main(argv: list[str]) -> int:
                     ensure(name, d, tree, out_root, bale_bin, fp, args, info)
                 for state in args.states:
                     per_state = per_tree[state]
-                    reps = args.reps if state == "warm" else args.cold_reps
+                    reps = args.cold_reps if state == "cold" else args.reps
                     for row in tree_rows:
                         if row.dataset != d or not runs_in(row.group, state, mean, args):
                             continue
