@@ -336,9 +336,17 @@ impl PyDataset {
         })
     }
 
-    /// Reads sample `i` with the GIL released; its pages are in memory on
-    /// return, so that no page fault happens while the GIL is held.
+    /// Reads sample `i`; its pages are in memory on return, so that no page
+    /// fault happens later while the GIL is held. The GIL is released for
+    /// the read unless reads are quick ([`Dataset::reads_are_quick`]: warm,
+    /// local, mapped, uncompressed): with other Python threads waiting,
+    /// handing it over and taking it back cost more than a warm read of a
+    /// small sample (two threads of warm `ds[i]` ran 1.2x faster keeping
+    /// it; docs/benchmarks.md).
     fn read(&self, py: Python<'_>, i: u64) -> PyResult<Sample> {
+        if self.ds.reads_are_quick() {
+            return self.ds.get_populated(i).map_err(to_py);
+        }
         py.detach(|| self.ds.get_populated(i)).map_err(to_py)
     }
 

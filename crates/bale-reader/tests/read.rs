@@ -484,3 +484,42 @@ fn get_batch_names_an_index_out_of_range() {
         other => panic!("expected IndexOutOfRange for 10, got {other:?}"),
     }
 }
+
+/// `reads_are_quick`: a warm, local, mapped, uncompressed dataset learns it
+/// within a few warm passes; a dataset whose reads are system calls or
+/// decompressions never says it, however warm.
+#[test]
+fn reads_are_quick_only_when_warm_mapped_and_uncompressed() {
+    for kind in kinds() {
+        for backing in both_backings() {
+            let dir = tempfile::tempdir().unwrap();
+            let spec = TestDataset::new(1200, 2).compression(kind);
+            spec.write(dir.path()).unwrap();
+            for e in std::fs::read_dir(dir.path()).unwrap() {
+                std::fs::read(e.unwrap().path()).unwrap();
+            }
+            let ds = Dataset::options()
+                .backing(backing)
+                .open(dir.path())
+                .unwrap();
+            assert!(
+                !ds.reads_are_quick(),
+                "{kind:?} {backing:?}: a dataset just opened is taken for cold"
+            );
+            // A touch preempted for 10 us just after a major fault passes for
+            // a wait on storage: on a busy machine, give it a few passes.
+            let quick = (0..5).any(|_| {
+                for i in bale_reader::testing::shuffled_order(spec.len()) {
+                    let s = ds.get_populated(i).unwrap();
+                    assert_eq!(s.field("bin"), Some(&spec.payload(i)[..]));
+                }
+                ds.reads_are_quick()
+            });
+            let expected = backing == Backing::Mmap && kind != Compression::Zstd;
+            assert_eq!(
+                quick, expected,
+                "{kind:?} {backing:?}: reads_are_quick after five warm passes"
+            );
+        }
+    }
+}

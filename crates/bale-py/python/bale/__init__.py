@@ -37,7 +37,9 @@ Example with PyTorch::
             ...
 
 Both classes pickle as their arguments (a worker reopens the dataset from its
-path; no file handle crosses processes) and release the GIL while reading.
+path; no file handle crosses processes) and release the GIL while a read may
+wait or work (a warm ``ds[i]`` of a mapped, uncompressed dataset keeps it:
+docs/python.md).
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ struct Inner {
     residency: Residency,
     /// Whether cold reads of local shards fetch their region ([`ReadAround`]).
     read_around: bool,
+    /// Whether no shard is compressed: a read's bytes are the shard's own.
+    plain: bool,
     /// Where the objects are, for a dataset in object storage.
     store: Option<bale_storage::Store>,
     /// The node-local cache of its shards, when asked for.
@@ -181,6 +183,9 @@ impl Dataset {
         let read_around = around::decide(options.read_around, bytes, || {
             crate::stage::mem_available().ok()
         });
+        let plain = shards
+            .iter()
+            .all(|s| s.index.compression() != Compression::Zstd);
         Dataset {
             inner: Arc::new(Inner {
                 dir,
@@ -193,6 +198,7 @@ impl Dataset {
                 pool: Arc::default(),
                 residency: Residency::new(),
                 read_around,
+                plain,
                 store,
                 cache,
             }),

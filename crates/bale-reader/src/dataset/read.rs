@@ -95,6 +95,19 @@ impl Dataset {
         Ok(sample)
     }
 
+    /// Whether a read is expected to take microseconds, with nothing to wait
+    /// for and nothing to decompress: the shards are local, mapped and not
+    /// compressed, and recent reads found their pages in memory (the same
+    /// judgement that skips [`Dataset::get_populated`]'s hint). A hint for a
+    /// caller deciding whether to hand a lock to other threads around a read
+    /// (the Python package keeps Python's GIL for such a read, where handing
+    /// it over and back cost more than the read). It can be wrong once: the
+    /// first read of pages the kernel has since evicted waits for storage,
+    /// and reads are no longer quick from then on.
+    pub fn reads_are_quick(&self) -> bool {
+        self.is_mapped() && self.inner.plain && !self.is_remote() && !self.inner.residency.hint()
+    }
+
     /// Reads the samples `indices` (in that order; repeats allowed), each as
     /// [`Dataset::get_populated`] does, in two passes: every sample is
     /// located (and, when reads are cold, hinted to the kernel, so that
