@@ -341,8 +341,8 @@ impl PyDataset {
     /// the read unless reads are quick ([`Dataset::reads_are_quick`]: warm,
     /// local, mapped, uncompressed): with other Python threads waiting,
     /// handing it over and taking it back cost more than a warm read of a
-    /// small sample (two threads of warm `ds[i]` ran 1.2x faster keeping
-    /// it; docs/benchmarks.md).
+    /// small sample (two threads of warm `ds[i]` ran 1.5x faster keeping it
+    /// on 2 KB samples, 1.18x on 110 KB; docs/benchmarks.md).
     fn read(&self, py: Python<'_>, i: u64) -> PyResult<Sample> {
         if self.ds.reads_are_quick() {
             return self.ds.get_populated(i).map_err(to_py);

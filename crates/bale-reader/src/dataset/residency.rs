@@ -8,10 +8,10 @@ use std::time::Duration;
 /// for storage ([`Residency::STORAGE_WAIT`] or more, and the thread's count
 /// of major page faults went up: [`waited_for_storage`]) turns hints on for
 /// the next [`Residency::HINT_READS`] samples; that many touches in a row
-/// that did not wait turn them off. On a warm cache the call does nothing but cost: for a
-/// 110 KB sample the kernel walks its 27 pages in the page cache, about a
-/// third of a warm `ds[i]`. docs/benchmarks.md gives the measurements behind
-/// the figures.
+/// that did not wait turn them off. On a warm cache the call does nothing
+/// but cost: for a 110 KB sample the kernel walks its 27 pages in the page
+/// cache, about a third of a warm `ds[i]`. docs/benchmarks.md gives the
+/// measurements behind the figures.
 #[derive(Debug)]
 pub(super) struct Residency {
     /// Reads left to hint since the last touch that waited for storage.
