@@ -10,6 +10,7 @@ mod bench_remote;
 mod ci;
 mod demo;
 mod gen_tree;
+mod pair;
 mod util;
 
 use std::process::ExitCode;
@@ -31,6 +32,10 @@ const TASKS: &[(&str, &str)] = &[
         "generate a small example tree into target/demo and pack, verify and stat it with `bale`",
     ),
     (
+        "pair",
+        "time two shell commands against each other, alternating: pair --base CMD --new CMD [--runs N]",
+    ),
+    (
         "bench",
         "generate the benchmark tree, then run benchmarks: bench [pack|read|image|index|python|loader|all]",
     ),
@@ -49,6 +54,7 @@ fn main() -> ExitCode {
         Some("gen-tree") => gen_tree::main(rest),
         Some("demo") => demo::main(rest),
         Some("bench") => bench::main(rest),
+        Some("pair") => pair::main(rest),
         Some(other) => {
             print_help();
             Err(anyhow::anyhow!("unknown task {other:?}"))
