@@ -9,12 +9,12 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use crate::util::{self, Args};
 
 const USAGE: &str = "\
-usage: cargo xtask pair --base CMD --new CMD [--runs N] [--prepare CMD]
+usage: cargo xtask pair --base CMD --new CMD [--runs N] [--prepare CMD] [--timeout SECS]
 
 Times two shell commands against each other: N pairs (default 5), each
 command run by `sh -c` from the repository root, the order alternating from
@@ -27,6 +27,8 @@ the pairs' ratios, new's time / base's: below 1.00x, new is faster.
   --runs N       pairs to time (default 5)
   --prepare CMD  runs untimed before every timed command (removing the last
                  run's output, say); its failure stops the run
+  --timeout SECS stop a command that runs longer (its whole process group is
+                 killed) and the run with it (default: no limit)
 
 A command that fails stops the run with an error naming it. Example, pack
 against the disk's durable write speed:
@@ -46,6 +48,11 @@ pub fn main(mut args: Args) -> Result<()> {
     let new: Option<String> = args.value("--new")?;
     let runs: usize = args.value("--runs")?.unwrap_or(5);
     let prepare: Option<String> = args.value("--prepare")?;
+    let limit = match args.value::<f64>("--timeout")? {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+        Some(s) => bail!("--timeout must be a positive number of seconds, not {s}"),
+    };
     args.finish()?;
     let (Some(base), Some(new)) = (base, new) else {
         bail!("--base and --new are both needed (try --help)");
@@ -58,9 +65,9 @@ pub fn main(mut args: Args) -> Result<()> {
         let mut times = [Duration::ZERO; 2];
         for side in order(k) {
             if let Some(p) = &prepare {
-                timed(p)?;
+                timed(p, limit)?;
             }
-            times[side] = timed(if side == 0 { &base } else { &new })?;
+            times[side] = timed(if side == 0 { &base } else { &new }, limit)?;
         }
         let pair = Pair {
             base: times[0],
@@ -98,17 +105,79 @@ impl Pair {
 }
 
 /// Runs `cmd` with `sh -c` from the repository root; its wall time, or an
-/// error naming it if it fails.
-fn timed(cmd: &str) -> Result<Duration> {
+/// error naming it if it fails or outlives `limit` (then the shell and every
+/// process it started are killed). The shell stays in this process group,
+/// so that Ctrl-C at the terminal stops it with the run.
+fn timed(cmd: &str, limit: Option<Duration>) -> Result<Duration> {
     let mut c = Command::new("sh");
     c.arg("-c").arg(cmd).current_dir(util::repo_root());
     let t = Instant::now();
-    let status = util::status(&mut c)?;
+    let mut child = c
+        .spawn()
+        .with_context(|| format!("cannot start `{}`", util::display(&c)))?;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if limit.is_some_and(|l| t.elapsed() > l) {
+            let mut pids = descendants(child.id());
+            pids.push(child.id());
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .args(pids.iter().map(u32::to_string))
+                .stderr(std::process::Stdio::null())
+                .status();
+            let _ = child.wait();
+            bail!(
+                "`{cmd}` ran longer than the --timeout of {:.1} s and was killed",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
     let took = t.elapsed();
     if !status.success() {
         bail!("`{cmd}` failed ({status})");
     }
     Ok(took)
+}
+
+/// The processes descended from `pid` (children, theirs, ...), from `/proc`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(p) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((p, ppid));
+        }
+    }
+    let mut found = vec![pid];
+    let mut k = 0;
+    while k < found.len() {
+        let parent = found[k];
+        found.extend(
+            parent_of
+                .iter()
+                .filter(|&&(_, pp)| pp == parent)
+                .map(|&(p, _)| p),
+        );
+        k += 1;
+    }
+    found.remove(0);
+    found
 }
 
 /// The median (the mean of the middle two for an even count) and the range.
@@ -134,8 +203,9 @@ fn summary(pairs: &[Pair]) -> String {
     format!(
         "base: {b:.3} s ({b0:.3}-{b1:.3} s)\n\
          new:  {n:.3} s ({n0:.3}-{n1:.3} s)\n\
-         new / base: {r:.2}x ({r0:.2}-{r1:.2}x), median of {} pairs",
-        pairs.len()
+         new / base: {r:.2}x ({r0:.2}-{r1:.2}x), median of {} pair{}",
+        pairs.len(),
+        if pairs.len() == 1 { "" } else { "s" }
     )
 }
 
@@ -183,8 +253,40 @@ mod tests {
 
     #[test]
     fn a_failing_command_is_an_error_naming_it() {
-        let e = timed("exit 3").unwrap_err().to_string();
+        let e = timed("exit 3", None).unwrap_err().to_string();
         assert!(e.contains("`exit 3` failed"), "{e}");
-        assert!(timed("true").is_ok());
+        assert!(timed("true", None).is_ok());
+    }
+
+    #[test]
+    fn a_command_past_the_timeout_is_killed_with_what_it_started() {
+        // The shell starts a child that would outlive it and writes its pid;
+        // after the timeout neither may be left running.
+        let dir = std::env::temp_dir().join(format!("xtask-pair-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid_file = dir.join("pid");
+        let cmd = format!("sleep 30 & echo $! > '{}'; wait", pid_file.display());
+        let e = timed(&cmd, Some(Duration::from_millis(300)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ran longer than the --timeout"), "{e}");
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        // Killed: gone from /proc once reaped, or a zombie until then
+        // (a signal takes a moment to land: look for up to two seconds).
+        let running = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+                .is_ok_and(|s| !s.contains(") Z "))
+        };
+        let mut tries = 0;
+        while running() && tries < 100 {
+            std::thread::sleep(Duration::from_millis(20));
+            tries += 1;
+        }
+        assert!(
+            !running(),
+            "the shell's child {} is still running",
+            pid.trim()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
