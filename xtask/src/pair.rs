@@ -27,8 +27,9 @@ the pairs' ratios, new's time / base's: below 1.00x, new is faster.
   --runs N       pairs to time (default 5)
   --prepare CMD  runs untimed before every timed command (removing the last
                  run's output, say); its failure stops the run
-  --timeout SECS stop a command that runs longer (its whole process group is
-                 killed) and the run with it (default: no limit)
+  --timeout SECS stop a command that runs longer (it and every process it
+                 started are killed) and the run with it (default: no limit;
+                 with a limit, times are taken to the nearest millisecond)
 
 A command that fails stops the run with an error naming it. Example, pack
 against the disk's durable write speed:
@@ -116,10 +117,13 @@ fn timed(cmd: &str, limit: Option<Duration>) -> Result<Duration> {
         .spawn()
         .with_context(|| format!("cannot start `{}`", util::display(&c)))?;
     let status = loop {
+        let Some(limit) = limit else {
+            break child.wait()?;
+        };
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        if limit.is_some_and(|l| t.elapsed() > l) {
+        if t.elapsed() > limit {
             let mut pids = descendants(child.id());
             pids.push(child.id());
             let _ = Command::new("kill")
@@ -133,7 +137,7 @@ fn timed(cmd: &str, limit: Option<Duration>) -> Result<Duration> {
                 t.elapsed().as_secs_f64()
             );
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(1));
     };
     let took = t.elapsed();
     if !status.success() {
