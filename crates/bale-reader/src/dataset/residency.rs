@@ -88,7 +88,9 @@ impl Residency {
 
 /// Whether this thread waited for storage since it last asked: true when its
 /// count of major page faults (`getrusage(RUSAGE_THREAD)`) went up since
-/// then, or when that count cannot be had. Asked only after a slow touch:
+/// then, when that count cannot be had, and on a thread's first ask (nothing
+/// to compare with: its first slow touch is taken for a wait on storage, as
+/// before this count was looked at). Asked only after a slow touch:
 /// one system call per touch that took [`Residency::STORAGE_WAIT`] or more.
 ///
 /// A fault on a page not in memory is major, and so is a fault that had to
