@@ -36,7 +36,7 @@ against the disk's durable write speed:
 
   cargo xtask pair --runs 5 \\
     --prepare 'rm -rf /tmp/pj /tmp/dd.bin' \\
-    --base 'dd if=/dev/zero of=/tmp/dd.bin bs=4M count=533 conv=fdatasync 2>/dev/null' \\
+    --base 'dd if=/dev/zero of=/tmp/dd.bin bs=1M count=2132 conv=fdatasync 2>/dev/null' \\
     --new 'target/release/bale pack target/bench/imagenet-like -o /tmp/pj -q'";
 
 /// `cargo xtask pair`

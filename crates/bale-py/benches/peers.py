@@ -269,12 +269,17 @@ def pack_mds(tree: str, out: str) -> float:
 
 
 def pack_dd(nbytes: int, out: str) -> float:
-    """``dd if=/dev/zero bs=4M conv=fdatasync`` of ``nbytes`` (rounded up to 4 MiB): the disk's durable write."""
-    count = max(1, -(-nbytes // (4 << 20)))
+    """``dd if=/dev/zero bs=1M conv=fdatasync`` of ``nbytes`` (rounded up to 1 MiB): the disk's durable write.
+
+    1 MiB, not more: a write of a whole aligned 2 MiB has this kernel cache the
+    file in 2 MiB pages, and such writes ran 3-4x slower right after a file
+    cached in small pages was removed (docs/benchmarks.md, "2 MiB writes").
+    """
+    count = max(1, -(-nbytes // (1 << 20)))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     t = time.perf_counter()
     subprocess.run(
-        ["dd", "if=/dev/zero", f"of={out}", "bs=4M", f"count={count}", "conv=fdatasync", "status=none"], check=True
+        ["dd", "if=/dev/zero", f"of={out}", "bs=1M", f"count={count}", "conv=fdatasync", "status=none"], check=True
     )
     return time.perf_counter() - t
 

@@ -677,7 +677,7 @@ def pack(name: str, tree: str, info: dict, writers: list[str], scratch: str, bal
         r = in_child(spec, scratch, timeout)
         shutil.rmtree(dest_root, ignore_errors=True)
         out[w] = r
-        about = "dd if=/dev/zero bs=4M conv=fdatasync" if w == "dd" else peers.WRITERS[w][0]
+        about = "dd if=/dev/zero bs=1M conv=fdatasync" if w == "dd" else peers.WRITERS[w][0]
         if "error" in r:
             print(f"  pack  {w:<17} FAILED: {r['error']}", flush=True)
             for line in r.get("log", []):
