@@ -88,10 +88,11 @@ impl Residency {
 
 /// Whether this thread waited for storage since it last asked: true when its
 /// count of major page faults (`getrusage(RUSAGE_THREAD)`) went up since
-/// then, when that count cannot be had, and on a thread's first ask (nothing
-/// to compare with: its first slow touch is taken for a wait on storage, as
-/// before this count was looked at). Asked only after a slow touch:
-/// one system call per touch that took [`Residency::STORAGE_WAIT`] or more.
+/// then, and when that count cannot be had. A thread's first ask compares
+/// with the count it started with, zero: a new reader thread or DataLoader
+/// worker whose first slow touch only mapped cached pages in is not taken
+/// for one that waited. Asked only after a slow touch: one system call per
+/// touch that took [`Residency::STORAGE_WAIT`] or more.
 ///
 /// A fault on a page not in memory is major, and so is a fault that had to
 /// wait for a page still being read in (a hinted one): the kernel counts
@@ -101,12 +102,13 @@ impl Residency {
 /// hints for [`Residency::HINT_READS`] reads, the cost of a wrong guess.
 pub(super) fn waited_for_storage() -> bool {
     thread_local! {
-        static SEEN: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+        /// The count when this thread last asked; every thread's count starts at zero.
+        static SEEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     }
     let Some(now) = major_faults() else {
         return true;
     };
-    SEEN.with(|seen| seen.replace(Some(now)) != Some(now))
+    SEEN.with(|seen| seen.replace(now) != now)
 }
 
 /// This thread's count of major page faults so far; `None` where it cannot
@@ -155,7 +157,7 @@ mod tests {
         assert!(r.hint());
         assert!(!r.record(fast));
         assert!(!r.hint(), "warm: reads are not hinted");
-        assert!(r.record(slow));
+        assert!(r.record_with(slow, || true));
         assert!(r.hint(), "one touch that waited turns hints back on");
     }
 
@@ -246,6 +248,71 @@ mod tests {
         assert!(!waited_for_storage(), "nothing waited since the last look");
     }
 
+    /// A new thread's first ask, after touching a fresh map of cached pages
+    /// (minor faults only), is not taken for a wait on storage; after
+    /// touching evicted pages, it is.
+    #[test]
+    fn a_new_threads_first_ask_counts_from_the_threads_start() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        const PAGES: usize = 64;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pages");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&vec![3u8; PAGES * 4096]).unwrap();
+        f.sync_all().unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        std::fs::read(&path).unwrap();
+        let first_ask_after_touch = |f: &std::fs::File| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    // SAFETY: a read-only map of a file only this test writes, written above.
+                    let map = unsafe { memmap2::Mmap::map(f) }.unwrap();
+                    let mut acc = 0u8;
+                    for p in 0..PAGES {
+                        // SAFETY: in bounds; volatile keeps the read.
+                        acc ^= unsafe { std::ptr::read_volatile(map.as_ptr().add(p * 4096)) };
+                    }
+                    assert_eq!(acc, 0);
+                    waited_for_storage()
+                })
+                .join()
+                .unwrap()
+            })
+        };
+        // Once before looking, so that this code's own pages are in memory.
+        first_ask_after_touch(&f);
+        assert!(
+            !first_ask_after_touch(&f),
+            "a new thread's first ask took mapping cached pages in for a wait on storage"
+        );
+        // SAFETY: a plain syscall on an open descriptor.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        // SAFETY: as above.
+        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        let mut resident = vec![0u8; PAGES];
+        // SAFETY: the whole map, a byte per page.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr() as *mut libc::c_void,
+                PAGES * 4096,
+                resident.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        drop(map);
+        let left = resident.iter().filter(|&&b| b & 1 == 1).count();
+        assert_eq!(
+            left, 0,
+            "{left} pages still cached after POSIX_FADV_DONTNEED (tmpfs?)"
+        );
+        assert!(
+            first_ask_after_touch(&f),
+            "a new thread's first ask after touching evicted pages saw no wait"
+        );
+    }
+
     #[test]
     fn every_touch_is_timed_while_hinting_and_one_in_warm_sampling_after() {
         let r = Residency::new();
@@ -255,7 +322,7 @@ mod tests {
         let n = 40 * Residency::WARM_SAMPLING;
         assert_eq!(timed(n), 40, "warm: one touch in WARM_SAMPLING timed");
         // A touch that waited (seen by a timed one) times every touch again.
-        assert!(r.record(Residency::STORAGE_WAIT));
+        assert!(r.record_with(Residency::STORAGE_WAIT, || true));
         assert_eq!(timed(100), 100);
     }
 }
