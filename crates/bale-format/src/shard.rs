@@ -676,9 +676,10 @@ const DIRECT_WRITE: usize = 32 << 10;
 /// The writes are not aligned to 2 MiB of the file on purpose. Writes that
 /// each covered a whole aligned 2 MiB had Linux 6.18 cache the shard in
 /// 2 MiB pages, and a fresh process's first pass of warm random reads then
-/// ran 1.2x faster (1.09-1.35x; fewer page faults); but packing the 20,000-JPEG
-/// tree took 3.9-6.7 s against 1.6-1.7 s, alternating four times each
-/// (docs/benchmarks.md, "2 MiB writes").
+/// ran 1.2x faster (1.09-1.35x; fewer page faults). But packing the
+/// 20,000-JPEG tree then took 3.9-6.7 s against 1.6-1.7 s, alternating four
+/// times each with the output removed before each run, and writes of 2 MiB
+/// pages were the slow ones with `dd` too (docs/benchmarks.md, "2 MiB writes").
 #[derive(Debug)]
 pub struct ShardBuf {
     file: AtomicFile,

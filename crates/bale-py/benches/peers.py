@@ -272,8 +272,9 @@ def pack_dd(nbytes: int, out: str) -> float:
     """``dd if=/dev/zero bs=1M conv=fdatasync`` of ``nbytes`` (rounded up to 1 MiB): the disk's durable write.
 
     1 MiB, not more: a write of a whole aligned 2 MiB has this kernel cache the
-    file in 2 MiB pages, and such writes ran 3-4x slower right after a file
-    cached in small pages was removed (docs/benchmarks.md, "2 MiB writes").
+    file in 2 MiB pages, and such writes took about twice as long as 1 MiB ones
+    (up to four times) in every set that timed both (docs/benchmarks.md,
+    "2 MiB writes").
     """
     count = max(1, -(-nbytes // (1 << 20)))
     os.makedirs(os.path.dirname(out), exist_ok=True)
