@@ -182,48 +182,39 @@ mod tests {
         assert!(r.hint(), "a slow touch that waited turns hints on");
     }
 
-    /// A fresh map of pages in memory faults minor faults only; the same
-    /// pages evicted fault major ones: what tells a slow touch that waited
-    /// for storage from one that mapped pages in.
-    #[test]
-    fn major_faults_tell_a_wait_for_storage_from_pages_mapped_in() {
-        use std::io::Write;
-        use std::os::fd::AsRawFd;
-        const PAGES: usize = 64;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("pages");
-        let mut f = std::fs::File::create(&path).unwrap();
-        f.write_all(&vec![7u8; PAGES * 4096]).unwrap();
-        f.sync_all().unwrap();
-        let touch = |map: &memmap2::Mmap| {
-            let mut acc = 0u8;
-            for p in 0..PAGES {
-                // SAFETY: in bounds; volatile keeps the read.
-                acc ^= unsafe { std::ptr::read_volatile(map.as_ptr().add(p * 4096)) };
-            }
-            acc
-        };
+    /// Pages of the files the fault tests map.
+    const PAGES: usize = 64;
+
+    /// A file of [`PAGES`] zeroed pages, synced and read into the page cache.
+    fn cached_pages(dir: &std::path::Path) -> std::fs::File {
+        let path = dir.join("pages");
+        std::fs::write(&path, vec![0u8; PAGES * 4096]).unwrap();
         let f = std::fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
         std::fs::read(&path).unwrap();
-        // SAFETY: a read-only map of a file only this test writes, written above.
-        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
-        // Once before looking, so that this code's own pages are in memory.
-        assert_eq!(touch(&map), 0);
-        drop(map);
-        waited_for_storage();
-        // SAFETY: as above.
-        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
-        assert_eq!(touch(&map), 0);
-        assert!(
-            !waited_for_storage(),
-            "a fresh map of cached pages counted a major fault"
-        );
-        drop(map);
+        f
+    }
+
+    /// A fresh map of `f`, every page of it touched.
+    fn map_and_touch(f: &std::fs::File) {
+        // SAFETY: a read-only map of a file only the test writes, written before.
+        let map = unsafe { memmap2::Mmap::map(f) }.unwrap();
+        let mut acc = 0u8;
+        for p in 0..PAGES {
+            // SAFETY: in bounds; volatile keeps the read.
+            acc ^= unsafe { std::ptr::read_volatile(map.as_ptr().add(p * 4096)) };
+        }
+        assert_eq!(acc, 0);
+    }
+
+    /// Drops `f`'s pages from the page cache, and checks that they are gone.
+    fn evict(f: &std::fs::File) {
+        use std::os::fd::AsRawFd;
         // SAFETY: a plain syscall on an open descriptor.
         let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(rc, 0);
-        // SAFETY: as above.
-        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        // SAFETY: as in `map_and_touch`.
+        let map = unsafe { memmap2::Mmap::map(f) }.unwrap();
         let mut resident = vec![0u8; PAGES];
         // SAFETY: the whole map, a byte per page.
         let rc = unsafe {
@@ -239,8 +230,26 @@ mod tests {
             left, 0,
             "{left} pages still cached after POSIX_FADV_DONTNEED (tmpfs?)"
         );
+    }
+
+    /// A fresh map of pages in memory faults minor faults only; the same
+    /// pages evicted fault major ones: what tells a slow touch that waited
+    /// for storage from one that mapped pages in.
+    #[test]
+    fn major_faults_tell_a_wait_for_storage_from_pages_mapped_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = cached_pages(dir.path());
+        // Once before looking, so that this code's own pages are in memory.
+        map_and_touch(&f);
         waited_for_storage();
-        assert_eq!(touch(&map), 0);
+        map_and_touch(&f);
+        assert!(
+            !waited_for_storage(),
+            "a fresh map of cached pages counted a major fault"
+        );
+        evict(&f);
+        waited_for_storage();
+        map_and_touch(&f);
         assert!(
             waited_for_storage(),
             "touching evicted pages counted no major fault"
@@ -253,27 +262,12 @@ mod tests {
     /// touching evicted pages, it is.
     #[test]
     fn a_new_threads_first_ask_counts_from_the_threads_start() {
-        use std::io::Write;
-        use std::os::fd::AsRawFd;
-        const PAGES: usize = 64;
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("pages");
-        let mut f = std::fs::File::create(&path).unwrap();
-        f.write_all(&vec![3u8; PAGES * 4096]).unwrap();
-        f.sync_all().unwrap();
-        let f = std::fs::File::open(&path).unwrap();
-        std::fs::read(&path).unwrap();
-        let first_ask_after_touch = |f: &std::fs::File| {
+        let f = cached_pages(dir.path());
+        let first_ask_after_touch = || {
             std::thread::scope(|s| {
                 s.spawn(|| {
-                    // SAFETY: a read-only map of a file only this test writes, written above.
-                    let map = unsafe { memmap2::Mmap::map(f) }.unwrap();
-                    let mut acc = 0u8;
-                    for p in 0..PAGES {
-                        // SAFETY: in bounds; volatile keeps the read.
-                        acc ^= unsafe { std::ptr::read_volatile(map.as_ptr().add(p * 4096)) };
-                    }
-                    assert_eq!(acc, 0);
+                    map_and_touch(&f);
                     waited_for_storage()
                 })
                 .join()
@@ -281,34 +275,14 @@ mod tests {
             })
         };
         // Once before looking, so that this code's own pages are in memory.
-        first_ask_after_touch(&f);
+        first_ask_after_touch();
         assert!(
-            !first_ask_after_touch(&f),
+            !first_ask_after_touch(),
             "a new thread's first ask took mapping cached pages in for a wait on storage"
         );
-        // SAFETY: a plain syscall on an open descriptor.
-        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert_eq!(rc, 0);
-        // SAFETY: as above.
-        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
-        let mut resident = vec![0u8; PAGES];
-        // SAFETY: the whole map, a byte per page.
-        let rc = unsafe {
-            libc::mincore(
-                map.as_ptr() as *mut libc::c_void,
-                PAGES * 4096,
-                resident.as_mut_ptr(),
-            )
-        };
-        assert_eq!(rc, 0);
-        drop(map);
-        let left = resident.iter().filter(|&&b| b & 1 == 1).count();
-        assert_eq!(
-            left, 0,
-            "{left} pages still cached after POSIX_FADV_DONTNEED (tmpfs?)"
-        );
+        evict(&f);
         assert!(
-            first_ask_after_touch(&f),
+            first_ask_after_touch(),
             "a new thread's first ask after touching evicted pages saw no wait"
         );
     }
