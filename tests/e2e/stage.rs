@@ -285,9 +285,15 @@ fn mount_without_root_prints_the_command() {
         err.contains("is not a tmpfs, and mounting one needs root"),
         "{err}"
     );
+    // 2 MiB pages where the kernel has them (transparent huge pages).
+    let huge = if Path::new("/sys/kernel/mm/transparent_hugepage/shmem_enabled").exists() {
+        ",huge=within_size"
+    } else {
+        ""
+    };
     assert!(
         err.contains(&format!(
-            "hint: run `sudo mount -t tmpfs -o size=65m,mode=0755 tmpfs {}`",
+            "hint: run `sudo mount -t tmpfs -o size=65m,mode=0755{huge} tmpfs {}`",
             target.display()
         )),
         "{err}"
@@ -362,6 +368,88 @@ fn mount_as_root_mounts_a_tmpfs_and_unstage_unmounts_it() {
     );
     assert!(!is_mounted(&target));
     assert!(!target.exists());
+}
+
+/// Where the kernel has transparent huge pages, the tmpfs `--mount` mounts
+/// keeps a staged shard in 2 MiB pages: a map of it is mapped by 2 MiB
+/// entries (`ShmemPmdMapped` in /proc/self/smaps), which needs both the
+/// mount's `huge=within_size` and the copy's size set before its bytes.
+#[test]
+fn mount_keeps_a_staged_shard_in_2_mib_pages() {
+    let tmp = scratch();
+    let class = tmp.path().join("tree").join("a");
+    std::fs::create_dir_all(&class).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for f in 0..3 {
+        let bytes: Vec<u8> = (0..3 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        std::fs::write(class.join(format!("f{f}.bin")), bytes).unwrap();
+    }
+    let ds = tmp.path().join("ds");
+    let out = bale(&["pack", s(&tmp.path().join("tree")), "-o", s(&ds), "-q"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let target = tmp.path().join("ram");
+    let _guard = Unmount(target.clone());
+    let (code, _, err) = stage(&ds, &target, &["--mount", "-q"]);
+    if !can_mount(&tmp.path().join("probe")) {
+        assert_eq!(code, 2, "{err}");
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    if !Path::new("/sys/kernel/mm/transparent_hugepage/shmem_enabled").exists() {
+        // No huge pages in this kernel: the mount went ahead without them.
+        return;
+    }
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(s(&target)))
+        .unwrap();
+    assert!(line.contains("huge=within_size"), "{line}");
+    let shard = target.join("shard-000000.tar");
+    let len = std::fs::metadata(&shard).unwrap().len() as usize;
+    assert!(len > 8 << 20, "the shard is {len} bytes");
+    let f = std::fs::File::open(&shard).unwrap();
+    // SAFETY: a read-only shared map of a file no one writes while it is mapped.
+    let map = unsafe {
+        use std::os::fd::AsRawFd;
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    let mut acc = 0u8;
+    for page in (0..len).step_by(4096) {
+        // SAFETY: within the map; volatile keeps the read.
+        acc ^= unsafe { std::ptr::read_volatile(map.cast::<u8>().add(page)) };
+    }
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    // SAFETY: the map made above, unmapped once.
+    unsafe { libc::munmap(map, len) };
+    drop(f);
+    let after = &smaps[smaps.find(s(&shard)).expect("the map is in smaps")..];
+    let pmd_kb: u64 = after
+        .lines()
+        .find_map(|l| l.strip_prefix("ShmemPmdMapped:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(
+        pmd_kb >= 2048,
+        "the staged shard is not in 2 MiB pages (ShmemPmdMapped {pmd_kb} kB; {acc})"
+    );
+    let out = bale(&["unstage", s(&target)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 // Regressions pinned when the engine moved into bale-reader: locking, bounded

@@ -25,7 +25,10 @@ pub struct StageArgs {
     #[arg(long, value_name = "DIR")]
     pub to: Option<PathBuf>,
     /// Mount a tmpfs of the needed size at the target when it is not one
-    /// (as root; otherwise print the mount command to run).
+    /// (as root; otherwise print the mount command to run). Where the kernel
+    /// has transparent huge pages, that tmpfs keeps the shards in 2 MiB pages
+    /// (`huge=within_size`): warm random reads of 2 KB samples ran 1.14-1.2x
+    /// faster than from /dev/shm.
     #[arg(long)]
     pub mount: bool,
     /// Files copied at once (default: 4, or the number of cores if fewer).

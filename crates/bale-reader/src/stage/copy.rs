@@ -228,7 +228,7 @@ fn copy_shard(ctx: &Ctx<'_>, p: &Planned, xxh3: Option<u64>, dest: &Path) -> Res
         return Err(wrong_length(&from, len, entry.bytes));
     }
     let mut input = input.take(entry.bytes);
-    let mut out = AtomicFile::create(dest)?;
+    let mut out = create_sized(dest, entry.bytes)?;
     let mut h = xxh3.map(|_| Xxh3::new());
     let mut buf = vec![0u8; COPY_BUF];
     let mut n_total = 0u64;
@@ -285,7 +285,7 @@ fn download_shard(
 ) -> Result<()> {
     let entry = &ctx.manifest.shards[p.shard];
     let object = bale_storage::object_at(url, ctx.storage)?.expect_size(entry.bytes);
-    let mut out = AtomicFile::create(dest)?;
+    let mut out = create_sized(dest, entry.bytes)?;
     let mut h = xxh3.map(|_| Xxh3::new());
     let mut n_total = 0u64;
     for chunk in bale_storage::Chunks::new(&object, 0..entry.bytes, DOWNLOAD_CHUNK, DOWNLOAD_AHEAD)
@@ -317,6 +317,21 @@ fn download_shard(
         }
     }
     commit(ctx, p, out)
+}
+
+/// The temporary file of a shard's copy, its size set to the shard's
+/// `bytes` before any is written (a sparse file: no memory or disk is taken
+/// until the bytes arrive). On a tmpfs mounted `huge=within_size` (as
+/// `--mount` mounts one), only a 2 MiB stretch that lies within the file's
+/// size gets a 2 MiB page: a file that grew write by write would get none.
+/// Until it is committed the copy is under its temporary name, so a copy
+/// cut short is never taken for a whole one.
+fn create_sized(dest: &Path, bytes: u64) -> Result<AtomicFile> {
+    let mut out = AtomicFile::create(dest)?;
+    out.file()
+        .set_len(bytes)
+        .map_err(|e| io_error(out.tmp_path(), e))?;
+    Ok(out)
 }
 
 /// Bytes of one ranged GET of a staged download.

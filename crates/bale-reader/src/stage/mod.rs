@@ -99,7 +99,9 @@ pub struct StageOptions {
     /// version always lands in the same place.
     pub to: Option<PathBuf>,
     /// Mount a tmpfs of the needed size at the target when it is not
-    /// RAM-backed (needs root). Default `false`.
+    /// RAM-backed (needs root), with `huge=within_size` where the kernel has
+    /// transparent huge pages, so that the shards are kept in 2 MiB pages.
+    /// Default `false`.
     pub mount: bool,
     /// Files copied at once. Default 0: 4, or the number of cores if fewer.
     pub jobs: usize,

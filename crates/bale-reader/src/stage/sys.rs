@@ -108,11 +108,33 @@ pub(crate) fn tmpfs_size_option(bytes: u64) -> String {
     format!("size={}m", bytes.div_ceil(1 << 20).max(1))
 }
 
+/// The tmpfs option that keeps a staged file in 2 MiB pages where it can
+/// fill them (`huge=within_size`: every aligned 2 MiB that lies within the
+/// file's size, which bale sets before it copies the bytes in). Warm random
+/// reads of a staged shard then miss the TLB far less: 1.14-1.2x faster
+/// for 2 KB samples (docs/benchmarks.md, "Staged in 2 MiB pages").
+const HUGE_OPTION: &str = "huge=within_size";
+
+/// Whether this kernel's tmpfs takes [`HUGE_OPTION`] (it has transparent huge pages).
+fn tmpfs_has_huge_pages() -> bool {
+    Path::new("/sys/kernel/mm/transparent_hugepage/shmem_enabled").exists()
+}
+
+/// The mount options bale gives a tmpfs of at least `bytes`.
+fn tmpfs_options(bytes: u64, huge: bool) -> String {
+    let size = tmpfs_size_option(bytes);
+    if huge {
+        format!("{size},mode=0755,{HUGE_OPTION}")
+    } else {
+        format!("{size},mode=0755")
+    }
+}
+
 /// The mount command a user can run.
 pub(crate) fn mount_command(dir: &Path, bytes: u64) -> String {
     format!(
-        "sudo mount -t tmpfs -o {},mode=0755 tmpfs {}",
-        tmpfs_size_option(bytes),
+        "sudo mount -t tmpfs -o {} tmpfs {}",
+        tmpfs_options(bytes, tmpfs_has_huge_pages()),
         shell_quote(&dir.display().to_string())
     )
 }
@@ -141,22 +163,29 @@ pub(crate) fn mount_tmpfs(dir: &Path, bytes: u64) -> Result<()> {
     };
     let target = cpath(dir).map_err(failed)?;
     let source = c"tmpfs";
-    let data = CString::new(format!("{},mode=0755", tmpfs_size_option(bytes)))
-        .map_err(|e| failed(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
-    // SAFETY: all pointers are valid NUL-terminated strings for the call's duration.
-    let r = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            source.as_ptr(),
-            0,
-            data.as_ptr().cast(),
-        )
+    let mount = |huge: bool| -> io::Result<()> {
+        let data = CString::new(tmpfs_options(bytes, huge))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: all pointers are valid NUL-terminated strings for the call's duration.
+        let r = unsafe {
+            libc::mount(
+                source.as_ptr(),
+                target.as_ptr(),
+                source.as_ptr(),
+                0,
+                data.as_ptr().cast(),
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     };
-    if r != 0 {
-        return Err(failed(io::Error::last_os_error()));
+    match mount(tmpfs_has_huge_pages()) {
+        // A kernel whose tmpfs refuses `huge=`: mount without it.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => mount(false).map_err(failed),
+        r => r.map_err(failed),
     }
-    Ok(())
 }
 
 /// Unmounts `dir`.
@@ -198,7 +227,15 @@ mod tests {
         assert_eq!(tmpfs_size_option((3 << 20) + 1), "size=4m");
         assert_eq!(
             mount_command(Path::new("/mnt/a b"), 1),
-            "sudo mount -t tmpfs -o size=1m,mode=0755 tmpfs '/mnt/a b'"
+            format!(
+                "sudo mount -t tmpfs -o {} tmpfs '/mnt/a b'",
+                tmpfs_options(1, tmpfs_has_huge_pages())
+            )
+        );
+        assert_eq!(tmpfs_options(1, false), "size=1m,mode=0755");
+        assert_eq!(
+            tmpfs_options(3 << 20, true),
+            "size=3m,mode=0755,huge=within_size"
         );
     }
 
