@@ -302,6 +302,11 @@ fn download_shard(
         n_total += bytes.len() as u64;
         ctx.progress.bytes(bytes.len() as u64);
     }
+    // The copy was sized up front: a download that came up short would
+    // otherwise pass for whole, its end zeros.
+    if n_total != entry.bytes {
+        return Err(wrong_length(Path::new(url), n_total, entry.bytes));
+    }
     if let (Some(want), Some(h)) = (xxh3, h) {
         let got = h.digest();
         if got != want {
