@@ -125,6 +125,26 @@ fn clean_stale(root: &Path) {
     }
 }
 
+/// Removes a shared server's folder (its data, in RAM under /dev/shm) and
+/// socket as soon as this test process is gone, from a watcher that
+/// outlives it: the server is a static, never dropped, and its folder would
+/// otherwise wait for the next run's [`clean_stale`]. When the watcher
+/// cannot start, that sweep still removes it.
+fn remove_when_gone(dir: &Path, port: u16) {
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; rm -rf -- \"$0\"; rm -f -- /tmp/seaweedfs-s3-{port}.sock",
+        pid = std::process::id(),
+    );
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}
+
 unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
@@ -181,6 +201,7 @@ impl Seaweed {
     fn launch(reuse: Option<(PathBuf, Ports)>, shared: bool) -> Result<Seaweed> {
         let root = root();
         clean_stale(&root);
+        let reuse_none = reuse.is_none();
         let (dir, ports) = match reuse {
             Some(r) => r,
             None => {
@@ -235,6 +256,9 @@ impl Seaweed {
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}", weed().display()))?;
+        if shared && reuse_none {
+            remove_when_gone(&dir, ports.s3);
+        }
         let mut s = Seaweed {
             child: Some(child),
             dir,
