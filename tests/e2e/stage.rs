@@ -285,8 +285,8 @@ fn mount_without_root_prints_the_command() {
         err.contains("is not a tmpfs, and mounting one needs root"),
         "{err}"
     );
-    // 2 MiB pages where the kernel has them (transparent huge pages).
-    let huge = if Path::new("/sys/kernel/mm/transparent_hugepage/shmem_enabled").exists() {
+    // 2 MiB pages where the kernel has them.
+    let huge = if has_huge_pages() {
         ",huge=within_size"
     } else {
         ""
@@ -299,6 +299,12 @@ fn mount_without_root_prints_the_command() {
         "{err}"
     );
     assert!(!target.exists());
+}
+
+/// Whether this kernel has transparent huge pages (then `--mount` mounts
+/// its tmpfs `huge=within_size`).
+fn has_huge_pages() -> bool {
+    Path::new("/sys/kernel/mm/transparent_hugepage/shmem_enabled").exists()
 }
 
 /// Unmounts a directory on drop, in case a test fails half-way.
@@ -402,7 +408,7 @@ fn mount_keeps_a_staged_shard_in_2_mib_pages() {
         return;
     }
     assert_eq!(code, 0, "{err}");
-    if !Path::new("/sys/kernel/mm/transparent_hugepage/shmem_enabled").exists() {
+    if !has_huge_pages() {
         // No huge pages in this kernel: the mount went ahead without them.
         return;
     }
