@@ -167,6 +167,13 @@ fn resident(map: &Mmap, offset: u64, len: u64) -> Option<bool> {
 /// away, to bring them into the page cache; false (nothing more read) when
 /// the path does not open as a regular file of `file_len` bytes (replaced,
 /// removed: the map still reads the file it was made from) or a read fails.
+///
+/// The pages come in smaller than 2 MiB: each pull is a new read-ahead
+/// stream, which the kernel starts on small pages. A pull through a map of
+/// its own advised `MADV_HUGEPAGE` gets 2 MiB pages and is faster, but on a
+/// VM that hands free memory back to its host, the first touch of those
+/// pages can cost more than the pull saves (docs/benchmarks.md, "Cold reads
+/// pulled in 2 MiB pages").
 fn pull(path: &Path, file_len: u64, offset: u64, len: u64) -> bool {
     thread_local! {
         static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
