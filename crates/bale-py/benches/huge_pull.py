@@ -14,6 +14,10 @@ pages (``FilePmdMapped``) is printed.
 
     target/bench/python/venv/bin/python crates/bale-py/benches/huge_pull.py \\
         target/bench/python/peers/imagenet-like/bale/data pread,huge,huge,pread,huge,huge
+
+``--set pread|huge FILE...`` only evicts the files and pulls them the one way
+or the other, to leave them cached in small or in 2 MiB pages for a benchmark
+that follows.
 """
 
 from __future__ import annotations
@@ -31,11 +35,11 @@ PAGE = 4096
 MADV_POPULATE_READ = 22
 
 
-def one(data: str, mode: str) -> str:
-    shards = sorted(glob.glob(os.path.join(data, "*.tar")))
-    regions = [(p, o, min(REGION, os.path.getsize(p) - o)) for p in shards for o in range(0, os.path.getsize(p), REGION)]
+def pull(files: list[str], mode: str) -> float:
+    """Evicts ``files``, then pulls their 8 MiB regions in a seeded random order; the seconds the pull took."""
+    regions = [(p, o, min(REGION, os.path.getsize(p) - o)) for p in files for o in range(0, os.path.getsize(p), REGION)]
     random.Random(3).shuffle(regions)
-    for p in shards:
+    for p in files:
         fd = os.open(p, os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
@@ -53,7 +57,12 @@ def one(data: str, mode: str) -> str:
                 m.madvise(mmap.MADV_HUGEPAGE)
                 m.madvise(MADV_POPULATE_READ)
         os.close(fd)
-    pull = time.perf_counter() - t
+    return time.perf_counter() - t
+
+
+def one(data: str, mode: str) -> str:
+    shards = sorted(glob.glob(os.path.join(data, "*.tar")))
+    took = pull(shards, mode)
     maps = []
     for p in shards:
         fd = os.open(p, os.O_RDONLY)
@@ -80,12 +89,15 @@ def one(data: str, mode: str) -> str:
             elif mapped and line.startswith("FilePmdMapped:"):
                 pmd += int(parts[1])
     total = sum(len(m) for m in maps) // 1024
-    return f"{mode:<6} pull {pull:.2f} s   touch {touches[0]:.2f} s   again {touches[1]:.2f} s   2 MiB pages {pmd * 100 // max(total, 1)}%"
+    return f"{mode:<6} pull {took:.2f} s   touch {touches[0]:.2f} s   again {touches[1]:.2f} s   2 MiB pages {pmd * 100 // max(total, 1)}%"
 
 
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--one":
         print(one(sys.argv[2], sys.argv[3]))
+        return
+    if len(sys.argv) >= 4 and sys.argv[1] == "--set" and sys.argv[2] in ("pread", "huge"):
+        pull(sys.argv[3:], sys.argv[2])
         return
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)

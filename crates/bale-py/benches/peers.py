@@ -353,6 +353,67 @@ def evict(paths: Iterable[str]) -> None:
             os.close(fd)
 
 
+def settle(paths: Iterable[str]) -> None:
+    """Evicts every file, then reads it once in order (``prime``): whatever read a
+    file before, its pages are then cached the way a plain sequential read caches
+    them, the same for every row. The size of those pages moves warm reads by about
+    1.1x (2 MiB pages against small ones, for bale and lmdb alike), and bale's cold
+    reads leave small pages where lmdb's or a sequential read leave other sizes
+    (docs/benchmarks.md, "Page sizes in the warm rows")."""
+    paths = list(paths)
+    evict(paths)
+    prime(paths)
+
+
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_MADV_POPULATE_READ = 22
+
+
+def huge_pages(paths: Iterable[str]) -> tuple[int, int] | None:
+    """(bytes in 2 MiB pages, bytes) over the files: a fresh mapping of each, its page
+    tables filled (``MADV_POPULATE_READ``, which reads in any page not cached), and its
+    ``FilePmdMapped`` in /proc/self/smaps. None where the kernel does not say."""
+    have = total = 0
+    for p in paths:
+        size = os.path.getsize(p)
+        if size == 0:
+            continue
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            addr = _libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+            if addr in (None, _MAP_FAILED):
+                return None
+            try:
+                if _libc.madvise(addr, size, _MADV_POPULATE_READ) != 0:
+                    return None
+                pmd = _pmd_mapped(addr)
+                if pmd is None:
+                    return None
+                have += pmd
+                total += size
+            finally:
+                _libc.munmap(addr, size)
+        finally:
+            os.close(fd)
+    return have, total
+
+
+def _pmd_mapped(addr: int) -> int | None:
+    """The ``FilePmdMapped`` bytes of the mapping that starts at ``addr``."""
+    try:
+        with open("/proc/self/smaps") as f:
+            mine = False
+            for line in f:
+                head = line.split(" ", 1)[0]
+                if "-" in head and not line[0].isupper():
+                    mine = int(head.split("-", 1)[0], 16) == addr
+                elif mine and line.startswith("FilePmdMapped:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def resident(paths: Iterable[str]) -> tuple[int, int]:
     """(resident pages, pages) over the files, by ``mincore`` on a fresh mapping (which faults nothing in)."""
     have = total = 0
@@ -947,14 +1008,19 @@ def run_row(row: Row, ctx: Context, state: str, reps: int, budget: float = float
     """Times up to ``reps`` passes of ``row`` (median counts) and checks each touched the payload;
     no pass starts once the timed ones took ``budget`` seconds (the first always runs).
 
-    warm: one open, one untimed pass, then the timed passes. cold: before each
-    timed pass the row's files are read once (``prime``) and evicted, their
-    residency is measured, and the dataset is opened afresh (its open reads on a
-    cold cache too, untimed). first: as cold without the eviction, the first
-    pass of a fresh open on a warm cache (new maps, every page a page fault)."""
+    warm: the row's files evicted and read once in order (``settle``), one open,
+    one untimed pass, then the timed passes; the share of the files' bytes in
+    2 MiB pages is measured after them. cold: before each timed pass the row's
+    files are read once (``prime``) and evicted, their residency is measured, and
+    the dataset is opened afresh (its open reads on a cold cache too, untimed).
+    first: before each timed pass the files are settled as for warm and the
+    dataset opened afresh, the first pass of a fresh open on a warm cache (new
+    maps, every page a page fault)."""
     files = row.files(ctx)
     secs, res = [], []
+    huge = None
     if state == "warm":
+        settle(files)
         run, close = row.opener(ctx)
         got = run()
         _check(row, got, ctx.payload)
@@ -967,14 +1033,17 @@ def run_row(row: Row, ctx: Context, state: str, reps: int, budget: float = float
             secs.append(time.perf_counter() - t)
             _check(row, got, ctx.payload)
         close()
+        huge = huge_pages(files)
     else:
         for _ in range(reps):
             if sum(secs) >= budget:
                 break
             gc.collect()
-            prime(files)
             if state == "cold":
+                prime(files)
                 evict(files)
+            else:
+                settle(files)
             res.append(resident(files))
             run, close = row.opener(ctx)
             t = time.perf_counter()
@@ -991,6 +1060,7 @@ def run_row(row: Row, ctx: Context, state: str, reps: int, budget: float = float
         "mb_s": ctx.payload / med / 1e6,
         "secs": secs,
         "resident": have / pages if pages else None,
+        "huge": huge[0] / huge[1] if huge and huge[1] else None,
     }
 
 

@@ -17,14 +17,19 @@ reads every byte of every sample into a Python object, in bale's sample order,
 the random rows in the same seeded permutation (--seed); a pass that does not
 touch the whole payload fails its row.
 
-- warm: one untimed pass, then --reps timed passes (median);
+- warm: every file of the row's dataset evicted and read once in order (so its
+  pages are cached in the sizes a sequential read gives, whatever read it
+  before: the size moves warm rates by about 1.1x), one untimed pass, then
+  --reps timed passes (median); the share of the files in 2 MiB pages is
+  printed;
 - cold: before each of --cold-reps timed passes, every file of the row's dataset
   read once (so a VM host's cache below the page cache holds it for every row
   alike), then posix_fadvise(DONTNEED) over those files (best effort: the kernel
   keeps pages that are mapped or dirty), the share of their pages still resident
   measured with mincore, and the dataset opened afresh.
 - first (only when --states names it): before each of --reps timed passes,
-  every file of the row's dataset read once and the dataset opened afresh: the
+  every file of the row's dataset evicted and read once in order, as for warm,
+  and the dataset opened afresh: the
   first pass of a fresh open on a warm page cache, as a DataLoader worker
   started anew each epoch (persistent_workers=False) reads; its maps are new,
   so every page is a page fault even though the cache holds it.
@@ -443,6 +448,8 @@ def detail(state: str, rows: dict[str, dict]) -> list[str]:
             out.append(f"  {state:<5} {name:<17} FAILED: {r['error']}")
             continue
         res = "" if r.get("resident") is None else f"resident {r['resident']:6.1%}"
+        if r.get("huge") is not None:
+            res += f"  2 MiB pages {r['huge']:6.1%}"
         warn = "  (eviction incomplete)" if state == "cold" and (r.get("resident") or 0) > 0.05 else ""
         out.append(
             f"  {state:<5} {name:<17} {rate(r['rate']):>14} {r['mb_s']:>9,.1f} MB/s  {len(r['secs'])} pass(es)  "
@@ -538,7 +545,9 @@ def main(argv: list[str]) -> int:
     print(
         "\ncold: before each timed pass, every file of the row's dataset read once, then "
         "posix_fadvise(POSIX_FADV_DONTNEED) over them, best effort (the kernel keeps mapped and dirty pages); 'resident' is the share of those "
-        "pages in the page cache just before the timed pass (mincore on a fresh mapping).",
+        "pages in the page cache just before the timed pass (mincore on a fresh mapping). "
+        "warm: every file of the row's dataset evicted and read once in order before the untimed pass; "
+        "'2 MiB pages' is the share of its bytes the page cache then held in 2 MiB pages.",
         flush=True,
     )
     for run_no in range(1, args.runs + 1):
