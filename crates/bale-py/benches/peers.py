@@ -367,16 +367,20 @@ def settle(paths: Iterable[str]) -> None:
 
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _MADV_POPULATE_READ = 22
+_HUGE = 2 << 20
 
 
 def huge_pages(paths: Iterable[str]) -> tuple[int, int] | None:
     """(bytes in 2 MiB pages, bytes) over the files: a fresh mapping of each, its page
     tables filled (``MADV_POPULATE_READ``, which reads in any page not cached), and its
-    ``FilePmdMapped`` in /proc/self/smaps. None where the kernel does not say."""
+    ``FilePmdMapped`` in /proc/self/smaps. None where the kernel does not say. A
+    file under 2 MiB holds no 2 MiB page and is not mapped (the loose rows' files:
+    one read of smaps per file would take minutes)."""
     have = total = 0
     for p in paths:
         size = os.path.getsize(p)
-        if size == 0:
+        total += size
+        if size < _HUGE:
             continue
         fd = os.open(p, os.O_RDONLY)
         try:
@@ -390,7 +394,6 @@ def huge_pages(paths: Iterable[str]) -> tuple[int, int] | None:
                 if pmd is None:
                     return None
                 have += pmd
-                total += size
             finally:
                 _libc.munmap(addr, size)
         finally:
