@@ -34,6 +34,7 @@ the payload of the tree, or the row fails.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
@@ -42,7 +43,7 @@ import os
 import random
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -382,22 +383,13 @@ def huge_pages(paths: Iterable[str]) -> tuple[int, int] | None:
         total += size
         if size < _HUGE:
             continue
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            addr = _libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
-            if addr in (None, _MAP_FAILED):
+        with _mapped(p, size) as addr:
+            if addr is None or _libc.madvise(addr, size, _MADV_POPULATE_READ) != 0:
                 return None
-            try:
-                if _libc.madvise(addr, size, _MADV_POPULATE_READ) != 0:
-                    return None
-                pmd = _pmd_mapped(addr)
-                if pmd is None:
-                    return None
-                have += pmd
-            finally:
-                _libc.munmap(addr, size)
-        finally:
-            os.close(fd)
+            pmd = _pmd_mapped(addr)
+        if pmd is None:
+            return None
+        have += pmd
     return have, total
 
 
@@ -425,21 +417,32 @@ def resident(paths: Iterable[str]) -> tuple[int, int]:
         if size == 0:
             continue
         pages = (size + _PAGE - 1) // _PAGE
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            addr = _libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
-            if addr in (None, _MAP_FAILED):
+        with _mapped(p, size) as addr:
+            if addr is None:
                 continue
-            try:
-                vec = (ctypes.c_ubyte * pages)()
-                if _libc.mincore(addr, size, vec) == 0:
-                    have += sum(b & 1 for b in bytes(vec))
-                    total += pages
-            finally:
-                _libc.munmap(addr, size)
-        finally:
-            os.close(fd)
+            vec = (ctypes.c_ubyte * pages)()
+            if _libc.mincore(addr, size, vec) == 0:
+                have += sum(b & 1 for b in bytes(vec))
+                total += pages
     return have, total
+
+
+@contextlib.contextmanager
+def _mapped(path: str, size: int) -> Iterator[int | None]:
+    """A fresh read-only shared mapping of the file's ``size`` bytes (its address, or
+    None when ``mmap`` fails), unmapped on exit; the descriptor is closed at once."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+    finally:
+        os.close(fd)
+    if addr in (None, _MAP_FAILED):
+        yield None
+        return
+    try:
+        yield addr
+    finally:
+        _libc.munmap(addr, size)
 
 
 # ---------------------------------------------------------------- readers
