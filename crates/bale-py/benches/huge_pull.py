@@ -26,6 +26,7 @@ import glob
 import mmap
 import os
 import random
+import stat
 import subprocess
 import sys
 import time
@@ -37,6 +38,10 @@ MADV_POPULATE_READ = 22
 
 def pull(files: list[str], mode: str) -> float:
     """Evicts ``files``, then pulls their 8 MiB regions in a seeded random order; the seconds the pull took."""
+    for p in files:
+        # Not a FIFO (opening one waits for a writer) nor a device: regular files only.
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            raise SystemExit(f"{p}: not a regular file")
     regions = [(p, o, min(REGION, os.path.getsize(p) - o)) for p in files for o in range(0, os.path.getsize(p), REGION)]
     random.Random(3).shuffle(regions)
     for p in files:
