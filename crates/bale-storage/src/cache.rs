@@ -410,6 +410,7 @@ mod tests {
 
     #[test]
     fn fills_reuses_evicts_lru_and_never_touches_other_files() {
+        let _fork = crate::fork_guard();
         let dir = tempfile::tempdir().unwrap();
         let mine = dir.path().join("bc-0000000000000000.tar");
         fs::write(&mine, b"the user's file, named like a cache file").unwrap();
@@ -489,6 +490,7 @@ mod tests {
 
     #[test]
     fn a_forged_ledger_cannot_point_eviction_outside_the_cache() {
+        let _fork = crate::fork_guard();
         let outside = tempfile::tempdir().unwrap();
         let victim = outside.path().join("victim.tar");
         fs::write(&victim, b"keep").unwrap();
@@ -530,6 +532,7 @@ mod tests {
 
     #[test]
     fn a_cache_file_replaced_by_someone_else_is_not_deleted() {
+        let _fork = crate::fork_guard();
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(&CacheOptions {
             dir: dir.path().to_path_buf(),

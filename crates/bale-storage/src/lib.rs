@@ -51,6 +51,19 @@ mod store;
 mod uploads;
 pub mod write;
 
+/// Taken by the tests that fork this test process and by the tests whose
+/// outcome depends on which descriptors hold a `flock`. A forked child holds
+/// a copy of every descriptor the other tests' threads have open, with their
+/// locks, until it exits: a cache test that found its released file still
+/// locked by such a child failed once in CI.
+#[cfg(test)]
+pub(crate) fn fork_guard() -> std::sync::MutexGuard<'static, ()> {
+    static GUARD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GUARD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub use cache::{Cache, CacheOptions, CachedFile};
 pub use error::{Result, StorageError};
 pub use fetch::{Chunks, Coalesce, WindowReader, get_ranges, get_sized_many, start_ranges};

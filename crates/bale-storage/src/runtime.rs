@@ -184,6 +184,8 @@ mod tests {
 
     #[test]
     fn a_forked_child_builds_its_own_runtime_and_it_works() {
+        // No cache test's locked file is copied into the child.
+        let _fork = crate::fork_guard();
         // The parent's runtime exists and has threads.
         assert_eq!(block_on(async { 1 }).unwrap(), 1);
         let parent = state().unwrap() as *const ProcessState;
