@@ -31,6 +31,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402
+
 REGION = 8 << 20
 PAGE = 4096
 MADV_POPULATE_READ = 22
@@ -44,10 +47,7 @@ def pull(files: list[str], mode: str) -> float:
             raise SystemExit(f"{p}: not a regular file")
     regions = [(p, o, min(REGION, os.path.getsize(p) - o)) for p in files for o in range(0, os.path.getsize(p), REGION)]
     random.Random(3).shuffle(regions)
-    for p in files:
-        fd = os.open(p, os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
+    peers.evict(files)
     buf = memoryview(bytearray(256 << 10))
     t = time.perf_counter()
     for p, off, n in regions:
@@ -84,17 +84,8 @@ def one(data: str, mode: str) -> str:
         for m, o in pages:
             acc ^= m[o]
         touches.append(time.perf_counter() - t)
-    pmd = 0
-    mapped = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 5 and "-" in parts[0] and not line[0].isupper():
-                mapped = line.rstrip().endswith(".tar")
-            elif mapped and line.startswith("FilePmdMapped:"):
-                pmd += int(parts[1])
-    total = sum(len(m) for m in maps) // 1024
-    return f"{mode:<6} pull {took:.2f} s   touch {touches[0]:.2f} s   again {touches[1]:.2f} s   2 MiB pages {pmd * 100 // max(total, 1)}%"
+    huge, total = peers.huge_pages(shards) or (0, 0)
+    return f"{mode:<6} pull {took:.2f} s   touch {touches[0]:.2f} s   again {touches[1]:.2f} s   2 MiB pages {huge * 100 // max(total, 1)}%"
 
 
 def main() -> None:
