@@ -293,18 +293,25 @@ fn mount_without_root_prints_the_command() {
     };
     assert!(
         err.contains(&format!(
-            "hint: run `sudo mount -t tmpfs -o size=65m,mode=0755{huge} tmpfs {}`",
-            target.display()
+            "hint: run `sudo mkdir -p {t} && sudo mount -t tmpfs -o size=65m,mode=0755{huge} tmpfs {t}`",
+            t = target.display()
         )),
         "{err}"
     );
     assert!(!target.exists());
 }
 
-/// Whether this kernel has transparent huge pages (then `--mount` mounts
-/// its tmpfs `huge=within_size`).
+/// Whether this kernel has transparent huge pages for tmpfs (then `--mount`
+/// mounts its tmpfs `huge=within_size`).
 fn has_huge_pages() -> bool {
-    Path::new("/sys/kernel/mm/transparent_hugepage/shmem_enabled").exists()
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+        .is_ok_and(|t| !t.contains("[deny]"))
+}
+
+/// Whether this kernel puts every tmpfs in 2 MiB pages, whatever its options.
+fn huge_pages_forced() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+        .is_ok_and(|t| t.contains("[force]"))
 }
 
 /// Unmounts a directory on drop, in case a test fails half-way.
@@ -456,6 +463,150 @@ fn mount_keeps_a_staged_shard_in_2_mib_pages() {
     );
     let out = bale(&["unstage", s(&target)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// Mounts a tmpfs of 256 MiB with `options` at `dir` for a test; None when
+/// this process may not mount.
+fn test_tmpfs(dir: &Path, options: &str) -> Option<Unmount> {
+    std::fs::create_dir_all(dir).unwrap();
+    let ok = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size=256m,{options}"),
+            "tmpfs",
+            s(dir),
+        ])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|st| st.success());
+    ok.then(|| Unmount(dir.to_path_buf()))
+}
+
+fn marker_says_mounted(dir: &Path) -> bool {
+    let marker: Value =
+        serde_json::from_slice(&std::fs::read(dir.join(".bale-stage.json")).unwrap()).unwrap();
+    marker["mounted"].as_bool().unwrap()
+}
+
+/// `--mount` is for 2 MiB pages, so a target on a tmpfs without them (as
+/// /dev/shm, where `bale stage` stages by default, usually is) gets a tmpfs
+/// of bale's own too, unmounted again by unstage; a copy already there in
+/// small pages is reused with a note, or refused when half-finished.
+#[test]
+fn mount_on_a_tmpfs_without_2_mib_pages_mounts_one_of_bale_s_own() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let Some(_ram) = test_tmpfs(&tmp.path().join("ram"), "huge=never") else {
+        let (code, _, err) = stage(&ds, &tmp.path().join("t"), &["--mount"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("needs root"), "{err}");
+        return;
+    };
+    let target = tmp.path().join("ram").join("t");
+    if !has_huge_pages() || huge_pages_forced() {
+        let (code, _, err) = stage(&ds, &target, &["--mount"]);
+        assert_eq!(code, 0, "{err}");
+        let why = if huge_pages_forced() {
+            "keeps files in 2 MiB pages already: not mounting"
+        } else {
+            "no 2 MiB pages for tmpfs: not mounting"
+        };
+        assert!(err.contains(why), "{err}");
+        return;
+    }
+    let (code, _, err) = stage(&ds, &target, &["--mount", "--assume-not-root"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "is on a tmpfs without 2 MiB pages, and mounting one of bale's own needs root"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "hint: run `sudo mkdir -p {t} && sudo mount -t tmpfs -o size=65m,mode=0755,huge=within_size tmpfs {t}`",
+            t = target.display()
+        )),
+        "{err}"
+    );
+    assert!(!target.exists());
+
+    let _guard = Unmount(target.clone());
+    let (code, out, err) = stage(&ds, &target, &["--mount"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("{}\n", target.display()));
+    assert!(err.contains("mounted a tmpfs of 65m"), "{err}");
+    assert!(is_mounted(&target));
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .rfind(|l| l.split_whitespace().nth(1) == Some(s(&target)))
+        .unwrap();
+    assert!(line.contains("huge=within_size"), "{line}");
+    assert!(marker_says_mounted(&target));
+    same_files(&ds, &target, &dataset_files(&ds));
+    let (code, _, err) = stage(&ds, &target, &["--mount"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("reusing"), "{err}");
+    assert!(!err.contains("not a tmpfs of bale's own"), "{err}");
+    let out = bale(&["unstage", s(&target)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).starts_with("unmounted and removed"));
+    assert!(!is_mounted(&target));
+
+    // A copy staged there in small pages first.
+    let (code, _, err) = stage(&ds, &target, &[]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = stage(&ds, &target, &["--mount"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("reusing"), "{err}");
+    assert!(
+        err.contains("is not a tmpfs of bale's own, so not in 2 MiB pages: `bale unstage` it"),
+        "{err}"
+    );
+    assert!(!is_mounted(&target));
+    std::fs::remove_file(target.join("bale.json")).unwrap();
+    let (code, _, err) = stage(&ds, &target, &["--mount"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("holds a staged copy outside a tmpfs of bale's own"),
+        "{err}"
+    );
+    assert!(!is_mounted(&target), "nothing is mounted over the copy");
+    let out = bale(&["unstage", s(&target)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// On a tmpfs that keeps its files in 2 MiB pages already, `--mount` mounts
+/// nothing and says why.
+#[test]
+fn mount_where_the_tmpfs_has_2_mib_pages_already_mounts_nothing() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    if !has_huge_pages() {
+        return;
+    }
+    let Some(_ram) = test_tmpfs(&tmp.path().join("ram"), "huge=within_size") else {
+        return;
+    };
+    let target = tmp.path().join("ram").join("t");
+    let _guard = Unmount(target.clone());
+    let (code, _, err) = stage(&ds, &target, &["--mount"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("is on a tmpfs that keeps files in 2 MiB pages already: not mounting"),
+        "{err}"
+    );
+    assert!(!is_mounted(&target));
+    assert!(!marker_says_mounted(&target));
+    same_files(&ds, &target, &dataset_files(&ds));
+    let out = bale(&["unstage", s(&target)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).starts_with("removed"));
 }
 
 // Regressions pinned when the engine moved into bale-reader: locking, bounded

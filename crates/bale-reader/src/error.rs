@@ -170,7 +170,8 @@ pub enum StageErrorKind {
         /// `MemAvailable`.
         available: u64,
     },
-    /// The target is not RAM-backed and mounting a tmpfs on it needs root.
+    /// `--mount` asked for a tmpfs of bale's own (for 2 MiB pages) where the
+    /// target has none, and mounting one needs root.
     NeedsRoot {
         /// The mount command to run as root.
         command: String,
@@ -180,8 +181,9 @@ pub enum StageErrorKind {
         /// The mount command to run by hand.
         command: String,
     },
-    /// A mount was asked for where a staged copy already sits on a disk.
-    StagedOnDisk,
+    /// A mount was asked for where a staged copy already sits outside a
+    /// tmpfs bale mounted (on a disk, or on a tmpfs without 2 MiB pages).
+    StagedWithoutMount,
     /// The staging folder holds files bale did not write: staging would
     /// replace one, or unstaging would delete them.
     ForeignFiles {

@@ -163,7 +163,7 @@ fn stage_error(e: ReaderError, args: &StageArgs) -> anyhow::Error {
             StageErrorKind::MountFailed { command } => Some(format!(
                 "run `{command}` yourself, then bale stage without --mount"
             )),
-            StageErrorKind::StagedOnDisk => Some(format!(
+            StageErrorKind::StagedWithoutMount => Some(format!(
                 "remove it with `bale unstage {}` first",
                 path.display()
             )),

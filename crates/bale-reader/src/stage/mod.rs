@@ -287,6 +287,21 @@ fn normalized(path: &Path) -> PathBuf {
     out
 }
 
+/// Why `--mount` mounts nothing at `target` (RAM-backed or not, as `ram`
+/// says; `found` its staging marker), or None when a tmpfs of bale's own
+/// there would give the copy what `--mount` is for: 2 MiB pages.
+fn no_mount_needed(target: &Path, ram: bool, found: Option<&Marker>) -> Option<&'static str> {
+    if found.is_some_and(|m| m.mounted) && sys::is_mount_point(target) {
+        Some("is a tmpfs bale mounted already")
+    } else if ram && sys::tmpfs_gives_huge_pages(target) {
+        Some("is on a tmpfs that keeps files in 2 MiB pages already")
+    } else if ram && !sys::tmpfs_has_huge_pages() {
+        Some("is RAM-backed already, and this kernel has no 2 MiB pages for tmpfs")
+    } else {
+        None
+    }
+}
+
 fn refuse_nested(src: &Path, target: &Path, shown_target: &Path) -> Result<()> {
     if target.starts_with(src) || src.starts_with(target) {
         return Err(ReaderError::Stage {
@@ -490,6 +505,15 @@ impl Run<'_> {
                                     ""
                                 }
                             ));
+                            if self.options.mount
+                                && let Ok(ram) = is_ram_backed(target)
+                                && no_mount_needed(target, ram, Some(mk)).is_none()
+                            {
+                                progress.message(&format!(
+                                    "{} is not a tmpfs of bale's own, so not in 2 MiB pages: `bale unstage` it, then stage again with --mount to have them",
+                                    shown(target)
+                                ));
+                            }
                             return Ok(StageSummary {
                                 reused: true,
                                 ..self.summary()
@@ -547,7 +571,13 @@ impl Run<'_> {
         let to_copy = plan.to_copy(self.src, target)?;
         let assume = self.options.assume;
         let ram = is_ram_backed(target).map_err(|e| io_error(target, e))?;
-        let will_mount = self.options.mount && !ram;
+        let will_mount = self.options.mount && {
+            let why_not = no_mount_needed(target, ram, found.as_ref());
+            if let Some(why) = why_not {
+                progress.message(&format!("{} {why}: not mounting", shown(target)));
+            }
+            why_not.is_none()
+        };
         if will_mount {
             // The mount's size: the copy and its margin.
             let required = capacity::check(
@@ -560,33 +590,42 @@ impl Run<'_> {
                     allow_swap: true,
                 },
             )?;
-            if found.is_some() {
+            if sys::is_mount_point(target) {
+                // Someone else's file system: mounting over it would hide it.
                 return Err(ReaderError::Stage {
                     path: target.to_path_buf(),
                     what: format!(
-                        "{} holds a staged copy on a file system that is not tmpfs; remove it before staging there with a tmpfs mount",
+                        "{} is a mount point already; bale mounts its tmpfs only on a folder that is not one",
                         shown(target)
                     ),
-                    kind: StageErrorKind::StagedOnDisk,
+                    kind: StageErrorKind::NotStagingFolder,
+                });
+            }
+            if found.is_some() {
+                // Mounting over it would hide it, and leave it behind.
+                return Err(ReaderError::Stage {
+                    path: target.to_path_buf(),
+                    what: format!(
+                        "{} holds a staged copy outside a tmpfs of bale's own; remove it before staging there with a tmpfs mount",
+                        shown(target)
+                    ),
+                    kind: StageErrorKind::StagedWithoutMount,
                 });
             }
             if !sys::is_root() || assume.not_root {
+                let what = if ram {
+                    "is on a tmpfs without 2 MiB pages, and mounting one of bale's own needs root"
+                } else {
+                    "is not a tmpfs, and mounting one needs root"
+                };
                 return Err(ReaderError::Stage {
                     path: target.to_path_buf(),
-                    what: format!(
-                        "{} is not a tmpfs, and mounting one needs root",
-                        shown(target)
-                    ),
+                    what: format!("{} {what}", shown(target)),
                     kind: StageErrorKind::NeedsRoot {
                         command: sys::mount_command(target, required),
                     },
                 });
             }
-        } else if self.options.mount {
-            progress.message(&format!(
-                "{} is already RAM-backed: not mounting",
-                shown(target)
-            ));
         }
         let memory = if ram || will_mount || assume.mem_available.is_some() {
             Some(match assume.mem_available {

@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -115,9 +115,86 @@ pub(crate) fn tmpfs_size_option(bytes: u64) -> String {
 /// for 2 KB samples (docs/benchmarks.md, "Staged in 2 MiB pages").
 const HUGE_OPTION: &str = "huge=within_size";
 
-/// Whether this kernel's tmpfs takes [`HUGE_OPTION`] (it has transparent huge pages).
-fn tmpfs_has_huge_pages() -> bool {
-    Path::new("/sys/kernel/mm/transparent_hugepage/shmem_enabled").exists()
+/// Whether this kernel's tmpfs takes [`HUGE_OPTION`] (it has transparent
+/// huge pages, and does not deny them to every tmpfs).
+pub(crate) fn tmpfs_has_huge_pages() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+        .is_ok_and(|t| !t.contains("[deny]"))
+}
+
+/// Whether the tmpfs holding `path` keeps its files in 2 MiB pages already:
+/// mounted `huge=always` or `huge=within_size`, or every tmpfs forced to
+/// them (`shmem_enabled` set to `force`). `huge=advise` does not count: a
+/// file there gets them only through `madvise`.
+pub(crate) fn tmpfs_gives_huge_pages(path: &Path) -> bool {
+    let forced = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+        .is_ok_and(|t| t.contains("[force]"));
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return forced;
+    };
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return forced;
+    };
+    forced
+        || mount_options(&mountinfo, &real)
+            .is_some_and(|(fstype, options)| fstype == "tmpfs" && has_huge_option(&options))
+}
+
+/// Whether a tmpfs's options give its files 2 MiB pages without `madvise`.
+fn has_huge_option(options: &str) -> bool {
+    options
+        .split(',')
+        .any(|o| o == "huge=always" || o == "huge=within_size")
+}
+
+/// The file system type and super-block options of the mount that holds
+/// `path` (an absolute path without symlinks), from the text of
+/// /proc/self/mountinfo: the entry whose mount point is the longest prefix
+/// of `path`, the last one listed when several are stacked on one point.
+fn mount_options(mountinfo: &str, path: &Path) -> Option<(String, String)> {
+    let mut best: Option<(usize, (String, String))> = None;
+    for line in mountinfo.lines() {
+        let mut fields = line.split(' ');
+        let Some(point) = fields.nth(4) else {
+            continue;
+        };
+        let point = std::path::PathBuf::from(std::ffi::OsString::from_vec(unescape(point)));
+        // After the optional fields: `-`, the type, the source, the options.
+        let mut rest = fields.skip_while(|f| *f != "-").skip(1);
+        let (Some(fstype), Some(_source), Some(options)) = (rest.next(), rest.next(), rest.next())
+        else {
+            continue;
+        };
+        if !path.starts_with(&point) {
+            continue;
+        }
+        let depth = point.components().count();
+        if best.as_ref().is_none_or(|(d, _)| depth >= *d) {
+            best = Some((depth, (fstype.to_owned(), options.to_owned())));
+        }
+    }
+    best.map(|(_, o)| o)
+}
+
+/// A mountinfo path with its `\NNN` octal escapes (space, tab, newline,
+/// backslash) turned back into bytes.
+fn unescape(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && let Some(d) = b.get(i + 1..i + 4)
+            && d.iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push(((d[0] - b'0') << 6) | ((d[1] - b'0') << 3) | (d[2] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// The mount options bale gives a tmpfs of at least `bytes`.
@@ -132,10 +209,10 @@ fn tmpfs_options(bytes: u64, huge: bool) -> String {
 
 /// The mount command a user can run.
 pub(crate) fn mount_command(dir: &Path, bytes: u64) -> String {
+    let dir = shell_quote(&dir.display().to_string());
     format!(
-        "sudo mount -t tmpfs -o {} tmpfs {}",
+        "sudo mkdir -p {dir} && sudo mount -t tmpfs -o {} tmpfs {dir}",
         tmpfs_options(bytes, tmpfs_has_huge_pages()),
-        shell_quote(&dir.display().to_string())
     )
 }
 
@@ -228,7 +305,7 @@ mod tests {
         assert_eq!(
             mount_command(Path::new("/mnt/a b"), 1),
             format!(
-                "sudo mount -t tmpfs -o {} tmpfs '/mnt/a b'",
+                "sudo mkdir -p '/mnt/a b' && sudo mount -t tmpfs -o {} tmpfs '/mnt/a b'",
                 tmpfs_options(1, tmpfs_has_huge_pages())
             )
         );
@@ -237,6 +314,39 @@ mod tests {
             tmpfs_options(3 << 20, true),
             "size=3m,mode=0755,huge=within_size"
         );
+    }
+
+    #[test]
+    fn the_mount_holding_a_path_and_its_huge_option() {
+        let info = "\
+24 27 0:6 / /dev rw,relatime - devtmpfs devtmpfs rw,size=12334460k,mode=755
+25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=24684084k
+30 25 0:27 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=100k,huge=within_size
+31 30 0:28 / /dev/shm/a\\040b rw shared:5 master:1 - tmpfs tmpfs rw,huge=always
+32 30 0:29 / /dev/shm/ad rw - tmpfs tmpfs rw,huge=advise
+33 1 0:30 / / rw - ext4 /dev/vda1 rw
+";
+        let at = |p: &str| mount_options(info, Path::new(p));
+        let opts = |p: &str| at(p).map(|(_, o)| o);
+        // The last of the mounts stacked on /dev/shm.
+        assert_eq!(opts("/dev/shm/x").unwrap(), "rw,size=100k,huge=within_size");
+        // An escaped space, and optional fields before the `-`.
+        assert_eq!(opts("/dev/shm/a b/c").unwrap(), "rw,huge=always");
+        // A prefix of a name is not a parent folder.
+        assert_eq!(
+            opts("/dev/shm/a bc").unwrap(),
+            "rw,size=100k,huge=within_size"
+        );
+        assert_eq!(opts("/dev/shm/ad").unwrap(), "rw,huge=advise");
+        assert_eq!(at("/home/x").unwrap(), ("ext4".into(), "rw".into()));
+        assert_eq!(mount_options("garbage\n1 2 3\n", Path::new("/x")), None);
+        assert!(has_huge_option("rw,huge=within_size"));
+        assert!(has_huge_option("huge=always,rw"));
+        assert!(!has_huge_option("rw,huge=advise"));
+        assert!(!has_huge_option("rw,huge=never"));
+        assert!(!has_huge_option("rw,size=1m"));
+        assert_eq!(unescape("a\\040b\\134c\\9"), b"a b\\c\\9");
+        assert_eq!(unescape("\\"), b"\\");
     }
 
     #[test]
