@@ -484,6 +484,15 @@ fn test_tmpfs(dir: &Path, options: &str) -> Option<Unmount> {
     ok.then(|| Unmount(dir.to_path_buf()))
 }
 
+/// How many mounts /proc/mounts lists at `dir`.
+fn mounts_at(dir: &Path) -> usize {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some(s(dir)))
+        .count()
+}
+
 fn marker_says_mounted(dir: &Path) -> bool {
     let marker: Value =
         serde_json::from_slice(&std::fs::read(dir.join(".bale-stage.json")).unwrap()).unwrap();
@@ -533,6 +542,20 @@ fn mount_on_a_tmpfs_without_2_mib_pages_mounts_one_of_bale_s_own() {
         "{err}"
     );
     assert!(!target.exists());
+    // Never over another mount: it would hide what is there.
+    let (code, _, err) = stage(&ds, &tmp.path().join("ram"), &["--mount"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "is a mount point already; bale mounts its tmpfs only on a folder that is not one"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        mounts_at(&tmp.path().join("ram")),
+        1,
+        "nothing was mounted over the tmpfs"
+    );
 
     let _guard = Unmount(target.clone());
     let (code, out, err) = stage(&ds, &target, &["--mount"]);

@@ -22,7 +22,7 @@
 //! them only those trees are read (and none is generated), e.g.
 //! `cargo xtask bench python -- --tree /tmp/small --runs 3`. `-- --quick` (taken by
 //! the xtask) reads two small trees instead, `target/bench/quick/jpeg-1k` (1,000
-//! JPEGs) and `target/bench/quick/png-5k` (5,000 PNGs), one timed pass per row,
+//! JPEGs) and `target/bench/quick/png-5k` (5,000 PNGs), one timed pass per row and pack writer,
 //! results in `target/bench/python/quick.json`: every row and peer in a few minutes.
 //!
 //! A peer that cannot be installed or imported does not stop the run: the xtask
@@ -312,7 +312,7 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
     cmd.current_dir(root).arg(root.join(SCRIPT));
     if quick {
         // One timed pass per row (an explicit --reps in ARGS comes later and wins).
-        cmd.args(["--reps", "1", "--cold-reps", "1"]);
+        cmd.args(["--reps", "1", "--cold-reps", "1", "--pack-passes", "1"]);
     }
     if quick && !has_trees(extra) && !lists_only(extra) {
         for (name, rel, params) in &QUICK_TREES {

@@ -40,8 +40,10 @@ a random order; the best peer is taken over the shuffled and the random rows,
 since a random permutation read sample by sample is a shuffled epoch too),
 pack (each writer timed afresh into a scratch directory from a warm tree,
 durable: fsync/sync before the clock stops; `dd conv=fdatasync` of the payload
-size for the disk's durable write speed) and size (each cached dataset against
-the payload).
+size for the disk's durable write speed; --pack-passes rounds of every writer,
+in alternating order, each writer's time the median of its passes and the
+ratio the median of the rounds' ratios, so that the disk's drift over a run
+falls on both sides) and size (each cached dataset against the payload).
 
 Which groups run where (--all-cells: every group in every state on every tree):
 random warm and cold, sequential warm, and on tiny trees (mean sample under
@@ -121,6 +123,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=1, help="run the whole set this many times (default: 1)")
     ap.add_argument("--reps", type=int, default=3, help="timed passes per warm row and run (median; default: 3)")
     ap.add_argument("--cold-reps", type=int, default=1, help="timed passes per cold row and run (default: 1)")
+    ap.add_argument(
+        "--pack-passes",
+        type=int,
+        default=3,
+        help="rounds of every pack writer per run, in alternating order (median; default: 3)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="the random permutation and shuffles (default: 0)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds before a row is given up (default: 3600)")
     ap.add_argument("--rebuild", action="store_true", help="write every peer dataset again")
@@ -154,8 +162,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         )
         if "bale" in args.peers:
             args.peers.append("bale-zstd")
-    if min(args.runs, args.reps, args.cold_reps) < 1:
-        ap.error("--runs, --reps and --cold-reps must be at least 1")
+    if min(args.runs, args.reps, args.cold_reps, args.pack_passes) < 1:
+        ap.error("--runs, --reps, --cold-reps and --pack-passes must be at least 1")
     return args
 
 
@@ -350,11 +358,16 @@ def pack_headline(pack: dict[str, dict]) -> dict | None:
     if bale is None and not pool:
         return None
     best = min(pool, key=lambda p: p[1]) if pool else (None, None)
+    ratio = best[1] / bale if bale and best[1] else None
+    # Round by round (the same stretch of the disk's weather), where both have every pass.
+    peer_passes, bale_passes = pack.get(best[0], {}).get("passes", []), pack.get("bale", {}).get("passes", [])
+    if ratio and len(peer_passes) == len(bale_passes) > 1:
+        ratio = statistics.median(p / b for p, b in zip(peer_passes, bale_passes))
     return {
         "bale": bale,
         "peer": best[0],
         "peer_secs": best[1],
-        "ratio": best[1] / bale if bale and best[1] else None,
+        "ratio": ratio,
         "zstd": pack.get("bale-zstd", {}).get("secs"),
         "dd": pack.get("dd", {}).get("secs"),
     }
@@ -561,7 +574,7 @@ def main(argv: list[str]) -> int:
             print(f"\n--- {name}: {info['samples']:,} samples, {info['payload'] / 1e6:,.1f} MB ({tree})", flush=True)
             if pack_writers and runs_in("pack", "warm", mean, args):
                 # First, while the disk holds only bale's dataset of this tree.
-                per_tree["pack"] = pack(name, tree, info, pack_writers, scratch, bale_bin, args.timeout)
+                per_tree["pack"] = pack(name, tree, info, pack_writers, scratch, bale_bin, args.timeout, args.pack_passes)
             for d in order:
                 if d != "loose":
                     ensure(name, d, tree, out_root, bale_bin, fp, args, info)
@@ -669,30 +682,41 @@ def write_catalog(path: str, samples: list, bale_dataset: str) -> int:
     return payload
 
 
-def pack(name: str, tree: str, info: dict, writers: list[str], scratch: str, bale_bin: str, timeout: float) -> dict:
-    """Times each writer afresh into a scratch directory, from a warm tree."""
+def pack(
+    name: str, tree: str, info: dict, writers: list[str], scratch: str, bale_bin: str, timeout: float, passes: int
+) -> dict:
+    """Times each writer afresh into a scratch directory, from a warm tree:
+    ``passes`` rounds, every other one in reverse order; a writer's ``secs``
+    is the median of its ``passes``, and a writer that fails is not run again."""
     for _, fs in peers.walk(tree):  # warm the tree
         for _, p, _ in fs:
             with open(p, "rb") as f:
                 while f.read(1 << 20):
                     pass
-    out = {}
-    for w in writers:
-        dest_root = os.path.join(scratch, f"pack-{w}")
-        shutil.rmtree(dest_root, ignore_errors=True)
-        os.makedirs(dest_root)
-        rel = "dd.bin" if w == "dd" else peers.WRITERS[w][1]
-        spec = {"pack": w, "tree": tree, "dest": os.path.join(dest_root, rel), "bale": bale_bin, "bytes": info["payload"]}
-        r = in_child(spec, scratch, timeout)
-        shutil.rmtree(dest_root, ignore_errors=True)
-        out[w] = r
-        about = "dd if=/dev/zero bs=1M conv=fdatasync" if w == "dd" else peers.WRITERS[w][0]
-        if "error" in r:
-            print(f"  pack  {w:<17} FAILED: {r['error']}", flush=True)
-            for line in r.get("log", []):
-                print(f"      | {line}")
-        else:
-            print(f"  pack  {w:<17} {r['secs']:>12.2f} s {info['payload'] / r['secs'] / 1e6:>9,.1f} MB/s  {about}", flush=True)
+    out: dict = {}
+    for round_no in range(passes):
+        for w in writers if round_no % 2 == 0 else writers[::-1]:
+            if "error" in out.get(w, {}):
+                continue
+            dest_root = os.path.join(scratch, f"pack-{w}")
+            shutil.rmtree(dest_root, ignore_errors=True)
+            os.makedirs(dest_root)
+            rel = "dd.bin" if w == "dd" else peers.WRITERS[w][1]
+            spec = {"pack": w, "tree": tree, "dest": os.path.join(dest_root, rel), "bale": bale_bin, "bytes": info["payload"]}
+            r = in_child(spec, scratch, timeout)
+            shutil.rmtree(dest_root, ignore_errors=True)
+            about = "dd if=/dev/zero bs=1M conv=fdatasync" if w == "dd" else peers.WRITERS[w][0]
+            tag = f"{w} {round_no + 1}/{passes}" if passes > 1 else w
+            if "error" in r:
+                out[w] = r
+                print(f"  pack  {tag:<17} FAILED: {r['error']}", flush=True)
+                for line in r.get("log", []):
+                    print(f"      | {line}")
+                continue
+            done = out.setdefault(w, {"passes": []})
+            done["passes"].append(r["secs"])
+            done["secs"] = statistics.median(done["passes"])
+            print(f"  pack  {tag:<17} {r['secs']:>12.2f} s {info['payload'] / r['secs'] / 1e6:>9,.1f} MB/s  {about}", flush=True)
     return out
 
 
