@@ -3,9 +3,11 @@
 //! (`Dataset::get_populated`) or in batches (`Dataset::get_batch`), xxh3 over
 //! every byte read. Later passes show the warm rate once the shards' pages
 //! are mapped (the first pages in a fresh process pay their page faults).
+//! `verify` as the fifth argument checks every member against the index's
+//! checksum as it is read (`verify_on_read`), before the xxh3 of the caller.
 //!
 //! ```sh
-//! cargo run --release -p bale-reader --example warm_random -- DATASET [PASSES] [THREADS] [BATCH]
+//! cargo run --release -p bale-reader --example warm_random -- DATASET [PASSES] [THREADS] [BATCH] [verify]
 //! ```
 //!
 //! docs/benchmarks.md ("Reads of 2 KB samples") quotes its figures.
@@ -21,9 +23,18 @@ fn arg(n: usize, default: usize) -> usize {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args()
         .nth(1)
-        .ok_or("usage: warm_random DATASET [PASSES] [THREADS] [BATCH]")?;
+        .ok_or("usage: warm_random DATASET [PASSES] [THREADS] [BATCH] [verify]")?;
     let (passes, threads, batch) = (arg(2, 5), arg(3, 1).max(1), arg(4, 1).max(1));
-    let ds = bale_reader::Dataset::open(&dir)?;
+    let verify = match std::env::args().nth(5).as_deref() {
+        None => false,
+        Some("verify") => true,
+        Some(other) => {
+            return Err(format!("the fifth argument is `verify` or nothing, not {other:?}").into());
+        }
+    };
+    let ds = bale_reader::DatasetOptions::new()
+        .verify_on_read(verify)
+        .open(&dir)?;
     let n = ds.len();
     let order = bale_reader::testing::shuffled_order(n);
     for pass in 0..passes {
@@ -50,8 +61,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?;
         let secs = t.elapsed().as_secs_f64();
         println!(
-            "pass {pass}: {:.0} samples/s ({threads} thread(s), batch {batch}; checksum {sum:016x})",
-            n as f64 / secs
+            "pass {pass}: {:.0} samples/s ({threads} thread(s), batch {batch}{}; checksum {sum:016x})",
+            n as f64 / secs,
+            if verify { ", verified" } else { "" }
         );
     }
     Ok(())
