@@ -92,15 +92,40 @@ pub(crate) fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Whether `dir` is a mount point (its device differs from its parent's).
+/// Whether the folder `dir` reaches (through symlinks) is the root of a
+/// mount: as `statx` says (`STATX_ATTR_MOUNT_ROOT`, which sees a bind mount
+/// of the same file system too), else when its device differs from its
+/// parent's (`dir/..`, the parent of where a symlink leads, not of the link).
 pub(crate) fn is_mount_point(dir: &Path) -> bool {
-    let Some(parent) = dir.parent() else {
-        return true;
-    };
-    match (std::fs::metadata(dir), std::fs::metadata(parent)) {
-        (Ok(a), Ok(b)) => a.dev() != b.dev(),
+    statx_mount_root(dir).unwrap_or_else(|| device_differs_from_parent(dir))
+}
+
+/// Whether `dir` (through symlinks) lies on another device than `dir/..`,
+/// or is its own parent (`/`).
+fn device_differs_from_parent(dir: &Path) -> bool {
+    match (std::fs::metadata(dir), std::fs::metadata(dir.join(".."))) {
+        (Ok(a), Ok(b)) => a.dev() != b.dev() || a.ino() == b.ino(),
         _ => false,
     }
+}
+
+/// `STATX_ATTR_MOUNT_ROOT` of `path`, when the kernel reports it (Linux 5.8 on).
+fn statx_mount_root(path: &Path) -> Option<bool> {
+    let c = cpath(path).ok()?;
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path, `stx` a writable statx.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            0,
+            libc::STATX_BASIC_STATS,
+            &mut stx,
+        )
+    };
+    let flag = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    (r == 0 && stx.stx_attributes_mask & flag != 0).then_some(stx.stx_attributes & flag != 0)
 }
 
 /// The `size=` option for a tmpfs of at least `bytes`, in MiB.
@@ -347,6 +372,30 @@ mod tests {
         assert!(!has_huge_option("rw,size=1m"));
         assert_eq!(unescape("a\\040b\\134c\\9"), b"a b\\c\\9");
         assert_eq!(unescape("\\"), b"\\");
+    }
+
+    #[test]
+    fn mount_points_through_symlinks_and_the_root() {
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        // Links from this file system to procfs: where a link leads counts.
+        let to_root = d.path().join("to-root");
+        std::os::unix::fs::symlink("/proc", &to_root).unwrap();
+        let inside = d.path().join("inside");
+        std::os::unix::fs::symlink("/proc/self", &inside).unwrap();
+        for (check, name) in [
+            (is_mount_point as fn(&Path) -> bool, "is_mount_point"),
+            (device_differs_from_parent, "the fallback"),
+        ] {
+            assert!(check(Path::new("/")), "{name}: /");
+            assert!(check(Path::new("/proc")), "{name}: /proc");
+            assert!(!check(Path::new("/proc/self/fd")), "{name}: /proc/self/fd");
+            assert!(!check(&sub), "{name}: a plain folder");
+            assert!(check(&to_root), "{name}: a link to /proc");
+            assert!(!check(&inside), "{name}: a link into /proc");
+            assert!(!check(&d.path().join("missing")), "{name}: a missing path");
+        }
     }
 
     #[test]
