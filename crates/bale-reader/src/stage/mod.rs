@@ -663,15 +663,24 @@ impl Run<'_> {
                 shown(target)
             ));
             // The lock held so far is on the folder under the mount.
-            lock = DirLock::try_lock(target)?;
+            lock = DirLock::try_lock(target).inspect_err(|_| {
+                let _ = sys::unmount(target);
+            })?;
         }
 
         // The marker first, then the files (indexes before shards), then the manifest.
         let mounted = mounted_now || found.as_ref().is_some_and(|m| m.mounted);
-        marker::write(
+        if let Err(e) = marker::write(
             target,
             &Marker::new(self.src, self.hash.to_owned(), mounted, plan.rels()),
-        )?;
+        ) {
+            // Until the marker says so, nothing would ever unmount it.
+            if mounted_now {
+                drop(lock);
+                let _ = sys::unmount(target);
+            }
+            return Err(e);
+        }
         *wrote_marker = true;
         progress.start(plan.total(self.src)?);
         let ctx = self.ctx(&owned);
