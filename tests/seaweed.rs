@@ -201,7 +201,8 @@ impl Seaweed {
     fn launch(reuse: Option<(PathBuf, Ports)>, shared: bool) -> Result<Seaweed> {
         let root = root();
         clean_stale(&root);
-        let reuse_none = reuse.is_none();
+        // A server of its own folder, not one restarted on another's.
+        let fresh = reuse.is_none();
         let (dir, ports) = match reuse {
             Some(r) => r,
             None => {
@@ -256,7 +257,7 @@ impl Seaweed {
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}", weed().display()))?;
-        if shared && reuse_none {
+        if shared && fresh {
             remove_when_gone(&dir, ports.s3);
         }
         let mut s = Seaweed {
