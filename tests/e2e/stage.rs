@@ -286,11 +286,14 @@ fn mount_without_root_prints_the_command() {
         "{err}"
     );
     // 2 MiB pages where the kernel has them.
-    let huge = if has_huge_pages() {
-        ",huge=within_size"
-    } else {
-        ""
-    };
+    assert_mount_hint(&err, &target, has_huge_pages());
+    assert!(!target.exists());
+}
+
+/// `err` ends with the hint to make and mount the test dataset's tmpfs at
+/// `target` (65 MiB), `huge=within_size` when `huge`.
+fn assert_mount_hint(err: &str, target: &Path, huge: bool) {
+    let huge = if huge { ",huge=within_size" } else { "" };
     assert!(
         err.contains(&format!(
             "hint: run `sudo mkdir -p {t} && sudo mount -t tmpfs -o size=65m,mode=0755{huge} tmpfs {t}`",
@@ -298,7 +301,6 @@ fn mount_without_root_prints_the_command() {
         )),
         "{err}"
     );
-    assert!(!target.exists());
 }
 
 /// Whether this kernel has transparent huge pages for tmpfs (then `--mount`
@@ -325,11 +327,18 @@ impl Drop for Unmount {
     }
 }
 
-fn is_mounted(dir: &Path) -> bool {
+/// The lines of /proc/mounts for mounts at `dir`, the topmost last.
+fn mounts_at(dir: &Path) -> Vec<String> {
     std::fs::read_to_string("/proc/mounts")
         .unwrap_or_default()
         .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(s(dir)))
+        .filter(|l| l.split_whitespace().nth(1) == Some(s(dir)))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    !mounts_at(dir).is_empty()
 }
 
 /// Whether this process may mount a tmpfs (root with the capability).
@@ -419,11 +428,7 @@ fn mount_keeps_a_staged_shard_in_2_mib_pages() {
         // No huge pages in this kernel: the mount went ahead without them.
         return;
     }
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    let line = mounts
-        .lines()
-        .find(|l| l.split_whitespace().nth(1) == Some(s(&target)))
-        .unwrap();
+    let line = mounts_at(&target).pop().unwrap();
     assert!(line.contains("huge=within_size"), "{line}");
     let shard = target.join("shard-000000.tar");
     let len = std::fs::metadata(&shard).unwrap().len() as usize;
@@ -484,15 +489,6 @@ fn test_tmpfs(dir: &Path, options: &str) -> Option<Unmount> {
     ok.then(|| Unmount(dir.to_path_buf()))
 }
 
-/// How many mounts /proc/mounts lists at `dir`.
-fn mounts_at(dir: &Path) -> usize {
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.split_whitespace().nth(1) == Some(s(dir)))
-        .count()
-}
-
 fn marker_says_mounted(dir: &Path) -> bool {
     let marker: Value =
         serde_json::from_slice(&std::fs::read(dir.join(".bale-stage.json")).unwrap()).unwrap();
@@ -534,13 +530,7 @@ fn mount_on_a_tmpfs_without_2_mib_pages_mounts_one_of_bale_s_own() {
         ),
         "{err}"
     );
-    assert!(
-        err.contains(&format!(
-            "hint: run `sudo mkdir -p {t} && sudo mount -t tmpfs -o size=65m,mode=0755,huge=within_size tmpfs {t}`",
-            t = target.display()
-        )),
-        "{err}"
-    );
+    assert_mount_hint(&err, &target, true);
     assert!(!target.exists());
     // Never over another mount: it would hide what is there.
     let (code, _, err) = stage(&ds, &tmp.path().join("ram"), &["--mount"]);
@@ -552,7 +542,7 @@ fn mount_on_a_tmpfs_without_2_mib_pages_mounts_one_of_bale_s_own() {
         "{err}"
     );
     assert_eq!(
-        mounts_at(&tmp.path().join("ram")),
+        mounts_at(&tmp.path().join("ram")).len(),
         1,
         "nothing was mounted over the tmpfs"
     );
@@ -563,11 +553,7 @@ fn mount_on_a_tmpfs_without_2_mib_pages_mounts_one_of_bale_s_own() {
     assert_eq!(out, format!("{}\n", target.display()));
     assert!(err.contains("mounted a tmpfs of 65m"), "{err}");
     assert!(is_mounted(&target));
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    let line = mounts
-        .lines()
-        .rfind(|l| l.split_whitespace().nth(1) == Some(s(&target)))
-        .unwrap();
+    let line = mounts_at(&target).pop().unwrap();
     assert!(line.contains("huge=within_size"), "{line}");
     assert!(marker_says_mounted(&target));
     same_files(&ds, &target, &dataset_files(&ds));
