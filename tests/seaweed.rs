@@ -63,6 +63,29 @@ fn free_port(taken: &[u16]) -> Result<u16> {
 }
 
 impl Ports {
+    /// The unix sockets the server makes beside its gRPC ports, in /tmp
+    /// whatever its options say; killed, it leaves them there.
+    fn grpc_sockets(&self) -> [PathBuf; 4] {
+        [
+            ("master", self.master),
+            ("volume", self.volume),
+            ("filer", self.filer),
+            ("s3", self.s3),
+        ]
+        .map(|(name, p)| PathBuf::from(format!("/tmp/seaweedfs-{name}-grpc-{}.sock", p + 10000)))
+    }
+
+    /// Removes [`Ports::grpc_sockets`] (sockets only: a file of another
+    /// kind under such a name is not the server's).
+    fn remove_sockets(&self) {
+        use std::os::unix::fs::FileTypeExt;
+        for p in self.grpc_sockets() {
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket()) {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
+
     fn pick() -> Result<Ports> {
         let mut taken = Vec::new();
         let mut next = || -> Result<u16> {
@@ -99,7 +122,7 @@ fn write_config(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Removes data folders and sockets of shared servers whose test process is gone.
+/// Removes the folders (data and sockets) of shared servers whose test process is gone.
 fn clean_stale(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
@@ -113,26 +136,30 @@ fn clean_stale(root: &Path) {
         let (Some(pid), Some(port)) = (parts.next(), parts.next()) else {
             continue;
         };
-        let (Ok(pid), Ok(port)) = (pid.parse::<i32>(), port.parse::<u16>()) else {
+        let (Ok(pid), Ok(_port)) = (pid.parse::<i32>(), port.parse::<u16>()) else {
             continue;
         };
         // SAFETY: signal 0 only asks whether the process exists.
         let alive = unsafe { libc_kill(pid, 0) } == 0;
         if !alive {
             let _ = std::fs::remove_dir_all(e.path());
-            let _ = std::fs::remove_file(format!("/tmp/seaweedfs-s3-{port}.sock"));
         }
     }
 }
 
-/// Removes a shared server's folder (its data, in RAM under /dev/shm) and
-/// socket as soon as this test process is gone, from a watcher that
+/// Removes a shared server's folder (its data, in RAM under /dev/shm, and
+/// its sockets) as soon as this test process is gone, from a watcher that
 /// outlives it: the server is a static, never dropped, and its folder would
 /// otherwise wait for the next run's [`clean_stale`]. When the watcher
 /// cannot start, that sweep still removes it.
-fn remove_when_gone(dir: &Path, port: u16) {
+fn remove_when_gone(dir: &Path, ports: &Ports) {
+    let sockets: String = ports
+        .grpc_sockets()
+        .iter()
+        .map(|p| format!("; [ -S {p} ] && rm -f -- {p}", p = p.display()))
+        .collect();
     let script = format!(
-        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; rm -rf -- \"$0\"; rm -f -- /tmp/seaweedfs-s3-{port}.sock",
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; rm -rf -- \"$0\"{sockets}",
         pid = std::process::id(),
     );
     let _ = Command::new("sh")
@@ -233,6 +260,13 @@ impl Seaweed {
             .arg(format!("-s3.port={}", ports.s3))
             .args(["-s3.port.iceberg=0", "-s3.port.lance=0"])
             .arg(format!("-s3.config={}", config.display()))
+            // Its unix sockets in its own folder, removed with it (by
+            // default they go to /tmp and stay there after a kill).
+            .arg(format!(
+                "-filer.localSocket={}",
+                dir.join("filer.sock").display()
+            ))
+            .arg(format!("-s3.localSocket={}", dir.join("s3.sock").display()))
             .args([
                 "-master.telemetry=false",
                 "-master.volumeSizeLimitMB=64",
@@ -258,7 +292,7 @@ impl Seaweed {
             .spawn()
             .with_context(|| format!("cannot start {}", weed().display()))?;
         if shared && fresh {
-            remove_when_gone(&dir, ports.s3);
+            remove_when_gone(&dir, &ports);
         }
         let mut s = Seaweed {
             child: Some(child),
@@ -471,6 +505,7 @@ impl Seaweed {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+            self.ports.remove_sockets();
         }
     }
 
@@ -501,6 +536,7 @@ impl Seaweed {
             }
             let _ = c.kill();
             let _ = c.wait();
+            self.ports.remove_sockets();
         }
     }
 }
@@ -510,7 +546,6 @@ impl Drop for Seaweed {
         self.stop();
         if self.own_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
-            let _ = std::fs::remove_file(format!("/tmp/seaweedfs-s3-{}.sock", self.ports.s3));
         }
     }
 }

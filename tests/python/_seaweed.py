@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,10 @@ class Seaweed:
                 "-s3.port.iceberg=0",
                 "-s3.port.lance=0",
                 f"-s3.config={config}",
+                # Its unix sockets in its own folder, removed with it (by
+                # default they go to /tmp and stay there after a kill).
+                f"-filer.localSocket={self.dir / 'filer.sock'}",
+                f"-s3.localSocket={self.dir / 's3.sock'}",
                 "-master.telemetry=false",
                 "-master.volumeSizeLimitMB=64",
                 "-volume.max=1000",
@@ -177,7 +182,12 @@ class Seaweed:
                 self.proc.wait()
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-        try:
-            os.unlink(f"/tmp/seaweedfs-s3-{self.s3}.sock")
-        except FileNotFoundError:
-            pass
+        # The sockets beside its gRPC ports go to /tmp whatever its options
+        # say, and stay there when it is killed (sockets only are removed).
+        for name, port in (("master", self.master), ("volume", self.volume), ("filer", self.filer), ("s3", self.s3)):
+            sock = Path(f"/tmp/seaweedfs-{name}-grpc-{port + 10000}.sock")
+            try:
+                if stat.S_ISSOCK(sock.lstat().st_mode):
+                    sock.unlink()
+            except FileNotFoundError:
+                pass
