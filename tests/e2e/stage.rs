@@ -546,6 +546,21 @@ fn mount_on_a_tmpfs_without_2_mib_pages_mounts_one_of_bale_s_own() {
         1,
         "nothing was mounted over the tmpfs"
     );
+    // Staged onto a mount point of someone else's (as after the printed
+    // commands), unstage empties it and leaves it mounted.
+    let ram = tmp.path().join("ram");
+    let (code, _, err) = stage(&ds, &ram, &[]);
+    assert_eq!(code, 0, "{err}");
+    let out = bale(&["unstage", s(&ram)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("is a mount point bale did not make: left in place, still mounted"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(mounts_at(&ram).len(), 1);
+    assert_eq!(std::fs::read_dir(&ram).unwrap().count(), 0);
 
     let _guard = Unmount(target.clone());
     let (code, out, err) = stage(&ds, &target, &["--mount"]);

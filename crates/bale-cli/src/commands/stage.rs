@@ -110,16 +110,22 @@ pub fn run_unstage(args: UnstageArgs) -> anyhow::Result<ExitCode> {
         _ => anyhow::Error::new(e),
     })?;
     if !args.quiet {
-        eprintln!(
-            "{}removed {} ({} staged)",
-            if summary.unmounted {
-                "unmounted and "
-            } else {
-                ""
-            },
-            summary.dir.display(),
-            crate::units::size(summary.bytes)
-        );
+        let dir = bale_format::shown(&summary.dir);
+        let size = crate::units::size(summary.bytes);
+        if summary.kept_mount_point {
+            eprintln!(
+                "removed the staged copy in {dir} ({size} staged); {dir} is a mount point bale did not make: left in place, still mounted"
+            );
+        } else {
+            eprintln!(
+                "{}removed {dir} ({size} staged)",
+                if summary.unmounted {
+                    "unmounted and "
+                } else {
+                    ""
+                },
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -26,10 +26,15 @@ pub struct UnstageSummary {
     pub bytes: u64,
     /// Whether the folder was a tmpfs bale mounted, now unmounted.
     pub unmounted: bool,
+    /// Whether the folder is a mount point bale did not make (a tmpfs
+    /// mounted by hand for the copy): its files are gone, the folder stays,
+    /// still mounted.
+    pub kept_mount_point: bool,
 }
 
 /// Removes the staged copy in `dir`: a folder [`super::stage`] wrote (it
-/// holds the [`MARKER`]); a tmpfs bale mounted there is unmounted. Files
+/// holds the [`MARKER`]); a tmpfs bale mounted there is unmounted, and a
+/// mount point bale did not make is emptied but left in place, mounted. Files
 /// bale did not write make it refuse, unless `force` (then they go too).
 ///
 /// # Errors
@@ -110,6 +115,7 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
             files,
             bytes,
             unmounted: true,
+            kept_mount_point: false,
         });
     }
     // The manifest first (no reader takes a half-deleted copy for a
@@ -135,12 +141,17 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
     }
     rm(&dir.join(MARKER))?;
     drop(lock);
-    fs::remove_dir(&dir).map_err(|e| io_error(&dir, e))?;
+    // A mount point cannot be removed; one bale did not mount is not bale's to unmount.
+    let kept_mount_point = sys::is_mount_point(&dir);
+    if !kept_mount_point {
+        fs::remove_dir(&dir).map_err(|e| io_error(&dir, e))?;
+    }
     Ok(UnstageSummary {
         dir,
         files,
         bytes,
         unmounted: false,
+        kept_mount_point,
     })
 }
 
