@@ -106,7 +106,8 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
         .map(|m| m.len())
         .sum();
     let files = all.len() as u64;
-    if marker.mounted && sys::is_mount_point(&dir) {
+    let mount_point = sys::is_mount_point(&dir);
+    if marker.mounted && mount_point {
         drop(lock); // An open descriptor on the mount would make it busy.
         sys::unmount(&dir)?;
         let _ = fs::remove_dir(&dir);
@@ -142,8 +143,7 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
     rm(&dir.join(MARKER))?;
     drop(lock);
     // A mount point cannot be removed; one bale did not mount is not bale's to unmount.
-    let kept_mount_point = sys::is_mount_point(&dir);
-    if !kept_mount_point {
+    if !mount_point {
         fs::remove_dir(&dir).map_err(|e| io_error(&dir, e))?;
     }
     Ok(UnstageSummary {
@@ -151,7 +151,7 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
         files,
         bytes,
         unmounted: false,
-        kept_mount_point,
+        kept_mount_point: mount_point,
     })
 }
 
