@@ -140,11 +140,20 @@ pub(crate) fn tmpfs_size_option(bytes: u64) -> String {
 /// for 2 KB samples (docs/benchmarks.md, "Staged in 2 MiB pages").
 const HUGE_OPTION: &str = "huge=within_size";
 
+/// The kernel's transparent huge page setting for tmpfs (the bracketed
+/// word of `shmem_enabled`, e.g. `never`, `within_size`, `deny`, `force`),
+/// or None where the kernel has no such pages.
+fn shmem_enabled() -> Option<String> {
+    let text = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").ok()?;
+    let (_, rest) = text.split_once('[')?;
+    let (word, _) = rest.split_once(']')?;
+    Some(word.to_owned())
+}
+
 /// Whether this kernel's tmpfs takes [`HUGE_OPTION`] (it has transparent
 /// huge pages, and does not deny them to every tmpfs).
 pub(crate) fn tmpfs_has_huge_pages() -> bool {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
-        .is_ok_and(|t| !t.contains("[deny]"))
+    shmem_enabled().is_some_and(|w| w != "deny")
 }
 
 /// Whether the tmpfs holding `path` keeps its files in 2 MiB pages already:
@@ -152,8 +161,7 @@ pub(crate) fn tmpfs_has_huge_pages() -> bool {
 /// them (`shmem_enabled` set to `force`). `huge=advise` does not count: a
 /// file there gets them only through `madvise`.
 pub(crate) fn tmpfs_gives_huge_pages(path: &Path) -> bool {
-    let forced = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
-        .is_ok_and(|t| t.contains("[force]"));
+    let forced = shmem_enabled().is_some_and(|w| w == "force");
     let Ok(real) = std::fs::canonicalize(path) else {
         return forced;
     };
