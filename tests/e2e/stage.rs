@@ -372,7 +372,8 @@ fn mount_as_root_mounts_a_tmpfs_and_unstage_unmounts_it() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, format!("{}\n", target.display()));
     assert!(err.contains("mounted a tmpfs of 65m"), "{err}");
-    assert!(is_mounted(&target));
+    let line = mounts_at(&target).pop().unwrap();
+    assert!(line.starts_with("bale-stage "), "{line}");
     let marker: Value =
         serde_json::from_slice(&std::fs::read(target.join(".bale-stage.json")).unwrap()).unwrap();
     assert_eq!(marker["mounted"], true);
@@ -473,6 +474,11 @@ fn mount_keeps_a_staged_shard_in_2_mib_pages() {
 /// Mounts a tmpfs of 256 MiB with `options` at `dir` for a test; None when
 /// this process may not mount.
 fn test_tmpfs(dir: &Path, options: &str) -> Option<Unmount> {
+    test_tmpfs_from("tmpfs", dir, options)
+}
+
+/// [`test_tmpfs`] with `source` for the mount's source name.
+fn test_tmpfs_from(source: &str, dir: &Path, options: &str) -> Option<Unmount> {
     std::fs::create_dir_all(dir).unwrap();
     let ok = Command::new("mount")
         .args([
@@ -480,7 +486,7 @@ fn test_tmpfs(dir: &Path, options: &str) -> Option<Unmount> {
             "tmpfs",
             "-o",
             &format!("size=256m,{options}"),
-            "tmpfs",
+            source,
             s(dir),
         ])
         .stderr(std::process::Stdio::null())
@@ -602,6 +608,69 @@ fn mount_on_a_tmpfs_without_2_mib_pages_mounts_one_of_bale_s_own() {
     assert!(!is_mounted(&target), "nothing is mounted over the copy");
     let out = bale(&["unstage", s(&target)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// A tmpfs bale mounts has `bale-stage` for its source, which makes it
+/// bale's before its marker is written. A run killed in between (the state
+/// is made here by mounting such a tmpfs by hand) leaves an empty one
+/// without a marker: `bale unstage` unmounts it, and a rerun of `bale stage
+/// --mount` stages into it and marks it mounted. An empty tmpfs of anyone
+/// else's, or one of bale's holding files without a marker, is refused.
+#[test]
+fn a_tmpfs_of_bale_s_left_without_a_marker_is_filled_or_unmounted() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let target = tmp.path().join("t");
+    let Some(_guard) = test_tmpfs_from("bale-stage", &target, "mode=0755") else {
+        let (code, _, err) = stage(&ds, &target, &["--mount"]);
+        assert_eq!(code, 2, "{err}");
+        return;
+    };
+    let out = bale(&["unstage", s(&target)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("unmounted and removed"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!is_mounted(&target));
+    assert!(!target.exists());
+
+    let _guard = test_tmpfs_from("bale-stage", &target, "mode=0755").unwrap();
+    let (code, out, err) = stage(&ds, &target, &["--mount"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("{}\n", target.display()));
+    assert!(
+        err.contains("is a tmpfs bale mounted already: not mounting"),
+        "{err}"
+    );
+    assert_eq!(mounts_at(&target).len(), 1, "nothing mounted over it");
+    assert!(marker_says_mounted(&target));
+    same_files(&ds, &target, &dataset_files(&ds));
+    let out = bale(&["unstage", s(&target)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).starts_with("unmounted and removed"));
+    assert!(!is_mounted(&target));
+
+    // Anyone else's empty tmpfs, and one of bale's with a file bale did not write.
+    for (source, file) in [("tmpfs", None), ("bale-stage", Some("notes.txt"))] {
+        let _guard = test_tmpfs_from(source, &target, "mode=0755").unwrap();
+        if let Some(f) = file {
+            std::fs::write(target.join(f), b"mine").unwrap();
+        }
+        let out = bale(&["unstage", s(&target), "--force"]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("is not a bale staging folder"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(is_mounted(&target), "{source}");
+        if let Some(f) = file {
+            assert_eq!(std::fs::read(target.join(f)).unwrap(), b"mine");
+        }
+    }
 }
 
 /// On a tmpfs that keeps its files in 2 MiB pages already, `--mount` mounts

@@ -27,8 +27,10 @@ pub struct StageArgs {
     /// Stage into a tmpfs of bale's own, in 2 MiB pages: warm random reads
     /// of 2 KB samples ran 1.14-1.2x faster than from plain /dev/shm. As
     /// root, bale mounts a tmpfs of the needed size at the target
-    /// (`huge=within_size`), the default one under /dev/shm included, and
-    /// `bale unstage` unmounts it; otherwise it prints the commands to run.
+    /// (`huge=within_size`, source name `bale-stage` in `mount`'s list),
+    /// the default one under /dev/shm included, and `bale unstage` unmounts
+    /// it, even one left empty by a killed run; otherwise it prints the
+    /// commands to run.
     /// Nothing is mounted where the target's tmpfs has 2 MiB pages already,
     /// or where the kernel has none for tmpfs.
     #[arg(long)]
@@ -70,7 +72,9 @@ pub struct StageArgs {
 /// Remove a staged copy made by `bale stage` (and unmount the tmpfs bale mounted).
 ///
 /// Refuses any directory without bale's staging marker (`.bale-stage.json`),
-/// and one holding files that bale did not put there unless `--force`.
+/// and one holding files that bale did not put there unless `--force`. An
+/// empty tmpfs that `bale stage --mount` mounted (source `bale-stage`), left
+/// by a run killed before it wrote its marker, is unmounted too.
 #[derive(Debug, clap::Args)]
 pub struct UnstageArgs {
     /// The staged directory to remove.

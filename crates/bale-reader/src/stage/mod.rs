@@ -7,7 +7,10 @@
 //! the source, the xxh3 of its manifest, whether bale mounted the folder,
 //! and the files the copy holds. The manifest is copied last, byte for byte:
 //! a folder with a marker and no manifest is a half-finished copy, which the
-//! next [`stage`] resumes and which no reader takes for a dataset.
+//! next [`stage`] resumes and which no reader takes for a dataset. A tmpfs
+//! bale mounts has `bale-stage` for its source, so it is bale's before the
+//! marker exists: a run killed in between leaves one that the next
+//! [`stage`] fills and [`unstage`] unmounts.
 //!
 //! ```
 //! use bale_reader::stage::{self, StageOptions};
@@ -291,7 +294,8 @@ fn normalized(path: &Path) -> PathBuf {
 /// says; `found` its staging marker), or None when a tmpfs of bale's own
 /// there would give the copy what `--mount` is for: 2 MiB pages.
 fn no_mount_needed(target: &Path, ram: bool, found: Option<&Marker>) -> Option<&'static str> {
-    if found.is_some_and(|m| m.mounted) && sys::is_mount_point(target) {
+    if sys::is_bale_tmpfs(target) || found.is_some_and(|m| m.mounted) && sys::is_mount_point(target)
+    {
         Some("is a tmpfs bale mounted already")
     } else if ram && sys::tmpfs_gives_huge_pages(target) {
         Some("is on a tmpfs that keeps files in 2 MiB pages already")
@@ -669,7 +673,9 @@ impl Run<'_> {
         }
 
         // The marker first, then the files (indexes before shards), then the manifest.
-        let mounted = mounted_now || found.as_ref().is_some_and(|m| m.mounted);
+        // A tmpfs of bale's without a marker: a run killed between its mount and its marker.
+        let mounted =
+            mounted_now || found.as_ref().is_some_and(|m| m.mounted) || sys::is_bale_tmpfs(target);
         if let Err(e) = marker::write(
             target,
             &Marker::new(self.src, self.hash.to_owned(), mounted, plan.rels()),

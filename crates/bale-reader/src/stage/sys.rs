@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bale_format::FormatError;
 use bale_format::shown;
@@ -169,8 +169,28 @@ pub(crate) fn tmpfs_gives_huge_pages(path: &Path) -> bool {
         return forced;
     };
     forced
-        || mount_options(&mountinfo, &real)
-            .is_some_and(|(fstype, options)| fstype == "tmpfs" && has_huge_option(&options))
+        || mount_holding(&mountinfo, &real)
+            .is_some_and(|m| m.fstype == "tmpfs" && has_huge_option(&m.options))
+}
+
+/// The source name of the tmpfs bale mounts, as /proc/self/mountinfo and
+/// `mount` list it. It marks the mount as bale's from the moment it exists,
+/// before the staging marker is written inside: a run killed in between
+/// leaves a tmpfs that a rerun stages into and `bale unstage` unmounts.
+pub(crate) const MOUNT_SOURCE: &str = "bale-stage";
+
+/// Whether `dir` (through symlinks) is the root of a tmpfs bale mounted:
+/// the mount holding it starts at it, is a tmpfs, and has [`MOUNT_SOURCE`]
+/// for its source.
+pub(crate) fn is_bale_tmpfs(dir: &Path) -> bool {
+    let Ok(real) = std::fs::canonicalize(dir) else {
+        return false;
+    };
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    mount_holding(&mountinfo, &real)
+        .is_some_and(|m| m.point == real && m.fstype == "tmpfs" && m.source == MOUNT_SOURCE)
 }
 
 /// Whether a tmpfs's options give its files 2 MiB pages without `madvise`.
@@ -180,21 +200,35 @@ fn has_huge_option(options: &str) -> bool {
         .any(|o| o == "huge=always" || o == "huge=within_size")
 }
 
-/// The file system type and super-block options of the mount that holds
-/// `path` (an absolute path without symlinks), from the text of
-/// /proc/self/mountinfo: the entry whose mount point is the longest prefix
-/// of `path`, the last one listed when several are stacked on one point.
-fn mount_options(mountinfo: &str, path: &Path) -> Option<(String, String)> {
-    let mut best: Option<(usize, (String, String))> = None;
+/// One line of /proc/self/mountinfo, the fields bale reads.
+#[derive(Debug, PartialEq, Eq)]
+struct MountEntry {
+    /// Where it is mounted, escapes decoded.
+    point: PathBuf,
+    /// The file system type, e.g. `tmpfs`.
+    fstype: String,
+    /// The mount source, escapes decoded (lossily: bale compares it with
+    /// its own ASCII name only).
+    source: String,
+    /// The super-block options, e.g. `rw,size=65536k,huge=within_size`.
+    options: String,
+}
+
+/// The mount that holds `path` (an absolute path without symlinks), from
+/// the text of /proc/self/mountinfo: the entry whose mount point is the
+/// longest prefix of `path`, the last one listed when several are stacked
+/// on one point.
+fn mount_holding(mountinfo: &str, path: &Path) -> Option<MountEntry> {
+    let mut best: Option<(usize, MountEntry)> = None;
     for line in mountinfo.lines() {
         let mut fields = line.split(' ');
         let Some(point) = fields.nth(4) else {
             continue;
         };
-        let point = std::path::PathBuf::from(std::ffi::OsString::from_vec(unescape(point)));
+        let point = PathBuf::from(std::ffi::OsString::from_vec(unescape(point)));
         // After the optional fields: `-`, the type, the source, the options.
         let mut rest = fields.skip_while(|f| *f != "-").skip(1);
-        let (Some(fstype), Some(_source), Some(options)) = (rest.next(), rest.next(), rest.next())
+        let (Some(fstype), Some(source), Some(options)) = (rest.next(), rest.next(), rest.next())
         else {
             continue;
         };
@@ -203,10 +237,16 @@ fn mount_options(mountinfo: &str, path: &Path) -> Option<(String, String)> {
         }
         let depth = point.components().count();
         if best.as_ref().is_none_or(|(d, _)| depth >= *d) {
-            best = Some((depth, (fstype.to_owned(), options.to_owned())));
+            let entry = MountEntry {
+                point,
+                fstype: fstype.to_owned(),
+                source: String::from_utf8_lossy(&unescape(source)).into_owned(),
+                options: options.to_owned(),
+            };
+            best = Some((depth, entry));
         }
     }
-    best.map(|(_, o)| o)
+    best.map(|(_, m)| m)
 }
 
 /// A mountinfo path with its `\NNN` octal escapes (space, tab, newline,
@@ -272,7 +312,8 @@ pub(crate) fn mount_tmpfs(dir: &Path, bytes: u64) -> Result<()> {
         }
     };
     let target = cpath(dir).map_err(failed)?;
-    let source = c"tmpfs";
+    let source = CString::new(MOUNT_SOURCE).map_err(|e| failed(io::Error::other(e)))?;
+    let fstype = c"tmpfs";
     let mount = |huge: bool| -> io::Result<()> {
         let data = CString::new(tmpfs_options(bytes, huge))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -281,7 +322,7 @@ pub(crate) fn mount_tmpfs(dir: &Path, bytes: u64) -> Result<()> {
             libc::mount(
                 source.as_ptr(),
                 target.as_ptr(),
-                source.as_ptr(),
+                fstype.as_ptr(),
                 0,
                 data.as_ptr().cast(),
             )
@@ -358,9 +399,11 @@ mod tests {
 31 30 0:28 / /dev/shm/a\\040b rw shared:5 master:1 - tmpfs tmpfs rw,huge=always
 32 30 0:29 / /dev/shm/ad rw - tmpfs tmpfs rw,huge=advise
 33 1 0:30 / / rw - ext4 /dev/vda1 rw
+34 33 0:31 / /mnt/t\\134nx rw - tmpfs bale-stage rw,size=65536k,huge=within_size
+35 33 0:32 / /srv rw - tmpfs my\\040src rw
 ";
-        let at = |p: &str| mount_options(info, Path::new(p));
-        let opts = |p: &str| at(p).map(|(_, o)| o);
+        let at = |p: &str| mount_holding(info, Path::new(p));
+        let opts = |p: &str| at(p).map(|m| m.options);
         // The last of the mounts stacked on /dev/shm.
         assert_eq!(opts("/dev/shm/x").unwrap(), "rw,size=100k,huge=within_size");
         // An escaped space, and optional fields before the `-`.
@@ -371,8 +414,22 @@ mod tests {
             "rw,size=100k,huge=within_size"
         );
         assert_eq!(opts("/dev/shm/ad").unwrap(), "rw,huge=advise");
-        assert_eq!(at("/home/x").unwrap(), ("ext4".into(), "rw".into()));
-        assert_eq!(mount_options("garbage\n1 2 3\n", Path::new("/x")), None);
+        assert_eq!(
+            at("/home/x").unwrap(),
+            MountEntry {
+                point: "/".into(),
+                fstype: "ext4".into(),
+                source: "/dev/vda1".into(),
+                options: "rw".into()
+            }
+        );
+        // The source, escapes decoded: what tells bale's tmpfs from others.
+        let bale = at("/mnt/t\\nx").unwrap();
+        assert_eq!(bale.point, Path::new("/mnt/t\\nx"));
+        assert_eq!(bale.source, MOUNT_SOURCE);
+        assert_eq!(at("/dev/shm/a b").unwrap().source, "tmpfs");
+        assert_eq!(at("/srv/a b").unwrap().source, "my src");
+        assert_eq!(mount_holding("garbage\n1 2 3\n", Path::new("/x")), None);
         assert!(has_huge_option("rw,huge=within_size"));
         assert!(has_huge_option("huge=always,rw"));
         assert!(!has_huge_option("rw,huge=advise"));

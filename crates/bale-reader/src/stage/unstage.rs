@@ -35,7 +35,9 @@ pub struct UnstageSummary {
 /// Removes the staged copy in `dir`: a folder [`super::stage`] wrote (it
 /// holds the [`MARKER`]); a tmpfs bale mounted there is unmounted, and a
 /// mount point bale did not make is emptied but left in place, mounted. Files
-/// bale did not write make it refuse, unless `force` (then they go too).
+/// bale did not write make it refuse, unless `force` (then they go too). An
+/// empty tmpfs of bale's without a marker (a stage killed between its mount
+/// and its marker) is unmounted.
 ///
 /// # Errors
 /// [`ReaderError::Stage`]: [`StageErrorKind::NotStagingFolder`] without a
@@ -52,13 +54,13 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
         ),
         kind: StageErrorKind::NotStagingFolder,
     };
-    if marker::read(&dir)?.is_none() {
+    if marker::read(&dir)?.is_none() && !sys::is_bale_tmpfs(&dir) {
         return Err(not_ours());
     }
     let lock = DirLock::try_lock(&dir)?;
     // Read again under the lock: another run may have changed it.
     let Some(marker) = marker::read(&dir)? else {
-        return Err(not_ours());
+        return unmount_empty(&dir, lock).ok_or_else(not_ours)?;
     };
     let mut known: BTreeSet<PathBuf> = marker.owned().into_iter().map(|f| dir.join(f)).collect();
     known.insert(dir.join(MANIFEST_NAME));
@@ -107,7 +109,7 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
         .sum();
     let files = all.len() as u64;
     let mount_point = sys::is_mount_point(&dir);
-    if marker.mounted && mount_point {
+    if mount_point && (marker.mounted || sys::is_bale_tmpfs(&dir)) {
         drop(lock); // An open descriptor on the mount would make it busy.
         sys::unmount(&dir)?;
         let _ = fs::remove_dir(&dir);
@@ -153,6 +155,27 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
         unmounted: false,
         kept_mount_point: mount_point,
     })
+}
+
+/// Unmounts the tmpfs bale mounted at `dir` and removes the folder, when it
+/// is empty: what a run killed between its mount and its marker leaves.
+/// None when `dir` is not such a tmpfs, or holds anything (files without a
+/// marker are not bale's to delete).
+fn unmount_empty(dir: &Path, lock: DirLock) -> Option<Result<UnstageSummary>> {
+    if !sys::is_bale_tmpfs(dir) || fs::read_dir(dir).ok()?.next().is_some() {
+        return None;
+    }
+    drop(lock); // An open descriptor on the mount would make it busy.
+    Some(sys::unmount(dir).map(|()| {
+        let _ = fs::remove_dir(dir);
+        UnstageSummary {
+            dir: dir.to_path_buf(),
+            files: 0,
+            bytes: 0,
+            unmounted: true,
+            kept_mount_point: false,
+        }
+    }))
 }
 
 /// Calls `visit` on every entry under `dir`, contents before their folder,
