@@ -7,7 +7,7 @@
 use std::ffi::OsStr;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use serde::Serialize;
@@ -53,6 +53,22 @@ pub struct Ignored {
 }
 
 impl Ignored {
+    /// Adds what a later part of the walk ignored: the counts, and examples up to the cap.
+    fn append(&mut self, later: Ignored) {
+        let kinds = [
+            (&mut self.no_extension, later.no_extension),
+            (&mut self.hidden, later.hidden),
+            (&mut self.symlinks, later.symlinks),
+            (&mut self.excluded, later.excluded),
+            (&mut self.outside_class, later.outside_class),
+        ];
+        for (into, from) in kinds {
+            into.count += from.count;
+            let room = IGNORED_EXAMPLES.saturating_sub(into.examples.len());
+            into.examples.extend(from.examples.into_iter().take(room));
+        }
+    }
+
     /// Total ignored entries.
     pub fn total(&self) -> u64 {
         self.no_extension.count
@@ -101,6 +117,16 @@ pub(crate) struct Discovered {
     /// With [`Discover::list_ignored`]: the regular files ignored for having
     /// no extension or a hidden name.
     pub ignored_files: Vec<PathBuf>,
+}
+
+impl Discovered {
+    /// Adds what a later part of the walk found.
+    fn append(&mut self, mut later: Discovered) {
+        self.files.append(&mut later.files);
+        self.bad.append(&mut later.bad);
+        self.ignored.append(later.ignored);
+        self.ignored_files.append(&mut later.ignored_files);
+    }
 }
 
 /// Where to read the list of files to pack from.
@@ -188,6 +214,8 @@ pub(crate) struct Discover<'a> {
     pub progress: &'a dyn Fn(u64),
     /// Keep the paths of regular files ignored for having no extension or a hidden name.
     pub list_ignored: bool,
+    /// Threads that walk folders side by side (1: one walk).
+    pub threads: usize,
 }
 
 fn lexical_normalize(p: &Path) -> PathBuf {
@@ -412,8 +440,22 @@ impl Discover<'_> {
 
     /// Walks every start and sorts candidates and errors into a [`Discovered`].
     pub fn run(&self) -> Result<Discovered> {
+        let rules = Rules {
+            filter: self.filter,
+            follow_links: self.follow_links,
+            skip_dir: self.skip_dir,
+            cancel: self.cancel,
+            list_ignored: self.list_ignored,
+        };
+        // Folders walked side by side only without symlinks followed (a
+        // loop is then found within one walk, as in a single one) and for
+        // input directories (a list of files gives one walk per file).
+        let threads = if self.follow_links || self.files_from.is_some() {
+            1
+        } else {
+            self.threads.max(1)
+        };
         let mut d = Discovered::default();
-        let mut seen: u64 = 0;
         for s in self.starts()? {
             if !s.start.starts_with(&s.base) {
                 d.bad.push(BadFound {
@@ -425,144 +467,376 @@ impl Discover<'_> {
                 });
                 continue;
             }
-            let mut it = WalkDir::new(&s.start)
-                .follow_links(self.follow_links)
-                .follow_root_links(true)
-                .into_iter();
-            while let Some(entry) = it.next() {
-                seen += 1;
-                if seen.is_multiple_of(1024) {
-                    if self.cancel.load(Ordering::Relaxed) {
-                        return Err(PackError::Cancelled);
-                    }
-                    (self.progress)(d.files.len() as u64);
-                }
-                let ent = match entry {
-                    Ok(e) => e,
-                    Err(e) => {
-                        let path = e.path().unwrap_or(&s.start).to_path_buf();
-                        let key = key_of(&path, &s.base);
-                        let error = if let Some(anc) = e.loop_ancestor() {
-                            PackError::bad(&path, format!("symlink loop back to {}", anc.display()))
-                        } else {
-                            let io = e
-                                .into_io_error()
-                                .unwrap_or_else(|| std::io::Error::other("walk error"));
-                            PackError::read(&path, io)
-                        };
-                        d.bad.push(BadFound { key, error });
-                        continue;
-                    }
-                };
-                let path = ent.path();
-                let rel = path.strip_prefix(&s.base).unwrap_or(path);
-                let depth = ent.depth();
-                let ft = ent.file_type();
-                if ft.is_dir() {
-                    if depth == 0 && path == s.base {
-                        continue;
-                    }
-                    if let Some(skip) = self.skip_dir
-                        && ent.metadata().is_ok_and(|m| dev_ino(&m) == skip)
-                    {
-                        it.skip_current_dir();
-                        continue;
-                    }
-                    if ent.file_name().as_encoded_bytes().first() == Some(&b'.') {
-                        d.ignored.hidden.add(path);
-                        it.skip_current_dir();
-                    } else if self.filter.excluded(rel) {
-                        d.ignored.excluded.add(path);
-                        it.skip_current_dir();
-                    }
-                    continue;
-                }
-                if self.filter.excluded(rel) {
-                    d.ignored.excluded.add(path);
-                    continue;
-                }
-                if is_hidden_path(rel) {
-                    d.ignored.hidden.add(path);
-                    if self.list_ignored && ft.is_file() {
-                        d.ignored_files.push(path.to_path_buf());
-                    }
-                    continue;
-                }
-                if ft.is_symlink() {
-                    // Only reached without follow_links (with it, file_type is the target's).
-                    d.ignored.symlinks.add(path);
-                    continue;
-                }
-                if !self.filter.included(rel) {
-                    d.ignored.excluded.add(path);
-                    continue;
-                }
-                let Some(rel_str) = rel.to_str() else {
-                    d.bad.push(BadFound {
-                        key: None,
-                        error: PackError::bad(path, "the file name is not valid UTF-8"),
-                    });
-                    continue;
-                };
-                let rel_str = if std::path::MAIN_SEPARATOR == '/' {
-                    rel_str.to_owned()
-                } else {
-                    rel_str.replace(std::path::MAIN_SEPARATOR, "/")
-                };
-                let split =
-                    bale_format::split_member_name(&rel_str).filter(|(_, ext)| !ext.is_empty());
-                let Some((key, ext)) = split else {
-                    d.ignored.no_extension.add(path);
-                    if self.list_ignored && ft.is_file() {
-                        d.ignored_files.push(path.to_path_buf());
-                    }
-                    continue;
-                };
-                if !ft.is_file() {
-                    d.bad.push(BadFound {
-                        key: Some(key.to_owned()),
-                        error: PackError::bad(
-                            path,
-                            format!("{}, not a regular file", file_kind(&ft)),
-                        ),
-                    });
-                    continue;
-                }
-                let why = match (
-                    bale_format::validate_key(key),
-                    bale_format::validate_ext(ext),
-                ) {
-                    (Err(e), _) => Some(format!(
-                        "its sample key {key:?} is not valid: {}",
-                        reason(&e)
-                    )),
-                    (_, Err(e)) => Some(format!(
-                        "its extension {ext:?} (everything after the first dot of the file name) is not valid: {}",
-                        reason(&e)
-                    )),
-                    _ => None,
-                };
-                if let Some(why) = why {
-                    d.bad.push(BadFound {
-                        key: None,
-                        error: PackError::bad(path, why),
-                    });
-                    continue;
-                }
-                let dot = key.len();
-                d.files.push(Found {
-                    root: s.root,
-                    path: ent.into_path(),
-                    rel: rel_str,
-                    dot,
-                });
+            let before = d.files.len() as u64;
+            let mut tick = |found: u64| {
+                (self.progress)(before + found);
+                rules.check_cancel()
+            };
+            let mut found = Discovered::default();
+            if threads > 1 {
+                rules.walk_parallel(&s, threads, &mut found, &mut tick)?;
+            } else {
+                rules.walk(&s, &s.start, 0, None, &mut found, &mut tick)?;
             }
+            d.append(found);
         }
         (self.progress)(d.files.len() as u64);
         // The walk follows directory order; the first error reported must not.
         d.bad
             .sort_by(|a, b| a.error.input_path().cmp(&b.error.input_path()));
         Ok(d)
+    }
+}
+
+/// What a walk does after an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Next,
+    /// Leave out the folder just met.
+    SkipDir,
+}
+
+/// A part of a start's walk, in walk order: entries already sorted, or a
+/// folder still to walk (its path, and its depth below the start).
+enum Chunk {
+    Done(Discovered),
+    Dir(PathBuf, usize),
+}
+
+/// Entries between two progress reports and cancellation checks.
+const TICK_ENTRIES: u64 = 1024;
+
+/// The rules of a walk, shared by the threads of a parallel one.
+struct Rules<'a> {
+    filter: &'a Filter,
+    follow_links: bool,
+    skip_dir: Option<(u64, u64)>,
+    cancel: &'a AtomicBool,
+    list_ignored: bool,
+}
+
+impl Rules<'_> {
+    fn check_cancel(&self) -> Result<()> {
+        if self.cancel.load(Ordering::Relaxed) {
+            return Err(PackError::Cancelled);
+        }
+        Ok(())
+    }
+
+    /// Walks `root`, `offset` levels below the start `s` (its own entry,
+    /// met already one level up, is left out when `offset` > 0), at most
+    /// `max_depth` levels down, into `d`. `tick` gets the number of files
+    /// found so far every [`TICK_ENTRIES`] entries and at the end; its error
+    /// stops the walk.
+    fn walk(
+        &self,
+        s: &Start,
+        root: &Path,
+        offset: usize,
+        max_depth: Option<usize>,
+        d: &mut Discovered,
+        tick: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<()> {
+        let mut walk = WalkDir::new(root)
+            .follow_links(self.follow_links)
+            .follow_root_links(true);
+        if let Some(m) = max_depth {
+            walk = walk.max_depth(m);
+        }
+        let mut it = walk.into_iter();
+        let mut seen: u64 = 0;
+        while let Some(entry) = it.next() {
+            seen += 1;
+            if seen.is_multiple_of(TICK_ENTRIES) {
+                tick(d.files.len() as u64)?;
+            }
+            if offset > 0 && entry.as_ref().is_ok_and(|e| e.depth() == 0) {
+                continue;
+            }
+            if self.entry(s, entry, offset, d) == Step::SkipDir {
+                it.skip_current_dir();
+            }
+        }
+        tick(d.files.len() as u64)
+    }
+
+    /// One level of `dir` (`offset` levels below the start): its files
+    /// sorted into `Done` chunks, its folders left as `Dir` chunks, in walk
+    /// order. `found` counts the files found so far, for `tick`.
+    fn split(
+        &self,
+        s: &Start,
+        dir: &Path,
+        offset: usize,
+        found: &mut u64,
+        tick: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<Vec<Chunk>> {
+        let mut chunks = Vec::new();
+        let mut cur = Discovered::default();
+        let level = WalkDir::new(dir)
+            .follow_links(self.follow_links)
+            .follow_root_links(true)
+            .max_depth(1);
+        let mut seen: u64 = 0;
+        // One level: a folder left out (`Step::SkipDir`) is not entered anyway.
+        for entry in level {
+            seen += 1;
+            if seen.is_multiple_of(TICK_ENTRIES) {
+                tick(*found + cur.files.len() as u64)?;
+            }
+            let sub = match &entry {
+                Ok(e) if e.depth() == 0 && offset > 0 => continue,
+                Ok(e) if e.depth() == 1 && e.file_type().is_dir() => Some(e.path().to_path_buf()),
+                _ => None,
+            };
+            if self.entry(s, entry, offset, &mut cur) == Step::Next
+                && let Some(sub) = sub
+            {
+                *found += cur.files.len() as u64;
+                chunks.push(Chunk::Done(std::mem::take(&mut cur)));
+                chunks.push(Chunk::Dir(sub, offset + 1));
+            }
+        }
+        *found += cur.files.len() as u64;
+        chunks.push(Chunk::Done(cur));
+        tick(*found)?;
+        Ok(chunks)
+    }
+
+    /// Walks the start `s` on `threads` threads, one folder each at a
+    /// time, into `d` in the order of a walk on one thread. Only the
+    /// calling thread calls `tick`: with the files found on all of them.
+    fn walk_parallel(
+        &self,
+        s: &Start,
+        threads: usize,
+        d: &mut Discovered,
+        tick: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<()> {
+        let mut early: u64 = 0;
+        let mut chunks = self.split(s, &s.start, 0, &mut early, tick)?;
+        // A tree of one folder (`train/`) is split one level further down.
+        for _ in 0..2 {
+            let dirs = chunks
+                .iter()
+                .filter(|c| matches!(c, Chunk::Dir(..)))
+                .count();
+            if dirs == 0 || dirs >= 4 * threads {
+                break;
+            }
+            let mut next = Vec::with_capacity(chunks.len());
+            for c in chunks {
+                match c {
+                    Chunk::Dir(p, offset) => {
+                        next.extend(self.split(s, &p, offset, &mut early, tick)?);
+                    }
+                    done @ Chunk::Done(_) => next.push(done),
+                }
+            }
+            chunks = next;
+        }
+        let dirs: Vec<(usize, &Path, usize)> = chunks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match c {
+                Chunk::Dir(p, offset) => Some((i, p.as_path(), *offset)),
+                Chunk::Done(_) => None,
+            })
+            .collect();
+        // What the walk of chunk j found, at j.
+        let results: Vec<std::sync::Mutex<Option<Result<Discovered>>>> =
+            chunks.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        let finished = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        // Files found by the walks that ended (and before them).
+        let found = AtomicU64::new(early);
+        // A walk's end wakes the calling thread, which reports progress.
+        let (ended, wake) = crossbeam_channel::unbounded::<()>();
+        let work = |tick: &mut dyn FnMut(u64) -> Result<()>| {
+            while !stop.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(j, dir, offset)) = dirs.get(i) else {
+                    return;
+                };
+                let mut part = Discovered::default();
+                let r = self
+                    .walk(s, dir, offset, None, &mut part, tick)
+                    .map(|()| part);
+                match &r {
+                    Ok(p) => {
+                        found.fetch_add(p.files.len() as u64, Ordering::Relaxed);
+                    }
+                    Err(_) => stop.store(true, Ordering::Relaxed),
+                }
+                *results[j]
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
+                finished.fetch_add(1, Ordering::Release);
+                let _ = ended.send(());
+            }
+        };
+        std::thread::scope(|scope| -> Result<()> {
+            for _ in 1..threads.min(dirs.len()) {
+                // Without another thread (the system refuses one), this one walks them all.
+                let spawned = std::thread::Builder::new()
+                    .name("bale-walk".into())
+                    .spawn_scoped(scope, || work(&mut |_| self.check_cancel()));
+                if spawned.is_err() {
+                    break;
+                }
+            }
+            work(&mut |here| tick(found.load(Ordering::Relaxed) + here));
+            // Report while the other threads end their walks.
+            while !stop.load(Ordering::Relaxed) && finished.load(Ordering::Acquire) < dirs.len() {
+                let _ = wake.recv_timeout(std::time::Duration::from_millis(100));
+                if let Err(e) = tick(found.load(Ordering::Relaxed)) {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+            Ok(())
+        })?;
+        let walked = results.into_iter().map(|m| {
+            m.into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        });
+        for (c, w) in chunks.into_iter().zip(walked) {
+            match (c, w) {
+                (Chunk::Done(part), _) => d.append(part),
+                (Chunk::Dir(..), Some(r)) => d.append(r?),
+                // A walk that never ran: the others stopped (cancelled).
+                (Chunk::Dir(..), None) => return Err(PackError::Cancelled),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sorts one entry of a walk into `d`: a candidate, an ignored entry or
+    /// a bad input; `offset` is the depth of the walk's root below the start.
+    fn entry(
+        &self,
+        s: &Start,
+        entry: walkdir::Result<walkdir::DirEntry>,
+        offset: usize,
+        d: &mut Discovered,
+    ) -> Step {
+        let ent = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                let path = e.path().unwrap_or(&s.start).to_path_buf();
+                let key = key_of(&path, &s.base);
+                let error = if let Some(anc) = e.loop_ancestor() {
+                    PackError::bad(&path, format!("symlink loop back to {}", anc.display()))
+                } else {
+                    let io = e
+                        .into_io_error()
+                        .unwrap_or_else(|| std::io::Error::other("walk error"));
+                    PackError::read(&path, io)
+                };
+                d.bad.push(BadFound { key, error });
+                return Step::Next;
+            }
+        };
+        let path = ent.path();
+        let rel = path.strip_prefix(&s.base).unwrap_or(path);
+        let depth = ent.depth() + offset;
+        let ft = ent.file_type();
+        if ft.is_dir() {
+            if depth == 0 && path == s.base {
+                return Step::Next;
+            }
+            if let Some(skip) = self.skip_dir
+                && ent.metadata().is_ok_and(|m| dev_ino(&m) == skip)
+            {
+                return Step::SkipDir;
+            }
+            if ent.file_name().as_encoded_bytes().first() == Some(&b'.') {
+                d.ignored.hidden.add(path);
+                return Step::SkipDir;
+            }
+            if self.filter.excluded(rel) {
+                d.ignored.excluded.add(path);
+                return Step::SkipDir;
+            }
+            return Step::Next;
+        }
+        if self.filter.excluded(rel) {
+            d.ignored.excluded.add(path);
+            return Step::Next;
+        }
+        if is_hidden_path(rel) {
+            d.ignored.hidden.add(path);
+            if self.list_ignored && ft.is_file() {
+                d.ignored_files.push(path.to_path_buf());
+            }
+            return Step::Next;
+        }
+        if ft.is_symlink() {
+            // Only reached without follow_links (with it, file_type is the target's).
+            d.ignored.symlinks.add(path);
+            return Step::Next;
+        }
+        if !self.filter.included(rel) {
+            d.ignored.excluded.add(path);
+            return Step::Next;
+        }
+        let Some(rel_str) = rel.to_str() else {
+            d.bad.push(BadFound {
+                key: None,
+                error: PackError::bad(path, "the file name is not valid UTF-8"),
+            });
+            return Step::Next;
+        };
+        let rel_str = if std::path::MAIN_SEPARATOR == '/' {
+            rel_str.to_owned()
+        } else {
+            rel_str.replace(std::path::MAIN_SEPARATOR, "/")
+        };
+        let split = bale_format::split_member_name(&rel_str).filter(|(_, ext)| !ext.is_empty());
+        let Some((key, ext)) = split else {
+            d.ignored.no_extension.add(path);
+            if self.list_ignored && ft.is_file() {
+                d.ignored_files.push(path.to_path_buf());
+            }
+            return Step::Next;
+        };
+        if !ft.is_file() {
+            d.bad.push(BadFound {
+                key: Some(key.to_owned()),
+                error: PackError::bad(path, format!("{}, not a regular file", file_kind(&ft))),
+            });
+            return Step::Next;
+        }
+        let why = match (
+            bale_format::validate_key(key),
+            bale_format::validate_ext(ext),
+        ) {
+            (Err(e), _) => Some(format!(
+                "its sample key {key:?} is not valid: {}",
+                reason(&e)
+            )),
+            (_, Err(e)) => Some(format!(
+                "its extension {ext:?} (everything after the first dot of the file name) is not valid: {}",
+                reason(&e)
+            )),
+            _ => None,
+        };
+        if let Some(why) = why {
+            d.bad.push(BadFound {
+                key: None,
+                error: PackError::bad(path, why),
+            });
+            return Step::Next;
+        }
+        let dot = key.len();
+        d.files.push(Found {
+            root: s.root,
+            path: ent.into_path(),
+            rel: rel_str,
+            dot,
+        });
+        Step::Next
     }
 }
 
@@ -645,6 +919,7 @@ pub fn walk_tree(root: &Path) -> Result<Tree> {
         cancel: &never,
         progress: &|_| {},
         list_ignored: true,
+        threads: std::thread::available_parallelism().map_or(1, usize::from),
     }
     .run()?;
     let mut files = found
@@ -677,4 +952,137 @@ pub fn walk_tree(root: &Path) -> Result<Tree> {
         refused: found.bad.len() as u64,
         ignored_files,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(p: &Path) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"x").unwrap();
+    }
+
+    /// A tree with one of everything a walk sorts: candidates at every
+    /// depth, files at the root, hidden, excluded and skipped folders,
+    /// symlinks, a FIFO, bad and non-UTF-8 names, more files without an
+    /// extension than [`IGNORED_EXAMPLES`] keeps, and a folder of one folder.
+    fn tricky_tree(root: &Path) {
+        touch(&root.join("z.txt"));
+        touch(&root.join(".hidden.txt"));
+        touch(&root.join(".hdir/a.txt"));
+        touch(&root.join("excl/a.txt"));
+        touch(&root.join("out/shard.tar"));
+        std::fs::create_dir_all(root.join("empty")).unwrap();
+        for c in 0..12 {
+            for f in 0..7 {
+                touch(&root.join(format!("c{c:02}/f{f}.png")));
+            }
+            touch(&root.join(format!("c{c:02}/noext{c}")));
+        }
+        touch(&root.join("c03/sub/deeper/x.png"));
+        touch(&root.join("c03/sub/deeper/x.json"));
+        touch(&root.join("one/two/three/a.jpg"));
+        touch(&root.join("one/two/b.jpg"));
+        touch(&root.join("c05/bad\u{1}name.png"));
+        std::os::unix::fs::symlink(root.join("c00/f0.png"), root.join("c04/link.png")).unwrap();
+        std::os::unix::fs::symlink(root.join("c00"), root.join("c04/dirlink")).unwrap();
+        let fifo =
+            std::ffi::CString::new(root.join("c02/fifo.png").into_os_string().into_vec()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        use std::os::unix::ffi::OsStringExt;
+        let bad = std::ffi::OsString::from_vec(b"c06/\xff.png".to_vec());
+        touch(&root.join(bad));
+    }
+
+    fn discover(root: &Path, threads: usize, exclude: &[String]) -> String {
+        let filter = Filter::new(&[], exclude).unwrap();
+        let never = AtomicBool::new(false);
+        let roots = [root.to_path_buf()];
+        let d = Discover {
+            roots: &roots,
+            files_from: None,
+            filter: &filter,
+            follow_links: false,
+            skip_dir: dir_id(&root.join("out")),
+            cancel: &never,
+            progress: &|_| {},
+            list_ignored: true,
+            threads,
+        }
+        .run()
+        .unwrap();
+        format!(
+            "{:#?}\n{:#?}\n{:#?}\n{:#?}",
+            d.files, d.bad, d.ignored, d.ignored_files
+        )
+    }
+
+    /// Folders walked side by side give what one walk gives, in its order.
+    #[test]
+    fn a_parallel_walk_finds_what_one_walk_finds_in_its_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        tricky_tree(tmp.path());
+        let exclude = ["excl".to_owned()];
+        let one = discover(tmp.path(), 1, &exclude);
+        assert!(one.contains("c03/sub/deeper/x"), "{one}");
+        assert!(one.contains("a FIFO"), "{one}");
+        assert!(one.contains("not valid UTF-8"), "{one}");
+        assert!(one.contains("count: 12"), "the no-extension files: {one}");
+        assert!(!one.contains("shard.tar"), "the skipped folder: {one}");
+        for threads in [2, 3, 8] {
+            assert_eq!(
+                discover(tmp.path(), threads, &exclude),
+                one,
+                "{threads} threads"
+            );
+        }
+        // A tree of one folder is split further down.
+        let nested = tmp.path().join("nested");
+        for c in 0..5 {
+            touch(&nested.join(format!("train/c{c}/a.png")));
+        }
+        touch(&nested.join("train/readme.md"));
+        let one = discover(&nested, 1, &[]);
+        assert_eq!(discover(&nested, 2, &[]), one);
+    }
+
+    /// A cancel asked mid-walk (here by the progress callback) stops every
+    /// thread: nine folders are walked side by side (not split further),
+    /// each past the entries between two progress reports.
+    #[test]
+    fn a_parallel_walk_stops_when_cancelled() {
+        let tmp = tempfile::tempdir().unwrap();
+        for c in 0..9 {
+            for f in 0..(TICK_ENTRIES + 100) {
+                touch(&tmp.path().join(format!("c{c}/{f}.png")));
+            }
+        }
+        let filter = Filter::default();
+        let cancel = AtomicBool::new(false);
+        let calls = AtomicU64::new(0);
+        let roots = [tmp.path().to_path_buf()];
+        for threads in [1, 2] {
+            cancel.store(false, Ordering::Relaxed);
+            let progress = |_: u64| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                cancel.store(true, Ordering::Relaxed);
+            };
+            let r = Discover {
+                roots: &roots,
+                files_from: None,
+                filter: &filter,
+                follow_links: false,
+                skip_dir: None,
+                cancel: &cancel,
+                progress: &progress,
+                list_ignored: false,
+                threads,
+            }
+            .run();
+            assert!(matches!(r, Err(PackError::Cancelled)), "{threads} threads");
+        }
+        assert!(calls.load(Ordering::Relaxed) >= 2);
+    }
 }

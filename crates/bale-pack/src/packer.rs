@@ -476,6 +476,7 @@ impl Packer {
             cancel,
             progress: &report,
             list_ignored: false,
+            threads: jobs.min(std::thread::available_parallelism().map_or(1, usize::from)),
         }
         .run()?;
         // `--force` clears the old output, never an input: an input file in
@@ -501,7 +502,7 @@ impl Packer {
         }
 
         // Group, label.
-        let mut samples = group(discovered.files)?;
+        let mut samples = pool.install(|| group(discovered.files))?;
         // Bad files that belong to a sample doom it; the rest are reported by part 0.
         let mut orphans = Vec::new();
         for b in bad {
