@@ -355,6 +355,19 @@ fn can_mount(probe: &Path) -> bool {
     ok
 }
 
+/// `bale unstage DIR` of a tmpfs bale mounted: unmounted, and the folder gone.
+fn unstage_unmounts(target: &Path) {
+    let out = bale(&["unstage", s(target)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("unmounted and removed"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!is_mounted(target));
+    assert!(!target.exists());
+}
+
 #[test]
 fn mount_as_root_mounts_a_tmpfs_and_unstage_unmounts_it() {
     let tmp = scratch();
@@ -382,15 +395,7 @@ fn mount_as_root_mounts_a_tmpfs_and_unstage_unmounts_it() {
     let (code, _, err) = stage(&ds, &target, &["--mount"]);
     assert_eq!(code, 0);
     assert!(err.contains("reusing"), "{err}");
-    let out = bale(&["unstage", s(&target)]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).starts_with("unmounted and removed"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!is_mounted(&target));
-    assert!(!target.exists());
+    unstage_unmounts(&target);
 }
 
 /// Where the kernel has transparent huge pages, the tmpfs `--mount` mounts
@@ -582,10 +587,7 @@ fn mount_on_a_tmpfs_without_2_mib_pages_mounts_one_of_bale_s_own() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("reusing"), "{err}");
     assert!(!err.contains("not a tmpfs of bale's own"), "{err}");
-    let out = bale(&["unstage", s(&target)]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).starts_with("unmounted and removed"));
-    assert!(!is_mounted(&target));
+    unstage_unmounts(&target);
 
     // A copy staged there in small pages first.
     let (code, _, err) = stage(&ds, &target, &[]);
@@ -627,15 +629,7 @@ fn a_tmpfs_of_bale_s_left_without_a_marker_is_filled_or_unmounted() {
         assert_eq!(code, 2, "{err}");
         return;
     };
-    let out = bale(&["unstage", s(&target)]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).starts_with("unmounted and removed"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!is_mounted(&target));
-    assert!(!target.exists());
+    unstage_unmounts(&target);
 
     let _guard = test_tmpfs_from("bale-stage", &target, "mode=0755").unwrap();
     let (code, out, err) = stage(&ds, &target, &["--mount"]);
@@ -648,10 +642,7 @@ fn a_tmpfs_of_bale_s_left_without_a_marker_is_filled_or_unmounted() {
     assert_eq!(mounts_at(&target).len(), 1, "nothing mounted over it");
     assert!(marker_says_mounted(&target));
     same_files(&ds, &target, &dataset_files(&ds));
-    let out = bale(&["unstage", s(&target)]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).starts_with("unmounted and removed"));
-    assert!(!is_mounted(&target));
+    unstage_unmounts(&target);
 
     // Anyone else's empty tmpfs, and one of bale's with a file bale did not write.
     for (source, file) in [("tmpfs", None), ("bale-stage", Some("notes.txt"))] {
