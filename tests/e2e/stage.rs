@@ -630,8 +630,13 @@ fn a_tmpfs_of_bale_s_left_without_a_marker_is_filled_or_unmounted() {
         return;
     };
     unstage_unmounts(&target);
+    // Killed while it wrote the marker: a temporary file of bale's is all there is.
+    let _guard = test_tmpfs_from("bale-stage", &target, "mode=0755").unwrap();
+    std::fs::write(target.join(".bale-tmp-1234-0"), b"{").unwrap();
+    unstage_unmounts(&target);
 
     let _guard = test_tmpfs_from("bale-stage", &target, "mode=0755").unwrap();
+    std::fs::write(target.join(".bale-tmp-1234-0"), b"{").unwrap();
     let (code, out, err) = stage(&ds, &target, &["--mount"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, format!("{}\n", target.display()));
@@ -641,6 +646,7 @@ fn a_tmpfs_of_bale_s_left_without_a_marker_is_filled_or_unmounted() {
     );
     assert_eq!(mounts_at(&target).len(), 1, "nothing mounted over it");
     assert!(marker_says_mounted(&target));
+    assert!(!target.join(".bale-tmp-1234-0").exists());
     same_files(&ds, &target, &dataset_files(&ds));
     unstage_unmounts(&target);
 

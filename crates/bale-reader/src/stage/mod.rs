@@ -370,11 +370,23 @@ fn lock_target(target: &Path, wait: bool, progress: &dyn StageProgress) -> Resul
     ))
 }
 
-fn dir_is_empty(dir: &Path) -> Result<bool> {
-    Ok(fs::read_dir(dir)
-        .map_err(|e| io_error(dir, e))?
-        .next()
-        .is_none())
+/// Whether `dir` holds nothing, or nothing but files named as bale's
+/// temporary files when `temp_ok`: on a tmpfs bale mounted, a run killed
+/// between its mount and its marker (written to such a file first, then
+/// renamed) leaves no more.
+pub(super) fn holds_nothing(dir: &Path, temp_ok: bool) -> Result<bool> {
+    for e in fs::read_dir(dir).map_err(|e| io_error(dir, e))? {
+        let e = e.map_err(|e| io_error(dir, e))?;
+        let temp = temp_ok
+            && e.file_name()
+                .as_encoded_bytes()
+                .starts_with(TEMP_PREFIX.as_bytes())
+            && e.file_type().is_ok_and(|t| t.is_file());
+        if !temp {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Removes temporary files of interrupted copies in `dir` and the directories of `rels`.
@@ -479,7 +491,7 @@ impl Run<'_> {
             .unwrap_or_default();
         match &found {
             None => {
-                if !dir_is_empty(target)? {
+                if !holds_nothing(target, sys::is_bale_tmpfs(target))? {
                     return Err(ReaderError::Stage {
                         path: target.to_path_buf(),
                         what: format!(
@@ -489,6 +501,7 @@ impl Run<'_> {
                         kind: StageErrorKind::NotStagingFolder,
                     });
                 }
+                remove_temp_files(target, &[]);
             }
             Some(mk) => {
                 let staged_manifest = target.join(MANIFEST_NAME);

@@ -158,11 +158,11 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
 }
 
 /// Unmounts the tmpfs bale mounted at `dir` and removes the folder, when it
-/// is empty: what a run killed between its mount and its marker leaves.
-/// None when `dir` is not such a tmpfs, or holds anything (files without a
-/// marker are not bale's to delete).
+/// holds nothing but bale's temporary files: what a run killed between its
+/// mount and its marker leaves. None when `dir` is not such a tmpfs, or
+/// holds anything else (files without a marker are not bale's to delete).
 fn unmount_empty(dir: &Path, lock: DirLock) -> Option<Result<UnstageSummary>> {
-    if !sys::is_bale_tmpfs(dir) || fs::read_dir(dir).ok()?.next().is_some() {
+    if !sys::is_bale_tmpfs(dir) || !super::holds_nothing(dir, true).ok()? {
         return None;
     }
     drop(lock); // An open descriptor on the mount would make it busy.
