@@ -650,6 +650,37 @@ fn a_tmpfs_of_bale_s_left_without_a_marker_is_filled_or_unmounted() {
     same_files(&ds, &target, &dataset_files(&ds));
     unstage_unmounts(&target);
 
+    // Someone's tmpfs moved onto a tmpfs of bale's (listed before it in
+    // /proc/self/mountinfo), and a bind mount of a folder inside one of
+    // bale's: neither is bale's to unmount.
+    let theirs = tmp.path().join("theirs");
+    let bind = tmp.path().join("bind");
+    let _mine = test_tmpfs_from("tmpfs", &theirs, "mode=0755").unwrap();
+    let _guard = test_tmpfs_from("bale-stage", &target, "mode=0755").unwrap();
+    let moved = Command::new("mount")
+        .args(["--move", s(&theirs), s(&target)])
+        .status()
+        .unwrap();
+    assert!(moved.success());
+    let out = bale(&["unstage", s(&target)]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(mounts_at(&target).len(), 2, "both still mounted");
+    let _ = Command::new("umount").arg(&target).status();
+    std::fs::create_dir_all(target.join("sub")).unwrap();
+    std::fs::create_dir_all(&bind).unwrap();
+    let bound = Command::new("mount")
+        .args(["--bind", s(&target.join("sub")), s(&bind)])
+        .status()
+        .unwrap();
+    assert!(bound.success());
+    let _bound = Unmount(bind.clone());
+    let out = bale(&["unstage", s(&bind)]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(is_mounted(&bind));
+    let _ = Command::new("umount").arg(&bind).status();
+    std::fs::remove_dir(target.join("sub")).unwrap();
+    unstage_unmounts(&target);
+
     // Anyone else's empty tmpfs, and one of bale's with a file bale did not write.
     for (source, file) in [("tmpfs", None), ("bale-stage", Some("notes.txt"))] {
         let _guard = test_tmpfs_from(source, &target, "mode=0755").unwrap();

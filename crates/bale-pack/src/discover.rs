@@ -503,6 +503,23 @@ enum Chunk {
     Dir(PathBuf, usize),
 }
 
+/// Marks the end of one folder's walk in [`Rules::walk_parallel`] when dropped.
+struct Ended<'a> {
+    finished: &'a AtomicUsize,
+    stop: &'a AtomicBool,
+    wake: &'a crossbeam_channel::Sender<()>,
+}
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        self.finished.fetch_add(1, Ordering::Release);
+        let _ = self.wake.send(());
+    }
+}
+
 /// Entries between two progress reports and cancellation checks.
 const TICK_ENTRIES: u64 = 1024;
 
@@ -526,8 +543,8 @@ impl Rules<'_> {
     /// Walks `root`, `offset` levels below the start `s` (its own entry,
     /// met already one level up, is left out when `offset` > 0), at most
     /// `max_depth` levels down, into `d`. `tick` gets the number of files
-    /// found so far every [`TICK_ENTRIES`] entries and at the end; its error
-    /// stops the walk.
+    /// found so far every [`TICK_ENTRIES`] entries (not at the end: with
+    /// `--files-from`, a walk per listed file); its error stops the walk.
     fn walk(
         &self,
         s: &Start,
@@ -557,7 +574,7 @@ impl Rules<'_> {
                 it.skip_current_dir();
             }
         }
-        tick(d.files.len() as u64)
+        Ok(())
     }
 
     /// One level of `dir` (`offset` levels below the start): its files
@@ -659,6 +676,14 @@ impl Rules<'_> {
                 let Some(&(j, dir, offset)) = dirs.get(i) else {
                     return;
                 };
+                // Counted as ended even when it panics (the panic then
+                // stops the others and reaches the caller), so that the
+                // calling thread never waits for it.
+                let _ended = Ended {
+                    finished: &finished,
+                    stop: &stop,
+                    wake: &ended,
+                };
                 let mut part = Discovered::default();
                 let r = self
                     .walk(s, dir, offset, None, &mut part, tick)
@@ -672,8 +697,6 @@ impl Rules<'_> {
                 *results[j]
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
-                finished.fetch_add(1, Ordering::Release);
-                let _ = ended.send(());
             }
         };
         std::thread::scope(|scope| -> Result<()> {

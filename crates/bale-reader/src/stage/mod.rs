@@ -683,6 +683,17 @@ impl Run<'_> {
             lock = DirLock::try_lock(target).inspect_err(|_| {
                 let _ = sys::unmount(target);
             })?;
+            // Until the new lock, a `bale unstage` could take the empty
+            // tmpfs for one a killed run left, and unmount it: then this
+            // lock is on the folder under it, which is no place for the copy.
+            if !sys::is_bale_tmpfs(target) {
+                return Err(io_error(
+                    target,
+                    std::io::Error::other(
+                        "the tmpfs bale mounted here was unmounted by another run (a bale unstage?) before the copy began; stage again",
+                    ),
+                ));
+            }
         }
 
         // The marker first, then the files (indexes before shards), then the manifest.

@@ -169,8 +169,15 @@ pub(crate) fn tmpfs_gives_huge_pages(path: &Path) -> bool {
         return forced;
     };
     forced
-        || mount_holding(&mountinfo, &real)
+        || mount_holding(&mountinfo, &real, device_of(&real))
             .is_some_and(|m| m.fstype == "tmpfs" && has_huge_option(&m.options))
+}
+
+/// The `major:minor` device numbers of the file system `path` lies on (a
+/// tmpfs has its own per mount), as /proc/self/mountinfo writes them.
+fn device_of(path: &Path) -> Option<(u32, u32)> {
+    let dev = std::fs::metadata(path).ok()?.dev();
+    Some((libc::major(dev), libc::minor(dev)))
 }
 
 /// The source name of the tmpfs bale mounts, as /proc/self/mountinfo and
@@ -180,8 +187,10 @@ pub(crate) fn tmpfs_gives_huge_pages(path: &Path) -> bool {
 pub(crate) const MOUNT_SOURCE: &str = "bale-stage";
 
 /// Whether `dir` (through symlinks) is the root of a tmpfs bale mounted:
-/// the mount holding it starts at it, is a tmpfs, and has [`MOUNT_SOURCE`]
-/// for its source.
+/// the mount `dir` reaches (the one whose device it is on: not one hidden
+/// under another, nor one mounted over a parent folder) starts at `dir`,
+/// shows its file system from its root (not a bind mount of a folder
+/// inside), is a tmpfs and has [`MOUNT_SOURCE`] for its source.
 pub(crate) fn is_bale_tmpfs(dir: &Path) -> bool {
     let Ok(real) = std::fs::canonicalize(dir) else {
         return false;
@@ -189,8 +198,12 @@ pub(crate) fn is_bale_tmpfs(dir: &Path) -> bool {
     let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
-    mount_holding(&mountinfo, &real)
-        .is_some_and(|m| m.point == real && m.fstype == "tmpfs" && m.source == MOUNT_SOURCE)
+    let Some(dev) = device_of(&real) else {
+        return false;
+    };
+    mount_holding(&mountinfo, &real, Some(dev)).is_some_and(|m| {
+        m.point == real && m.root == b"/" && m.fstype == "tmpfs" && m.source == MOUNT_SOURCE
+    })
 }
 
 /// Whether a tmpfs's options give its files 2 MiB pages without `madvise`.
@@ -203,6 +216,11 @@ fn has_huge_option(options: &str) -> bool {
 /// One line of /proc/self/mountinfo, the fields bale reads.
 #[derive(Debug, PartialEq, Eq)]
 struct MountEntry {
+    /// The `major:minor` device numbers of its file system.
+    dev: (u32, u32),
+    /// The folder of its file system it shows (`/` unless a bind mount of
+    /// a folder inside), escapes decoded.
+    root: Vec<u8>,
     /// Where it is mounted, escapes decoded.
     point: PathBuf,
     /// The file system type, e.g. `tmpfs`.
@@ -215,16 +233,29 @@ struct MountEntry {
 }
 
 /// The mount that holds `path` (an absolute path without symlinks), from
-/// the text of /proc/self/mountinfo: the entry whose mount point is the
-/// longest prefix of `path`, the last one listed when several are stacked
-/// on one point.
-fn mount_holding(mountinfo: &str, path: &Path) -> Option<MountEntry> {
+/// the text of /proc/self/mountinfo: among the entries on the device `dev`
+/// (`path`'s own; any when None), the one whose mount point is the longest
+/// prefix of `path`, the last one listed when several are stacked on one
+/// point. The device tells the mount `path` reaches from one hidden under
+/// another (the order of the list is not the order of stacking).
+fn mount_holding(mountinfo: &str, path: &Path, dev: Option<(u32, u32)>) -> Option<MountEntry> {
     let mut best: Option<(usize, MountEntry)> = None;
     for line in mountinfo.lines() {
         let mut fields = line.split(' ');
-        let Some(point) = fields.nth(4) else {
+        let (Some(numbers), Some(root), Some(point)) =
+            (fields.nth(2), fields.next(), fields.next())
+        else {
             continue;
         };
+        let Some(on) = numbers
+            .split_once(':')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        else {
+            continue;
+        };
+        if dev.is_some_and(|d| d != on) {
+            continue;
+        }
         let point = PathBuf::from(std::ffi::OsString::from_vec(unescape(point)));
         // After the optional fields: `-`, the type, the source, the options.
         let mut rest = fields.skip_while(|f| *f != "-").skip(1);
@@ -238,6 +269,8 @@ fn mount_holding(mountinfo: &str, path: &Path) -> Option<MountEntry> {
         let depth = point.components().count();
         if best.as_ref().is_none_or(|(d, _)| depth >= *d) {
             let entry = MountEntry {
+                dev: on,
+                root: unescape(root),
                 point,
                 fstype: fstype.to_owned(),
                 source: String::from_utf8_lossy(&unescape(source)).into_owned(),
@@ -401,8 +434,9 @@ mod tests {
 33 1 0:30 / / rw - ext4 /dev/vda1 rw
 34 33 0:31 / /mnt/t\\134nx rw - tmpfs bale-stage rw,size=65536k,huge=within_size
 35 33 0:32 / /srv rw - tmpfs my\\040src rw
+36 33 0:31 /sub\\040dir /mnt/bind rw - tmpfs bale-stage rw
 ";
-        let at = |p: &str| mount_holding(info, Path::new(p));
+        let at = |p: &str| mount_holding(info, Path::new(p), None);
         let opts = |p: &str| at(p).map(|m| m.options);
         // The last of the mounts stacked on /dev/shm.
         assert_eq!(opts("/dev/shm/x").unwrap(), "rw,size=100k,huge=within_size");
@@ -417,6 +451,8 @@ mod tests {
         assert_eq!(
             at("/home/x").unwrap(),
             MountEntry {
+                dev: (0, 30),
+                root: b"/".to_vec(),
                 point: "/".into(),
                 fstype: "ext4".into(),
                 source: "/dev/vda1".into(),
@@ -429,7 +465,32 @@ mod tests {
         assert_eq!(bale.source, MOUNT_SOURCE);
         assert_eq!(at("/dev/shm/a b").unwrap().source, "tmpfs");
         assert_eq!(at("/srv/a b").unwrap().source, "my src");
-        assert_eq!(mount_holding("garbage\n1 2 3\n", Path::new("/x")), None);
+        assert_eq!(
+            mount_holding("garbage\n1 2 3\n", Path::new("/x"), None),
+            None
+        );
+        // The device tells the mount a path reaches: the one listed first
+        // when it was moved onto the point later, or a parent's mount over
+        // a hidden one (/dev/shm's 0:23 over bale's tmpfs listed below it).
+        assert_eq!(
+            mount_holding(info, Path::new("/dev/shm/x"), Some((0, 23)))
+                .unwrap()
+                .options,
+            "rw,size=24684084k"
+        );
+        assert_eq!(
+            mount_holding(info, Path::new("/dev/shm/ad"), Some((0, 23)))
+                .unwrap()
+                .point,
+            Path::new("/dev/shm")
+        );
+        assert_eq!(mount_holding(info, Path::new("/x"), Some((9, 9))), None);
+        // A bind mount of a folder inside a tmpfs shows that folder as its root.
+        let bind = at("/mnt/bind/a").unwrap();
+        assert_eq!(
+            (bind.root.as_slice(), bind.source.as_str()),
+            (&b"/sub dir"[..], MOUNT_SOURCE)
+        );
         assert!(has_huge_option("rw,huge=within_size"));
         assert!(has_huge_option("huge=always,rw"));
         assert!(!has_huge_option("rw,huge=advise"));
