@@ -22,7 +22,7 @@ touch the whole payload fails its row.
   before: the size moves warm rates by about 1.1x), one untimed pass, then
   --reps timed passes (median); the share of the files in 2 MiB pages is
   printed;
-- cold: before each of --cold-reps timed passes, every file of the row's dataset
+- cold: before each of --cold-reps timed passes (median), every file of the row's dataset
   read once (so a VM host's cache below the page cache holds it for every row
   alike), then posix_fadvise(DONTNEED) over those files (best effort: the kernel
   keeps pages that are mapped or dirty), the share of their pages still resident
@@ -122,7 +122,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("--runs", type=int, default=1, help="run the whole set this many times (default: 1)")
     ap.add_argument("--reps", type=int, default=3, help="timed passes per warm row and run (median; default: 3)")
-    ap.add_argument("--cold-reps", type=int, default=1, help="timed passes per cold row and run (default: 1)")
+    ap.add_argument(
+        "--cold-reps",
+        type=int,
+        default=3,
+        help="timed passes per cold row and run, each after evicting the files (median; default: 3)",
+    )
     ap.add_argument(
         "--pack-passes",
         type=int,
