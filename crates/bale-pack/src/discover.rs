@@ -476,7 +476,7 @@ impl Discover<'_> {
             if threads > 1 {
                 rules.walk_parallel(&s, threads, &mut found, &mut tick)?;
             } else {
-                rules.walk(&s, &s.start, 0, None, &mut found, &mut tick)?;
+                rules.walk(&s, &s.start, 0, &mut found, &mut tick)?;
             }
             d.append(found);
         }
@@ -541,8 +541,7 @@ impl Rules<'_> {
     }
 
     /// Walks `root`, `offset` levels below the start `s` (its own entry,
-    /// met already one level up, is left out when `offset` > 0), at most
-    /// `max_depth` levels down, into `d`. `tick` gets the number of files
+    /// met already one level up, is left out when `offset` > 0), into `d`. `tick` gets the number of files
     /// found so far every [`TICK_ENTRIES`] entries (not at the end: with
     /// `--files-from`, a walk per listed file); its error stops the walk.
     fn walk(
@@ -550,17 +549,13 @@ impl Rules<'_> {
         s: &Start,
         root: &Path,
         offset: usize,
-        max_depth: Option<usize>,
         d: &mut Discovered,
         tick: &mut dyn FnMut(u64) -> Result<()>,
     ) -> Result<()> {
-        let mut walk = WalkDir::new(root)
+        let mut it = WalkDir::new(root)
             .follow_links(self.follow_links)
-            .follow_root_links(true);
-        if let Some(m) = max_depth {
-            walk = walk.max_depth(m);
-        }
-        let mut it = walk.into_iter();
+            .follow_root_links(true)
+            .into_iter();
         let mut seen: u64 = 0;
         while let Some(entry) = it.next() {
             seen += 1;
@@ -685,9 +680,7 @@ impl Rules<'_> {
                     wake: &ended,
                 };
                 let mut part = Discovered::default();
-                let r = self
-                    .walk(s, dir, offset, None, &mut part, tick)
-                    .map(|()| part);
+                let r = self.walk(s, dir, offset, &mut part, tick).map(|()| part);
                 match &r {
                     Ok(p) => {
                         found.fetch_add(p.files.len() as u64, Ordering::Relaxed);
