@@ -541,9 +541,10 @@ impl Rules<'_> {
     }
 
     /// Walks `root`, `offset` levels below the start `s` (its own entry,
-    /// met already one level up, is left out when `offset` > 0), into `d`. `tick` gets the number of files
-    /// found so far every [`TICK_ENTRIES`] entries (not at the end: with
-    /// `--files-from`, a walk per listed file); its error stops the walk.
+    /// met already one level up, is left out when `offset` > 0), into `d`.
+    /// `tick` gets the number of files found so far every [`TICK_ENTRIES`]
+    /// entries (not at the end: with `--files-from`, a walk per listed
+    /// file); its error stops the walk.
     fn walk(
         &self,
         s: &Start,
