@@ -291,11 +291,16 @@ fn normalized(path: &Path) -> PathBuf {
 }
 
 /// Why `--mount` mounts nothing at `target` (RAM-backed or not, as `ram`
-/// says; `found` its staging marker), or None when a tmpfs of bale's own
-/// there would give the copy what `--mount` is for: 2 MiB pages.
-fn no_mount_needed(target: &Path, ram: bool, found: Option<&Marker>) -> Option<&'static str> {
-    if sys::is_bale_tmpfs(target) || found.is_some_and(|m| m.mounted) && sys::is_mount_point(target)
-    {
+/// says; `found` its staging marker; `ours` whether it is a tmpfs bale
+/// mounted, as [`sys::is_bale_tmpfs`] says), or None when a tmpfs of bale's
+/// own there would give the copy what `--mount` is for: 2 MiB pages.
+fn no_mount_needed(
+    target: &Path,
+    ram: bool,
+    ours: bool,
+    found: Option<&Marker>,
+) -> Option<&'static str> {
+    if ours || found.is_some_and(|m| m.mounted) && sys::is_mount_point(target) {
         Some("is a tmpfs bale mounted already")
     } else if ram && sys::tmpfs_gives_huge_pages(target) {
         Some("is on a tmpfs that keeps files in 2 MiB pages already")
@@ -485,13 +490,15 @@ impl Run<'_> {
         let mut lock = lock;
         let (target, progress) = (self.target, self.progress);
         let found = marker::read(target)?;
+        // A tmpfs bale mounted (read once: only this run's mount changes it).
+        let ours = sys::is_bale_tmpfs(target);
         let owned: BTreeSet<String> = found
             .as_ref()
             .map(|m| m.owned().into_iter().map(str::to_owned).collect())
             .unwrap_or_default();
         match &found {
             None => {
-                if !holds_nothing(target, sys::is_bale_tmpfs(target))? {
+                if !holds_nothing(target, ours)? {
                     return Err(ReaderError::Stage {
                         path: target.to_path_buf(),
                         what: format!(
@@ -524,7 +531,7 @@ impl Run<'_> {
                             ));
                             if self.options.mount
                                 && let Ok(ram) = is_ram_backed(target)
-                                && no_mount_needed(target, ram, Some(mk)).is_none()
+                                && no_mount_needed(target, ram, ours, Some(mk)).is_none()
                             {
                                 progress.message(&format!(
                                     "{} is not a tmpfs of bale's own, so not in 2 MiB pages: `bale unstage` it, then stage again with --mount to have them",
@@ -589,7 +596,7 @@ impl Run<'_> {
         let assume = self.options.assume;
         let ram = is_ram_backed(target).map_err(|e| io_error(target, e))?;
         let will_mount = self.options.mount && {
-            let why_not = no_mount_needed(target, ram, found.as_ref());
+            let why_not = no_mount_needed(target, ram, ours, found.as_ref());
             if let Some(why) = why_not {
                 progress.message(&format!("{} {why}: not mounting", shown(target)));
             }
@@ -698,8 +705,7 @@ impl Run<'_> {
 
         // The marker first, then the files (indexes before shards), then the manifest.
         // A tmpfs of bale's without a marker: a run killed between its mount and its marker.
-        let mounted =
-            mounted_now || found.as_ref().is_some_and(|m| m.mounted) || sys::is_bale_tmpfs(target);
+        let mounted = mounted_now || ours || found.as_ref().is_some_and(|m| m.mounted);
         if let Err(e) = marker::write(
             target,
             &Marker::new(self.src, self.hash.to_owned(), mounted, plan.rels()),
