@@ -161,16 +161,20 @@ pub(crate) fn tmpfs_has_huge_pages() -> bool {
 /// them (`shmem_enabled` set to `force`). `huge=advise` does not count: a
 /// file there gets them only through `madvise`.
 pub(crate) fn tmpfs_gives_huge_pages(path: &Path) -> bool {
-    let forced = shmem_enabled().is_some_and(|w| w == "force");
-    let Ok(real) = std::fs::canonicalize(path) else {
-        return forced;
-    };
-    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return forced;
-    };
-    forced
-        || mount_holding(&mountinfo, &real, device_of(&real))
-            .is_some_and(|m| m.fstype == "tmpfs" && has_huge_option(&m.options))
+    shmem_enabled().is_some_and(|w| w == "force")
+        || mount_reached(path)
+            .is_some_and(|(_, m)| m.fstype == "tmpfs" && has_huge_option(&m.options))
+}
+
+/// `path` through symlinks, and the mount it reaches: the one whose device
+/// it is on (not one hidden under another, nor one mounted over a parent
+/// folder). None when any of them cannot be read.
+fn mount_reached(path: &Path) -> Option<(PathBuf, MountEntry)> {
+    let real = std::fs::canonicalize(path).ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let dev = device_of(&real)?;
+    let m = mount_holding(&mountinfo, &real, Some(dev))?;
+    Some((real, m))
 }
 
 /// The `major:minor` device numbers of the file system `path` lies on (a
@@ -192,16 +196,7 @@ pub(crate) const MOUNT_SOURCE: &str = "bale-stage";
 /// shows its file system from its root (not a bind mount of a folder
 /// inside), is a tmpfs and has [`MOUNT_SOURCE`] for its source.
 pub(crate) fn is_bale_tmpfs(dir: &Path) -> bool {
-    let Ok(real) = std::fs::canonicalize(dir) else {
-        return false;
-    };
-    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let Some(dev) = device_of(&real) else {
-        return false;
-    };
-    mount_holding(&mountinfo, &real, Some(dev)).is_some_and(|m| {
+    mount_reached(dir).is_some_and(|(real, m)| {
         m.point == real && m.root == b"/" && m.fstype == "tmpfs" && m.source == MOUNT_SOURCE
     })
 }
