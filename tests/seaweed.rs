@@ -75,15 +75,52 @@ impl Ports {
         .map(|(name, p)| PathBuf::from(format!("/tmp/seaweedfs-{name}-grpc-{}.sock", p + 10000)))
     }
 
-    /// Removes [`Ports::grpc_sockets`] (sockets only: a file of another
-    /// kind under such a name is not the server's).
+    /// Removes those of [`Ports::grpc_sockets`] that no server listens on:
+    /// sockets only (a file of another kind under such a name is not the
+    /// server's), and only one that refuses a connection (a server started
+    /// since on the same port has made it anew).
     fn remove_sockets(&self) {
         use std::os::unix::fs::FileTypeExt;
         for p in self.grpc_sockets() {
-            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket()) {
+            let dead = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket())
+                && std::os::unix::net::UnixStream::connect(&p)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
+            if dead {
                 let _ = std::fs::remove_file(&p);
             }
         }
+    }
+
+    /// The file in a server's folder that names its ports, for
+    /// [`clean_stale`] to find the sockets of a server whose test process
+    /// is gone (the folder's name holds only the S3 port).
+    const FILE: &str = "ports";
+
+    fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let Ports {
+            master,
+            volume,
+            filer,
+            s3,
+        } = self;
+        std::fs::write(
+            dir.join(Self::FILE),
+            format!("{master} {volume} {filer} {s3}\n"),
+        )
+    }
+
+    /// The ports [`Ports::write`] wrote into `dir`, or None.
+    fn read(dir: &Path) -> Option<Ports> {
+        let text = std::fs::read_to_string(dir.join(Self::FILE)).ok()?;
+        let mut words = text.split_whitespace().map(|w| w.parse::<u16>().ok());
+        let mut next = || words.next().flatten();
+        let ports = Ports {
+            master: next()?,
+            volume: next()?,
+            filer: next()?,
+            s3: next()?,
+        };
+        words.next().is_none().then_some(ports)
     }
 
     fn pick() -> Result<Ports> {
@@ -122,7 +159,10 @@ fn write_config(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Removes the folders (data and sockets) of shared servers whose test process is gone.
+/// Removes the folders (data and sockets) of servers whose test process is
+/// gone, `bale-seaweed-<pid>-<s3 port>-<shared|own>`, with the gRPC
+/// sockets in /tmp their `ports` file names (those still refusing a
+/// connection: see [`Ports::remove_sockets`]).
 fn clean_stale(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
@@ -132,16 +172,19 @@ fn clean_stale(root: &Path) {
         let Some(rest) = name.strip_prefix("bale-seaweed-") else {
             continue;
         };
-        let mut parts = rest.split('-');
-        let (Some(pid), Some(port)) = (parts.next(), parts.next()) else {
+        let parts: Vec<&str> = rest.split('-').collect();
+        let [pid, port, "shared" | "own"] = parts[..] else {
             continue;
         };
-        let (Ok(pid), Ok(_port)) = (pid.parse::<i32>(), port.parse::<u16>()) else {
+        let (Ok(pid), Ok(_)) = (pid.parse::<i32>(), port.parse::<u16>()) else {
             continue;
         };
         // SAFETY: signal 0 only asks whether the process exists.
-        let alive = unsafe { libc_kill(pid, 0) } == 0;
+        let alive = pid > 0 && unsafe { libc_kill(pid, 0) } == 0;
         if !alive {
+            if let Some(ports) = Ports::read(&e.path()) {
+                ports.remove_sockets();
+            }
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -245,6 +288,7 @@ impl Seaweed {
                 (dir, ports)
             }
         };
+        ports.write(&dir)?;
         let config = write_config(&dir)?;
         let data = dir.join("data");
         std::fs::create_dir_all(&data)?;
@@ -547,5 +591,105 @@ impl Drop for Seaweed {
         if self.own_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid no process has: one of a child that has been waited for.
+    fn dead_pid() -> i32 {
+        let mut c = Command::new("true").spawn().expect("spawn true");
+        c.wait().expect("wait");
+        c.id() as i32
+    }
+
+    #[test]
+    fn ports_round_trip_through_their_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Ports {
+            master: 40001,
+            volume: 40002,
+            filer: 40003,
+            s3: 40004,
+        };
+        p.write(dir.path()).unwrap();
+        let q = Ports::read(dir.path()).unwrap();
+        assert_eq!(
+            (q.master, q.volume, q.filer, q.s3),
+            (40001, 40002, 40003, 40004)
+        );
+        for bad in ["", "1 2 3", "1 2 3 4 5", "1 2 x 4", "1 2 3 70000"] {
+            std::fs::write(dir.path().join(Ports::FILE), bad).unwrap();
+            assert!(Ports::read(dir.path()).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_stale_folder_goes_with_its_dead_sockets_and_nothing_else() {
+        use std::os::unix::net::UnixListener;
+        let root = tempfile::tempdir().unwrap();
+        // Ports above 55000, which `free_port` never picks, so no server of
+        // a test runs on them; apart by this process's id from a parallel run.
+        let base = 55_001 + (std::process::id() % 100) as u16 * 5;
+        let ports = Ports {
+            master: base,
+            volume: base + 1,
+            filer: base + 2,
+            s3: base + 3,
+        };
+        let [master, volume, filer, s3] = ports.grpc_sockets();
+        /// Removes the test's files in /tmp when it ends, failed or not.
+        struct Gone([PathBuf; 4]);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                for p in &self.0 {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+        }
+        let _gone = Gone(ports.grpc_sockets());
+        for p in [&master, &volume, &filer, &s3] {
+            let _ = std::fs::remove_file(p);
+        }
+        // master: a socket whose server is gone (bound, then closed).
+        drop(UnixListener::bind(&master).unwrap());
+        // volume: a socket a live server listens on.
+        let live = UnixListener::bind(&volume).unwrap();
+        // filer: a regular file under a socket's name; s3: nothing.
+        std::fs::write(&filer, b"not a socket").unwrap();
+
+        let dead = dead_pid();
+        let stale = root
+            .path()
+            .join(format!("bale-seaweed-{dead}-{}-own", ports.s3));
+        std::fs::create_dir(&stale).unwrap();
+        ports.write(&stale).unwrap();
+        std::fs::write(stale.join("weed.log"), b"log").unwrap();
+        let mine = root.path().join(format!(
+            "bale-seaweed-{}-{}-shared",
+            std::process::id(),
+            ports.s3
+        ));
+        std::fs::create_dir(&mine).unwrap();
+        let odd = root.path().join(format!("bale-seaweed-{dead}-x-own"));
+        std::fs::create_dir(&odd).unwrap();
+        let other = root.path().join("someone-else");
+        std::fs::create_dir(&other).unwrap();
+
+        clean_stale(root.path());
+
+        assert!(!stale.exists(), "the dead server's folder stays");
+        assert!(!master.exists(), "the dead socket stays");
+        assert!(volume.exists(), "a socket in use was removed");
+        assert_eq!(std::fs::read(&filer).unwrap(), b"not a socket");
+        assert!(mine.exists(), "the folder of a live process was removed");
+        assert!(
+            odd.exists(),
+            "a folder not named as the servers' was removed"
+        );
+        assert!(other.exists());
+        drop(live);
     }
 }
