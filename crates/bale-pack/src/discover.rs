@@ -616,6 +616,91 @@ impl Rules<'_> {
         Ok(chunks)
     }
 
+    /// Splits every folder among `chunks` one level further down
+    /// ([`Rules::split`]), on up to `threads` threads, one folder each at a
+    /// time; the result is in walk order. `found` counts the files found.
+    fn split_all(
+        &self,
+        s: &Start,
+        chunks: Vec<Chunk>,
+        threads: usize,
+        found: &mut u64,
+    ) -> Result<Vec<Chunk>> {
+        let dirs: Vec<(&Path, usize)> = chunks
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::Dir(p, offset) => Some((p.as_path(), *offset)),
+                Chunk::Done(_) => None,
+            })
+            .collect();
+        // What splitting folder k gave, at k, with the files it found.
+        type Split = Result<(Vec<Chunk>, u64)>;
+        let results: Vec<std::sync::Mutex<Option<Split>>> =
+            dirs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let work = || {
+            while !stop.load(Ordering::Relaxed) {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(dir, offset)) = dirs.get(k) else {
+                    return;
+                };
+                let mut here = 0;
+                let r = self
+                    .split(s, dir, offset, &mut here, &mut |_| self.check_cancel())
+                    .map(|c| (c, here));
+                if r.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                *results[k]
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
+            }
+        };
+        // A thread that panics stops nothing here: the others run out of
+        // folders, and the scope hands the panic to the caller.
+        std::thread::scope(|scope| {
+            for _ in 1..threads.min(dirs.len()) {
+                // Without another thread (the system refuses one), this one splits them all.
+                let spawned = std::thread::Builder::new()
+                    .name("bale-walk".into())
+                    .spawn_scoped(scope, work);
+                if spawned.is_err() {
+                    break;
+                }
+            }
+            work();
+        });
+        drop(dirs);
+        let mut split = Vec::with_capacity(results.len());
+        for m in results {
+            let r = m
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // The first error in walk order, before a split that never ran.
+            if let Some(Err(e)) = r {
+                return Err(e);
+            }
+            split.push(r);
+        }
+        let mut split = split.into_iter();
+        let mut out = Vec::with_capacity(chunks.len());
+        for c in chunks {
+            match c {
+                done @ Chunk::Done(_) => out.push(done),
+                Chunk::Dir(..) => match split.next().flatten() {
+                    Some(Ok((parts, here))) => {
+                        *found += here;
+                        out.extend(parts);
+                    }
+                    // Never ran (another was cancelled); errors returned above.
+                    _ => return Err(PackError::Cancelled),
+                },
+            }
+        }
+        Ok(out)
+    }
+
     /// Walks the start `s` on `threads` threads, one folder each at a
     /// time, into `d` in the order of a walk on one thread. Only the
     /// calling thread calls `tick`: with the files found on all of them.
@@ -628,7 +713,8 @@ impl Rules<'_> {
     ) -> Result<()> {
         let mut early: u64 = 0;
         let mut chunks = self.split(s, &s.start, 0, &mut early, tick)?;
-        // A tree of one folder (`train/`) is split one level further down.
+        // A tree of one folder (`train/`), or of a few, is split one level
+        // further down, its folders listed side by side.
         for _ in 0..2 {
             let dirs = chunks
                 .iter()
@@ -637,16 +723,8 @@ impl Rules<'_> {
             if dirs == 0 || dirs >= 4 * threads {
                 break;
             }
-            let mut next = Vec::with_capacity(chunks.len());
-            for c in chunks {
-                match c {
-                    Chunk::Dir(p, offset) => {
-                        next.extend(self.split(s, &p, offset, &mut early, tick)?);
-                    }
-                    done @ Chunk::Done(_) => next.push(done),
-                }
-            }
-            chunks = next;
+            chunks = self.split_all(s, chunks, threads, &mut early)?;
+            tick(early)?;
         }
         let dirs: Vec<(usize, &Path, usize)> = chunks
             .iter()
@@ -1101,5 +1179,68 @@ mod tests {
             assert!(matches!(r, Err(PackError::Cancelled)), "{threads} threads");
         }
         assert!(calls.load(Ordering::Relaxed) >= 2);
+    }
+
+    #[test]
+    fn folders_split_on_threads_come_back_in_walk_order_or_cancelled() {
+        let tmp = tempfile::tempdir().unwrap();
+        for c in 0..5 {
+            for f in 0..(TICK_ENTRIES + 10) {
+                touch(&tmp.path().join(format!("c{c}/{f:05}.png")));
+            }
+            touch(&tmp.path().join(format!("c{c}/sub/deep.png")));
+        }
+        touch(&tmp.path().join("top.png"));
+        let filter = Filter::default();
+        let cancel = AtomicBool::new(false);
+        let rules = Rules {
+            filter: &filter,
+            follow_links: false,
+            skip_dir: None,
+            cancel: &cancel,
+            list_ignored: false,
+        };
+        let s = Start {
+            root: 0,
+            base: tmp.path().to_path_buf(),
+            start: tmp.path().to_path_buf(),
+        };
+        let top = |early: &mut u64| rules.split(&s, &s.start, 0, early, &mut |_| Ok(()));
+        let files = |chunks: &[Chunk]| -> Vec<String> {
+            chunks
+                .iter()
+                .flat_map(|c| match c {
+                    Chunk::Done(d) => d.files.iter().map(|f| f.rel.clone()).collect(),
+                    Chunk::Dir(p, offset) => vec![format!("dir {} {offset}", p.display())],
+                })
+                .collect()
+        };
+        let mut early = 0;
+        let mut serial = Vec::new();
+        for c in top(&mut early).unwrap() {
+            match c {
+                Chunk::Dir(p, offset) => serial.extend(
+                    rules
+                        .split(&s, &p, offset, &mut early, &mut |_| Ok(()))
+                        .unwrap(),
+                ),
+                done => serial.push(done),
+            }
+        }
+        let want = (files(&serial), early);
+        assert_eq!(want.1, 5 * (TICK_ENTRIES + 10) + 1);
+        for threads in [1, 2, 3, 8] {
+            let mut found = 0;
+            let chunks = top(&mut found).unwrap();
+            let got = rules.split_all(&s, chunks, threads, &mut found).unwrap();
+            assert_eq!((files(&got), found), want, "{threads} threads");
+        }
+        cancel.store(true, Ordering::Relaxed);
+        for threads in [1, 2] {
+            let mut found = 0;
+            let chunks = top(&mut found).unwrap();
+            let r = rules.split_all(&s, chunks, threads, &mut found);
+            assert!(matches!(r, Err(PackError::Cancelled)), "{threads} threads");
+        }
     }
 }
