@@ -316,10 +316,15 @@ fn non_utf8_names_fail_or_are_skipped() {
         "{}",
         text(&o)
     );
-    ok(&bale(
-        &["pack", "--on-error", "skip", "-q", "-o"],
-        &[&out, &input],
-    ));
+    let o = bale(&["pack", "--on-error", "skip", "-q", "-o"], &[&out, &input]);
+    ok(&o);
+    // Quiet, but a skipped file is an error: it is still named.
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("skipped 1 files (--on-error skip):") && err.contains("caf\\xe9.jpg"),
+        "{}",
+        text(&o)
+    );
     assert_eq!(Manifest::read(&out).unwrap().samples, 3);
     assert_eq!(Manifest::read(&out).unwrap().skipped, 1);
 }

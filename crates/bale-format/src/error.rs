@@ -305,18 +305,28 @@ pub struct Shown<'a>(&'a Path);
 
 impl std::fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = self.0.to_string_lossy();
-        if !text.chars().any(char::is_control) {
-            return f.write_str(&text);
-        }
-        for c in text.chars() {
-            match c {
-                '\n' => f.write_str("\\n")?,
-                '\t' => f.write_str("\\t")?,
-                '\r' => f.write_str("\\r")?,
-                c if (c as u32) < 0x80 && c.is_control() => write!(f, "\\x{:02x}", c as u32)?,
-                c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32)?,
-                c => write!(f, "{c}")?,
+        // Bytes that are not UTF-8 as `\xNN`, so that two such names stay
+        // apart (a lossy conversion shows both as U+FFFD).
+        for chunk in self.0.as_os_str().as_encoded_bytes().utf8_chunks() {
+            let text = chunk.valid();
+            if !text.chars().any(char::is_control) {
+                f.write_str(text)?;
+            } else {
+                for c in text.chars() {
+                    match c {
+                        '\n' => f.write_str("\\n")?,
+                        '\t' => f.write_str("\\t")?,
+                        '\r' => f.write_str("\\r")?,
+                        c if (c as u32) < 0x80 && c.is_control() => {
+                            write!(f, "\\x{:02x}", c as u32)?;
+                        }
+                        c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32)?,
+                        c => write!(f, "{c}")?,
+                    }
+                }
+            }
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
             }
         }
         Ok(())
@@ -335,5 +345,16 @@ mod tests {
             "t/fake\\n99\\tx.txt"
         );
         assert_eq!(shown(Path::new("\x1b[31m")).to_string(), "\\x1b[31m");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn bytes_that_are_not_utf8_are_shown_as_hex() {
+        use std::os::unix::ffi::OsStrExt;
+        let name = |b: &[u8]| shown(Path::new(std::ffi::OsStr::from_bytes(b))).to_string();
+        assert_eq!(name(b"d/caf\xe9.jpg"), "d/caf\\xe9.jpg");
+        assert_ne!(name(b"caf\xe9"), name(b"caf\xe8"));
+        assert_eq!(name(b"\xff\n\xfe"), "\\xff\\n\\xfe");
+        assert_eq!(name("d/été.jpg".as_bytes()), "d/été.jpg");
     }
 }
