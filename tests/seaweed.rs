@@ -77,14 +77,17 @@ impl Ports {
 
     /// Removes those of [`Ports::grpc_sockets`] that no server listens on:
     /// sockets only (a file of another kind under such a name is not the
-    /// server's), and only one that refuses a connection (a server started
-    /// since on the same port has made it anew).
-    fn remove_sockets(&self) {
+    /// server's), none made after `before` (a server started since on the
+    /// same port may be making its own: bound, not yet listening), and only
+    /// one that refuses a connection.
+    fn remove_sockets(&self, before: Option<std::time::SystemTime>) {
         use std::os::unix::fs::FileTypeExt;
         for p in self.grpc_sockets() {
-            let dead = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket())
-                && std::os::unix::net::UnixStream::connect(&p)
-                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
+            let dead = std::fs::symlink_metadata(&p).is_ok_and(|m| {
+                m.file_type().is_socket()
+                    && before.is_none_or(|t| m.modified().is_ok_and(|made| made <= t))
+            }) && std::os::unix::net::UnixStream::connect(&p)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
             if dead {
                 let _ = std::fs::remove_file(&p);
             }
@@ -182,8 +185,10 @@ fn clean_stale(root: &Path) {
         // SAFETY: signal 0 only asks whether the process exists.
         let alive = pid > 0 && unsafe { libc_kill(pid, 0) } == 0;
         if !alive {
-            if let Some(ports) = Ports::read(&e.path()) {
-                ports.remove_sockets();
+            // Its sockets are older than the last line of its log.
+            let last = std::fs::metadata(e.path().join("weed.log")).and_then(|m| m.modified());
+            if let (Some(ports), Ok(last)) = (Ports::read(&e.path()), last) {
+                ports.remove_sockets(Some(last));
             }
             let _ = std::fs::remove_dir_all(e.path());
         }
@@ -549,7 +554,7 @@ impl Seaweed {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
-            self.ports.remove_sockets();
+            self.ports.remove_sockets(None);
         }
     }
 
@@ -580,7 +585,7 @@ impl Seaweed {
             }
             let _ = c.kill();
             let _ = c.wait();
-            self.ports.remove_sockets();
+            self.ports.remove_sockets(None);
         }
     }
 }
@@ -657,7 +662,7 @@ mod tests {
         drop(UnixListener::bind(&master).unwrap());
         // volume: a socket a live server listens on.
         let live = UnixListener::bind(&volume).unwrap();
-        // filer: a regular file under a socket's name; s3: nothing.
+        // filer: a regular file under a socket's name.
         std::fs::write(&filer, b"not a socket").unwrap();
 
         let dead = dead_pid();
@@ -667,6 +672,11 @@ mod tests {
         std::fs::create_dir(&stale).unwrap();
         ports.write(&stale).unwrap();
         std::fs::write(stale.join("weed.log"), b"log").unwrap();
+        // s3: a socket made after the dead server's last log line, by a
+        // server that has bound it and is not listening yet.
+        // (Past the file system's clock step.)
+        std::thread::sleep(Duration::from_millis(50));
+        drop(UnixListener::bind(&s3).unwrap());
         let mine = root.path().join(format!(
             "bale-seaweed-{}-{}-shared",
             std::process::id(),
@@ -683,6 +693,10 @@ mod tests {
         assert!(!stale.exists(), "the dead server's folder stays");
         assert!(!master.exists(), "the dead socket stays");
         assert!(volume.exists(), "a socket in use was removed");
+        assert!(
+            s3.exists(),
+            "a socket newer than the dead server was removed"
+        );
         assert_eq!(std::fs::read(&filer).unwrap(), b"not a socket");
         assert!(mine.exists(), "the folder of a live process was removed");
         assert!(

@@ -520,6 +520,47 @@ impl Drop for Ended<'_> {
     }
 }
 
+impl Chunk {
+    /// The files of a `Done` chunk.
+    fn files(&self) -> u64 {
+        match self {
+            Chunk::Done(d) => d.files.len() as u64,
+            Chunk::Dir(..) => 0,
+        }
+    }
+}
+
+/// `chunks` with each `Dir` replaced, in order, by what `put` makes of the
+/// result of its job ([`Rules::side_by_side`]); the first error in walk
+/// order is returned as itself, a job that never ran as cancelled.
+fn merge<R>(
+    chunks: Vec<Chunk>,
+    results: Vec<Option<Result<R>>>,
+    mut put: impl FnMut(R, &mut Vec<Chunk>),
+) -> Result<Vec<Chunk>> {
+    let mut ok = Vec::with_capacity(results.len());
+    for r in results {
+        match r {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(r)) => ok.push(Some(r)),
+            None => ok.push(None),
+        }
+    }
+    let mut ok = ok.into_iter();
+    let mut out = Vec::with_capacity(chunks.len());
+    for c in chunks {
+        match c {
+            done @ Chunk::Done(_) => out.push(done),
+            Chunk::Dir(..) => match ok.next().flatten() {
+                Some(r) => put(r, &mut out),
+                // Never ran: another job was cancelled first.
+                None => return Err(PackError::Cancelled),
+            },
+        }
+    }
+    Ok(out)
+}
+
 /// Entries between two progress reports and cancellation checks.
 const TICK_ENTRIES: u64 = 1024;
 
@@ -616,39 +657,48 @@ impl Rules<'_> {
         Ok(chunks)
     }
 
-    /// Splits every folder among `chunks` one level further down
-    /// ([`Rules::split`]), on up to `threads` threads, one folder each at a
-    /// time; the result is in walk order. `found` counts the files found.
-    fn split_all(
+    /// Runs `job(k, tick)` for every `k` in `0..n` on up to `threads`
+    /// threads, the calling one included, each taking the next `k` until
+    /// none is left or a job failed; a job returns its result and the files
+    /// it found. Only the calling thread calls `tick`, with `base` plus the
+    /// files the ended jobs found (and, in its own job, those found so far):
+    /// also while it waits for the other threads. The result of job `k` is
+    /// at `k`, None for a job that never ran (another failed first).
+    fn side_by_side<R: Send>(
         &self,
-        s: &Start,
-        chunks: Vec<Chunk>,
         threads: usize,
-        found: &mut u64,
-    ) -> Result<Vec<Chunk>> {
-        let dirs: Vec<(&Path, usize)> = chunks
-            .iter()
-            .filter_map(|c| match c {
-                Chunk::Dir(p, offset) => Some((p.as_path(), *offset)),
-                Chunk::Done(_) => None,
-            })
-            .collect();
-        // What splitting folder k gave, at k, with the files it found.
-        type Split = Result<(Vec<Chunk>, u64)>;
-        let results: Vec<std::sync::Mutex<Option<Split>>> =
-            dirs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        n: usize,
+        base: u64,
+        tick: &mut dyn FnMut(u64) -> Result<()>,
+        job: impl Fn(usize, &mut dyn FnMut(u64) -> Result<()>) -> Result<(R, u64)> + Sync,
+    ) -> Result<Vec<Option<Result<R>>>> {
+        let results: Vec<std::sync::Mutex<Option<Result<R>>>> =
+            (0..n).map(|_| std::sync::Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
+        let finished = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
-        let work = || {
+        // Files found by the jobs that ended.
+        let found = AtomicU64::new(0);
+        // A job's end wakes the calling thread, which reports progress.
+        let (ended, wake) = crossbeam_channel::unbounded::<()>();
+        let work = |tick: &mut dyn FnMut(u64) -> Result<()>| {
             while !stop.load(Ordering::Relaxed) {
                 let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(dir, offset)) = dirs.get(k) else {
+                if k >= n {
                     return;
+                }
+                // Counted as ended even when it panics (the panic then
+                // stops the others and reaches the caller), so that the
+                // calling thread never waits for it.
+                let _ended = Ended {
+                    finished: &finished,
+                    stop: &stop,
+                    wake: &ended,
                 };
-                let mut here = 0;
-                let r = self
-                    .split(s, dir, offset, &mut here, &mut |_| self.check_cancel())
-                    .map(|c| (c, here));
+                let r = job(k, tick).map(|(r, here)| {
+                    found.fetch_add(here, Ordering::Relaxed);
+                    r
+                });
                 if r.is_err() {
                     stop.store(true, Ordering::Relaxed);
                 }
@@ -657,48 +707,66 @@ impl Rules<'_> {
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
             }
         };
-        // A thread that panics stops nothing here: the others run out of
-        // folders, and the scope hands the panic to the caller.
-        std::thread::scope(|scope| {
-            for _ in 1..threads.min(dirs.len()) {
-                // Without another thread (the system refuses one), this one splits them all.
+        std::thread::scope(|scope| -> Result<()> {
+            for _ in 1..threads.min(n) {
+                // Without another thread (the system refuses one), this one runs them all.
                 let spawned = std::thread::Builder::new()
                     .name("bale-walk".into())
-                    .spawn_scoped(scope, work);
+                    .spawn_scoped(scope, || work(&mut |_| self.check_cancel()));
                 if spawned.is_err() {
                     break;
                 }
             }
-            work();
-        });
+            work(&mut |here| tick(base + found.load(Ordering::Relaxed) + here));
+            // Report while the other threads end their jobs.
+            while !stop.load(Ordering::Relaxed) && finished.load(Ordering::Acquire) < n {
+                let _ = wake.recv_timeout(std::time::Duration::from_millis(100));
+                if let Err(e) = tick(base + found.load(Ordering::Relaxed)) {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(results
+            .into_iter()
+            .map(|m| {
+                m.into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            })
+            .collect())
+    }
+
+    /// Splits every folder among `chunks` one level further down
+    /// ([`Rules::split`]), on up to `threads` threads, one folder each at a
+    /// time; the result is in walk order. `found` counts the files found;
+    /// `tick` gets it as [`Rules::side_by_side`] says.
+    fn split_all(
+        &self,
+        s: &Start,
+        chunks: Vec<Chunk>,
+        threads: usize,
+        found: &mut u64,
+        tick: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<Vec<Chunk>> {
+        let dirs: Vec<(&Path, usize)> = chunks
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::Dir(p, offset) => Some((p.as_path(), *offset)),
+                Chunk::Done(_) => None,
+            })
+            .collect();
+        let split = self.side_by_side(threads, dirs.len(), *found, tick, |k, tick| {
+            let (dir, offset) = dirs[k];
+            let mut here = 0;
+            let parts = self.split(s, dir, offset, &mut here, tick)?;
+            Ok((parts, here))
+        })?;
         drop(dirs);
-        let mut split = Vec::with_capacity(results.len());
-        for m in results {
-            let r = m
-                .into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // The first error in walk order, before a split that never ran.
-            if let Some(Err(e)) = r {
-                return Err(e);
-            }
-            split.push(r);
-        }
-        let mut split = split.into_iter();
-        let mut out = Vec::with_capacity(chunks.len());
-        for c in chunks {
-            match c {
-                done @ Chunk::Done(_) => out.push(done),
-                Chunk::Dir(..) => match split.next().flatten() {
-                    Some(Ok((parts, here))) => {
-                        *found += here;
-                        out.extend(parts);
-                    }
-                    // Never ran (another was cancelled); errors returned above.
-                    _ => return Err(PackError::Cancelled),
-                },
-            }
-        }
-        Ok(out)
+        merge(chunks, split, |parts, out: &mut Vec<Chunk>| {
+            *found += parts.iter().map(Chunk::files).sum::<u64>();
+            out.extend(parts);
+        })
     }
 
     /// Walks the start `s` on `threads` threads, one folder each at a
@@ -723,85 +791,29 @@ impl Rules<'_> {
             if dirs == 0 || dirs >= 4 * threads {
                 break;
             }
-            chunks = self.split_all(s, chunks, threads, &mut early)?;
+            chunks = self.split_all(s, chunks, threads, &mut early, tick)?;
             tick(early)?;
         }
-        let dirs: Vec<(usize, &Path, usize)> = chunks
+        let dirs: Vec<(&Path, usize)> = chunks
             .iter()
-            .enumerate()
-            .filter_map(|(i, c)| match c {
-                Chunk::Dir(p, offset) => Some((i, p.as_path(), *offset)),
+            .filter_map(|c| match c {
+                Chunk::Dir(p, offset) => Some((p.as_path(), *offset)),
                 Chunk::Done(_) => None,
             })
             .collect();
-        // What the walk of chunk j found, at j.
-        let results: Vec<std::sync::Mutex<Option<Result<Discovered>>>> =
-            chunks.iter().map(|_| std::sync::Mutex::new(None)).collect();
-        let next = AtomicUsize::new(0);
-        let finished = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        // Files found by the walks that ended (and before them).
-        let found = AtomicU64::new(early);
-        // A walk's end wakes the calling thread, which reports progress.
-        let (ended, wake) = crossbeam_channel::unbounded::<()>();
-        let work = |tick: &mut dyn FnMut(u64) -> Result<()>| {
-            while !stop.load(Ordering::Relaxed) {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(j, dir, offset)) = dirs.get(i) else {
-                    return;
-                };
-                // Counted as ended even when it panics (the panic then
-                // stops the others and reaches the caller), so that the
-                // calling thread never waits for it.
-                let _ended = Ended {
-                    finished: &finished,
-                    stop: &stop,
-                    wake: &ended,
-                };
-                let mut part = Discovered::default();
-                let r = self.walk(s, dir, offset, &mut part, tick).map(|()| part);
-                match &r {
-                    Ok(p) => {
-                        found.fetch_add(p.files.len() as u64, Ordering::Relaxed);
-                    }
-                    Err(_) => stop.store(true, Ordering::Relaxed),
-                }
-                *results[j]
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(r);
-            }
-        };
-        std::thread::scope(|scope| -> Result<()> {
-            for _ in 1..threads.min(dirs.len()) {
-                // Without another thread (the system refuses one), this one walks them all.
-                let spawned = std::thread::Builder::new()
-                    .name("bale-walk".into())
-                    .spawn_scoped(scope, || work(&mut |_| self.check_cancel()));
-                if spawned.is_err() {
-                    break;
-                }
-            }
-            work(&mut |here| tick(found.load(Ordering::Relaxed) + here));
-            // Report while the other threads end their walks.
-            while !stop.load(Ordering::Relaxed) && finished.load(Ordering::Acquire) < dirs.len() {
-                let _ = wake.recv_timeout(std::time::Duration::from_millis(100));
-                if let Err(e) = tick(found.load(Ordering::Relaxed)) {
-                    stop.store(true, Ordering::Relaxed);
-                    return Err(e);
-                }
-            }
-            Ok(())
+        let walked = self.side_by_side(threads, dirs.len(), early, tick, |k, tick| {
+            let (dir, offset) = dirs[k];
+            let mut part = Discovered::default();
+            self.walk(s, dir, offset, &mut part, tick)?;
+            let here = part.files.len() as u64;
+            Ok((part, here))
         })?;
-        let walked = results.into_iter().map(|m| {
-            m.into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        });
-        for (c, w) in chunks.into_iter().zip(walked) {
-            match (c, w) {
-                (Chunk::Done(part), _) => d.append(part),
-                (Chunk::Dir(..), Some(r)) => d.append(r?),
-                // A walk that never ran: the others stopped (cancelled).
-                (Chunk::Dir(..), None) => return Err(PackError::Cancelled),
+        drop(dirs);
+        for c in merge(chunks, walked, |part, out: &mut Vec<Chunk>| {
+            out.push(Chunk::Done(part));
+        })? {
+            if let Chunk::Done(part) = c {
+                d.append(part);
             }
         }
         Ok(())
@@ -1232,14 +1244,38 @@ mod tests {
         for threads in [1, 2, 3, 8] {
             let mut found = 0;
             let chunks = top(&mut found).unwrap();
-            let got = rules.split_all(&s, chunks, threads, &mut found).unwrap();
+            // Progress reported while the folders are listed, not only after.
+            let mut reports = Vec::new();
+            let got = rules
+                .split_all(&s, chunks, threads, &mut found, &mut |n| {
+                    reports.push(n);
+                    Ok(())
+                })
+                .unwrap();
             assert_eq!((files(&got), found), want, "{threads} threads");
+            assert!(
+                reports.iter().any(|&n| n > TICK_ENTRIES),
+                "{threads} threads: {reports:?}"
+            );
+            assert!(reports.iter().all(|&n| n <= want.1));
+            if threads == 1 {
+                assert_eq!(reports.last(), Some(&want.1));
+            }
         }
+        // A failing progress report stops the listing with its error.
+        let mut found = 0;
+        let chunks = top(&mut found).unwrap();
+        let r = rules.split_all(&s, chunks, 2, &mut found, &mut |_| {
+            Err(PackError::Cancelled)
+        });
+        assert!(matches!(r, Err(PackError::Cancelled)));
         cancel.store(true, Ordering::Relaxed);
         for threads in [1, 2] {
             let mut found = 0;
             let chunks = top(&mut found).unwrap();
-            let r = rules.split_all(&s, chunks, threads, &mut found);
+            let r = rules.split_all(&s, chunks, threads, &mut found, &mut |_| {
+                rules.check_cancel()
+            });
             assert!(matches!(r, Err(PackError::Cancelled)), "{threads} threads");
         }
     }

@@ -138,7 +138,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="rounds of every pack writer per run, in alternating order (median; default: 3)",
     )
     ap.add_argument("--seed", type=int, default=0, help="the random permutation and shuffles (default: 0)")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds before a row is given up (default: 3600)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=3600,
+        help="seconds before a warm row, or one pass of a cold or first row (each in a process of its own), "
+        "is given up (default: 3600)",
+    )
     ap.add_argument("--rebuild", action="store_true", help="write every peer dataset again")
     ap.add_argument(
         "--keep",
@@ -493,9 +499,8 @@ def table(tree: str, info: dict, runs: list[dict], state: str, with_pack: bool) 
             warm = {}
             for r in runs:
                 for row, res in r["trees"].get(tree, {}).get(state, {}).items():
-                    each = [x for x in res.get("resident_each") or [res.get("resident")] if x is not None]
-                    if each and max(each) > COLD_RESIDENT:
-                        warm[row] = max(warm.get(row, 0.0), max(each))
+                    if (most := most_resident(res)) > COLD_RESIDENT:
+                        warm[row] = max(warm.get(row, 0.0), most)
             if warm:
                 lines.append("")
                 lines += [
@@ -504,6 +509,12 @@ def table(tree: str, info: dict, runs: list[dict], state: str, with_pack: bool) 
                     for row, share in warm.items()
                 ]
     return lines
+
+
+def most_resident(r: dict) -> float:
+    """The largest share of a row's pages resident before one of its timed passes."""
+    each = [x for x in r.get("resident_each") or [r.get("resident")] if x is not None]
+    return max(each, default=0.0)
 
 
 def detail(state: str, rows: dict[str, dict]) -> list[str]:
@@ -516,7 +527,7 @@ def detail(state: str, rows: dict[str, dict]) -> list[str]:
         res = "" if r.get("resident") is None else f"resident {r['resident']:6.1%}"
         if r.get("huge") is not None:
             res += f"  2 MiB pages {r['huge']:6.1%}"
-        warn = "  (eviction incomplete)" if state == "cold" and (r.get("resident") or 0) > COLD_RESIDENT else ""
+        warn = "  (eviction incomplete)" if state == "cold" and most_resident(r) > COLD_RESIDENT else ""
         out.append(
             f"  {state:<5} {name:<17} {rate(r['rate']):>14} {r['mb_s']:>9,.1f} MB/s  {len(r['secs'])} pass(es)  "
             f"{res}{warn}  {row.about if row else ''}"
