@@ -521,6 +521,17 @@ impl Drop for Ended<'_> {
 }
 
 impl Chunk {
+    /// The folders still to walk among `chunks`, in order, with their depths.
+    fn dirs(chunks: &[Chunk]) -> Vec<(&Path, usize)> {
+        chunks
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::Dir(p, offset) => Some((p.as_path(), *offset)),
+                Chunk::Done(_) => None,
+            })
+            .collect()
+    }
+
     /// The files of a `Done` chunk.
     fn files(&self) -> u64 {
         match self {
@@ -749,13 +760,7 @@ impl Rules<'_> {
         found: &mut u64,
         tick: &mut dyn FnMut(u64) -> Result<()>,
     ) -> Result<Vec<Chunk>> {
-        let dirs: Vec<(&Path, usize)> = chunks
-            .iter()
-            .filter_map(|c| match c {
-                Chunk::Dir(p, offset) => Some((p.as_path(), *offset)),
-                Chunk::Done(_) => None,
-            })
-            .collect();
+        let dirs = Chunk::dirs(&chunks);
         let split = self.side_by_side(threads, dirs.len(), *found, tick, |k, tick| {
             let (dir, offset) = dirs[k];
             let mut here = 0;
@@ -794,13 +799,7 @@ impl Rules<'_> {
             chunks = self.split_all(s, chunks, threads, &mut early, tick)?;
             tick(early)?;
         }
-        let dirs: Vec<(&Path, usize)> = chunks
-            .iter()
-            .filter_map(|c| match c {
-                Chunk::Dir(p, offset) => Some((p.as_path(), *offset)),
-                Chunk::Done(_) => None,
-            })
-            .collect();
+        let dirs = Chunk::dirs(&chunks);
         let walked = self.side_by_side(threads, dirs.len(), early, tick, |k, tick| {
             let (dir, offset) = dirs[k];
             let mut part = Discovered::default();
