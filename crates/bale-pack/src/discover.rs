@@ -531,14 +531,6 @@ impl Chunk {
             })
             .collect()
     }
-
-    /// The files of a `Done` chunk.
-    fn files(&self) -> u64 {
-        match self {
-            Chunk::Done(d) => d.files.len() as u64,
-            Chunk::Dir(..) => 0,
-        }
-    }
 }
 
 /// `chunks` with each `Dir` replaced, in order, by what `put` makes of the
@@ -765,11 +757,11 @@ impl Rules<'_> {
             let (dir, offset) = dirs[k];
             let mut here = 0;
             let parts = self.split(s, dir, offset, &mut here, tick)?;
-            Ok((parts, here))
+            Ok(((parts, here), here))
         })?;
         drop(dirs);
-        merge(chunks, split, |parts, out: &mut Vec<Chunk>| {
-            *found += parts.iter().map(Chunk::files).sum::<u64>();
+        merge(chunks, split, |(parts, here), out: &mut Vec<Chunk>| {
+            *found += here;
             out.extend(parts);
         })
     }
