@@ -204,10 +204,18 @@ fn remove_when_gone(dir: &Path, ports: &Ports) {
     let sockets: String = ports
         .grpc_sockets()
         .iter()
-        .map(|p| format!("; [ -S {p} ] && rm -f -- {p}", p = p.display()))
+        .map(|p| {
+            format!(
+                "[ -S {p} ] && [ ! {p} -nt \"$0/weed.log\" ] && rm -f -- {p}; ",
+                p = p.display()
+            )
+        })
         .collect();
+    // The sockets go first, and only those no newer than the dead server's
+    // log: a server started since on the same port keeps its own (the bound
+    // `clean_stale` keeps too).
     let script = format!(
-        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; rm -rf -- \"$0\"{sockets}",
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {sockets}rm -rf -- \"$0\"",
         pid = std::process::id(),
     );
     let _ = Command::new("sh")

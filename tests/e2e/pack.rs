@@ -327,6 +327,35 @@ fn non_utf8_names_fail_or_are_skipped() {
     );
     assert_eq!(Manifest::read(&out).unwrap().samples, 3);
     assert_eq!(Manifest::read(&out).unwrap().skipped, 1);
+    // As JSON, the path's own bytes come beside its lossy string, so that a
+    // script can still name the file.
+    let o = bale(
+        &["pack", "--on-error", "skip", "--force", "--json", "-o"],
+        &[&out, &input],
+    );
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let skipped = v["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{v}");
+    let raw: Vec<u8> = skipped[0]["path_bytes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no path_bytes: {v}"))
+        .iter()
+        .map(|b| u8::try_from(b.as_u64().unwrap()).unwrap())
+        .collect();
+    let named = std::path::Path::new(std::ffi::OsStr::from_bytes(&raw));
+    assert!(
+        named.ends_with(std::ffi::OsStr::from_bytes(b"class_0/caf\xe9.jpg")),
+        "{v}"
+    );
+    assert!(named.is_file(), "{}", named.display());
+    assert!(
+        skipped[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("caf\u{fffd}.jpg"),
+        "{v}"
+    );
 }
 
 #[test]

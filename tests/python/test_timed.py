@@ -90,9 +90,13 @@ def test_the_wait_share_is_within_5_points_of_the_truth(workers, batch, item_s, 
     body = sum(bodies)
     truth = (wall - body) / wall
     if workers == 0:
-        # Cross-check: the items of batches 2..N took that long.
+        # Cross-check of the truth itself: what the bodies did not take is
+        # the items of batches 2..N plus the DataLoader's own work for each
+        # step (sampling, collating), which is small but not nothing: 3 ms a
+        # step on a loaded 2-core machine, 6 points of the wait share here.
         items = sum(data.took[batch:])
-        assert abs(items / wall - truth) <= 0.05, (items / wall, truth)
+        loader_s = (wall - body - items) / (steps - 1)
+        assert -0.001 <= loader_s <= 0.01, (loader_s, items, wall, body)
     # The cases mean what they say (loosely: sleeps overrun on a busy machine).
     assert abs(truth - nominal) < 0.25, (truth, nominal)
     assert abs(stats["data_wait_share"] - truth) <= 0.05, (truth, stats)
