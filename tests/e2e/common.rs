@@ -27,7 +27,8 @@ pub(crate) fn samples(dir: &Path) -> Samples {
 }
 
 /// Every file under `dir`, recursively: relative path -> bytes (a symlink
-/// -> `"-> target"`), to check that a command left a directory as it was.
+/// -> `"-> target"`, a FIFO or device -> its type), to check that a command
+/// left a directory as it was.
 pub(crate) fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     let mut out = std::collections::BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -49,8 +50,11 @@ pub(crate) fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>
             } else if ty.is_dir() {
                 out.insert(format!("{rel}/"), Vec::new());
                 stack.push(path);
-            } else {
+            } else if ty.is_file() {
                 out.insert(rel, std::fs::read(&path).unwrap_or_default());
+            } else {
+                // A FIFO or a device: its type, never a read that would block.
+                out.insert(rel, format!("<{ty:?}>").into_bytes());
             }
         }
     }

@@ -526,3 +526,203 @@ fn merge_refuses_a_part_naming_a_file_outside_it_and_moves_nothing() {
     assert_eq!((snapshot(&p0), snapshot(&p1)), before, "a part changed");
     assert!(!out.join(".bale-merge-journal.json").exists());
 }
+
+/// `--force` removes only the names bale gives its own files: a user's
+/// files that merely start like them (`shard-notes.idx`, `part-of-thesis.tar`)
+/// and a folder under bale's temporary prefix that is not one of its own
+/// staging folders survive, while the old dataset goes.
+#[test]
+fn force_removes_only_names_of_bales_own_shape() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "old", 4);
+    let out = shard.parent().unwrap().to_path_buf();
+    let user = [
+        "shard-notes.idx",
+        "shard-map.h5",
+        "shard-x.tar",
+        "part-final.tar.zst",
+        "part-of-thesis.tar",
+        "part-1.idx",
+        "shard-00001.tar",
+        ".bale-tmp-photos/2019/a.jpg",
+        ".bale-tmp-12-notes/a.txt",
+    ];
+    for name in user {
+        let p = out.join(name);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, format!("the user's {name}")).unwrap();
+    }
+    // A leftover of bale's own: removed.
+    fs::write(out.join(".bale-tmp-12-shard-000001.tar"), b"leftover").unwrap();
+    let input = t.path().join("new-in");
+    text_tree(&input, "a", "new", 3);
+    let o = bale(
+        &["pack", "-q", "--labels", "none", "--force", "-o"],
+        &[&out, &input],
+    );
+    ok(&o);
+    verifies(&out);
+    assert_eq!(Manifest::read(&out).unwrap().samples, 3);
+    for name in user {
+        assert_eq!(
+            fs::read_to_string(out.join(name)).unwrap_or_default(),
+            format!("the user's {name}"),
+            "{name}: {}",
+            text(&o)
+        );
+    }
+    assert!(!out.join(".bale-tmp-12-shard-000001.tar").exists());
+}
+
+/// Tars that `bale index` indexed in place are the user's: `pack` or
+/// `convert` with `--force` into their directory refuses, naming one, and
+/// removes nothing (the tars, their indexes and the manifest stay).
+#[test]
+fn force_never_deletes_tars_indexed_in_place() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "src", 6);
+    let wd = t.path().join("wd");
+    fs::create_dir(&wd).unwrap();
+    for n in 0..2 {
+        fs::copy(&shard, wd.join(format!("shard-00000{n}.tar"))).unwrap();
+    }
+    let pattern = format!("{}/shard-*.tar", wd.display());
+    ok(&bale(&["index", "-q", "-o", p(&wd), &pattern], &[]));
+    verifies(&wd);
+    let before = snapshot(&wd);
+    let input = t.path().join("other");
+    text_tree(&input, "a", "other", 3);
+    let o = bale(
+        &["pack", "-q", "--labels", "none", "--force", "-o"],
+        &[&wd, &input],
+    );
+    refused(&o, "shard-00000", &["bale index", "indexed in place"]);
+    assert_eq!(
+        snapshot(&wd),
+        before,
+        "pack --force changed the tars' folder"
+    );
+    let o = bale(
+        &["convert", "--force", "-o"],
+        &[&wd, shard.parent().unwrap()],
+    );
+    refused(&o, "shard-00000", &["indexed in place"]);
+    assert_eq!(
+        snapshot(&wd),
+        before,
+        "convert --force changed the tars' folder"
+    );
+    verifies(&wd);
+}
+
+/// An old shard's name that is a hard link to an input file: `pack --force`
+/// refuses, naming it, and the link stays.
+#[test]
+fn pack_force_never_unlinks_a_hard_link_to_an_input() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "old", 3);
+    let out = shard.parent().unwrap().to_path_buf();
+    let input = t.path().join("in");
+    text_tree(&input, "a", "in", 3);
+    let file = fs::read_dir(input.join("a"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    fs::hard_link(&file, out.join("shard-000009.tar")).unwrap();
+    let before = snapshot(&out);
+    let o = bale(
+        &["pack", "--labels", "none", "--force", "-o"],
+        &[&out, &input],
+    );
+    refused(&o, "shard-000009.tar", &["input"]);
+    assert_eq!(snapshot(&out), before, "pack --force changed the output");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(&file).unwrap().nlink(), 2);
+}
+
+/// Something named like bale's output that `--force` does not remove (a
+/// folder, a FIFO) would stop the run after the old dataset was gone: it is
+/// refused before anything is removed, naming it.
+#[test]
+fn force_refuses_what_it_cannot_remove_before_removing_anything() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "old", 3);
+    let out = shard.parent().unwrap().to_path_buf();
+    let input = t.path().join("in");
+    text_tree(&input, "a", "in", 3);
+    for (name, kind) in [
+        ("shard-000001.tar", "a directory"),
+        ("shard-000002.idx", "a FIFO"),
+    ] {
+        let p = out.join(name);
+        if kind == "a directory" {
+            fs::create_dir(&p).unwrap();
+        } else {
+            let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+            // SAFETY: a valid path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        }
+        let before = snapshot(&out);
+        let o = bale(
+            &["pack", "-q", "--labels", "none", "--force", "-o"],
+            &[&out, &input],
+        );
+        refused(&o, name, &[kind, "--force does not remove"]);
+        assert_eq!(snapshot(&out), before, "{name}: {}", text(&o));
+        verifies(&out);
+        if kind == "a directory" {
+            fs::remove_dir(&p).unwrap();
+        } else {
+            fs::remove_file(&p).unwrap();
+        }
+    }
+}
+
+/// A `convert --format dir` killed while it moved its export in leaves a
+/// marker and the rest of the export in its staging folder: the next
+/// `--force` run refuses, says what to do, and keeps both (it used to clear
+/// the staging folder and leave a partial export that looked whole).
+#[test]
+fn a_convert_to_dir_killed_while_moving_in_is_never_cleared() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "src", 4);
+    let ds = shard.parent().unwrap().to_path_buf();
+    let out = t.path().join("files");
+    // What such a kill leaves: a part moved in, the rest staged, the marker.
+    let staging = out.join(".bale-tmp-4242-convert");
+    fs::create_dir_all(staging.join("b")).unwrap();
+    fs::create_dir_all(out.join("a")).unwrap();
+    fs::write(out.join("a/0.txt"), b"moved").unwrap();
+    fs::write(staging.join("b/1.txt"), b"staged").unwrap();
+    fs::write(out.join(".bale-tmp-4242-convert.moving"), b"a\nb\n").unwrap();
+    let before = snapshot(&out);
+    for cmd in [
+        vec!["convert", "--format", "dir", "--force", "-o"],
+        vec!["pack", "--labels", "none", "--force", "-o"],
+    ] {
+        let o = bale(&cmd, &[&out, &ds]);
+        refused(
+            &o,
+            ".bale-tmp-4242-convert",
+            &["killed while it moved its export in", "mv "],
+        );
+        assert_eq!(snapshot(&out), before, "{cmd:?} changed the partial export");
+    }
+    // Once the marker is gone (the user finished the move by hand, say), a
+    // rerun goes on as usual.
+    fs::rename(staging.join("b"), out.join("b")).unwrap();
+    fs::remove_dir(&staging).unwrap();
+    fs::remove_file(out.join(".bale-tmp-4242-convert.moving")).unwrap();
+    let o = bale(
+        &["convert", "--format", "dir", "--force", "-o"],
+        &[&out, &ds],
+    );
+    assert!(
+        !o.status.success(),
+        "the export's names exist: {}",
+        text(&o)
+    );
+    assert!(stderr(&o).contains("already exists"), "{}", text(&o));
+}

@@ -224,6 +224,54 @@ fn get_txt_forced(ds: &Path, target: &Path) -> std::process::Output {
     ])
 }
 
+/// `get --force -o` at a FIFO nobody reads, a device or a folder: refused at
+/// once, naming what it is (opening the FIFO to write would block for good).
+#[test]
+fn get_force_refuses_what_is_not_a_regular_file_without_blocking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let fifo = tmp.path().join("out.txt");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let folder = tmp.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    for (target, kind) in [
+        (fifo.as_path(), "a FIFO"),
+        (Path::new("/dev/null"), "a device"),
+        (folder.as_path(), "a directory"),
+    ] {
+        let o = crate::common::run_bounded(
+            &mut crate::common::bale_cmd(&[
+                "get",
+                s(&ds),
+                "1",
+                "--ext",
+                "txt",
+                "-o",
+                s(target),
+                "--force",
+            ]),
+            std::time::Duration::from_secs(60),
+            1024,
+        );
+        assert!(
+            o.killed.is_none(),
+            "{} hung: {}",
+            target.display(),
+            o.describe()
+        );
+        assert_eq!(o.status.and_then(|s| s.code()), Some(2), "{}", o.describe());
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(kind) && err.contains("regular files only"),
+            "{err}"
+        );
+    }
+    assert!(std::fs::read_dir(&folder).unwrap().next().is_none());
+}
+
 #[test]
 fn get_never_overwrites_a_file_of_the_dataset_it_reads() {
     let tmp = tempfile::tempdir().unwrap();

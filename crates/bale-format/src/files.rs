@@ -307,14 +307,21 @@ pub fn create_parents(root: &Path, rel: &Path) -> Result<()> {
 /// [`FormatError::Exists`]; [`FormatError::InTheWay`] for a symlink; I/O errors.
 pub fn create_file(path: &Path, replace: bool) -> Result<File> {
     let mut o = OpenOptions::new();
+    // O_NONBLOCK: an existing FIFO without a reader fails (ENXIO) instead
+    // of blocking; it changes nothing for a regular file.
     o.write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK);
     if replace {
-        o.create(true).truncate(true);
+        // No O_TRUNC: only a regular file, checked below, is cut.
+        o.create(true);
     } else {
         o.create_new(true);
     }
-    o.open(path).map_err(|e| match e.kind() {
+    let not_regular = |meta: &Metadata| FormatError::InTheWay {
+        path: path.to_path_buf(),
+        kind: kind_of(meta),
+    };
+    let file = o.open(path).map_err(|e| match e.kind() {
         io::ErrorKind::AlreadyExists => FormatError::Exists {
             path: path.to_path_buf(),
         },
@@ -322,8 +329,17 @@ pub fn create_file(path: &Path, replace: bool) -> Result<File> {
             path: path.to_path_buf(),
             kind: "a symlink",
         },
-        _ => FormatError::io(path, e),
-    })
+        _ => match std::fs::symlink_metadata(path) {
+            Ok(meta) if !meta.is_file() => not_regular(&meta),
+            _ => FormatError::io(path, e),
+        },
+    })?;
+    let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    file.set_len(0).map_err(|e| FormatError::io(path, e))?;
+    Ok(file)
 }
 
 #[cfg(test)]
@@ -407,6 +423,24 @@ mod tests {
         let err = create_file(&d.path().join("l"), true).unwrap_err();
         assert!(err.to_string().contains("is a symlink"), "{err}");
         assert!(!outside.path().join("x").exists());
+        // A FIFO nobody reads, a directory or a device: refused at once, even
+        // when replacing (opening the FIFO for writing would block).
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        for (p, kind) in [
+            (fifo.as_path(), "a FIFO"),
+            (d.path(), "a directory"),
+            (Path::new("/dev/null"), "a device"),
+        ] {
+            let err = create_file(p, true).unwrap_err();
+            assert!(err.to_string().contains(kind), "{err}");
+        }
+        // A regular file replaced is cut to nothing first.
+        std::fs::write(&f, b"longer than what follows").unwrap();
+        std::io::Write::write_all(&mut create_file(&f, true).unwrap(), b"new").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"new");
     }
 
     #[test]

@@ -814,15 +814,47 @@ impl ShardFileWriter {
 }
 
 /// Whether `name` is a file bale writes into a dataset directory: the
-/// manifest, a shard or index (`shard-*` / `part-*`), or a temporary file.
+/// manifest, a temporary file, or a shard or index of exactly the shape
+/// [`shard_file_name`] gives: `shard-NNNNNN` or
+/// `part-IIII-of-CCCC-shard-NNNNNN` (at least six and four digits), then
+/// `.tar`, `.tar.zst`, `.h5` or `.idx`. `--force` removes no other name, so
+/// `shard-notes.idx` or `part-of-thesis.tar` is never taken for bale's.
 pub fn is_bale_file_name(name: &str) -> bool {
     name == crate::MANIFEST_NAME
         || name.starts_with(crate::atomic::TEMP_PREFIX)
-        || ((name.starts_with("shard-") || name.starts_with("part-"))
-            && (name.ends_with(".tar")
-                || name.ends_with(".tar.zst")
-                || name.ends_with(".h5")
-                || name.ends_with(".idx")))
+        || is_shard_shape(name)
+}
+
+/// `shard-NNNNNN` / `part-IIII-of-CCCC-shard-NNNNNN` with a shard or index
+/// extension ([`is_bale_file_name`]).
+fn is_shard_shape(name: &str) -> bool {
+    /// `s` starts with at least `min` ASCII digits: the rest after them.
+    fn digits(s: &str, min: usize) -> Option<&str> {
+        let n = s.bytes().take_while(u8::is_ascii_digit).count();
+        (n >= min).then(|| &s[n..])
+    }
+    let Some(stem) = [".tar.zst", ".tar", ".h5", ".idx"]
+        .iter()
+        .find_map(|ext| name.strip_suffix(ext))
+    else {
+        return false;
+    };
+    let shard = match stem.strip_prefix("part-") {
+        Some(rest) => {
+            let Some(rest) = digits(rest, 4).and_then(|r| r.strip_prefix("-of-")) else {
+                return false;
+            };
+            match digits(rest, 4).and_then(|r| r.strip_prefix("-")) {
+                Some(shard) => shard,
+                None => return false,
+            }
+        }
+        None => stem,
+    };
+    shard
+        .strip_prefix("shard-")
+        .and_then(|n| digits(n, 6))
+        .is_some_and(str::is_empty)
 }
 
 /// A member's bytes streamed from a reader: `size` bytes from `reader`,
@@ -997,6 +1029,50 @@ mod tests {
     use std::fs;
 
     use super::*;
+
+    #[test]
+    fn only_the_names_bale_writes_are_bale_names() {
+        // Every name the writers give is one, whatever the compression.
+        for c in [Compression::None, Compression::Zstd, Compression::H5] {
+            for prefix in [
+                "shard",
+                "part-0003-of-0016-shard",
+                "part-12345-of-20000-shard",
+            ] {
+                for n in [0, 7, 999_999, 1_000_000] {
+                    let shard = shard_file_name(prefix, n, c);
+                    assert!(is_bale_file_name(&shard), "{shard}");
+                    assert!(is_bale_file_name(&index_file_name(&shard)), "{shard}");
+                }
+            }
+        }
+        for ok in ["bale.json", ".bale-tmp-12-shard-000000.tar"] {
+            assert!(is_bale_file_name(ok), "{ok}");
+        }
+        // A user's files that merely start or end like them are not.
+        for user in [
+            "shard-notes.idx",
+            "shard-map.h5",
+            "shard-x.tar",
+            "shard-.tar",
+            "shard-00001.tar",
+            "shard-000001.tar.bak",
+            "shard-000001.txt",
+            "shard-000001a.tar",
+            "Shard-000000.tar",
+            "part-final.tar.zst",
+            "part-of-thesis.tar",
+            "part-1.idx",
+            "part-0001-of-0002.tar",
+            "part-001-of-0002-shard-000000.tar",
+            "part-0001-of-0002-shard-00000.tar",
+            "part-0001-of-0002-shard-000000-x.tar",
+            "xshard-000000.tar",
+            "bale.json.bak",
+        ] {
+            assert!(!is_bale_file_name(user), "{user}");
+        }
+    }
 
     #[test]
     fn key_set_finds_every_repeat_in_order_or_out_of_it() {

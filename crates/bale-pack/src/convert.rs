@@ -26,7 +26,7 @@ use bale_format::{
 use serde::Serialize;
 
 use crate::error::{PackError, Result};
-use crate::output::{Inputs, Output};
+use crate::output::{CONVERT_STAGING, Inputs, MOVING_SUFFIX, Output};
 use crate::shard_out::ShardOut;
 
 /// The form `bale convert` writes.
@@ -449,7 +449,10 @@ fn to_dir(
     // Everything is written into a fresh staging directory inside the output
     // (no symlink can be there but ours: we make none), then moved in place.
     let mut staging = Staging {
-        dir: dst.join(format!("{TEMP_PREFIX}{}-convert", std::process::id())),
+        dir: dst.join(format!(
+            "{TEMP_PREFIX}{}{CONVERT_STAGING}",
+            std::process::id()
+        )),
         done: false,
     };
     fs::create_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))?;
@@ -475,27 +478,56 @@ fn to_dir(
     // Move the staged top-level entries into the output, never over an
     // existing name (a file, a directory, or a symlink that could point
     // anywhere): all are checked before the first is moved.
-    for pass in [false, true] {
-        for entry in fs::read_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))? {
-            let entry = entry.map_err(|e| PackError::io(&staging.dir, e))?;
-            let target = dst.join(entry.file_name());
-            if !pass {
-                if fs::symlink_metadata(&target).is_ok() {
-                    return Err(PackError::Conflict {
-                        path: target,
-                        what:
-                            "it already exists in the output: refusing to write over it or through \
-                               it (convert --format dir writes new names only)"
-                                .into(),
-                    });
-                }
-                continue;
+    let mut names = Vec::new();
+    for entry in fs::read_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))? {
+        let name = entry
+            .map_err(|e| PackError::io(&staging.dir, e))?
+            .file_name();
+        let target = dst.join(&name);
+        if fs::symlink_metadata(&target).is_ok() {
+            return Err(PackError::Conflict {
+                path: target,
+                what: "it already exists in the output: refusing to write over it or through \
+                       it (convert --format dir writes new names only)"
+                    .into(),
+            });
+        }
+        names.push(name);
+    }
+    // The moves are one rename each, not one for all: a marker, synced
+    // before the first, says that the output holds part of an export until
+    // the last is done. A run killed in between leaves it, and the next
+    // `--force` run refuses to clear the staging folder, the only other copy
+    // of the rest (`remove_temps`).
+    let marker = staging.dir.with_file_name(format!(
+        "{}{MOVING_SUFFIX}",
+        staging
+            .dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+    ));
+    let listing: String = names
+        .iter()
+        .map(|n| format!("{}\n", bale_format::shown(Path::new(n))))
+        .collect();
+    bale_format::atomic::write_atomic(&marker, listing.as_bytes())?;
+    for (k, name) in names.iter().enumerate() {
+        let target = dst.join(name);
+        if let Err(e) = bale_format::files::rename_noreplace(&staging.dir.join(name), &target) {
+            // Put back what was moved, so that a failure leaves no part of
+            // the export in place (the staging folder goes on drop).
+            for moved in names[..k].iter().rev() {
+                let _ = fs::rename(dst.join(moved), staging.dir.join(moved));
             }
-            fs::rename(entry.path(), &target).map_err(|e| PackError::io(&target, e))?;
+            let _ = fs::remove_file(&marker);
+            return Err(PackError::io(&target, e));
         }
     }
     fs::remove_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))?;
     staging.done = true;
+    bale_format::atomic::sync_dir(&dst.join("x"));
+    fs::remove_file(&marker).map_err(|e| PackError::io(&marker, e))?;
     out.commit();
     bale_format::atomic::sync_dir(&dst.join("x"));
     Ok(ConvertSummary::new(

@@ -139,24 +139,14 @@ impl Output {
     /// With `force`, removes the old dataset: the manifest first (from then
     /// on the directory is not a dataset), then every file named like
     /// bale's output; other files are left alone. Refuses, before removing
-    /// anything, when one of them is an input of the command.
+    /// anything, when one of them is an input of the command, or when
+    /// [`Output::victims`] refuses.
     pub fn clear(&mut self, inputs: &Inputs) -> Result<()> {
-        if self.created.is_some() || !self.force {
-            return Ok(());
-        }
-        self.clear_temps()?;
-        let mut victims = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(|e| PackError::io(&self.dir, e))? {
-            let entry = entry.map_err(|e| PackError::io(&self.dir, e))?;
-            let name = entry.file_name();
-            let is_file = entry.file_type().is_ok_and(|t| t.is_file());
-            if is_file && name.to_str().is_some_and(is_bale_file_name) {
-                victims.push(entry.path());
-            }
-        }
+        let mut victims = self.victims()?;
         if let Some(v) = victims.iter().find(|v| inputs.holds(v)) {
             return Err(PackError::WouldDeleteInput { path: v.clone() });
         }
+        self.clear_temps()?;
         victims.sort_by_key(|v| v.file_name() != Some(MANIFEST_NAME.as_ref()));
         for v in victims {
             match fs::remove_file(&v) {
@@ -166,6 +156,58 @@ impl Output {
             }
         }
         Ok(())
+    }
+
+    /// The files [`Output::clear`] would remove (temporary files aside):
+    /// the regular files named like bale's output. Removes nothing, and
+    /// refuses:
+    /// - an entry named like bale's output that is not a regular file (a
+    ///   directory, a FIFO, a symlink): `--force` removes only files, so it
+    ///   would stop the run after the old dataset was gone;
+    /// - a tar that `bale index` indexed in place (the old manifest's
+    ///   command is `index` and lists it): it is the user's, not bale's.
+    pub fn victims(&self) -> Result<Vec<PathBuf>> {
+        if self.created.is_some() || !self.force {
+            return Ok(Vec::new());
+        }
+        let adopted = adopted_tars(&self.dir);
+        let mut victims = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(|e| PackError::io(&self.dir, e))? {
+            let entry = entry.map_err(|e| PackError::io(&self.dir, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str().filter(|n| is_bale_file_name(n)) else {
+                continue;
+            };
+            if name.starts_with(TEMP_PREFIX) {
+                continue;
+            }
+            let path = entry.path();
+            let meta = fs::symlink_metadata(&path).map_err(|e| PackError::io(&path, e))?;
+            if !meta.is_file() {
+                return Err(PackError::Conflict {
+                    what: format!(
+                        "it is {} named like bale's output, which --force does not remove \
+                         (regular files only); move it out of {} first",
+                        bale_format::files::kind_of(&meta),
+                        bale_format::shown(&self.dir)
+                    ),
+                    path,
+                });
+            }
+            if FileId::of(&path).is_some_and(|id| adopted.contains(&id)) {
+                return Err(PackError::Conflict {
+                    what: format!(
+                        "it is a tar that `bale index` indexed in place, the user's and not \
+                         bale's output, so --force does not remove it; write to another \
+                         directory, or move the tars out of {} first",
+                        bale_format::shown(&self.dir)
+                    ),
+                    path,
+                });
+            }
+            victims.push(path);
+        }
+        Ok(victims)
     }
 
     /// With `force`, removes what interrupted runs left under bale's
@@ -230,6 +272,22 @@ impl Drop for Output {
     }
 }
 
+/// The shard files of the dataset in `dir` when `bale index` made it (its
+/// shards are tars it found, not files it wrote); empty otherwise, or when
+/// its manifest cannot be read.
+fn adopted_tars(dir: &Path) -> HashSet<FileId> {
+    let Ok(m) = bale_format::Manifest::read(dir) else {
+        return HashSet::new();
+    };
+    if m.created_by.command != "index" {
+        return HashSet::new();
+    }
+    m.shards
+        .iter()
+        .filter_map(|s| FileId::of(&dir.join(&s.file)))
+        .collect()
+}
+
 /// Removes `dir` and its ancestors up to `top` (included), each only if empty.
 pub(crate) fn remove_empty_dirs(dir: &Path, top: &Path) {
     let mut at = Some(dir);
@@ -241,20 +299,79 @@ pub(crate) fn remove_empty_dirs(dir: &Path, top: &Path) {
     }
 }
 
+/// The suffix of the file `convert --format dir` keeps in the output while
+/// it moves its export in ([`CONVERT_STAGING`] + this): a run killed then
+/// leaves part of the export in place and the rest in its staging folder.
+pub(crate) const MOVING_SUFFIX: &str = ".moving";
+
+/// The end of the name of `convert --format dir`'s staging folder:
+/// `.bale-tmp-<pid>-convert`.
+pub(crate) const CONVERT_STAGING: &str = "-convert";
+
+/// The part of a name after `.bale-tmp-<pid>-`: the shape of every
+/// temporary name bale gives; `None` for any other name.
+fn temp_rest(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(TEMP_PREFIX)?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    (digits > 0).then(|| &rest[digits..])?.strip_prefix('-')
+}
+
 /// Removes what interrupted runs left in `dir` under bale's temporary
-/// prefix (`.bale-tmp-*` files, and the staging directories of `convert
-/// --format dir`): never a symlink's target, never anything else.
+/// names (`.bale-tmp-<pid>-*` files, and the staging folders
+/// `.bale-tmp-<pid>-convert` of `convert --format dir`): never a symlink's
+/// target, never a folder of any other name. Refuses, removing nothing,
+/// when a `convert --format dir` was killed while it moved its export in:
+/// its staging folder holds the rest of that export.
 pub(crate) fn remove_temps(dir: &Path) -> Result<()> {
+    let mut temps = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
         let entry = entry.map_err(|e| PackError::io(dir, e))?;
-        if !entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(temp_rest) else {
+            continue;
+        };
+        let path = entry.path();
+        if rest == format!("convert{MOVING_SUFFIX}") {
+            let staging = path.with_file_name(
+                name.to_string_lossy()
+                    .strip_suffix(MOVING_SUFFIX)
+                    .unwrap_or_default(),
+            );
+            let what = if fs::symlink_metadata(&staging).is_ok() {
+                format!(
+                    "a `bale convert --format dir` was killed while it moved its export in: \
+                     part of it may be in place and the rest is in {}; {} lists the names it \
+                     was moving in. Move the rest in (`mv {}/* {}/`) and delete both, or \
+                     delete what it lists and both, then run again",
+                    bale_format::shown(&staging),
+                    bale_format::shown(&path),
+                    bale_format::shown(&staging),
+                    bale_format::shown(dir),
+                )
+            } else {
+                format!(
+                    "a `bale convert --format dir` was killed just after it moved its whole \
+                     export in (the names {} lists); delete that file, then run again",
+                    bale_format::shown(&path),
+                )
+            };
+            return Err(PackError::Conflict {
+                what,
+                path: dir.to_path_buf(),
+            });
+        }
+        // The entry's own type: a symlink is removed, not followed.
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir && rest != &CONVERT_STAGING[1..] {
             continue;
         }
-        let path = entry.path();
-        // The entry's own type: a symlink is removed, not followed.
-        let removed = match entry.file_type() {
-            Ok(t) if t.is_dir() => fs::remove_dir_all(&path),
-            _ => fs::remove_file(&path),
+        temps.push((path, is_dir));
+    }
+    for (path, is_dir) in temps {
+        let removed = if is_dir {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
         };
         match removed {
             Ok(()) => {}

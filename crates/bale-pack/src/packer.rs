@@ -480,7 +480,15 @@ impl Packer {
         }
         .run()?;
         // `--force` clears the old output, never an input: an input file in
-        // the output directory, or (following symlinks) one reaching into it.
+        // the output directory, or (following symlinks) one reaching into it,
+        // or a file an old shard's name is a hard link to (every input is
+        // stat'ed for that only when one of those names has another link).
+        let linked = {
+            use std::os::unix::fs::MetadataExt;
+            out.victims()?
+                .iter()
+                .any(|v| std::fs::symlink_metadata(v).is_ok_and(|m| m.nlink() > 1))
+        };
         let mut inputs = Inputs::default();
         for f in discovered.files.iter().filter(|_| o.force) {
             let bale_named = f
@@ -488,7 +496,7 @@ impl Packer {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(bale_format::is_bale_file_name);
-            if bale_named || o.follow_links {
+            if bale_named || o.follow_links || linked {
                 inputs.add(&f.path);
             }
         }

@@ -161,6 +161,13 @@ impl Targets {
                 path.display()
             );
         }
+        if !meta.is_file() {
+            bail!(
+                "{} is {}; --force replaces regular files only (write to stdout to feed a pipe)",
+                path.display(),
+                files::kind_of(&meta)
+            );
+        }
         if self.dataset.contains(&FileId::of_meta(&meta)) {
             bail!(
                 "{} is a file of the dataset {} being read (its manifest, a shard or an index); \

@@ -133,14 +133,23 @@ pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
                     )
                     .warning(),
                 );
-            } else if looks_like_shard(&name)
-                && !known.contains(&path)
-                && (!adopted || name.ends_with(".idx") || crate::is_bale_file_name(&name))
-            {
-                out.push(Problem::new(
-                    shown,
-                    "unknown shard: this file is not listed in the manifest",
-                ));
+            } else if looks_like_shard(&name) && !known.contains(&path) {
+                if crate::is_bale_file_name(&name) || (adopted && name.ends_with(".idx")) {
+                    out.push(Problem::new(
+                        shown,
+                        "unknown shard: this file is not listed in the manifest",
+                    ));
+                } else if !adopted {
+                    // A tar or index of a name bale never gives: the user's,
+                    // and `--force` leaves it where it is.
+                    out.push(
+                        Problem::new(
+                            shown,
+                            "not listed in the manifest and not named like bale's shards: not part of the dataset",
+                        )
+                        .warning(),
+                    );
+                }
             }
         }
     }
