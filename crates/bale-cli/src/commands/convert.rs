@@ -95,7 +95,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         Err(PackError::Cancelled) => {
             eprintln!(
                 "error: interrupted: nothing was written to {} (partial files were removed)",
-                args.output.display()
+                bale_format::shown(&args.output)
             );
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
@@ -105,7 +105,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         Err(e) => {
             return Err(anyhow!(
                 "{e}\nnothing was written to {} (no manifest; partial shards and temporary files were removed)",
-                args.output.display()
+                bale_format::shown(&args.output)
             ));
         }
     };
@@ -116,7 +116,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
             s.members,
             crate::units::size(s.bytes),
             s.format,
-            s.output.display(),
+            bale_format::shown(&s.output),
             s.shards,
             crate::units::size(s.output_bytes)
         )

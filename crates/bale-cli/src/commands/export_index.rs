@@ -46,7 +46,7 @@ pub fn precheck(dali: Option<&Path>, output: &Path) -> anyhow::Result<()> {
     if same {
         anyhow::bail!(
             "--dali-index {}: that is the dataset directory; give DALI's index files a directory of their own",
-            dir.display()
+            bale_format::shown(dir)
         );
     }
     Ok(())
@@ -66,8 +66,8 @@ pub fn after_write(
     let s = export_dali_index(dataset, dir, force).map_err(|e| {
         anyhow::anyhow!(
             "{e}\nthe dataset in {} is complete; only DALI's index files were not written (rerun `bale export-index --dali {} -o DIR`)",
-            dataset.display(),
-            dataset.display()
+            bale_format::shown(dataset),
+            bale_format::shown(dataset)
         )
     })?;
     if !out.quiet && !out.json {

@@ -71,7 +71,7 @@ fn locate(ds: &Dataset, sample: &str, force_key: bool) -> anyhow::Result<u64> {
     bail!(
         "no sample with key {} in {}",
         quoted(sample),
-        ds.dir().display()
+        bale_format::shown(ds.dir())
     )
 }
 
@@ -92,8 +92,12 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
             members,
         })
     };
-    let sample =
-        read().with_context(|| format!("cannot read sample {i} of {}", args.path.display()))?;
+    let sample = read().with_context(|| {
+        format!(
+            "cannot read sample {i} of {}",
+            bale_format::shown(&args.path)
+        )
+    })?;
     let targets = Targets {
         force: args.force,
         dataset: dataset_files(&ds),
@@ -152,19 +156,19 @@ impl Targets {
         if meta.file_type().is_symlink() {
             bail!(
                 "{} is a symlink; refusing to write through it",
-                path.display()
+                bale_format::shown(path)
             );
         }
         if !self.force {
             bail!(
                 "{} already exists; use --force to overwrite it",
-                path.display()
+                bale_format::shown(path)
             );
         }
         if !meta.is_file() {
             bail!(
                 "{} is {}; --force replaces regular files only (write to stdout to feed a pipe)",
-                path.display(),
+                bale_format::shown(path),
                 files::kind_of(&meta)
             );
         }
@@ -172,8 +176,8 @@ impl Targets {
             bail!(
                 "{} is a file of the dataset {} being read (its manifest, a shard or an index); \
                  refusing to overwrite it, even with --force",
-                path.display(),
-                self.dir.display()
+                bale_format::shown(path),
+                bale_format::shown(&self.dir)
             );
         }
         Ok(())
@@ -199,8 +203,8 @@ fn write_member(
             targets.check(path)?;
             let mut f = open_new(path, targets.force)?;
             f.write_all(data)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!("wrote {}", path.display());
+                .with_context(|| format!("cannot write {}", bale_format::shown(path)))?;
+            eprintln!("wrote {}", bale_format::shown(path));
         }
         None => {
             let mut out = std::io::stdout().lock();
@@ -224,7 +228,7 @@ fn open_new(path: &Path, force: bool) -> anyhow::Result<File> {
     files::create_file(path, force).map_err(|e| match e {
         FormatError::Exists { .. } => anyhow::anyhow!(
             "{} already exists; use --force to overwrite it",
-            path.display()
+            bale_format::shown(path)
         ),
         e => e.into(),
     })
@@ -236,7 +240,8 @@ fn open_new(path: &Path, force: bool) -> anyhow::Result<File> {
 /// time, never through a symlink. A write that fails removes the files this
 /// run created.
 fn write_sample(sample: &Fetched, dir: &Path, targets: &Targets) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create {}", bale_format::shown(dir)))?;
     let rels: Vec<PathBuf> = sample
         .members
         .iter()
@@ -257,7 +262,7 @@ fn write_sample(sample: &Fetched, dir: &Path, targets: &Targets) -> anyhow::Resu
                 created.push(path.clone());
             }
             f.write_all(data)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+                .with_context(|| format!("cannot write {}", bale_format::shown(&path)))?;
             written.push(path);
         }
         Ok(())

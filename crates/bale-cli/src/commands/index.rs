@@ -216,7 +216,7 @@ fn remote_index_output(
     let out = args
         .output
         .to_str()
-        .ok_or_else(|| anyhow::anyhow!("{}: not a UTF-8 URL", args.output.display()))?;
+        .ok_or_else(|| anyhow::anyhow!("{}: not a UTF-8 URL", bale_format::shown(&args.output)))?;
     let prefix = format!("{}/", out.trim_end_matches('/'));
     let mut names = Vec::new();
     for t in shards {

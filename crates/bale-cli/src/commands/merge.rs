@@ -35,8 +35,8 @@ pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
         if journal.exists() {
             format!(
                 "files of the parts are still in {}: {} lists them; run the same `bale merge` again to put them back",
-                args.output.display(),
-                journal.display()
+                bale_format::shown(&args.output),
+                bale_format::shown(&journal)
             )
         } else {
             "nothing was merged: the parts are as they were".to_owned()
@@ -53,7 +53,7 @@ pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
     if s.recovered > 0 {
         eprintln!(
             "note: an earlier `bale merge` into {} was killed part way: {} of its files were put right first",
-            args.output.display(),
+            bale_format::shown(&args.output),
             s.recovered
         );
     }
@@ -79,7 +79,7 @@ fn run_remote(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     let utf8 = |p: &Path| -> anyhow::Result<String> {
         p.to_str()
             .map(str::to_owned)
-            .ok_or_else(|| anyhow!("{}: not a UTF-8 URL", p.display()))
+            .ok_or_else(|| anyhow!("{}: not a UTF-8 URL", bale_format::shown(p)))
     };
     let out_url = utf8(&args.output)?;
     let parts: Vec<String> = args

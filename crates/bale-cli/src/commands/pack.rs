@@ -242,7 +242,7 @@ pub fn summary_line(s: &PackSummary) -> String {
         s.seconds,
         s.mb_per_second(),
         crate::units::size(s.bytes),
-        s.output.display(),
+        bale_format::shown(&s.output),
     )
 }
 
@@ -251,7 +251,7 @@ fn failure(e: PackError, out: &Path) -> anyhow::Error {
         e if e.left_output_untouched() => anyhow!("{e}"),
         e => anyhow!(
             "{e}\nno dataset was written to {} (no manifest; partial shards and temporary files were removed)",
-            out.display()
+            bale_format::shown(out)
         ),
     }
 }
@@ -394,7 +394,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         (Err(PackError::Cancelled), None) => {
             eprintln!(
                 "error: interrupted: no dataset was written to {} (no manifest; partial shards and temporary files were removed)",
-                args.output.display()
+                bale_format::shown(&args.output)
             );
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }

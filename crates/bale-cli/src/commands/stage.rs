@@ -90,7 +90,7 @@ pub fn run(args: StageArgs) -> anyhow::Result<ExitCode> {
         };
         eprintln!(
             "staged {}: {} files copied ({}){kept} in {:.1}s",
-            summary.source.display(),
+            bale_format::shown(&summary.source),
             summary.files_copied,
             crate::units::size(summary.bytes_copied),
             start.elapsed().as_secs_f64()
@@ -141,7 +141,7 @@ fn with_hint(e: ReaderError, hint: &str) -> anyhow::Error {
 fn stage_error(e: ReaderError, args: &StageArgs) -> anyhow::Error {
     let e = match e {
         ReaderError::StageUnfinished { path, source } => {
-            let dir = path.display();
+            let dir = bale_format::shown(&path);
             return stage_error(*source, args).context(format!(
                 "staging into {dir} did not finish; run bale stage again to resume, or bale unstage {dir} to remove it"
             ));
@@ -171,15 +171,15 @@ fn stage_error(e: ReaderError, args: &StageArgs) -> anyhow::Error {
             )),
             StageErrorKind::StagedWithoutMount => Some(format!(
                 "remove it with `bale unstage {}` first",
-                path.display()
+                bale_format::shown(path)
             )),
             StageErrorKind::SourceMismatch | StageErrorKind::Damaged => Some(format!(
                 "run `bale verify {}`",
-                args.path.display()
+                bale_format::shown(&args.path)
             )),
             StageErrorKind::ForeignFiles { .. } => Some(format!(
                 "move it away, or remove the staged copy with `bale unstage --force {}` and stage again",
-                path.display()
+                bale_format::shown(path)
             )),
             _ => None,
         },

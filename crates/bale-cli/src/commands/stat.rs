@@ -49,9 +49,13 @@ pub fn run(args: StatArgs) -> anyhow::Result<ExitCode> {
     let storage = args.storage.options()?;
     let url = bale_storage::is_url(path);
     if !url {
-        let meta =
-            std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
-        anyhow::ensure!(meta.is_dir(), "{} is not a directory", path.display());
+        let meta = std::fs::metadata(path)
+            .with_context(|| format!("cannot stat {}", bale_format::shown(path)))?;
+        anyhow::ensure!(
+            meta.is_dir(),
+            "{} is not a directory",
+            bale_format::shown(path)
+        );
     }
     let mut out = std::io::stdout().lock();
     if url || Manifest::path_in(path).exists() {

@@ -84,8 +84,8 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     } else {
         Level::Full
     };
-    let (manifest, mut problems) =
-        verify::load_manifest(dir).with_context(|| format!("cannot verify {}", dir.display()))?;
+    let (manifest, mut problems) = verify::load_manifest(dir)
+        .with_context(|| format!("cannot verify {}", bale_format::shown(dir)))?;
     let mut reports: Vec<ShardReport> = Vec::new();
     if let Some(m) = &manifest {
         problems.extend(verify::check_manifest(dir, m));
@@ -202,7 +202,7 @@ fn summary(dir: &Path, r: &Report<'_>, secs: f64) -> String {
     };
     format!(
         "{}: {verdict}{warn} ({what} of {} {shards}, {} samples, {} read in {secs:.1}s{note})",
-        dir.display(),
+        bale_format::shown(dir),
         r.shards_checked,
         HumanCount(r.samples_checked),
         crate::units::size(r.bytes_read),
