@@ -613,6 +613,29 @@ fn force_never_deletes_tars_indexed_in_place() {
         "convert --force changed the tars' folder"
     );
     verifies(&wd);
+    // A manifest that fails the strict checks is still read for whose the
+    // tars are; one that is not JSON at all stops --force from guessing.
+    let manifest = wd.join("bale.json");
+    let good = fs::read(&manifest).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+    v["samples"] = serde_json::json!(v["samples"].as_u64().unwrap() + 1);
+    v["format_version"] = serde_json::json!("99.0");
+    for (bytes, words) in [
+        (serde_json::to_vec(&v).unwrap(), "indexed in place"),
+        (b"{ not json".to_vec(), "not JSON"),
+    ] {
+        fs::write(&manifest, &bytes).unwrap();
+        let before = snapshot(&wd);
+        let o = bale(
+            &["pack", "-q", "--labels", "none", "--force", "-o"],
+            &[&wd, &input],
+        );
+        refused(&o, "wd/", &[words]);
+        assert!(!stderr(&o).contains("were removed"), "{}", text(&o));
+        assert_eq!(snapshot(&wd), before, "{words}: {}", text(&o));
+    }
+    fs::write(&manifest, good).unwrap();
+    verifies(&wd);
 }
 
 /// An old shard's name that is a hard link to an input file: `pack --force`
@@ -706,7 +729,10 @@ fn a_convert_to_dir_killed_while_moving_in_is_never_cleared() {
         refused(
             &o,
             ".bale-tmp-4242-convert",
-            &["killed while it moved its export in", "mv "],
+            &[
+                "killed while it moved its export in",
+                "names starting with a dot",
+            ],
         );
         assert_eq!(snapshot(&out), before, "{cmd:?} changed the partial export");
     }

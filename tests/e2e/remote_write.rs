@@ -649,7 +649,7 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
 #[test]
 fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     let s = Seaweed::shared();
-    let (t, _tree, local) = tree_and_local(300, &["--shard-samples", "100"]);
+    let (t, tree, local) = tree_and_local(300, &["--shard-samples", "100"]);
     let b = bucket(s, "index");
     // The tars only (no index, no manifest), and a file of the user's.
     let tars = t.path().join("tars");
@@ -707,6 +707,21 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     want.push("notes.txt".into());
     want.sort();
     assert_eq!(objects, want);
+    assert_same_tars(s, &url, &local);
+
+    // The tars indexed in place are the user's: a pack with --force into
+    // their prefix refuses, naming one, and deletes nothing.
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("indexed in place"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(listing(s, &b, "wds").0, want);
     assert_same_tars(s, &url, &local);
 
     // A tar outside the output prefix cannot be named by the manifest.

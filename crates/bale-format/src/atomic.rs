@@ -16,6 +16,18 @@ use crate::files::rename_noreplace;
 /// Prefix of every temporary file bale writes; `bale` tools ignore and clean up such files.
 pub const TEMP_PREFIX: &str = ".bale-tmp-";
 
+/// The part of a local temporary name after `.bale-tmp-<pid>-`, the shape
+/// every temporary file and folder bale makes in a directory has; `None`
+/// for any other name (`.bale-tmp-notes` is not bale's).
+pub fn temp_name_rest(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(TEMP_PREFIX)?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return None;
+    }
+    rest[digits..].strip_prefix('-')
+}
+
 /// A file being written under a temporary name in its final directory.
 ///
 /// [`AtomicFile::commit`] flushes it to disk and renames it into place. Dropped

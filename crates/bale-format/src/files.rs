@@ -60,8 +60,15 @@ pub fn open_regular(path: &Path) -> Result<File> {
             kind: kind_of(&meta),
         });
     }
-    // O_NONBLOCK only mattered for the open: reads of a regular file ignore
-    // it, but clear it so a descriptor handed on behaves as usual.
+    clear_nonblock(&file);
+    Ok(file)
+}
+
+/// Clears the `O_NONBLOCK` a regular file was opened with so as not to
+/// block on a FIFO: it only mattered for the open (regular files ignore it,
+/// some FUSE file systems may not), so a descriptor handed on behaves as
+/// usual.
+fn clear_nonblock(file: &File) {
     // SAFETY: fcntl on a descriptor `file` owns; a failure leaves the flag,
     // which regular files ignore.
     unsafe {
@@ -71,7 +78,6 @@ pub fn open_regular(path: &Path) -> Result<File> {
             libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
         }
     }
-    Ok(file)
 }
 
 /// Reads the regular file at `path` whole, refusing one larger than `cap`
@@ -338,6 +344,7 @@ pub fn create_file(path: &Path, replace: bool) -> Result<File> {
     if !meta.is_file() {
         return Err(not_regular(&meta));
     }
+    clear_nonblock(&file);
     file.set_len(0).map_err(|e| FormatError::io(path, e))?;
     Ok(file)
 }

@@ -423,6 +423,67 @@ fn to_shards(
 }
 
 /// Removes the staging directory on drop, unless done.
+/// A failed [`move_in`]: its error, and whether part of the export stayed
+/// in the output (a move back failed too).
+#[derive(Debug)]
+struct MoveFailure {
+    error: PackError,
+    partial: bool,
+}
+
+/// Moves the entries `names` of `staging` into `dst`, each with one rename
+/// that never replaces a name. When one fails, those already moved are
+/// moved back and `marker` is removed: nothing of the export is left in
+/// `dst`. When a move back fails too, `marker` (which lists the names)
+/// stays, and the error says where each part is.
+fn move_in(
+    staging: &Path,
+    dst: &Path,
+    names: &[std::ffi::OsString],
+    marker: &Path,
+) -> std::result::Result<(), MoveFailure> {
+    use bale_format::files::rename_noreplace;
+    for (k, name) in names.iter().enumerate() {
+        let target = dst.join(name);
+        let Err(e) = rename_noreplace(&staging.join(name), &target) else {
+            continue;
+        };
+        let stuck: Vec<(String, io::Error)> = names[..k]
+            .iter()
+            .rev()
+            .filter_map(|moved| {
+                rename_noreplace(&dst.join(moved), &staging.join(moved))
+                    .err()
+                    .map(|e| (bale_format::shown(&dst.join(moved)).to_string(), e))
+            })
+            .collect();
+        if stuck.is_empty() {
+            let _ = fs::remove_file(marker);
+            return Err(MoveFailure {
+                error: PackError::io(&target, e),
+                partial: false,
+            });
+        }
+        let list: Vec<String> = stuck.iter().map(|(p, e)| format!("{p} ({e})")).collect();
+        return Err(MoveFailure {
+            error: PackError::Partial {
+                what: format!(
+                    "moving the export in failed ({e}), and moving back what was moved failed \
+                     too: {} stayed in place, the rest is in {}; {} lists the names. Move \
+                     every entry of that folder in, or delete what the list names, then \
+                     delete both",
+                    list.join(", "),
+                    bale_format::shown(staging),
+                    bale_format::shown(marker),
+                ),
+                path: target,
+            },
+            partial: true,
+        });
+    }
+    Ok(())
+}
+
 struct Staging {
     dir: PathBuf,
     done: bool,
@@ -512,17 +573,11 @@ fn to_dir(
         .map(|n| format!("{}\n", bale_format::shown(Path::new(n))))
         .collect();
     bale_format::atomic::write_atomic(&marker, listing.as_bytes())?;
-    for (k, name) in names.iter().enumerate() {
-        let target = dst.join(name);
-        if let Err(e) = bale_format::files::rename_noreplace(&staging.dir.join(name), &target) {
-            // Put back what was moved, so that a failure leaves no part of
-            // the export in place (the staging folder goes on drop).
-            for moved in names[..k].iter().rev() {
-                let _ = fs::rename(dst.join(moved), staging.dir.join(moved));
-            }
-            let _ = fs::remove_file(&marker);
-            return Err(PackError::io(&target, e));
-        }
+    if let Err(failed) = move_in(&staging.dir, dst, &names, &marker) {
+        // Part of the export stayed in place: the staging folder holds the
+        // rest, and the marker stays to say so.
+        staging.done = failed.partial;
+        return Err(failed.error);
     }
     fs::remove_dir(&staging.dir).map_err(|e| PackError::io(&staging.dir, e))?;
     staging.done = true;
@@ -538,4 +593,55 @@ fn to_dir(
         0,
         bytes,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entries of `dir`, sorted.
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_move_in_that_fails_half_way_moves_everything_back() {
+        let t = tempfile::tempdir().unwrap();
+        let (staging, dst) = (t.path().join("staging"), t.path().join("dst"));
+        for name in ["a", "b", "c"] {
+            fs::create_dir_all(staging.join(name)).unwrap();
+            fs::write(staging.join(name).join("0.txt"), name).unwrap();
+        }
+        fs::create_dir(&dst).unwrap();
+        let marker = dst.join(".bale-tmp-1-convert.moving");
+        fs::write(&marker, b"a\nb\nc\n").unwrap();
+        // `b` appeared in the output after the check: its move fails, and
+        // `a`, already moved, goes back.
+        fs::create_dir(dst.join("b")).unwrap();
+        let names: Vec<std::ffi::OsString> = ["a", "b", "c"].iter().map(Into::into).collect();
+        let failed = move_in(&staging, &dst, &names, &marker).unwrap_err();
+        assert!(!failed.partial, "{:?}", failed.error);
+        assert!(
+            failed.error.to_string().contains("dst/b"),
+            "{}",
+            failed.error
+        );
+        assert_eq!(names_in(&dst), ["b"]);
+        assert_eq!(names_in(&staging), ["a", "b", "c"]);
+        assert_eq!(fs::read(staging.join("a/0.txt")).unwrap(), b"a");
+        // Without the obstacle, all move in; the caller removes the marker.
+        fs::remove_dir(dst.join("b")).unwrap();
+        fs::write(&marker, b"a\nb\nc\n").unwrap();
+        move_in(&staging, &dst, &names, &marker).unwrap();
+        assert_eq!(
+            names_in(&dst),
+            [".bale-tmp-1-convert.moving", "a", "b", "c"]
+        );
+        assert!(names_in(&staging).is_empty());
+    }
 }

@@ -142,6 +142,26 @@ pub enum PackError {
         /// Why.
         what: String,
     },
+    /// `--force` refuses to clear the output, before it has removed or
+    /// written anything there: something in it is not bale's to remove, or
+    /// cannot be removed.
+    #[error("cannot write {}: {what}", bale_format::shown(path))]
+    Refused {
+        /// The path in the way.
+        path: PathBuf,
+        /// Why.
+        what: String,
+    },
+    /// A failure that left part of the output in place, and the message
+    /// says where each part is (`convert --format dir` when moving its
+    /// export in and moving it back both failed).
+    #[error("cannot write {}: {what}", bale_format::shown(path))]
+    Partial {
+        /// The path that failed.
+        path: PathBuf,
+        /// What happened, and where everything is.
+        what: String,
+    },
     /// An I/O error on an output or bookkeeping file.
     #[error("{}: {source}", bale_format::shown(path))]
     Io {
@@ -172,13 +192,14 @@ pub enum PackError {
 
 impl PackError {
     /// Whether the command stopped before touching its output: a bad option,
-    /// an output that is not empty without `force`, or an output another
-    /// command holds (its lock).
+    /// an output that is not empty without `force`, one that `force` refuses
+    /// to clear, or an output another command holds (its lock).
     pub fn left_output_untouched(&self) -> bool {
         matches!(
             self,
             PackError::Option(_)
                 | PackError::OutputNotEmpty { .. }
+                | PackError::Refused { .. }
                 | PackError::Format(FormatError::Locked { .. })
                 | PackError::Storage(
                     bale_storage::StorageError::BadUrl { .. }

@@ -15,9 +15,9 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use bale_format::atomic::TEMP_PREFIX;
+use bale_format::atomic::{TEMP_PREFIX, temp_name_rest};
 use bale_format::files::{DirLock, FileId};
-use bale_format::{MANIFEST_NAME, is_bale_file_name};
+use bale_format::{MANIFEST_NAME, MAX_MANIFEST_BYTES, is_bale_file_name};
 
 use crate::error::{PackError, Result};
 
@@ -170,7 +170,7 @@ impl Output {
         if self.created.is_some() || !self.force {
             return Ok(Vec::new());
         }
-        let adopted = adopted_tars(&self.dir);
+        let adopted = adopted_tars(&self.dir)?;
         let mut victims = Vec::new();
         for entry in fs::read_dir(&self.dir).map_err(|e| PackError::io(&self.dir, e))? {
             let entry = entry.map_err(|e| PackError::io(&self.dir, e))?;
@@ -182,9 +182,13 @@ impl Output {
                 continue;
             }
             let path = entry.path();
-            let meta = fs::symlink_metadata(&path).map_err(|e| PackError::io(&path, e))?;
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(PackError::io(&path, e)),
+            };
             if !meta.is_file() {
-                return Err(PackError::Conflict {
+                return Err(PackError::Refused {
                     what: format!(
                         "it is {} named like bale's output, which --force does not remove \
                          (regular files only); move it out of {} first",
@@ -195,7 +199,7 @@ impl Output {
                 });
             }
             if FileId::of(&path).is_some_and(|id| adopted.contains(&id)) {
-                return Err(PackError::Conflict {
+                return Err(PackError::Refused {
                     what: format!(
                         "it is a tar that `bale index` indexed in place, the user's and not \
                          bale's output, so --force does not remove it; write to another \
@@ -273,19 +277,42 @@ impl Drop for Output {
 }
 
 /// The shard files of the dataset in `dir` when `bale index` made it (its
-/// shards are tars it found, not files it wrote); empty otherwise, or when
-/// its manifest cannot be read.
-fn adopted_tars(dir: &Path) -> HashSet<FileId> {
-    let Ok(m) = bale_format::Manifest::read(dir) else {
-        return HashSet::new();
-    };
-    if m.created_by.command != "index" {
-        return HashSet::new();
+/// shards are tars it found, not files it wrote); empty when there is no
+/// manifest or another command wrote it. Read leniently (only
+/// `created_by.command` and `shards[].file`): a manifest that fails the
+/// strict checks may still be an index's. One that cannot be read even so
+/// is refused, since then the tars beside it cannot be told to be bale's.
+fn adopted_tars(dir: &Path) -> Result<HashSet<FileId>> {
+    let path = dir.join(MANIFEST_NAME);
+    if fs::symlink_metadata(&path).is_err() {
+        return Ok(HashSet::new());
     }
-    m.shards
+    let refuse = |why: String| PackError::Refused {
+        what: format!(
+            "{why}; --force cannot tell whether the tars beside it are bale's output or tars \
+             `bale index` indexed in place (the user's), so it removes nothing. Delete it by \
+             hand if every file named like bale's output in {} is yours to remove",
+            bale_format::shown(dir)
+        ),
+        path: path.clone(),
+    };
+    let bytes = bale_format::files::read_capped(&path, MAX_MANIFEST_BYTES, "manifest")
+        .map_err(|e| refuse(e.to_string()))?;
+    let m: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| refuse(format!("it is not JSON ({e})")))?;
+    if m["created_by"]["command"].as_str() != Some("index") {
+        return Ok(HashSet::new());
+    }
+    let Some(shards) = m["shards"].as_array() else {
+        return Err(refuse(
+            "`bale index` wrote it, but it lists no shards".into(),
+        ));
+    };
+    Ok(shards
         .iter()
-        .filter_map(|s| FileId::of(&dir.join(&s.file)))
-        .collect()
+        .filter_map(|s| s["file"].as_str())
+        .filter_map(|file| FileId::of(&dir.join(file)))
+        .collect())
 }
 
 /// Removes `dir` and its ancestors up to `top` (included), each only if empty.
@@ -308,14 +335,6 @@ pub(crate) const MOVING_SUFFIX: &str = ".moving";
 /// `.bale-tmp-<pid>-convert`.
 pub(crate) const CONVERT_STAGING: &str = "-convert";
 
-/// The part of a name after `.bale-tmp-<pid>-`: the shape of every
-/// temporary name bale gives; `None` for any other name.
-fn temp_rest(name: &str) -> Option<&str> {
-    let rest = name.strip_prefix(TEMP_PREFIX)?;
-    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-    (digits > 0).then(|| &rest[digits..])?.strip_prefix('-')
-}
-
 /// Removes what interrupted runs left in `dir` under bale's temporary
 /// names (`.bale-tmp-<pid>-*` files, and the staging folders
 /// `.bale-tmp-<pid>-convert` of `convert --format dir`): never a symlink's
@@ -327,7 +346,7 @@ pub(crate) fn remove_temps(dir: &Path) -> Result<()> {
     for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
         let entry = entry.map_err(|e| PackError::io(dir, e))?;
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(temp_rest) else {
+        let Some(rest) = name.to_str().and_then(temp_name_rest) else {
             continue;
         };
         let path = entry.path();
@@ -341,11 +360,11 @@ pub(crate) fn remove_temps(dir: &Path) -> Result<()> {
                 format!(
                     "a `bale convert --format dir` was killed while it moved its export in: \
                      part of it may be in place and the rest is in {}; {} lists the names it \
-                     was moving in. Move the rest in (`mv {}/* {}/`) and delete both, or \
-                     delete what it lists and both, then run again",
+                     was moving in. Move every entry of that folder (names starting with a \
+                     dot included) into {} and delete both, or delete what the list names \
+                     and both, then run again",
                     bale_format::shown(&staging),
                     bale_format::shown(&path),
-                    bale_format::shown(&staging),
                     bale_format::shown(dir),
                 )
             } else {
@@ -355,7 +374,7 @@ pub(crate) fn remove_temps(dir: &Path) -> Result<()> {
                     bale_format::shown(&path),
                 )
             };
-            return Err(PackError::Conflict {
+            return Err(PackError::Refused {
                 what,
                 path: dir.to_path_buf(),
             });
@@ -399,6 +418,12 @@ mod tests {
         ] {
             fs::write(out.join(n), b"x").unwrap();
         }
+        // A manifest of pack's (read only for whose the tars are).
+        fs::write(
+            out.join("bale.json"),
+            br#"{"created_by": {"command": "pack"}, "shards": []}"#,
+        )
+        .unwrap();
         let err = Output::open(&out, false).unwrap_err();
         assert!(matches!(err, PackError::OutputNotEmpty { .. }), "{err}");
         assert!(out.join("bale.json").exists());

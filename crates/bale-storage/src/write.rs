@@ -399,6 +399,11 @@ impl Publisher {
                 what,
             });
         }
+        // Tars `bale index` indexed in place are the user's: refused before
+        // anything is removed, as is a manifest that cannot tell.
+        if names.iter().any(|n| n == MANIFEST) {
+            self.refuse_adopted(&names)?;
+        }
         // The manifest first: from then on the prefix is not a dataset.
         if names.iter().any(|n| n == MANIFEST) {
             self.delete(MANIFEST)?;
@@ -412,9 +417,10 @@ impl Publisher {
         }
         for n in names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)) {
             let bytes = self.get(n)?;
-            if let Ok(m) = serde_json::from_slice::<Marker>(&bytes)
-                && bale_format::is_bale_file_name(&m.name)
-            {
+            // The marker itself says bale opened the upload, whatever its
+            // name: abort it (on stores without a listing of open uploads,
+            // nothing else could find it again).
+            if let Ok(m) = serde_json::from_slice::<Marker>(&bytes) {
                 self.abort_upload(&m.name, &m.upload_id)?;
             }
             self.delete(n)?;
@@ -426,6 +432,45 @@ impl Publisher {
             if bale_format::is_bale_file_name(n) {
                 self.delete(n)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses `--force` over a prefix whose manifest `bale index` wrote
+    /// when it lists one of the objects `--force` would delete (a tar named
+    /// like bale's shards, indexed in place: the user's), or whose manifest
+    /// is not JSON (then whose the tars are cannot be told). Read
+    /// leniently: only `created_by.command` and `shards[].file`.
+    fn refuse_adopted(&self, names: &[String]) -> Result<()> {
+        let refuse = |what: String| StorageError::Exists {
+            url: self.store.url().to_owned(),
+            what,
+        };
+        let bytes = self.store.object(MANIFEST)?.get_sized(
+            0,
+            bale_format::MAX_MANIFEST_BYTES,
+            "manifest",
+        )?;
+        let Ok(m) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            return Err(refuse(format!(
+                "its {MANIFEST} is not JSON, so --force cannot tell whether the tars there are \
+                 bale's output or tars `bale index` indexed in place (the user's); it removes \
+                 nothing. Delete {MANIFEST} by hand if every object named like bale's output \
+                 there is yours to remove"
+            )));
+        };
+        if m["created_by"]["command"].as_str() != Some("index") {
+            return Ok(());
+        }
+        let listed = m["shards"].as_array().into_iter().flatten();
+        if let Some(tar) = listed
+            .filter_map(|s| s["file"].as_str())
+            .find(|f| bale_format::is_bale_file_name(f) && names.iter().any(|n| n == f))
+        {
+            return Err(refuse(format!(
+                "{tar} is a tar that `bale index` indexed in place, the user's and not bale's \
+                 output, so --force does not remove it; write to another prefix"
+            )));
         }
         Ok(())
     }

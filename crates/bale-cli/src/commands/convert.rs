@@ -99,7 +99,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
             );
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
-        Err(e) if e.left_output_untouched() => {
+        Err(e) if e.left_output_untouched() || matches!(e, PackError::Partial { .. }) => {
             return Err(anyhow!("{e}"));
         }
         Err(e) => {

@@ -51,15 +51,18 @@ pub(super) fn looks_like_shard(name: &str) -> bool {
 
 /// Checks the manifest against itself and the dataset directory: totals
 /// (samples, bytes, per-extension counts) against the shard entries, shard
-/// entries naming the same file twice, and files in the directory that look
-/// like shards or indexes but are not listed (errors: "unknown shard") or are
-/// leftover temporary files of an interrupted write (warnings).
+/// entries naming the same file twice, and files in the directory that are
+/// not listed: with a name bale gives its shards and indexes
+/// ([`crate::is_bale_file_name`]), errors ("unknown shard"); other `.tar`,
+/// `.tar.zst`, `.h5` and `.idx` files, warnings (the user's: `--force`
+/// leaves them); leftover temporary files of an interrupted write
+/// (`.bale-tmp-<pid>-*`), warnings.
 ///
 /// Only the dataset directory is scanned (not its subdirectories, nor the
 /// directories of shards it refers to elsewhere: other tars there are none
 /// of its business). In a dataset written by `bale index`, whose directory
-/// may hold the user's other tars, only unlisted `.idx` files and files named
-/// like bale's shards (`shard-*`, `part-*`) are unknown.
+/// may hold the user's other tars, unlisted `.idx` files and files with
+/// bale's shard names are unknown, and other tars are not reported.
 pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
     let mut out = Vec::new();
     let samples: u64 = m.shards.iter().map(|s| s.samples).sum();
@@ -126,6 +129,11 @@ pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
                 .strip_prefix(dir)
                 .map_or_else(|_| path.display().to_string(), |p| p.display().to_string());
             if name.starts_with(TEMP_PREFIX) {
+                // Only bale's own shape (`.bale-tmp-<pid>-...`) is its
+                // leftover; another name under the prefix is the user's.
+                if crate::atomic::temp_name_rest(&name).is_none() {
+                    continue;
+                }
                 out.push(
                     Problem::new(
                         shown,
