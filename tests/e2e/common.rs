@@ -341,3 +341,12 @@ pub(crate) fn random_tree(root: &Path, n: usize) {
         std::fs::write(dir.join(format!("{i:05}.bin")), data).unwrap();
     }
 }
+
+/// Makes a FIFO at `path` (with the system's `mkfifo`).
+pub(crate) fn mkfifo(path: &Path) {
+    let o = std::process::Command::new("mkfifo")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mkfifo {}: {o:?}", path.display());
+}

@@ -683,9 +683,7 @@ fn force_refuses_what_it_cannot_remove_before_removing_anything() {
         if kind == "a directory" {
             fs::create_dir(&p).unwrap();
         } else {
-            let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
-            // SAFETY: a valid path.
-            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+            crate::common::mkfifo(&p);
         }
         let before = snapshot(&out);
         let o = bale(

@@ -28,10 +28,7 @@ const QUICK: Duration = Duration::from_secs(10);
 /// Resident memory a command over the 12-sample fixture may reach.
 const RSS_MIB: u64 = 256;
 
-fn mkfifo(path: &Path) {
-    let o = Command::new("mkfifo").arg(path).output().unwrap();
-    assert!(o.status.success(), "mkfifo {}: {o:?}", path.display());
-}
+use crate::common::mkfifo;
 
 /// The fixture of the verify tests (3 shards x 4 samples, `.cls` labels) in `t/ds`.
 fn fixture(t: &Path) -> PathBuf {

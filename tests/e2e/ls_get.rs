@@ -232,9 +232,7 @@ fn get_force_refuses_what_is_not_a_regular_file_without_blocking() {
     let ds = tmp.path().join("ds");
     make_dataset(&ds, Compression::None, false);
     let fifo = tmp.path().join("out.txt");
-    let c = std::ffi::CString::new(s(&fifo)).unwrap();
-    // SAFETY: a valid path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    crate::common::mkfifo(&fifo);
     let folder = tmp.path().join("folder");
     std::fs::create_dir(&folder).unwrap();
     for (target, kind) in [
