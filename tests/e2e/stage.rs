@@ -1060,3 +1060,54 @@ fn stage_never_replaces_a_file_it_did_not_write() {
     assert_eq!(code, 0, "{err}");
     same_files(&ds, &target, &dataset_files(&ds));
 }
+
+/// A folder given with `--to` that was there before the stage is the
+/// user's: unstage empties it (and unmounts bale's tmpfs on it) but leaves
+/// it, and says so; a restage keeps that. A folder bale made goes.
+#[test]
+fn unstage_leaves_a_folder_that_was_there_before_the_stage() {
+    let tmp = scratch();
+    let ds = tmp.path().join("ds");
+    make_dataset(&ds, Compression::None, false);
+    let theirs = tmp.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    for _ in 0..2 {
+        let (code, _, err) = stage(&ds, &theirs, &[]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let out = bale(&["unstage", s(&theirs)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("was there before bale staged into it: left in place"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(theirs.is_dir());
+    assert!(std::fs::read_dir(&theirs).unwrap().next().is_none());
+
+    let ours = tmp.path().join("ours");
+    let (code, _, err) = stage(&ds, &ours, &[]);
+    assert_eq!(code, 0, "{err}");
+    let out = bale(&["unstage", s(&ours)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!ours.exists(), "{}", text(&out.stderr));
+
+    // The same with bale's tmpfs mounted on the user's folder.
+    let _guard = Unmount(theirs.clone());
+    let (code, _, err) = stage(&ds, &theirs, &["--mount"]);
+    if !can_mount(&tmp.path().join("probe")) {
+        assert_eq!(code, 2, "{err}");
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    assert!(is_mounted(&theirs));
+    let out = bale(&["unstage", s(&theirs)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("unmounted and removed the staged copy"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!is_mounted(&theirs));
+    assert!(theirs.is_dir());
+}

@@ -74,7 +74,9 @@ pub struct StageArgs {
 /// Refuses any directory without bale's staging marker (`.bale-stage.json`),
 /// and one holding files that bale did not put there unless `--force`. An
 /// empty tmpfs that `bale stage --mount` mounted (source `bale-stage`), left
-/// by a run killed before it wrote its marker, is unmounted too.
+/// by a run killed before it wrote its marker, is unmounted too. The folder
+/// is removed unless it was there before the first `bale stage --to` into
+/// it: then it is emptied and left.
 #[derive(Debug, clap::Args)]
 pub struct UnstageArgs {
     /// The staged directory to remove.

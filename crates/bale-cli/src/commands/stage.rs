@@ -116,6 +116,15 @@ pub fn run_unstage(args: UnstageArgs) -> anyhow::Result<ExitCode> {
             eprintln!(
                 "removed the staged copy in {dir} ({size} staged); {dir} is a mount point bale did not make: left in place, still mounted"
             );
+        } else if summary.kept_folder {
+            eprintln!(
+                "{}removed the staged copy in {dir} ({size} staged); {dir} was there before bale staged into it: left in place, empty",
+                if summary.unmounted {
+                    "unmounted and "
+                } else {
+                    ""
+                },
+            );
         } else {
             eprintln!(
                 "{}removed {dir} ({size} staged)",

@@ -33,6 +33,11 @@ pub(crate) struct Marker {
     pub mounted: bool,
     /// Files the copy holds besides the manifest, relative to the folder.
     pub files: Vec<String>,
+    /// Whether the folder was there before bale first staged into it (the
+    /// user's, given with `--to`): unstage empties it and leaves it. Absent
+    /// in markers of older versions: then bale made it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept: bool,
 }
 
 impl Marker {
@@ -44,6 +49,7 @@ impl Marker {
             manifest_xxh3,
             mounted,
             files,
+            kept: false,
         }
     }
 

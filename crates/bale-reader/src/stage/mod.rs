@@ -250,6 +250,7 @@ pub fn stage(
             let run = Run {
                 src: &src,
                 target: &target,
+                created,
                 manifest: &manifest,
                 manifest_bytes: &manifest_bytes,
                 hash: &hash,
@@ -441,6 +442,9 @@ fn foreign_files(target: &Path, plan: &Plan, owned: &BTreeSet<String>) -> Vec<Pa
 struct Run<'a> {
     src: &'a Path,
     target: &'a Path,
+    /// Whether this run created the folder (else it was there: the user's,
+    /// or a staged copy's).
+    created: bool,
     manifest: &'a Manifest,
     manifest_bytes: &'a [u8],
     hash: &'a str,
@@ -706,9 +710,17 @@ impl Run<'_> {
         // The marker first, then the files (indexes before shards), then the manifest.
         // A tmpfs of bale's without a marker: a run killed between its mount and its marker.
         let mounted = mounted_now || ours || found.as_ref().is_some_and(|m| m.mounted);
+        // A folder that was there before the first stage into it stays
+        // after unstage; a restage keeps what the first one found. A tmpfs
+        // of bale's without a marker is a killed run's, whose folder it was
+        // is not known: bale's, as `unstage` of it takes it.
+        let kept = found.as_ref().map_or(!self.created && !ours, |m| m.kept);
         if let Err(e) = marker::write(
             target,
-            &Marker::new(self.src, self.hash.to_owned(), mounted, plan.rels()),
+            &Marker {
+                kept,
+                ..Marker::new(self.src, self.hash.to_owned(), mounted, plan.rels())
+            },
         ) {
             // Until the marker says so, nothing would ever unmount it.
             if mounted_now {

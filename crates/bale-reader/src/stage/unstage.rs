@@ -30,6 +30,9 @@ pub struct UnstageSummary {
     /// mounted by hand for the copy): its files are gone, the folder stays,
     /// still mounted.
     pub kept_mount_point: bool,
+    /// Whether the folder was there before bale staged into it (the user's,
+    /// given with `--to`): emptied (and unmounted), and left in place.
+    pub kept_folder: bool,
 }
 
 /// Removes the staged copy in `dir`: a folder [`super::stage`] wrote (it
@@ -112,13 +115,16 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
     if mount_point && (marker.mounted || sys::is_bale_tmpfs(&dir)) {
         drop(lock); // An open descriptor on the mount would make it busy.
         sys::unmount(&dir)?;
-        let _ = fs::remove_dir(&dir);
+        if !marker.kept {
+            let _ = fs::remove_dir(&dir);
+        }
         return Ok(UnstageSummary {
             dir,
             files,
             bytes,
             unmounted: true,
             kept_mount_point: false,
+            kept_folder: marker.kept,
         });
     }
     // The manifest first (no reader takes a half-deleted copy for a
@@ -144,8 +150,9 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
     }
     rm(&dir.join(MARKER))?;
     drop(lock);
-    // A mount point cannot be removed; one bale did not mount is not bale's to unmount.
-    if !mount_point {
+    // A mount point cannot be removed; one bale did not mount is not bale's
+    // to unmount; a folder that was there before the stage is not bale's.
+    if !mount_point && !marker.kept {
         fs::remove_dir(&dir).map_err(|e| io_error(&dir, e))?;
     }
     Ok(UnstageSummary {
@@ -154,6 +161,7 @@ pub fn unstage(dir: &Path, force: bool) -> Result<UnstageSummary> {
         bytes,
         unmounted: false,
         kept_mount_point: mount_point,
+        kept_folder: marker.kept,
     })
 }
 
@@ -174,6 +182,7 @@ fn unmount_empty(dir: &Path, lock: DirLock) -> Option<Result<UnstageSummary>> {
             bytes: 0,
             unmounted: true,
             kept_mount_point: false,
+            kept_folder: false,
         }
     }))
 }
