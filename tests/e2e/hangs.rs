@@ -538,3 +538,33 @@ fn a_list_or_label_csv_that_is_dev_zero_is_refused_at_once() {
     assert!(o.status.is_some_and(|s| s.success()), "{}", o.describe());
     assert!(out.join("bale.json").exists());
 }
+
+/// `bale index` of a FIFO named like a tar: refused at once, naming it as a
+/// FIFO and the command as index, and nothing is written.
+#[test]
+fn index_of_a_fifo_is_refused_at_once() {
+    let t = tempfile::tempdir().unwrap();
+    let fifo = t.path().join("shard-000000.tar");
+    mkfifo(&fifo);
+    let out = t.path().join("out");
+    let o = run_bounded(
+        &mut capped(&[
+            "index".as_ref(),
+            fifo.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ]),
+        Duration::from_secs(20),
+        1024,
+    );
+    let err = o.stderr_text();
+    assert!(
+        o.failed_cleanly()
+            && o.elapsed < QUICK
+            && err.contains("cannot index")
+            && err.contains("a FIFO"),
+        "{}",
+        o.describe()
+    );
+    assert!(!out.exists(), "nothing written");
+}

@@ -58,6 +58,15 @@ pub enum PackError {
         /// Why.
         what: String,
     },
+    /// A tar `bale index` cannot take: not a regular file, a name that is
+    /// not UTF-8.
+    #[error("cannot index {}: {what}", bale_format::shown(path))]
+    BadTar {
+        /// The tar as given.
+        path: PathBuf,
+        /// Why.
+        what: String,
+    },
     /// The transform hook refused a member.
     #[error("transform failed on {}: {source}", bale_format::shown(path))]
     Transform {
@@ -240,6 +249,13 @@ impl PackError {
 
     pub(crate) fn bad(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
         PackError::BadInput {
+            path: path.into(),
+            what: what.into(),
+        }
+    }
+
+    pub(crate) fn bad_tar(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
+        PackError::BadTar {
             path: path.into(),
             what: what.into(),
         }

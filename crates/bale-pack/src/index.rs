@@ -337,7 +337,7 @@ fn plan(paths: &[PathBuf], out: &Path, absolute: bool) -> Result<Vec<Planned>> {
         if let Some(meta) = meta
             && !meta.is_file()
         {
-            return Err(PackError::bad(
+            return Err(PackError::bad_tar(
                 given,
                 format!(
                     "it is {}, not a regular file",
@@ -355,7 +355,7 @@ fn plan(paths: &[PathBuf], out: &Path, absolute: bool) -> Result<Vec<Planned>> {
         let name = canonical
             .file_name()
             .and_then(|n| n.to_str())
-            .ok_or_else(|| PackError::bad(given, "the file name is not UTF-8"))?;
+            .ok_or_else(|| PackError::bad_tar(given, "the file name is not UTF-8"))?;
         let index = index_file_name(name);
         if let Some(first) = by_index.insert(index.clone(), given) {
             return Err(PackError::Option(format!(
@@ -373,7 +373,7 @@ fn plan(paths: &[PathBuf], out: &Path, absolute: bool) -> Result<Vec<Planned>> {
         };
         let file = recorded
             .to_str()
-            .ok_or_else(|| PackError::bad(given, "the path is not UTF-8"))?
+            .ok_or_else(|| PackError::bad_tar(given, "the path is not UTF-8"))?
             .to_owned();
         plan.push(Planned {
             given: given.clone(),
@@ -488,7 +488,7 @@ fn write_wids(
             };
             let url = url
                 .to_str()
-                .ok_or_else(|| PackError::bad(&p.given, "the path is not UTF-8"))?;
+                .ok_or_else(|| PackError::bad_tar(&p.given, "the path is not UTF-8"))?;
             Ok(serde_json::json!({ "url": url, "nsamples": e.samples, "filesize": e.bytes }))
         })
         .collect::<Result<Vec<_>>>()?;
