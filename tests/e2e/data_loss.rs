@@ -750,3 +750,39 @@ fn a_convert_to_dir_killed_while_moving_in_is_never_cleared() {
     );
     assert!(stderr(&o).contains("already exists"), "{}", text(&o));
 }
+
+/// Without a manifest, tars of bale's shard names are a killed run's only
+/// when that run's mark is there: a folder of the user's own
+/// `shard-000000.tar` is refused by `--force`, and nothing is removed; a
+/// killed pack's leftovers (with its mark) are cleared.
+#[test]
+fn force_without_a_manifest_removes_tars_only_after_a_killed_run() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = packed(t.path(), "src", 5);
+    let theirs = t.path().join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    fs::copy(&shard, theirs.join("shard-000000.tar")).unwrap();
+    fs::write(theirs.join("shard-000000.idx"), b"an old index").unwrap();
+    let input = t.path().join("in");
+    text_tree(&input, "a", "in", 3);
+    let before = snapshot(&theirs);
+    let o = bale(
+        &["pack", "-q", "--labels", "none", "--force", "-o"],
+        &[&theirs, &input],
+    );
+    refused(&o, "shard-000000.tar", &["no bale.json", "may be yours"]);
+    assert!(!stderr(&o).contains("were removed"), "{}", text(&o));
+    assert_eq!(snapshot(&theirs), before);
+
+    // The same folder as a killed pack leaves it: its mark is there.
+    fs::write(theirs.join(".bale-tmp-99999-run"), b"").unwrap();
+    let o = bale(
+        &["pack", "-q", "--labels", "none", "--force", "-o"],
+        &[&theirs, &input],
+    );
+    ok(&o);
+    verifies(&theirs);
+    assert_eq!(Manifest::read(&theirs).unwrap().samples, 3);
+    let left: Vec<String> = snapshot(&theirs).into_keys().collect();
+    assert_eq!(left, ["bale.json", "shard-000000.idx", "shard-000000.tar"]);
+}

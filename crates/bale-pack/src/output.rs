@@ -52,9 +52,19 @@ pub(crate) struct Output {
     created: Option<PathBuf>,
     force: bool,
     files: Vec<PathBuf>,
+    /// The mark of this run ([`RUN_MARK`]), once [`Output::clear`] wrote it.
+    run_mark: Option<PathBuf>,
     committed: bool,
     _lock: DirLock,
 }
+
+/// What follows `.bale-tmp-<pid>-` in the name of the mark a run of `pack`,
+/// `convert` or `merge` keeps in its output from before its first shard
+/// lands until its manifest is written. A run killed in between leaves it:
+/// it says that the shards without a manifest beside it are a killed run's,
+/// which `--force` may remove; without it (and without a manifest), tars of
+/// bale's names may be the user's, and `--force` refuses.
+pub(crate) const RUN_MARK: &str = "run";
 
 impl Output {
     /// Creates `dir` if needed and locks it. Refuses a non-empty directory
@@ -131,6 +141,7 @@ impl Output {
             created,
             force,
             files: Vec::new(),
+            run_mark: None,
             committed: false,
             _lock: lock,
         })
@@ -142,10 +153,23 @@ impl Output {
     /// anything, when one of them is an input of the command, or when
     /// [`Output::victims`] refuses.
     pub fn clear(&mut self, inputs: &Inputs) -> Result<()> {
+        self.clear_old(inputs)?;
+        // From here until the manifest, the directory may hold shards
+        // without one: marked as a run's.
+        let mark = self
+            .dir
+            .join(format!("{TEMP_PREFIX}{}-{RUN_MARK}", std::process::id()));
+        bale_format::atomic::write_atomic(&mark, b"")?;
+        self.run_mark = Some(mark);
+        Ok(())
+    }
+
+    fn clear_old(&mut self, inputs: &Inputs) -> Result<()> {
         let mut victims = self.victims()?;
         if let Some(v) = victims.iter().find(|v| inputs.holds(v)) {
             return Err(PackError::WouldDeleteInput { path: v.clone() });
         }
+        refuse_unclaimed(&self.dir, &victims)?;
         self.clear_temps()?;
         victims.sort_by_key(|v| v.file_name() != Some(MANIFEST_NAME.as_ref()));
         for v in victims {
@@ -165,7 +189,10 @@ impl Output {
     ///   directory, a FIFO, a symlink): `--force` removes only files, so it
     ///   would stop the run after the old dataset was gone;
     /// - a tar that `bale index` indexed in place (the old manifest's
-    ///   command is `index` and lists it): it is the user's, not bale's.
+    ///   command is `index` and lists it): it is the user's, not bale's;
+    ///
+    /// [`Output::clear`] also refuses, after its check of the inputs, a tar
+    /// ([`refuse_unclaimed`]) the directory has no manifest or run mark for.
     pub fn victims(&self) -> Result<Vec<PathBuf>> {
         if self.created.is_some() || !self.force {
             return Ok(Vec::new());
@@ -256,9 +283,13 @@ impl Output {
         self.files.push(path);
     }
 
-    /// The run succeeded: keep everything.
+    /// The run succeeded: keep everything but the run's mark (the manifest
+    /// is written: the shards are claimed).
     pub fn commit(mut self) {
         self.committed = true;
+        if let Some(mark) = self.run_mark.take() {
+            let _ = fs::remove_file(mark);
+        }
     }
 }
 
@@ -270,10 +301,53 @@ impl Drop for Output {
         for f in self.files.iter().rev() {
             let _ = fs::remove_file(f);
         }
+        if let Some(mark) = &self.run_mark {
+            let _ = fs::remove_file(mark);
+        }
         if let Some(top) = &self.created {
             remove_empty_dirs(&self.dir, top);
         }
     }
+}
+
+/// Refuses the first tar (`.tar`, `.tar.zst`, `.h5`) among `victims` when
+/// `dir` has no manifest and no killed run's mark ([`RUN_MARK`]): then the
+/// tars may be the user's own (indexes go: only bale writes such names).
+fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
+    let Some(tar) = victims
+        .iter()
+        .find(|v| v.extension().is_some_and(|e| e != "idx") && !v.ends_with(MANIFEST_NAME))
+    else {
+        return Ok(());
+    };
+    if fs::symlink_metadata(dir.join(MANIFEST_NAME)).is_ok() || has_run_mark(dir)? {
+        return Ok(());
+    }
+    Err(PackError::Refused {
+        what: format!(
+            "it is named like bale's shards, but {} has no {MANIFEST_NAME} and no mark of a \
+             killed bale run: it may be yours, so --force does not remove it; delete it by \
+             hand if it is a leftover of bale's, or write to another directory",
+            bale_format::shown(dir)
+        ),
+        path: tar.clone(),
+    })
+}
+
+/// Whether `dir` holds the mark of a run ([`RUN_MARK`]) of any process.
+fn has_run_mark(dir: &Path) -> Result<bool> {
+    for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
+        let entry = entry.map_err(|e| PackError::io(dir, e))?;
+        if entry
+            .file_name()
+            .to_str()
+            .and_then(temp_name_rest)
+            .is_some_and(|rest| rest == RUN_MARK)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The shard files of the dataset in `dir` when `bale index` made it (its
