@@ -785,4 +785,16 @@ fn force_without_a_manifest_removes_tars_only_after_a_killed_run() {
     assert_eq!(Manifest::read(&theirs).unwrap().samples, 3);
     let left: Vec<String> = snapshot(&theirs).into_keys().collect();
     assert_eq!(left, ["bale.json", "shard-000000.idx", "shard-000000.tar"]);
+
+    // A run killed before its first shard leaves only its mark: the folder
+    // counts as empty (no --force needed), and the mark goes.
+    let fresh = t.path().join("fresh");
+    fs::create_dir(&fresh).unwrap();
+    fs::write(fresh.join(".bale-tmp-99999-run"), b"").unwrap();
+    ok(&bale(
+        &["pack", "-q", "--labels", "none", "-o"],
+        &[&fresh, &input],
+    ));
+    let left: Vec<String> = snapshot(&fresh).into_keys().collect();
+    assert_eq!(left, ["bale.json", "shard-000000.idx", "shard-000000.tar"]);
 }

@@ -226,7 +226,7 @@ fn recover(output: &Path) -> Result<u64> {
     }
     // What the killed merge was writing when it died (its manifest, a
     // copy): bale's temporary files, never a dataset's.
-    crate::output::remove_temps(output)?;
+    crate::output::remove_temps(output, None)?;
     fs::remove_file(&path).map_err(|e| PackError::io(&path, e))?;
     let _ = fs::File::open(output).and_then(|d| d.sync_all());
     Ok(n)

@@ -54,6 +54,9 @@ pub(crate) struct Output {
     files: Vec<PathBuf>,
     /// The mark of this run ([`RUN_MARK`]), once [`Output::clear`] wrote it.
     run_mark: Option<PathBuf>,
+    /// [`Output::clear`] is removing the old output: a failure then leaves
+    /// the mark, over what is left of it.
+    clearing: bool,
     committed: bool,
     _lock: DirLock,
 }
@@ -73,11 +76,25 @@ impl Output {
     pub fn open(dir: &Path, force: bool) -> Result<Self> {
         let out = Self::open_locked(dir, force)?;
         if out.created.is_none() && !force {
-            let mut entries = fs::read_dir(dir).map_err(|e| PackError::io(dir, e))?;
-            if entries.next().is_some() {
-                return Err(PackError::OutputNotEmpty {
-                    dir: dir.to_path_buf(),
-                });
+            // Only the marks of runs killed before their first shard (the
+            // lock is ours: no live run's) count as empty, and go.
+            let mut marks = Vec::new();
+            for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
+                let entry = entry.map_err(|e| PackError::io(dir, e))?;
+                let name = entry.file_name();
+                if name
+                    .to_str()
+                    .and_then(temp_name_rest)
+                    .is_none_or(|r| r != RUN_MARK)
+                {
+                    return Err(PackError::OutputNotEmpty {
+                        dir: dir.to_path_buf(),
+                    });
+                }
+                marks.push(entry.path());
+            }
+            for m in marks {
+                let _ = fs::remove_file(m);
             }
         }
         Ok(out)
@@ -142,6 +159,7 @@ impl Output {
             force,
             files: Vec::new(),
             run_mark: None,
+            clearing: false,
             committed: false,
             _lock: lock,
         })
@@ -153,24 +171,27 @@ impl Output {
     /// anything, when one of them is an input of the command, or when
     /// [`Output::victims`] refuses.
     pub fn clear(&mut self, inputs: &Inputs) -> Result<()> {
-        self.clear_old(inputs)?;
-        // From here until the manifest, the directory may hold shards
-        // without one: marked as a run's.
-        let mark = self
-            .dir
-            .join(format!("{TEMP_PREFIX}{}-{RUN_MARK}", std::process::id()));
-        bale_format::atomic::write_atomic(&mark, b"")?;
-        self.run_mark = Some(mark);
-        Ok(())
-    }
-
-    fn clear_old(&mut self, inputs: &Inputs) -> Result<()> {
         let mut victims = self.victims()?;
         if let Some(v) = victims.iter().find(|v| inputs.holds(v)) {
             return Err(PackError::WouldDeleteInput { path: v.clone() });
         }
         refuse_unclaimed(&self.dir, &victims)?;
-        self.clear_temps()?;
+        let temps = if self.force {
+            temps(&self.dir)?
+        } else {
+            Vec::new()
+        };
+        // From here until the manifest, the directory may hold shards
+        // without one: this run's mark says they are a run's. It goes in
+        // before anything old is removed (a run killed while it removes them
+        // leaves them marked), and stays when the removal fails.
+        let mark = self
+            .dir
+            .join(format!("{TEMP_PREFIX}{}-{RUN_MARK}", std::process::id()));
+        bale_format::atomic::replace_atomic(&mark, b"")?;
+        self.run_mark = Some(mark);
+        self.clearing = true;
+        remove_listed(&temps, self.run_mark.as_deref())?;
         victims.sort_by_key(|v| v.file_name() != Some(MANIFEST_NAME.as_ref()));
         for v in victims {
             match fs::remove_file(&v) {
@@ -179,6 +200,7 @@ impl Output {
                 Err(e) => return Err(PackError::io(&v, e)),
             }
         }
+        self.clearing = false;
         Ok(())
     }
 
@@ -248,7 +270,7 @@ impl Output {
         if !self.force {
             return Ok(());
         }
-        remove_temps(&self.dir)
+        remove_temps(&self.dir, None)
     }
 
     /// Whether [`Output::make_room`] would make room for `name` (it is
@@ -301,7 +323,7 @@ impl Drop for Output {
         for f in self.files.iter().rev() {
             let _ = fs::remove_file(f);
         }
-        if let Some(mark) = &self.run_mark {
+        if let Some(mark) = self.run_mark.as_ref().filter(|_| !self.clearing) {
             let _ = fs::remove_file(mark);
         }
         if let Some(top) = &self.created {
@@ -415,7 +437,13 @@ pub(crate) const CONVERT_STAGING: &str = "-convert";
 /// target, never a folder of any other name. Refuses, removing nothing,
 /// when a `convert --format dir` was killed while it moved its export in:
 /// its staging folder holds the rest of that export.
-pub(crate) fn remove_temps(dir: &Path) -> Result<()> {
+pub(crate) fn remove_temps(dir: &Path, keep: Option<&Path>) -> Result<()> {
+    remove_listed(&temps(dir)?, keep)
+}
+
+/// What [`remove_temps`] removes in `dir` (path, whether a folder), or its
+/// refusal; removes nothing.
+fn temps(dir: &Path) -> Result<Vec<(PathBuf, bool)>> {
     let mut temps = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
         let entry = entry.map_err(|e| PackError::io(dir, e))?;
@@ -460,16 +488,24 @@ pub(crate) fn remove_temps(dir: &Path) -> Result<()> {
         }
         temps.push((path, is_dir));
     }
+    Ok(temps)
+}
+
+/// Removes the `temps` [`temps`] listed, but `keep`.
+fn remove_listed(temps: &[(PathBuf, bool)], keep: Option<&Path>) -> Result<()> {
     for (path, is_dir) in temps {
-        let removed = if is_dir {
-            fs::remove_dir_all(&path)
+        if keep.is_some_and(|k| k == path) {
+            continue;
+        }
+        let removed = if *is_dir {
+            fs::remove_dir_all(path)
         } else {
-            fs::remove_file(&path)
+            fs::remove_file(path)
         };
         match removed {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(PackError::io(&path, e)),
+            Err(e) => return Err(PackError::io(path, e)),
         }
     }
     Ok(())
