@@ -841,13 +841,14 @@ fn is_shard_shape(name: &str) -> bool {
     };
     let shard = match stem.strip_prefix("part-") {
         Some(rest) => {
-            let Some(rest) = digits(rest, 4).and_then(|r| r.strip_prefix("-of-")) else {
+            let shard = digits(rest, 4)
+                .and_then(|r| r.strip_prefix("-of-"))
+                .and_then(|r| digits(r, 4))
+                .and_then(|r| r.strip_prefix('-'));
+            let Some(shard) = shard else {
                 return false;
             };
-            match digits(rest, 4).and_then(|r| r.strip_prefix("-")) {
-                Some(shard) => shard,
-                None => return false,
-            }
+            shard
         }
         None => stem,
     };

@@ -422,7 +422,6 @@ fn to_shards(
     ))
 }
 
-/// Removes the staging directory on drop, unless done.
 /// A failed [`move_in`]: its error, and whether part of the export stayed
 /// in the output (a move back failed too).
 #[derive(Debug)]
@@ -484,6 +483,7 @@ fn move_in(
     Ok(())
 }
 
+/// Removes the staging directory on drop, unless done.
 struct Staging {
     dir: PathBuf,
     done: bool,
@@ -511,7 +511,7 @@ fn to_dir(
     // (no symlink can be there but ours: we make none), then moved in place.
     let mut staging = Staging {
         dir: dst.join(format!(
-            "{TEMP_PREFIX}{}{CONVERT_STAGING}",
+            "{TEMP_PREFIX}{}-{CONVERT_STAGING}",
             std::process::id()
         )),
         done: false,

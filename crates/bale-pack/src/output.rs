@@ -81,12 +81,7 @@ impl Output {
             let mut marks = Vec::new();
             for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
                 let entry = entry.map_err(|e| PackError::io(dir, e))?;
-                let name = entry.file_name();
-                if name
-                    .to_str()
-                    .and_then(temp_name_rest)
-                    .is_none_or(|r| r != RUN_MARK)
-                {
+                if !is_run_mark(&entry.file_name()) {
                     return Err(PackError::OutputNotEmpty {
                         dir: dir.to_path_buf(),
                     });
@@ -171,7 +166,13 @@ impl Output {
     /// anything, when one of them is an input of the command, or when
     /// [`Output::victims`] refuses.
     pub fn clear(&mut self, inputs: &Inputs) -> Result<()> {
-        let mut victims = self.victims()?;
+        let victims = self.victims()?;
+        self.clear_victims(victims, inputs)
+    }
+
+    /// [`Output::clear`], given what [`Output::victims`] returned (for a
+    /// caller that looked at them first).
+    pub fn clear_victims(&mut self, mut victims: Vec<PathBuf>, inputs: &Inputs) -> Result<()> {
         if let Some(v) = victims.iter().find(|v| inputs.holds(v)) {
             return Err(PackError::WouldDeleteInput { path: v.clone() });
         }
@@ -360,16 +361,18 @@ fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
 fn has_run_mark(dir: &Path) -> Result<bool> {
     for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
         let entry = entry.map_err(|e| PackError::io(dir, e))?;
-        if entry
-            .file_name()
-            .to_str()
-            .and_then(temp_name_rest)
-            .is_some_and(|rest| rest == RUN_MARK)
-        {
+        if is_run_mark(&entry.file_name()) {
             return Ok(true);
         }
     }
     Ok(false)
+}
+
+/// Whether `name` is a run's mark, `.bale-tmp-<pid>-run` ([`RUN_MARK`]).
+fn is_run_mark(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .and_then(temp_name_rest)
+        .is_some_and(|rest| rest == RUN_MARK)
 }
 
 /// The shard files of the dataset in `dir` when `bale index` made it (its
@@ -427,9 +430,9 @@ pub(crate) fn remove_empty_dirs(dir: &Path, top: &Path) {
 /// leaves part of the export in place and the rest in its staging folder.
 pub(crate) const MOVING_SUFFIX: &str = ".moving";
 
-/// The end of the name of `convert --format dir`'s staging folder:
-/// `.bale-tmp-<pid>-convert`.
-pub(crate) const CONVERT_STAGING: &str = "-convert";
+/// What follows `.bale-tmp-<pid>-` in the name of `convert --format dir`'s
+/// staging folder.
+pub(crate) const CONVERT_STAGING: &str = "convert";
 
 /// Removes what interrupted runs left in `dir` under bale's temporary
 /// names (`.bale-tmp-<pid>-*` files, and the staging folders
@@ -452,7 +455,7 @@ fn temps(dir: &Path) -> Result<Vec<(PathBuf, bool)>> {
             continue;
         };
         let path = entry.path();
-        if rest == format!("convert{MOVING_SUFFIX}") {
+        if rest.strip_suffix(MOVING_SUFFIX) == Some(CONVERT_STAGING) {
             let staging = path.with_file_name(
                 name.to_string_lossy()
                     .strip_suffix(MOVING_SUFFIX)
@@ -483,7 +486,7 @@ fn temps(dir: &Path) -> Result<Vec<(PathBuf, bool)>> {
         }
         // The entry's own type: a symlink is removed, not followed.
         let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        if is_dir && rest != &CONVERT_STAGING[1..] {
+        if is_dir && rest != CONVERT_STAGING {
             continue;
         }
         temps.push((path, is_dir));

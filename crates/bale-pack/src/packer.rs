@@ -483,9 +483,10 @@ impl Packer {
         // the output directory, or (following symlinks) one reaching into it,
         // or a file an old shard's name is a hard link to (every input is
         // stat'ed for that only when one of those names has another link).
+        let victims = out.victims()?;
         let linked = {
             use std::os::unix::fs::MetadataExt;
-            out.victims()?
+            victims
                 .iter()
                 .any(|v| std::fs::symlink_metadata(v).is_ok_and(|m| m.nlink() > 1))
         };
@@ -500,7 +501,7 @@ impl Packer {
                 inputs.add(&f.path);
             }
         }
-        out.clear(&inputs)?;
+        out.clear_victims(victims, &inputs)?;
         let mut ignored = discovered.ignored;
         let mut bad = discovered.bad;
         if o.on_error == OnError::Fail
