@@ -359,6 +359,45 @@ fn non_utf8_names_fail_or_are_skipped() {
 }
 
 #[test]
+fn a_long_list_of_skipped_files_is_cut_on_stderr_and_whole_in_json() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    tree(&input, 2);
+    for i in 0..25u8 {
+        let name = [
+            b"bad-".as_slice(),
+            &[0xe9, b'0' + i / 10, b'0' + i % 10],
+            b".jpg",
+        ]
+        .concat();
+        fs::write(
+            input
+                .join("class_0")
+                .join(std::ffi::OsStr::from_bytes(&name)),
+            b"x",
+        )
+        .unwrap();
+    }
+    let out = t.path().join("out");
+    let o = bale(&["pack", "--on-error", "skip", "-q", "-o"], &[&out, &input]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("skipped 25 files"), "{}", text(&o));
+    let named = err.lines().filter(|l| l.contains("bad-\\xe9")).count();
+    assert_eq!(named, 20, "{}", text(&o));
+    assert!(err.contains("... and 5 more"), "{}", text(&o));
+    let o = bale(
+        &["pack", "--on-error", "skip", "--force", "--json", "-o"],
+        &[&out, &input],
+    );
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["skipped"].as_array().unwrap().len(), 25, "{v}");
+    assert_eq!(Manifest::read(&out).unwrap().skipped, 25);
+}
+
+#[test]
 fn labels_from_a_csv_and_none() {
     let t = tempfile::tempdir().unwrap();
     let input = t.path().join("in");

@@ -666,6 +666,22 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     std::fs::write(&notes, b"theirs").unwrap();
     s.put_file(&notes, &b, "wds/notes.txt").unwrap();
     let url = format!("s3://{b}/wds");
+    let before = listing(s, &b, "wds").0;
+
+    // Tars of bale's names under a prefix with neither a manifest nor a
+    // killed run's lock may be the user's: pack --force refuses, naming
+    // one, and deletes nothing.
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("shard-000000.tar") && err.contains("no bale.json"),
+        "{err}"
+    );
+    assert_eq!(listing(s, &b, "wds").0, before);
     let mut args = vec!["index", "-q", "-o", &url];
     args.extend(urls.iter().map(String::as_str));
     let o = bale(s, &args);
@@ -718,6 +734,24 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("indexed in place"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(listing(s, &b, "wds").0, want);
+    assert_same_tars(s, &url, &local);
+
+    // An index's manifest without its list of shards cannot tell whose the
+    // tars are: refused too.
+    let broken = t.path().join("broken.json");
+    std::fs::write(&broken, br#"{"created_by": {"command": "index"}}"#).unwrap();
+    s.put_file(&broken, &b, "wds/bale.json").unwrap();
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("lists no shards"),
         "{}",
         text(&o)
     );

@@ -23,6 +23,34 @@ pub(crate) const MANIFEST_MINOR: u32 = 0;
 /// room for about 150,000 shards.
 pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
+/// The shard files a manifest lists when `bale index` wrote it: tars it
+/// found and indexed in place, the user's, not bale's output. `Ok(None)`
+/// when another command wrote it.
+///
+/// Read leniently, as `--force` must before it removes anything: only
+/// `created_by.command` and `shards[].file` count, so a manifest that fails
+/// [`Manifest`]'s checks may still be an index's.
+///
+/// # Errors
+/// Why the manifest cannot tell whose the tars beside it are: it is not
+/// JSON, or `bale index` wrote it without a `shards` list.
+pub fn indexed_in_place(bytes: &[u8]) -> std::result::Result<Option<Vec<String>>, String> {
+    let m: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("it is not JSON ({e})"))?;
+    if m["created_by"]["command"].as_str() != Some("index") {
+        return Ok(None);
+    }
+    let Some(shards) = m["shards"].as_array() else {
+        return Err("`bale index` wrote it, but it lists no shards".into());
+    };
+    Ok(Some(
+        shards
+            .iter()
+            .filter_map(|s| s["file"].as_str().map(str::to_owned))
+            .collect(),
+    ))
+}
+
 /// Formats a checksum as 16 lowercase hex digits, as the manifest stores them.
 pub fn hex64(v: u64) -> String {
     format!("{v:016x}")

@@ -397,19 +397,10 @@ fn adopted_tars(dir: &Path) -> Result<HashSet<FileId>> {
     };
     let bytes = bale_format::files::read_capped(&path, MAX_MANIFEST_BYTES, "manifest")
         .map_err(|e| refuse(e.to_string()))?;
-    let m: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| refuse(format!("it is not JSON ({e})")))?;
-    if m["created_by"]["command"].as_str() != Some("index") {
-        return Ok(HashSet::new());
-    }
-    let Some(shards) = m["shards"].as_array() else {
-        return Err(refuse(
-            "`bale index` wrote it, but it lists no shards".into(),
-        ));
-    };
-    Ok(shards
-        .iter()
-        .filter_map(|s| s["file"].as_str())
+    let files = bale_format::indexed_in_place(&bytes).map_err(refuse)?;
+    Ok(files
+        .into_iter()
+        .flatten()
         .filter_map(|file| FileId::of(&dir.join(file)))
         .collect())
 }

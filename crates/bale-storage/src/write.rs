@@ -8,7 +8,9 @@
 //! - **Nothing replaced by surprise.** A prefix that holds any object is
 //!   refused unless `force`; with `force`, the old `bale.json` goes first,
 //!   then the uploads and objects named like bale's output (direct children
-//!   of the prefix only). Objects bale did not write are never deleted.
+//!   of the prefix only). Objects bale did not write are never deleted, and
+//!   shards of bale's names are deleted only beside a manifest or a lock a
+//!   killed run left (else they may be the user's).
 //! - **Shards stream out in parts**, at most [`WriteOptions::parts_in_flight`]
 //!   parts of [`WriteOptions::part_size`] bytes in memory at once. Each
 //!   multipart upload is recorded in a small marker object under bale's
@@ -130,6 +132,9 @@ pub struct Publisher {
     /// Whether this run holds the lock object (a store without conditional
     /// PUTs has none).
     locked: AtomicBool,
+    /// Whether a lock object was there before this run's: a run that ended
+    /// without its manifest left it, so the shards beside it are a run's.
+    found_lock: bool,
     /// Another run took the lock over (`--force` on a run that had stopped
     /// refreshing it, seen by the heartbeat): this run may no longer write,
     /// commit or delete shared names.
@@ -206,6 +211,7 @@ impl Publisher {
             written: Mutex::new(Written::default()),
             committed: AtomicBool::new(false),
             locked: AtomicBool::new(false),
+            found_lock: false,
             lost: Arc::new(AtomicBool::new(false)),
             heartbeat: Mutex::new(None),
         };
@@ -269,6 +275,7 @@ impl Publisher {
                     });
                 }
                 self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0)))?;
+                self.found_lock = true;
             }
             Err(object_store::Error::AlreadyExists { .. }) => {
                 return Err(StorageError::Exists {
@@ -278,8 +285,16 @@ impl Publisher {
                     ),
                 });
             }
-            // A store without conditional PUTs: write on without a lock.
-            Err(object_store::Error::NotImplemented { .. }) => return Ok(()),
+            // A store without conditional PUTs: write on without a lock, but
+            // leave its object as the run's mark until the manifest (as a
+            // local run does), so that a rerun with --force can tell a killed
+            // run's shards from the user's.
+            Err(object_store::Error::NotImplemented { .. }) => {
+                self.found_lock = self.get_lock()?.is_some();
+                self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0)))?;
+                self.record(LOCK_NAME);
+                return Ok(());
+            }
             Err(e) => return Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
         }
         self.record(LOCK_NAME);
@@ -400,9 +415,12 @@ impl Publisher {
             });
         }
         // Tars `bale index` indexed in place are the user's: refused before
-        // anything is removed, as is a manifest that cannot tell.
+        // anything is removed, as is a manifest that cannot tell; so are
+        // shard names with neither a manifest nor a killed run's lock.
         if names.iter().any(|n| n == MANIFEST) {
             self.refuse_adopted(&names)?;
+        } else if !self.found_lock {
+            self.refuse_unclaimed(&names)?;
         }
         // The manifest first: from then on the prefix is not a dataset.
         if names.iter().any(|n| n == MANIFEST) {
@@ -451,21 +469,18 @@ impl Publisher {
             bale_format::MAX_MANIFEST_BYTES,
             "manifest",
         )?;
-        let Ok(m) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
-            return Err(refuse(format!(
-                "its {MANIFEST} is not JSON, so --force cannot tell whether the tars there are \
-                 bale's output or tars `bale index` indexed in place (the user's); it removes \
-                 nothing. Delete {MANIFEST} by hand if every object named like bale's output \
-                 there is yours to remove"
-            )));
-        };
-        if m["created_by"]["command"].as_str() != Some("index") {
-            return Ok(());
-        }
-        let listed = m["shards"].as_array().into_iter().flatten();
+        let listed = bale_format::indexed_in_place(&bytes).map_err(|why| {
+            refuse(format!(
+                "its {MANIFEST}: {why}; --force cannot tell whether the tars there are \
+                 bale's output or tars `bale index` indexed in place (the user's), so it \
+                 removes nothing. Delete {MANIFEST} by hand if every object named like \
+                 bale's output there is yours to remove"
+            ))
+        })?;
         if let Some(tar) = listed
-            .filter_map(|s| s["file"].as_str())
-            .find(|f| bale_format::is_bale_file_name(f) && names.iter().any(|n| n == f))
+            .iter()
+            .flatten()
+            .find(|f| bale_format::is_bale_file_name(f) && names.iter().any(|n| n == *f))
         {
             return Err(refuse(format!(
                 "{tar} is a tar that `bale index` indexed in place, the user's and not bale's \
@@ -473,6 +488,31 @@ impl Publisher {
             )));
         }
         Ok(())
+    }
+
+    /// Refuses `--force` over a prefix without a manifest when it holds an
+    /// object named like bale's shards (`shard-000000.tar` is a common
+    /// WebDataset name) and no run of bale's left its lock there: then the
+    /// object may be the user's. Indexes and bale's temporary objects are
+    /// cleared without that.
+    fn refuse_unclaimed(&self, names: &[String]) -> Result<()> {
+        let Some(tar) = names.iter().find(|n| {
+            !n.contains('/')
+                && !n.starts_with(".bale-tmp-")
+                && !n.ends_with(".idx")
+                && bale_format::is_bale_file_name(n)
+        }) else {
+            return Ok(());
+        };
+        Err(StorageError::Exists {
+            url: self.url_of(tar),
+            what: format!(
+                "it is named like bale's shards, but the prefix has no {MANIFEST} and no lock \
+                 object ({LOCK_NAME}) of a killed bale run: it may be yours, so --force removes \
+                 nothing; delete it by hand if it is a leftover of bale's, or write to another \
+                 prefix"
+            ),
+        })
     }
 
     fn check_and_clear_names(&self, names: &[String]) -> Result<()> {
@@ -774,6 +814,11 @@ impl Publisher {
         order.extend(names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)));
         order.extend(names.iter().filter(|n| *n == LOCK_NAME));
         for n in order {
+            // The lock stays over objects that could not be deleted: it tells
+            // a rerun with --force that they are a run's.
+            if n == LOCK_NAME && first.is_some() {
+                continue;
+            }
             if let Err(e) = self.delete(n) {
                 first.get_or_insert(e);
             }

@@ -204,6 +204,9 @@ impl PackProgress for Bars {
     }
 }
 
+/// Skipped files the text summary names; `--json` lists all of them.
+const SKIPPED_SHOWN: usize = 20;
+
 fn ignored_line(ig: &Ignored) -> Option<String> {
     let mut parts = Vec::new();
     // Each kind with its first path: a name the user did not expect to be
@@ -413,12 +416,20 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             "skipped {} files (--on-error skip):",
             summary.skipped.len()
         );
-        for f in &summary.skipped {
+        for f in summary.skipped.iter().take(SKIPPED_SHOWN) {
             let _ = writeln!(
                 err,
                 "  {}: {}",
                 bale_format::shown(&f.path),
                 crate::escape::message(&f.error)
+            );
+        }
+        if let Some(more) = summary.skipped.len().checked_sub(SKIPPED_SHOWN)
+            && more > 0
+        {
+            let _ = writeln!(
+                err,
+                "  ... and {more} more (`--json` lists every one, with its error)"
             );
         }
     }
