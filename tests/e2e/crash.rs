@@ -1,7 +1,10 @@
 //! Crash consistency: `bale pack`, `bale convert` and `bale index` killed
 //! with SIGKILL at points spread over their run. A killed writer leaves
 //! either no manifest or a dataset that verifies, and the same command with
-//! `--force` into the same output then succeeds and verifies.
+//! `--force` into the same output then succeeds and verifies. Two steps too
+//! short to hit from outside (the removal of an old dataset under `--force`,
+//! and `convert --format dir` moving its export in) are killed under `strace`
+//! at an exact system call.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -595,5 +598,143 @@ fn sigterm_of_merge_puts_the_parts_back() {
     assert!(!out.join(".bale-merge-journal.json").exists());
     for p in [&p0, &p1] {
         verifies(p).unwrap();
+    }
+}
+
+/// Runs `bale ARGS` under `strace`, which kills it with SIGKILL at the
+/// `when`-th call of one of `syscalls` (a comma-separated list): a kill at an
+/// exact step of the run, which a kill timed from outside can seldom hit.
+/// Returns the run, which must have been killed.
+fn kill_at_syscall(args: &[OsString], syscalls: &str, when: u32) -> crate::common::Bounded {
+    assert!(
+        std::process::Command::new("strace")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "strace is missing: `cargo xtask ci` installs it (apt-get install strace)"
+    );
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-f", "-o", "/dev/null", "-e"])
+        .arg(format!("trace={syscalls}"))
+        .arg("-e")
+        .arg(format!("inject={syscalls}:signal=KILL:when={when}"))
+        .arg(bale_tests::bale_bin())
+        .args(args);
+    let o = run_bounded(&mut cmd, Duration::from_secs(120), 4096);
+    assert!(
+        o.killed.is_none() && !o.status.is_some_and(|s| s.success()),
+        "the run under strace was not killed at call {when} of {syscalls}: {}",
+        o.describe()
+    );
+    o
+}
+
+/// The names in `dir` that start with `prefix`.
+fn names_in(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_force_pack_killed_while_it_removes_the_old_dataset_is_cleared_by_the_next() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = source(t.path(), 300);
+    let input = t.path().join("in");
+    let old = names_in(&ds, "shard-");
+    assert!(old.len() >= 6, "{old:?}");
+    let pack = args(&[
+        "pack".as_ref(),
+        "-q".as_ref(),
+        "--force".as_ref(),
+        "--shard-size".as_ref(),
+        "2MiB".as_ref(),
+        "-o".as_ref(),
+        ds.as_os_str(),
+        input.as_os_str(),
+    ]);
+    // The old manifest goes first, then the old shards: killed at the
+    // third removal, two of them are gone and the rest stay.
+    kill_at_syscall(&pack, "unlink,unlinkat", 3);
+    assert!(!ds.join("bale.json").exists(), "the manifest goes first");
+    let left = names_in(&ds, "shard-");
+    assert!(
+        !left.is_empty() && left.len() < old.len(),
+        "killed half way through the removal: {left:?}"
+    );
+    // The run marked the folder before it removed anything, so what it
+    // left is a run's, and --force clears it.
+    let marks: Vec<String> = names_in(&ds, ".bale-tmp-")
+        .into_iter()
+        .filter(|n| n.ends_with("-run"))
+        .collect();
+    assert_eq!(marks.len(), 1, "{:?}", names_in(&ds, ""));
+    redo(&pack, &ds, true).unwrap();
+}
+
+#[test]
+fn a_convert_to_dir_killed_while_it_moves_the_export_in_leaves_both_halves_and_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = source(t.path(), 100);
+    let out = t.path().join("files");
+    let convert = |force: bool| {
+        let mut a = args(&[
+            "convert".as_ref(),
+            "-q".as_ref(),
+            ds.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            "--format".as_ref(),
+            "dir".as_ref(),
+        ]);
+        if force {
+            a.push("--force".into());
+        }
+        a
+    };
+    timed(&convert(false), Duration::from_secs(120));
+    let expected = all_paths(&out);
+    let folders = names_in(&out, "c");
+    assert_eq!(folders.len(), 5, "{folders:?}");
+    fs::remove_dir_all(&out).unwrap();
+
+    // The marker is renamed into place first, then each of the five
+    // folders: killed at the third rename, one folder is in, four are not.
+    kill_at_syscall(&convert(false), "renameat2", 3);
+    let moving: Vec<String> = names_in(&out, ".bale-tmp-")
+        .into_iter()
+        .filter(|n| n.ends_with("-convert.moving"))
+        .collect();
+    assert_eq!(moving.len(), 1, "the marker: {:?}", names_in(&out, ""));
+    assert_eq!(names_in(&out, "c").len(), 1, "{:?}", names_in(&out, ""));
+    // Between them, the output and the staging folder hold every file.
+    let staging = names_in(&out, ".bale-tmp-")
+        .into_iter()
+        .find(|n| n.ends_with("-convert"))
+        .expect("the staging folder");
+    let mut held = all_paths(&out);
+    held.retain(|p| !p.starts_with(".bale-tmp-"));
+    held.extend(all_paths(&out.join(&staging)));
+    assert_eq!(held, expected);
+    // Nothing clears that state: a rerun refuses (with --force, saying how
+    // to finish or undo the move), and both halves stay.
+    let before = all_paths(&out);
+    for force in [true, false] {
+        let o = run_bounded(
+            &mut bale_cmd(&convert(force)),
+            Duration::from_secs(120),
+            4096,
+        );
+        assert_eq!(o.status.and_then(|s| s.code()), Some(2), "{}", o.describe());
+        assert!(
+            !force || String::from_utf8_lossy(&o.stderr).contains(".moving"),
+            "{}",
+            o.describe()
+        );
+        assert_eq!(all_paths(&out), before);
     }
 }

@@ -4,7 +4,8 @@
 //! 1. tools: `python3` with `venv`, GNU `tar`, the `zstd` CLI, the HDF5 development
 //!    files (`libhdf5-dev`, `pkg-config`, for the `hdf5` feature), the libjpeg
 //!    development files (`libjpeg-dev`, for the loader), Slurm and munge
-//!    (`slurm-wlm`, `munge`, for tests/e2e/slurm.rs); installed with apt-get
+//!    (`slurm-wlm`, `munge`, for tests/e2e/slurm.rs), `strace` (for
+//!    tests/e2e/crash.rs); installed with apt-get
 //!    when missing and we are root, else a message naming the apt-get command;
 //! 2. the Python venv at `.venv` with `tests/python/requirements.txt` installed
 //!    (skipped when `.venv` records that file's sha256). It is set up in the
@@ -814,6 +815,11 @@ const TOOLS: &[Tool] = &[
         what: "the zstd CLI",
         present: || util::which("zstd").is_some(),
         packages: &["zstd"],
+    },
+    Tool {
+        what: "strace (tests/e2e/crash.rs kills runs at an exact system call)",
+        present: || util::which("strace").is_some(),
+        packages: &["strace"],
     },
     Tool {
         what: "Slurm and munge (tests/e2e/slurm.rs runs docs/distributed.md's recipe on a one-node Slurm)",
