@@ -682,8 +682,77 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
         "{err}"
     );
     assert_eq!(listing(s, &b, "wds").0, before);
+    // Nor does the lock of a run killed before its checks passed (while it
+    // listed the prefix, or one that was about to refuse it): only a lock
+    // its run had claimed marks the shards beside it as a run's.
+    let lock = t.path().join("lock.json");
+    std::fs::write(
+        &lock,
+        br#"{"run": "killed-while-listing", "beat": 3, "claimed": false}"#,
+    )
+    .unwrap();
+    s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("shard-000000.tar") && err.contains("no bale.json"),
+        "{err}"
+    );
+    assert_eq!(listing(s, &b, "wds").0, before);
     let mut args = vec!["index", "-q", "-o", &url];
     args.extend(urls.iter().map(String::as_str));
+    // A run never deletes what it reads. A local index of the tars, converted
+    // into their own prefix: even beside a lock a killed run had claimed
+    // (so that the tars look like that run's), --force refuses, naming one.
+    let idx = t.path().join("idx");
+    let mut local_args = vec!["index", "-q", "-o", idx.to_str().unwrap()];
+    local_args.extend(urls.iter().map(String::as_str));
+    let o = bale(s, &local_args);
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(
+        &lock,
+        br#"{"run": "killed-after-its-checks", "beat": 9, "claimed": true}"#,
+    )
+    .unwrap();
+    s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
+    let o = bale(
+        s,
+        &[
+            "convert",
+            "-q",
+            "--force",
+            "-o",
+            &url,
+            idx.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("shard-000000.tar") && err.contains("never deletes an input"),
+        "{err}"
+    );
+    assert_eq!(listing(s, &b, "wds").0, before);
+    // A source in a bucket is refused before the output is touched (convert
+    // reads local datasets), and so is an output URL that a parser would
+    // change (`..`, a newline).
+    for (src, out) in [
+        (url.clone(), url.clone()),
+        (
+            idx.to_str().unwrap().to_owned(),
+            format!("s3://{b}/other/../wds"),
+        ),
+        (idx.to_str().unwrap().to_owned(), format!("s3://{b}/w\nds")),
+    ] {
+        let o = bale(s, &["convert", "-q", "--force", "-o", &out, &src]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert_eq!(listing(s, &b, "wds").0, before, "{src} -o {out}");
+    }
+
     let o = bale(s, &args);
     assert!(o.status.success(), "{}", text(&o));
     let remote = Dataset::options()

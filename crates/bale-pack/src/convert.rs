@@ -188,6 +188,28 @@ pub fn convert(
     }
 }
 
+/// Checks that `src` is a dataset [`convert`] reads, and returns the URLs
+/// of the objects in object storage it would read (the shards and indexes
+/// a manifest names by URL, as `bale index` of tars in a bucket writes).
+/// Run before an output in object storage is taken, so that a source that
+/// cannot be read fails before `--force` removes anything there, and so that
+/// `--force` never removes an object the conversion reads.
+///
+/// # Errors
+/// As [`convert`] for its source.
+pub fn convert_inputs(src: &Path) -> Result<Vec<String>> {
+    match open_source(src)? {
+        Source::Bale { manifest, .. } => Ok(manifest
+            .shards
+            .iter()
+            .flat_map(|s| [&s.file, &s.index])
+            .filter(|f| bale_storage::url_scheme(f).is_some())
+            .cloned()
+            .collect()),
+        Source::Foreign { .. } => Ok(Vec::new()),
+    }
+}
+
 /// A bale dataset (`bale.json`), else a MosaicML Streaming or LitData one
 /// (`index.json`).
 fn open_source(src: &Path) -> Result<Source> {

@@ -61,7 +61,9 @@ mod progress;
 mod remote;
 mod shard_out;
 
-pub use convert::{ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert};
+pub use convert::{
+    ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert, convert_inputs,
+};
 pub use dali::{
     DALI_INDEX_SUFFIX, DALI_INDEX_VERSION, DaliIndexFile, DaliSummary, dali_text, export_dali_index,
 };

@@ -126,11 +126,13 @@ impl RemoteOutput {
         force: bool,
         cancel: Arc<AtomicBool>,
         alongside: Option<&[String]>,
+        inputs: Vec<String>,
     ) -> Result<RemoteOutput> {
         let url = url
             .to_str()
             .ok_or_else(|| PackError::Option(format!("{}: not a UTF-8 URL", url.display())))?;
-        let opts = WriteOptions::from_options(storage, force)?;
+        let mut opts = WriteOptions::from_options(storage, force)?;
+        opts.inputs = inputs;
         let publisher = Arc::new(match alongside {
             Some(names) => Publisher::open_alongside(url, storage, opts, names)?,
             None => Publisher::open(url, storage, opts)?,
@@ -390,11 +392,17 @@ pub fn merge_remote(
             }
         }
     }
-    let publisher = Publisher::open(
-        output,
-        storage,
-        WriteOptions::from_options(storage, opts.force)?,
-    )?;
+    let mut write = WriteOptions::from_options(storage, opts.force)?;
+    write.inputs = stores
+        .iter()
+        .zip(&manifests)
+        .flat_map(|(store, m)| {
+            let names = m.shards.iter().flat_map(|s| [&s.file, &s.index]);
+            std::iter::once(format!("{}/{}", store.url(), bale_format::MANIFEST_NAME))
+                .chain(names.map(|n| format!("{}/{n}", store.url())))
+        })
+        .collect();
+    let publisher = Publisher::open(output, storage, write)?;
     for f in &plan.files {
         if cancel.load(Ordering::Relaxed) {
             return Err(PackError::Cancelled);

@@ -44,6 +44,44 @@ impl fmt::Debug for Store {
     }
 }
 
+/// What names one object whatever the URL's spelling (`s3a://` for
+/// `s3://`, a trailing `/`): the store's kind, its bucket or host, and the
+/// object's path. `None` for a URL that names no object in a store.
+pub fn object_identity(url: &str) -> Option<String> {
+    let parsed = url::Url::parse(url.trim_end_matches('/')).ok()?;
+    let (scheme, path) = ObjectStoreScheme::parse(&parsed).ok()?;
+    Some(format!(
+        "{scheme:?}|{}|{}|{path}",
+        parsed.host_str()?,
+        parsed.port().map(|p| p.to_string()).unwrap_or_default()
+    ))
+}
+
+/// Refuses what a URL parser would quietly change, so that the objects a
+/// command reads or `--force` clears are the ones the user typed: control
+/// characters (tabs and newlines are dropped by the parser) and `.` or `..`
+/// segments (resolved by it: `s3://b/parts/x/../p1` is `s3://b/parts/p1`).
+fn check_url_text(url: &str) -> std::result::Result<(), String> {
+    if let Some(c) = url.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "it holds the control character {c:?}; write it percent-encoded if an object name really holds it"
+        ));
+    }
+    let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = path.split_once('/').map_or("", |(_, p)| p);
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    for seg in path.split('/') {
+        let seg = seg.replace("%2e", ".").replace("%2E", ".");
+        if seg == "." || seg == ".." {
+            return Err(format!(
+                "it has a {seg:?} segment, which would be resolved before any request \
+                 (another prefix than the one written); write the prefix without it"
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// The store at `url` (`s3://bucket/prefix`, `gs://`, `az://`,
     /// `https://host/path`), configured from the environment and `options`.
@@ -57,6 +95,7 @@ impl Store {
             url: url.to_owned(),
             what,
         };
+        check_url_text(url).map_err(bad)?;
         let trimmed = url.trim_end_matches('/');
         let parsed = url::Url::parse(trimmed).map_err(|e| bad(format!("not a valid URL: {e}")))?;
         if parsed.query().is_some() || parsed.fragment().is_some() {
@@ -375,5 +414,41 @@ impl Object {
             }
             Ok(Bytes::from(out))
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_a_parser_would_change_are_refused_before_any_request() {
+        for bad in [
+            "s3://b/vic\ntim",
+            "s3://b/new\tone",
+            "s3://b/a\u{1b}b",
+            "s3://b/parts/zz/../p1",
+            "s3://b/parts/./p1",
+            "s3://b/parts/%2E%2e/p1",
+            "s3://b/..",
+            "gs://b/x/..",
+        ] {
+            let e = Store::open(bad, &StorageOptions::default())
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} was taken"));
+            assert!(
+                matches!(&e, StorageError::BadUrl { what, .. }
+                    if what.contains("control character") || what.contains("segment")),
+                "{bad:?}: {e}"
+            );
+        }
+        for good in [
+            "s3://b/ds",
+            "s3://b/ds/",
+            "s3://b/a..b/c.d",
+            "s3://b/.bale/x",
+        ] {
+            assert!(check_url_text(good).is_ok(), "{good:?}");
+        }
     }
 }

@@ -59,6 +59,10 @@ pub struct WriteOptions {
     pub part_size: usize,
     /// Parts uploading at once; with `part_size`, the memory bound of an upload.
     pub parts_in_flight: usize,
+    /// URLs of the objects the run reads (its source's manifest, shards and
+    /// indexes): `--force` refuses to delete any of them, however the
+    /// output's URL spells the same object.
+    pub inputs: Vec<String>,
 }
 
 impl Default for WriteOptions {
@@ -67,6 +71,7 @@ impl Default for WriteOptions {
             force: false,
             part_size: DEFAULT_PART_SIZE,
             parts_in_flight: DEFAULT_PARTS_IN_FLIGHT,
+            inputs: Vec::new(),
         }
     }
 }
@@ -132,9 +137,16 @@ pub struct Publisher {
     /// Whether this run holds the lock object (a store without conditional
     /// PUTs has none).
     locked: AtomicBool,
-    /// Whether a lock object was there before this run's: a run that ended
-    /// without its manifest left it, so the shards beside it are a run's.
-    found_lock: bool,
+    /// Whether a lock object was there before this run's, left by a run
+    /// that had claimed the prefix (see [`Publisher::claim`]) and ended
+    /// without its manifest: the shards beside it are a run's.
+    found_claim: bool,
+    /// The lock object says the prefix is claimed: its checks passed, and
+    /// the objects of bale's names under it are this run's to replace.
+    claimed: Arc<AtomicBool>,
+    /// Held while the lock object is written (a refresh, the claim), so
+    /// that a refresh never puts back a body from before the claim.
+    lock_write: Arc<Mutex<()>>,
     /// Another run took the lock over (`--force` on a run that had stopped
     /// refreshing it, seen by the heartbeat): this run may no longer write,
     /// commit or delete shared names.
@@ -211,7 +223,9 @@ impl Publisher {
             written: Mutex::new(Written::default()),
             committed: AtomicBool::new(false),
             locked: AtomicBool::new(false),
-            found_lock: false,
+            found_claim: false,
+            claimed: Arc::new(AtomicBool::new(false)),
+            lock_write: Arc::new(Mutex::new(())),
             lost: Arc::new(AtomicBool::new(false)),
             heartbeat: Mutex::new(None),
         };
@@ -251,7 +265,7 @@ impl Publisher {
     fn take_lock(&mut self) -> Result<()> {
         let path = self.path(LOCK_NAME)?;
         let client = Arc::clone(&self.client);
-        let payload = PutPayload::from(lock_body(&self.run, 0));
+        let payload = PutPayload::from(lock_body(&self.run, 0, false));
         let created = runtime::block_on(async move {
             client
                 .put_opts(&path, payload, PutOptions::from(PutMode::Create))
@@ -274,8 +288,8 @@ impl Publisher {
                         ),
                     });
                 }
-                self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0)))?;
-                self.found_lock = true;
+                self.found_claim = before.as_deref().is_some_and(lock_claimed);
+                self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, false)))?;
             }
             Err(object_store::Error::AlreadyExists { .. }) => {
                 return Err(StorageError::Exists {
@@ -290,8 +304,8 @@ impl Publisher {
             // local run does), so that a rerun with --force can tell a killed
             // run's shards from the user's.
             Err(object_store::Error::NotImplemented { .. }) => {
-                self.found_lock = self.get_lock()?.is_some();
-                self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0)))?;
+                self.found_claim = self.get_lock()?.as_deref().is_some_and(lock_claimed);
+                self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, false)))?;
                 self.record(LOCK_NAME);
                 return Ok(());
             }
@@ -327,6 +341,8 @@ impl Publisher {
             store: self.store.clone(),
             client: Arc::clone(&self.client),
             run: self.run.clone(),
+            claimed: Arc::clone(&self.claimed),
+            lock_write: Arc::clone(&self.lock_write),
             lost: Arc::clone(&self.lost),
             stop: Arc::clone(&stop),
             path: self.path(LOCK_NAME)?,
@@ -394,7 +410,7 @@ impl Publisher {
             .collect();
         names.sort();
         if names.is_empty() {
-            return Ok(());
+            return self.claim();
         }
         if !self.opts.force {
             let what = if names.iter().any(|n| n == MANIFEST) {
@@ -414,14 +430,23 @@ impl Publisher {
                 what,
             });
         }
+        let doomed: Vec<String> = names
+            .iter()
+            .filter(|n| !n.contains('/') && (*n == MANIFEST || bale_format::is_bale_file_name(n)))
+            .cloned()
+            .collect();
+        self.refuse_inputs(&doomed)?;
         // Tars `bale index` indexed in place are the user's: refused before
         // anything is removed, as is a manifest that cannot tell; so are
         // shard names with neither a manifest nor a killed run's lock.
         if names.iter().any(|n| n == MANIFEST) {
             self.refuse_adopted(&names)?;
-        } else if !self.found_lock {
+        } else if !self.found_claim {
             self.refuse_unclaimed(&names)?;
         }
+        // Claimed before anything is deleted: a run killed while it clears
+        // leaves what remains marked as a run's.
+        self.claim()?;
         // The manifest first: from then on the prefix is not a dataset.
         if names.iter().any(|n| n == MANIFEST) {
             self.delete(MANIFEST)?;
@@ -452,6 +477,51 @@ impl Publisher {
             }
         }
         Ok(())
+    }
+
+    /// Refuses `--force` when an object it would delete is one the run
+    /// reads ([`WriteOptions::inputs`]): `convert s3://b/ds -o s3://b/ds`,
+    /// or a dataset whose manifest names tars under the output prefix.
+    fn refuse_inputs(&self, names: &[String]) -> Result<()> {
+        if self.opts.inputs.is_empty() {
+            return Ok(());
+        }
+        let inputs: std::collections::HashSet<String> = self
+            .opts
+            .inputs
+            .iter()
+            .filter_map(|u| crate::store::object_identity(u))
+            .collect();
+        for n in names {
+            let url = self.url_of(n);
+            if crate::store::object_identity(&url).is_some_and(|id| inputs.contains(&id)) {
+                return Err(StorageError::Exists {
+                    url,
+                    what: "this run reads it (an object of its source), and --force never \
+                           deletes an input; write to another prefix"
+                        .into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the lock object claimed: this run's checks of the prefix passed,
+    /// and until its manifest the objects of bale's names there are a run's.
+    /// A run killed before this (while it listed a large prefix, or one it
+    /// refused) leaves an unclaimed lock, which tells `--force` nothing about
+    /// the objects beside it.
+    fn claim(&self) -> Result<()> {
+        let _writing = lock(&self.lock_write);
+        self.claimed.store(true, Ordering::SeqCst);
+        if !self.written_names().iter().any(|n| n == LOCK_NAME) {
+            return Ok(());
+        }
+        self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, true)))
+    }
+
+    fn written_names(&self) -> Vec<String> {
+        lock(&self.written).names.clone()
     }
 
     /// Refuses `--force` over a prefix whose manifest `bale index` wrote
@@ -525,6 +595,10 @@ impl Publisher {
                 url: self.url_of(first),
                 what: "it exists; pass --force to replace it (only the objects this command writes are replaced)".into(),
             });
+        }
+        if self.opts.force {
+            let present: Vec<String> = present.iter().map(|n| (*n).clone()).collect();
+            self.refuse_inputs(&present)?;
         }
         // The manifest first.
         present.sort_by_key(|n| n.as_str() != MANIFEST);
@@ -842,15 +916,22 @@ const LOCK_STALE: std::time::Duration = std::time::Duration::from_secs(7);
 
 /// The lock object's content: the run, where it runs, and a beat count
 /// that changes at each refresh.
-fn lock_body(run: &str, beat: u64) -> String {
+fn lock_body(run: &str, beat: u64, claimed: bool) -> String {
     serde_json::json!({
         "run": run,
         "pid": std::process::id(),
         "host": hostname(),
         "tool": "bale",
         "beat": beat,
+        "claimed": claimed,
     })
     .to_string()
+}
+
+/// Whether a lock object's body says its run had claimed the prefix.
+fn lock_claimed(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .is_ok_and(|v| v.get("claimed").and_then(serde_json::Value::as_bool) == Some(true))
 }
 
 /// The run a lock object names.
@@ -863,6 +944,8 @@ struct HeartbeatCtx {
     store: Store,
     client: Arc<dyn ObjectStore>,
     run: String,
+    claimed: Arc<AtomicBool>,
+    lock_write: Arc<Mutex<()>>,
     lost: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     path: ObjPath,
@@ -891,7 +974,8 @@ impl HeartbeatCtx {
                 return;
             }
             beat += 1;
-            let body = lock_body(&self.run, beat);
+            let _writing = lock(&self.lock_write);
+            let body = lock_body(&self.run, beat, self.claimed.load(Ordering::SeqCst));
             let (client, path) = (Arc::clone(&self.client), self.path.clone());
             // A failed refresh is retried at the next beat.
             let _ =

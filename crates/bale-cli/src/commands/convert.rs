@@ -53,7 +53,21 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         !matches!(format, ConvertFormat::Dir) || !is_remote(&args.output),
         "--format dir writes a tree of loose files; bale writes datasets (tar or .h5 shards) to object storage"
     );
-    let remote = open_remote(&args.output, &args.storage, args.force, &cancel)?;
+    anyhow::ensure!(
+        !is_remote(&args.source),
+        "{}: bale convert reads a local dataset; copy it here first (`bale stage {} --to DIR`), then convert DIR",
+        bale_format::shown(&args.source),
+        bale_format::shown(&args.source)
+    );
+    // The source is checked before the output is taken: one that cannot be
+    // read fails before --force removes anything, and the objects it reads
+    // are never removed.
+    let inputs = if is_remote(&args.output) {
+        bale_pack::convert_inputs(&args.source).map_err(|e| anyhow!("{e}"))?
+    } else {
+        Vec::new()
+    };
+    let remote = open_remote(&args.output, &args.storage, args.force, &cancel, inputs)?;
     let out_dir = remote
         .as_ref()
         .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());

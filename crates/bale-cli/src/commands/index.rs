@@ -238,6 +238,10 @@ fn remote_index_output(
         args.force,
         cancel.clone(),
         Some(&names),
+        shards
+            .iter()
+            .map(|t| t.to_string_lossy().into_owned())
+            .collect(),
     )?;
     Ok((r, prefix))
 }

@@ -74,6 +74,7 @@ pub fn open_remote(
     storage: &crate::args::storage::StorageArgs,
     force: bool,
     cancel: &Arc<AtomicBool>,
+    inputs: Vec<String>,
 ) -> anyhow::Result<Option<RemoteOut>> {
     if !is_remote(output) {
         return Ok(None);
@@ -85,6 +86,7 @@ pub fn open_remote(
         force,
         cancel.clone(),
         None,
+        inputs,
     )?))
 }
 
@@ -316,7 +318,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         args.dali_index.is_none() || !is_remote(&args.output),
         "--dali-index writes DALI's index files from local shards; with an output in object storage, pack to a local directory for DALI"
     );
-    let remote = open_remote(&args.output, &args.storage, args.force, &cancel)?;
+    let remote = open_remote(&args.output, &args.storage, args.force, &cancel, Vec::new())?;
     let local_out = remote
         .as_ref()
         .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());
