@@ -239,26 +239,35 @@ pub fn stage(
         }
     };
     refuse_nested(&src, &normalized(&target), &target)?;
+    let default = options.to.is_none();
+    if default {
+        refuse_unsafe_place(Path::new(DEFAULT_ROOT))?;
+        refuse_unsafe_place(&target)?;
+    }
     let mut plan = Plan::new(&src, &manifest, manifest_bytes.len() as u64)?;
 
     let (lock, created) = lock_target(&target, options.wait, progress)?;
     let mut wrote_marker = false;
-    let result = fs::canonicalize(&target)
-        .map_err(|e| io_error(&target, e))
-        .and_then(|canonical| refuse_nested(&src, &canonical, &target))
-        .and_then(|()| {
-            let run = Run {
-                src: &src,
-                target: &target,
-                created,
-                manifest: &manifest,
-                manifest_bytes: &manifest_bytes,
-                hash: &hash,
-                options,
-                progress,
-            };
-            run.stage(&mut plan, lock, &mut wrote_marker)
-        });
+    let result = (if default {
+        refuse_unsafe_place(&target)
+    } else {
+        Ok(())
+    })
+    .and_then(|()| fs::canonicalize(&target).map_err(|e| io_error(&target, e)))
+    .and_then(|canonical| refuse_nested(&src, &canonical, &target))
+    .and_then(|()| {
+        let run = Run {
+            src: &src,
+            target: &target,
+            created,
+            manifest: &manifest,
+            manifest_bytes: &manifest_bytes,
+            hash: &hash,
+            options,
+            progress,
+        };
+        run.stage(&mut plan, lock, &mut wrote_marker)
+    });
     match result {
         Ok(s) => Ok(s),
         Err(e) if wrote_marker => Err(ReaderError::StageUnfinished {
@@ -309,6 +318,47 @@ fn no_mount_needed(
         Some("is RAM-backed already, and this kernel has no 2 MiB pages for tmpfs")
     } else {
         None
+    }
+}
+
+/// Refuses the default place of a copy ([`DEFAULT_ROOT`] or the folder in
+/// it) when another user could have put it there or could change it: a
+/// symlink (the copy would land where it points, maybe on a disk), a folder
+/// of another user (root aside), or one every user may write to without
+/// the sticky bit. `/dev/shm` is shared by every user of the machine, and
+/// the default path is known in advance. Absent is fine: the run makes it.
+fn refuse_unsafe_place(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error(path, e)),
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mode = meta.permissions().mode();
+    let why = if meta.file_type().is_symlink() {
+        Some("it is a symlink".to_owned())
+    } else if !meta.is_dir() {
+        None // lock_target says it is not a directory
+    } else if meta.uid() != me && meta.uid() != 0 {
+        Some(format!("it belongs to another user (uid {})", meta.uid()))
+    } else if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        Some("every user may write to it, and it lacks the sticky bit".to_owned())
+    } else {
+        None
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(ReaderError::Stage {
+            path: path.to_path_buf(),
+            what: format!(
+                "refusing to stage into {}: {why}, so another user could redirect or change \
+                 the copy; remove it, or stage elsewhere with --to",
+                shown(path)
+            ),
+            kind: StageErrorKind::NotStagingFolder,
+        }),
     }
 }
 

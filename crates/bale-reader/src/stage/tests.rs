@@ -324,3 +324,38 @@ fn unstage_removes_only_what_bale_wrote() {
     assert!(!s.target.exists());
     assert!(s.src.join("bale.json").exists());
 }
+
+#[test]
+fn the_default_place_is_refused_when_another_user_could_redirect_the_copy() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let refused = |p: &Path| {
+        matches!(
+            super::refuse_unsafe_place(p),
+            Err(ReaderError::Stage { ref what, .. }) if what.contains("another user could")
+        )
+    };
+    // Absent (the run makes it), or a folder of this user: fine.
+    assert!(super::refuse_unsafe_place(&t.path().join("absent")).is_ok());
+    let own = t.path().join("own");
+    fs::create_dir(&own).unwrap();
+    fs::set_permissions(&own, fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(super::refuse_unsafe_place(&own).is_ok());
+    // Everyone may write: only with the sticky bit, as /tmp.
+    fs::set_permissions(&own, fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(refused(&own));
+    fs::set_permissions(&own, fs::Permissions::from_mode(0o1777)).unwrap();
+    assert!(super::refuse_unsafe_place(&own).is_ok());
+    // A symlink, even to a folder of this user.
+    let link = t.path().join("link");
+    std::os::unix::fs::symlink(&own, &link).unwrap();
+    assert!(refused(&link));
+    // A folder of another user (root can give it away to test this).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let theirs = t.path().join("theirs");
+        fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        assert!(refused(&theirs));
+    }
+}
