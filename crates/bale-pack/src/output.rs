@@ -106,7 +106,7 @@ impl Output {
         let created = match fs::metadata(dir) {
             Ok(m) if m.is_dir() => None,
             Ok(_) => {
-                return Err(PackError::Conflict {
+                return Err(PackError::Refused {
                     path: dir.to_path_buf(),
                     what: "the output exists and is not a directory".into(),
                 });
@@ -138,7 +138,7 @@ impl Output {
         // the holder is writing into it.
         let lock = DirLock::try_lock(dir)?;
         if dir.join(crate::merge::JOURNAL_NAME).exists() {
-            return Err(PackError::Conflict {
+            return Err(PackError::Refused {
                 path: dir.to_path_buf(),
                 what: format!(
                     "it holds {}, the journal of a `bale merge` that was killed: shards of \
