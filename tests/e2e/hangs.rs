@@ -568,3 +568,46 @@ fn index_of_a_fifo_is_refused_at_once() {
     );
     assert!(!out.exists(), "nothing written");
 }
+
+#[test]
+fn merge_of_a_part_whose_shard_is_a_fifo_is_refused_at_once() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    random_tree(&input, 40);
+    let parts: Vec<PathBuf> = (0..2)
+        .map(|i| {
+            let p = t.path().join(format!("p{i}"));
+            let part = format!("{i}/2");
+            crate::common::pack_quiet(&input, &p, &["--part", &part]);
+            p
+        })
+        .collect();
+    let shard = fs::read_dir(&parts[1])
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "tar"))
+        .unwrap();
+    fs::remove_file(&shard).unwrap();
+    mkfifo(&shard);
+    let out = t.path().join("out");
+    let o = run_bounded(
+        &mut bale_cmd(&[
+            OsStr::new("merge"),
+            OsStr::new("-o"),
+            out.as_os_str(),
+            parts[0].as_os_str(),
+            parts[1].as_os_str(),
+        ]),
+        QUICK,
+        RSS_MIB,
+    );
+    assert_eq!(o.status.and_then(|s| s.code()), Some(2), "{}", o.describe());
+    let err = o.stderr_text();
+    assert!(
+        err.contains("a FIFO, not a regular file"),
+        "{}",
+        o.describe()
+    );
+    assert!(!out.join("bale.json").exists());
+    assert!(fs::symlink_metadata(&shard).unwrap().file_type().is_fifo());
+}

@@ -376,9 +376,18 @@ fn differing_fields(a: &ShapingOptions, b: &ShapingOptions) -> Vec<String> {
 fn check_files(part: &PartIn) -> Result<()> {
     for s in &part.manifest.shards {
         let shard = Manifest::resolve(&part.dir, &s.file);
-        let len = fs::metadata(&shard)
-            .map_err(|e| PackError::io(&shard, e))?
-            .len();
+        let meta = fs::metadata(&shard).map_err(|e| PackError::io(&shard, e))?;
+        if !meta.is_file() {
+            return Err(merr(
+                &part.dir,
+                format!(
+                    "{} is {}, not a regular file",
+                    bale_format::shown(&shard),
+                    bale_format::files::kind_of(&meta)
+                ),
+            ));
+        }
+        let len = meta.len();
         if len != s.bytes {
             return Err(merr(
                 &part.dir,
