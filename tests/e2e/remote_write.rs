@@ -736,7 +736,16 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
         err.contains("shard-000000.tar") && err.contains("never deletes an input"),
         "{err}"
     );
-    assert_eq!(listing(s, &b, "wds").0, before);
+    // The refused run leaves the killed run's claim where it was (it took
+    // the lock over, claim and all), and nothing else changed.
+    let mut with_lock = before.clone();
+    with_lock.push(".bale-tmp-lock".into());
+    with_lock.sort();
+    assert_eq!(listing(s, &b, "wds").0, with_lock);
+    let body = object_bytes(&Store::open(&url, &options(s)).unwrap(), ".bale-tmp-lock");
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["claimed"], true, "{body}");
+    s.delete(&b, "wds/.bale-tmp-lock").unwrap();
     // A source in a bucket is refused before the output is touched (convert
     // reads local datasets), and so is an output URL that a parser would
     // change (`..`, a newline).

@@ -70,7 +70,7 @@ pub use fetch::{Chunks, Coalesce, WindowReader, get_ranges, get_sized_many, star
 pub use location::{Location, SCHEMES, is_url, url_scheme};
 pub use options::StorageOptions;
 pub use runtime::Pending;
-pub use store::{Object, Store, object_identity};
+pub use store::{Object, Store, may_name_object};
 pub use write::{Publisher, WriteOptions};
 
 /// The object at `url` (`s3://bucket/prefix/name`).

@@ -44,17 +44,51 @@ impl fmt::Debug for Store {
     }
 }
 
-/// What names one object whatever the URL's spelling (`s3a://` for
-/// `s3://`, a trailing `/`): the store's kind, its bucket or host, and the
-/// object's path. `None` for a URL that names no object in a store.
-pub fn object_identity(url: &str) -> Option<String> {
+/// Whether the URL `url` may name the object `key` (its path within its
+/// bucket, as `s3://bucket/KEY` gives it), whatever the spelling: another
+/// scheme for the same store (`s3a://`, `abfs://`), an `https://` URL with
+/// the bucket in the host or in the path, percent-encoding, a trailing `/`.
+/// On the safe side: the URL's decoded path equals the key or ends with
+/// `/KEY`, so an object of the same key in another bucket also matches.
+pub fn may_name_object(url: &str, key: &str) -> bool {
+    let key = percent_decoded(key.trim_matches('/'));
+    if key.is_empty() {
+        return false;
+    }
+    let Ok(parsed) = url::Url::parse(url.trim_end_matches('/')) else {
+        return false;
+    };
+    let path = percent_decoded(parsed.path());
+    let path = path.trim_end_matches('/');
+    path == key || path.ends_with(&format!("/{key}"))
+}
+
+/// The object key a URL of a store names: its decoded path, bucket aside
+/// (`s3://bucket/a/b` gives `a/b`).
+pub fn object_key(url: &str) -> Option<String> {
     let parsed = url::Url::parse(url.trim_end_matches('/')).ok()?;
-    let (scheme, path) = ObjectStoreScheme::parse(&parsed).ok()?;
-    Some(format!(
-        "{scheme:?}|{}|{}|{path}",
-        parsed.host_str()?,
-        parsed.port().map(|p| p.to_string()).unwrap_or_default()
-    ))
+    Some(percent_decoded(parsed.path().trim_start_matches('/')))
+}
+
+/// `s` with its `%XX` escapes decoded (others left as they are).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Refuses what a URL parser would quietly change, so that the objects a
@@ -66,6 +100,13 @@ fn check_url_text(url: &str) -> std::result::Result<(), String> {
         return Err(format!(
             "it holds the control character {c:?}; write it percent-encoded if an object name really holds it"
         ));
+    }
+    if url.contains('\\') {
+        return Err(
+            "it holds a backslash, which a URL parser reads as `/` in http(s) URLs; write it \
+             as %5C if an object name really holds it"
+                .into(),
+        );
     }
     let path = url.split_once("://").map_or(url, |(_, rest)| rest);
     let path = path.split_once('/').map_or("", |(_, p)| p);
@@ -431,6 +472,8 @@ mod tests {
             "s3://b/parts/./p1",
             "s3://b/parts/%2E%2e/p1",
             "s3://b/..",
+            "http://h/bkt/zz\\..\\ds",
+            "s3://b/a\\b",
             "gs://b/x/..",
         ] {
             let e = Store::open(bad, &StorageOptions::default())
@@ -438,7 +481,8 @@ mod tests {
                 .unwrap_or_else(|| panic!("{bad:?} was taken"));
             assert!(
                 matches!(&e, StorageError::BadUrl { what, .. }
-                    if what.contains("control character") || what.contains("segment")),
+                    if what.contains("control character") || what.contains("segment")
+                        || what.contains("backslash")),
                 "{bad:?}: {e}"
             );
         }
@@ -446,9 +490,36 @@ mod tests {
             "s3://b/ds",
             "s3://b/ds/",
             "s3://b/a..b/c.d",
+            "http://[::1]:9000/b/x",
             "s3://b/.bale/x",
         ] {
             assert!(check_url_text(good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn an_object_is_recognised_under_every_spelling_of_its_url() {
+        let key = object_key("s3://bkt/ds3/shard-000000.tar").unwrap();
+        assert_eq!(key, "ds3/shard-000000.tar");
+        for same in [
+            "s3://bkt/ds3/shard-000000.tar",
+            "s3a://bkt/ds3/shard-000000.tar/",
+            "s3://bkt/d%733/shard-000000.tar",
+            "http://127.0.0.1:8333/bkt/ds3/shard-000000.tar",
+            "https://bkt.s3.eu-west-1.amazonaws.com/ds3/shard-000000.tar",
+            "https://s3.amazonaws.com/bkt/ds3/shard-000000.tar",
+            // Another bucket with the same key: refused too, on the safe side.
+            "gs://other/ds3/shard-000000.tar",
+        ] {
+            assert!(may_name_object(same, &key), "{same}");
+        }
+        for other in [
+            "s3://bkt/ds3/shard-000001.tar",
+            "s3://bkt/xds3/shard-000000.tar",
+            "s3://bkt/ds3/shard-000000.tar.idx",
+            "not a url",
+        ] {
+            assert!(!may_name_object(other, &key), "{other}");
         }
     }
 }

@@ -147,6 +147,11 @@ pub struct Publisher {
     /// Held while the lock object is written (a refresh, the claim), so
     /// that a refresh never puts back a body from before the claim.
     lock_write: Arc<Mutex<()>>,
+    /// The lock marks objects of an earlier run (inherited from a killed
+    /// run's claimed lock, or from this run's claim until it has cleared
+    /// the prefix): undoing this run keeps it, so that a rerun with --force
+    /// can still clear them.
+    marks_leftovers: AtomicBool,
     /// Another run took the lock over (`--force` on a run that had stopped
     /// refreshing it, seen by the heartbeat): this run may no longer write,
     /// commit or delete shared names.
@@ -226,6 +231,7 @@ impl Publisher {
             found_claim: false,
             claimed: Arc::new(AtomicBool::new(false)),
             lock_write: Arc::new(Mutex::new(())),
+            marks_leftovers: AtomicBool::new(false),
             lost: Arc::new(AtomicBool::new(false)),
             heartbeat: Mutex::new(None),
         };
@@ -288,8 +294,11 @@ impl Publisher {
                         ),
                     });
                 }
-                self.found_claim = before.as_deref().is_some_and(lock_claimed);
-                self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, false)))?;
+                // The killed run's claim carries over: what it left stays
+                // marked if this run stops before it has cleared it.
+                self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
+                let body = lock_body(&self.run, 0, self.found_claim);
+                self.put(LOCK_NAME, Bytes::from(body))?;
             }
             Err(object_store::Error::AlreadyExists { .. }) => {
                 return Err(StorageError::Exists {
@@ -304,8 +313,10 @@ impl Publisher {
             // local run does), so that a rerun with --force can tell a killed
             // run's shards from the user's.
             Err(object_store::Error::NotImplemented { .. }) => {
-                self.found_claim = self.get_lock()?.as_deref().is_some_and(lock_claimed);
-                self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, false)))?;
+                let before = self.get_lock()?;
+                self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
+                let body = lock_body(&self.run, 0, self.found_claim);
+                self.put(LOCK_NAME, Bytes::from(body))?;
                 self.record(LOCK_NAME);
                 return Ok(());
             }
@@ -410,7 +421,9 @@ impl Publisher {
             .collect();
         names.sort();
         if names.is_empty() {
-            return self.claim();
+            self.claim()?;
+            self.marks_leftovers.store(false, Ordering::SeqCst);
+            return Ok(());
         }
         if !self.opts.force {
             let what = if names.iter().any(|n| n == MANIFEST) {
@@ -476,6 +489,8 @@ impl Publisher {
                 self.delete(n)?;
             }
         }
+        // Cleared: from here, undoing the run deletes what it wrote itself.
+        self.marks_leftovers.store(false, Ordering::SeqCst);
         Ok(())
     }
 
@@ -486,15 +501,17 @@ impl Publisher {
         if self.opts.inputs.is_empty() {
             return Ok(());
         }
-        let inputs: std::collections::HashSet<String> = self
-            .opts
-            .inputs
-            .iter()
-            .filter_map(|u| crate::store::object_identity(u))
-            .collect();
         for n in names {
             let url = self.url_of(n);
-            if crate::store::object_identity(&url).is_some_and(|id| inputs.contains(&id)) {
+            let Some(key) = crate::store::object_key(&url) else {
+                continue;
+            };
+            if self
+                .opts
+                .inputs
+                .iter()
+                .any(|i| crate::store::may_name_object(i, &key))
+            {
                 return Err(StorageError::Exists {
                     url,
                     what: "this run reads it (an object of its source), and --force never \
@@ -513,11 +530,25 @@ impl Publisher {
     /// the objects beside it.
     fn claim(&self) -> Result<()> {
         let _writing = lock(&self.lock_write);
+        // A run whose lock another took over owns nothing here.
+        self.check_not_lost()?;
+        if self.locked.load(Ordering::SeqCst) && !self.owns_lock()? {
+            self.lost.store(true, Ordering::SeqCst);
+            return Err(self.lost_error());
+        }
         self.claimed.store(true, Ordering::SeqCst);
+        self.marks_leftovers.store(true, Ordering::SeqCst);
         if !self.written_names().iter().any(|n| n == LOCK_NAME) {
             return Ok(());
         }
         self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, true)))
+    }
+
+    /// Takes over the claim of the lock this run replaced (`found`).
+    fn inherit_claim(&mut self, found: bool) {
+        self.found_claim = found;
+        self.claimed.store(found, Ordering::SeqCst);
+        self.marks_leftovers.store(found, Ordering::SeqCst);
     }
 
     fn written_names(&self) -> Vec<String> {
@@ -888,9 +919,10 @@ impl Publisher {
         order.extend(names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)));
         order.extend(names.iter().filter(|n| *n == LOCK_NAME));
         for n in order {
-            // The lock stays over objects that could not be deleted: it tells
+            // The lock stays over objects that could not be deleted, or
+            // that an earlier run left and this one did not clear: it tells
             // a rerun with --force that they are a run's.
-            if n == LOCK_NAME && first.is_some() {
+            if n == LOCK_NAME && (first.is_some() || self.marks_leftovers.load(Ordering::SeqCst)) {
                 continue;
             }
             if let Err(e) = self.delete(n) {
