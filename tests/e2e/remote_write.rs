@@ -644,6 +644,22 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
     assert!(listing(s, &b, "m2").0.is_empty());
     let o = bale(s, &["merge", "-o", &p0, &p0, &p1, &p2]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+
+    // Into another bucket the server cannot copy; with --force over the
+    // dataset there, refused before anything of it is removed.
+    let b2 = bucket(s, "merge-far");
+    let far = format!("s3://{b2}/ds");
+    let o = bale(s, &["pack", "-q", "-o", &far, tree_s]);
+    assert!(o.status.success(), "{}", text(&o));
+    let there = listing(s, &b2, "ds").0;
+    let o = bale(s, &["merge", "--force", "-o", &far, &p0, &p1, &p2]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("copies on the server"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(listing(s, &b2, "ds").0, there);
 }
 
 #[test]

@@ -392,6 +392,19 @@ pub fn merge_remote(
             }
         }
     }
+    // Every copy must be one the server can make, checked before the output
+    // is taken (with --force, cleared).
+    let out_store = Store::open(output, storage)?;
+    if let Some(far) = stores.iter().find(|s| !s.same_client(&out_store)) {
+        return Err(merr(
+            far.url(),
+            format!(
+                "bale merge copies on the server, which reaches only objects of the output's \
+                 bucket and endpoint ({output}); merge parts of one bucket, or download them \
+                 and merge locally"
+            ),
+        ));
+    }
     let mut write = WriteOptions::from_options(storage, opts.force)?;
     write.inputs = stores
         .iter()

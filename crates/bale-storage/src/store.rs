@@ -209,7 +209,7 @@ impl Store {
 
     /// Whether `other` is reached with the same client (scheme, bucket or
     /// host, options): a server-side copy works between the two.
-    pub(crate) fn same_client(&self, other: &Store) -> bool {
+    pub fn same_client(&self, other: &Store) -> bool {
         self.inner.key == other.inner.key
     }
 
