@@ -241,7 +241,7 @@ pub fn stage(
     refuse_nested(&src, &normalized(&target), &target)?;
     let default = options.to.is_none();
     if default {
-        refuse_unsafe_place(Path::new(DEFAULT_ROOT))?;
+        make_default_root()?;
         refuse_unsafe_place(&target)?;
     }
     let mut plan = Plan::new(&src, &manifest, manifest_bytes.len() as u64)?;
@@ -249,7 +249,7 @@ pub fn stage(
     let (lock, created) = lock_target(&target, options.wait, progress)?;
     let mut wrote_marker = false;
     let result = (if default {
-        refuse_unsafe_place(&target)
+        settle_default_target(&target, created)
     } else {
         Ok(())
     })
@@ -321,6 +321,53 @@ fn no_mount_needed(
     }
 }
 
+/// Makes [`DEFAULT_ROOT`] when it is missing, `rwxr-xr-x` whatever the
+/// umask, and refuses it when it is not safe ([`refuse_unsafe_place`]).
+fn make_default_root() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Path::new(DEFAULT_ROOT);
+    match fs::create_dir(root) {
+        Ok(()) => fs::set_permissions(root, fs::Permissions::from_mode(0o755))
+            .map_err(|e| io_error(root, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        // No /dev/shm: lock_target says so, naming the target.
+        Err(_) => {}
+    }
+    refuse_unsafe_place(root)
+}
+
+/// Once the default target is locked: the folder this run made gets
+/// `rwxr-xr-x` whatever the umask, and the place is checked again, now that
+/// it exists: neither it nor [`DEFAULT_ROOT`] may have been swapped for a
+/// symlink meanwhile (the copy must land in `/dev/shm`'s own folder).
+fn settle_default_target(target: &Path, created: bool) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if created {
+        fs::set_permissions(target, fs::Permissions::from_mode(0o755))
+            .map_err(|e| io_error(target, e))?;
+    }
+    let root = Path::new(DEFAULT_ROOT);
+    refuse_unsafe_place(root)?;
+    refuse_unsafe_place(target)?;
+    let shm = root.parent().unwrap_or(root);
+    let want = fs::canonicalize(shm)
+        .map_err(|e| io_error(shm, e))?
+        .join(target.strip_prefix(shm).unwrap_or(target));
+    let got = fs::canonicalize(target).map_err(|e| io_error(target, e))?;
+    if got != want {
+        return Err(ReaderError::Stage {
+            path: target.to_path_buf(),
+            what: format!(
+                "refusing to stage into {}: it leads to {}, not where it says",
+                shown(target),
+                shown(&got)
+            ),
+            kind: StageErrorKind::NotStagingFolder,
+        });
+    }
+    Ok(())
+}
+
 /// Refuses the default place of a copy ([`DEFAULT_ROOT`] or the folder in
 /// it) when another user could have put it there or could change it: a
 /// symlink (the copy would land where it points, maybe on a disk), a folder
@@ -338,13 +385,21 @@ fn refuse_unsafe_place(path: &Path) -> Result<()> {
     let me = unsafe { libc::geteuid() };
     let mode = meta.permissions().mode();
     let why = if meta.file_type().is_symlink() {
-        Some("it is a symlink".to_owned())
+        Some("it is a symlink, so another user could redirect the copy; remove it".to_owned())
     } else if !meta.is_dir() {
         None // lock_target says it is not a directory
     } else if meta.uid() != me && meta.uid() != 0 {
-        Some(format!("it belongs to another user (uid {})", meta.uid()))
+        Some(format!(
+            "it belongs to another user (uid {}), who could change the copy; only they or \
+             root can remove it",
+            meta.uid()
+        ))
     } else if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-        Some("every user may write to it, and it lacks the sticky bit".to_owned())
+        Some(
+            "every user may write to it and it lacks the sticky bit, so another user could \
+             redirect or change the copy; `chmod o-w` or remove it"
+                .to_owned(),
+        )
     } else {
         None
     };
@@ -353,8 +408,7 @@ fn refuse_unsafe_place(path: &Path) -> Result<()> {
         Some(why) => Err(ReaderError::Stage {
             path: path.to_path_buf(),
             what: format!(
-                "refusing to stage into {}: {why}, so another user could redirect or change \
-                 the copy; remove it, or stage elsewhere with --to",
+                "refusing to stage into {}: {why}, or stage elsewhere with --to DIR",
                 shown(path)
             ),
             kind: StageErrorKind::NotStagingFolder,

@@ -332,7 +332,7 @@ fn the_default_place_is_refused_when_another_user_could_redirect_the_copy() {
     let refused = |p: &Path| {
         matches!(
             super::refuse_unsafe_place(p),
-            Err(ReaderError::Stage { ref what, .. }) if what.contains("another user could")
+            Err(ReaderError::Stage { ref what, .. }) if what.contains("refusing to stage into")
         )
     };
     // Absent (the run makes it), or a folder of this user: fine.
