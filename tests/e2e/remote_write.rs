@@ -254,6 +254,40 @@ fn a_prefix_with_objects_is_refused_and_force_never_deletes_foreign_objects() {
     assert_eq!(listing(s, &b, "ds-other").0, ["bale.json"]);
 }
 
+#[test]
+fn a_store_without_conditional_puts_still_gets_a_whole_dataset_and_a_mark() {
+    let s = Seaweed::shared();
+    let (_t, tree, local) = tree_and_local(200, &[]);
+    let b = bucket(s, "noconditional");
+    let url = format!("s3://{b}/ds");
+    let tree_s = tree.to_str().unwrap();
+    let off = ["--storage-option", "aws_conditional_put=disabled"];
+    let pack = |force: bool| {
+        let mut a = vec!["pack", "-q", "-o", &url, tree_s];
+        a.extend(off);
+        if force {
+            a.push("--force");
+        }
+        bale(s, &a)
+    };
+    // Without If-None-Match, the manifest is still written last and only
+    // where none is (checked by a HEAD), and the lock object, a mark only
+    // there, is gone once the run ends.
+    let o = pack(false);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
+    assert!(
+        !listing(s, &b, "ds")
+            .0
+            .contains(&".bale-tmp-lock".to_owned())
+    );
+    let o = pack(false);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = pack(true);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
+}
+
 /// Starts `bale pack -o url`, waits until `name` exists under `url`, and
 /// returns the running pack (or `None` when it finished first).
 fn pack_until(s: &Seaweed, tree: &Path, url: &str, extra: &[&str], name: &str) -> Option<Running> {

@@ -701,13 +701,28 @@ impl Publisher {
         let path = self.path(name)?;
         self.record(name);
         let client = Arc::clone(&self.client);
-        let payload = PutPayload::from(bytes);
+        let payload = PutPayload::from(bytes.clone());
+        let create = matches!(mode, PutMode::Create);
         match runtime::block_on(async move {
             client
                 .put_opts(&path, payload, PutOptions::from(mode))
                 .await
         })? {
             Ok(_) => Ok(()),
+            // A store without conditional PUTs (the lock is then a mark
+            // only): the object must still be absent, checked by a HEAD.
+            Err(object_store::Error::NotImplemented { .. }) if create => {
+                match self.store.object(name)?.head() {
+                    Ok(_) => Err(StorageError::Exists {
+                        url: self.url_of(name),
+                        what: "another run wrote it meanwhile".into(),
+                    }),
+                    Err(StorageError::NotFound { .. }) => {
+                        self.put_mode(name, bytes, PutMode::Overwrite)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             Err(object_store::Error::AlreadyExists { .. }) => Err(StorageError::Exists {
                 url: self.url_of(name),
                 what: "another run wrote it meanwhile".into(),
