@@ -409,21 +409,6 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
         objects.contains(&".bale-tmp-lock".to_owned()),
         "{objects:?}"
     );
-    // The lock says the run had claimed the prefix, and lists every shard
-    // it left (each is listed before its first byte is sent): that is what
-    // lets --force clear them, and nothing else.
-    let body = object_bytes(&Store::open(&url, &options(s)).unwrap(), ".bale-tmp-lock");
-    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["claimed"], true, "{body}");
-    let listed: Vec<&str> = body["names"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|n| n.as_str())
-        .collect();
-    for o in objects.iter().filter(|o| o.starts_with("shard-")) {
-        assert!(listed.contains(&o.as_str()), "{o} is not in {body}");
-    }
     let spool_count = || std::fs::read_dir(&spools).unwrap().count();
     assert_eq!(spool_count(), 1, "the killed run's spool is left");
 
@@ -747,29 +732,6 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
         "{err}"
     );
     assert_eq!(listing(s, &b, "wds").0, before);
-    // A claimed lock marks only the objects it lists as a run's.
-    let listing_one = t.path().join("lock-one.json");
-    std::fs::write(
-        &listing_one,
-        br#"{"run": "killed", "beat": 1, "claimed": true, "names": ["shard-000001.tar"]}"#,
-    )
-    .unwrap();
-    s.put_file(&listing_one, &b, "wds/.bale-tmp-lock").unwrap();
-    let o = bale(
-        s,
-        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("shard-000000.tar") && err.contains("lists it"),
-        "{err}"
-    );
-    let mut with_lock = before.clone();
-    with_lock.push(".bale-tmp-lock".into());
-    with_lock.sort();
-    assert_eq!(listing(s, &b, "wds").0, with_lock);
-    s.delete(&b, "wds/.bale-tmp-lock").unwrap();
     // Nor does the lock of a run killed before its checks passed (while it
     // listed the prefix, or one that was about to refuse it): only a lock
     // its run had claimed marks the shards beside it as a run's.

@@ -141,12 +141,6 @@ pub struct Publisher {
     /// that had claimed the prefix (see [`Publisher::claim`]) and ended
     /// without its manifest: the shards beside it are a run's.
     found_claim: bool,
-    /// The objects that claimed lock listed: only those are a run's.
-    found_names: Vec<String>,
-    /// The objects this run's lock lists as a run's (see [`Publisher::claim`]):
-    /// what an earlier run left and this one has not cleared yet, and every
-    /// object of bale's names this run writes, listed before it is written.
-    marked: Arc<Mutex<Vec<String>>>,
     /// The lock object says the prefix is claimed: its checks passed, and
     /// the objects of bale's names under it are this run's to replace.
     claimed: Arc<AtomicBool>,
@@ -235,8 +229,6 @@ impl Publisher {
             committed: AtomicBool::new(false),
             locked: AtomicBool::new(false),
             found_claim: false,
-            found_names: Vec::new(),
-            marked: Arc::new(Mutex::new(Vec::new())),
             claimed: Arc::new(AtomicBool::new(false)),
             lock_write: Arc::new(Mutex::new(())),
             marks_leftovers: AtomicBool::new(false),
@@ -264,57 +256,12 @@ impl Publisher {
         Ok(self.store.object(name)?.obj_path().clone())
     }
 
-    /// Records `name` as written by this run (to delete if it is undone),
-    /// before it is written.
-    fn record(&self, name: &str) -> Result<()> {
-        self.mark(name)?;
+    /// Records `name` as written by this run (to delete if it is undone).
+    fn record(&self, name: &str) {
         let mut w = lock(&self.written);
         if !w.names.iter().any(|n| n == name) {
             w.names.push(name.to_owned());
         }
-        Ok(())
-    }
-
-    /// Lists `name` in the lock, before it is written, when it has one of
-    /// bale's output names and the run has claimed the prefix: a run killed
-    /// while it writes it leaves it listed, so that a rerun with --force
-    /// clears it (and nothing the lock does not list).
-    fn mark(&self, name: &str) -> Result<()> {
-        if name.starts_with(bale_format::atomic::TEMP_PREFIX)
-            || name.contains('/')
-            || !bale_format::is_bale_file_name(name)
-        {
-            return Ok(());
-        }
-        let _writing = lock(&self.lock_write);
-        {
-            let mut marked = lock(&self.marked);
-            if marked.iter().any(|n| n == name) {
-                return Ok(());
-            }
-            marked.push(name.to_owned());
-        }
-        if !self.claimed.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.write_lock_body()
-    }
-
-    /// Writes this run's lock body (claimed, and the names it lists), after
-    /// checking that the lock is still this run's. Called with `lock_write` held.
-    fn write_lock_body(&self) -> Result<()> {
-        self.check_not_lost()?;
-        if self.locked.load(Ordering::SeqCst) && !self.owns_lock()? {
-            self.lost.store(true, Ordering::SeqCst);
-            return Err(self.lost_error());
-        }
-        let body = lock_body(
-            &self.run,
-            0,
-            self.claimed.load(Ordering::SeqCst),
-            &lock(&self.marked),
-        );
-        self.put(LOCK_NAME, Bytes::from(body))
     }
 
     fn url_of(&self, name: &str) -> String {
@@ -324,7 +271,7 @@ impl Publisher {
     fn take_lock(&mut self) -> Result<()> {
         let path = self.path(LOCK_NAME)?;
         let client = Arc::clone(&self.client);
-        let payload = PutPayload::from(lock_body(&self.run, 0, false, &[]));
+        let payload = PutPayload::from(lock_body(&self.run, 0, false));
         let created = runtime::block_on(async move {
             client
                 .put_opts(&path, payload, PutOptions::from(PutMode::Create))
@@ -349,8 +296,8 @@ impl Publisher {
                 }
                 // The killed run's claim carries over: what it left stays
                 // marked if this run stops before it has cleared it.
-                self.inherit_claim(before.as_deref().and_then(lock_claim));
-                let body = lock_body(&self.run, 0, self.found_claim, &self.found_names);
+                self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
+                let body = lock_body(&self.run, 0, self.found_claim);
                 self.put(LOCK_NAME, Bytes::from(body))?;
             }
             Err(object_store::Error::AlreadyExists { .. }) => {
@@ -367,15 +314,15 @@ impl Publisher {
             // run's shards from the user's.
             Err(object_store::Error::NotImplemented { .. }) => {
                 let before = self.get_lock()?;
-                self.inherit_claim(before.as_deref().and_then(lock_claim));
-                let body = lock_body(&self.run, 0, self.found_claim, &self.found_names);
+                self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
+                let body = lock_body(&self.run, 0, self.found_claim);
                 self.put(LOCK_NAME, Bytes::from(body))?;
-                self.record(LOCK_NAME)?;
+                self.record(LOCK_NAME);
                 return Ok(());
             }
             Err(e) => return Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
         }
-        self.record(LOCK_NAME)?;
+        self.record(LOCK_NAME);
         self.locked.store(true, Ordering::SeqCst);
         self.start_heartbeat()?;
         Ok(())
@@ -406,7 +353,6 @@ impl Publisher {
             client: Arc::clone(&self.client),
             run: self.run.clone(),
             claimed: Arc::clone(&self.claimed),
-            marked: Arc::clone(&self.marked),
             lock_write: Arc::clone(&self.lock_write),
             lost: Arc::clone(&self.lost),
             stop: Arc::clone(&stop),
@@ -475,8 +421,8 @@ impl Publisher {
             .collect();
         names.sort();
         if names.is_empty() {
-            self.claim(&[])?;
-            self.cleared();
+            self.claim()?;
+            self.marks_leftovers.store(false, Ordering::SeqCst);
             return Ok(());
         }
         if !self.opts.force {
@@ -508,19 +454,12 @@ impl Publisher {
         // shard names with neither a manifest nor a killed run's lock.
         if names.iter().any(|n| n == MANIFEST) {
             self.refuse_adopted(&names)?;
-        } else {
-            // Without a manifest, only what a killed run's claimed lock
-            // lists is a run's.
-            let unclaimed: Vec<String> = names
-                .iter()
-                .filter(|n| !self.found_claim || !self.found_names.contains(n))
-                .cloned()
-                .collect();
-            self.refuse_unclaimed(&unclaimed)?;
+        } else if !self.found_claim {
+            self.refuse_unclaimed(&names)?;
         }
-        // Claimed before anything is deleted, listing what will be: a run
-        // killed while it clears leaves what remains marked as a run's.
-        self.claim(&doomed)?;
+        // Claimed before anything is deleted: a run killed while it clears
+        // leaves what remains marked as a run's.
+        self.claim()?;
         // The manifest first: from then on the prefix is not a dataset.
         if names.iter().any(|n| n == MANIFEST) {
             self.delete(MANIFEST)?;
@@ -550,7 +489,8 @@ impl Publisher {
                 self.delete(n)?;
             }
         }
-        self.cleared();
+        // Cleared: from here, undoing the run deletes what it wrote itself.
+        self.marks_leftovers.store(false, Ordering::SeqCst);
         Ok(())
     }
 
@@ -588,46 +528,27 @@ impl Publisher {
     /// A run killed before this (while it listed a large prefix, or one it
     /// refused) leaves an unclaimed lock, which tells `--force` nothing about
     /// the objects beside it.
-    fn claim(&self, doomed: &[String]) -> Result<()> {
+    fn claim(&self) -> Result<()> {
         let _writing = lock(&self.lock_write);
+        // A run whose lock another took over owns nothing here.
+        self.check_not_lost()?;
+        if self.locked.load(Ordering::SeqCst) && !self.owns_lock()? {
+            self.lost.store(true, Ordering::SeqCst);
+            return Err(self.lost_error());
+        }
         self.claimed.store(true, Ordering::SeqCst);
         self.marks_leftovers.store(true, Ordering::SeqCst);
-        {
-            let mut marked = lock(&self.marked);
-            let theirs = doomed
-                .iter()
-                .filter(|n| *n != MANIFEST && !n.starts_with(bale_format::atomic::TEMP_PREFIX));
-            for n in theirs {
-                if !marked.contains(n) {
-                    marked.push(n.clone());
-                }
-            }
-        }
         if !self.written_names().iter().any(|n| n == LOCK_NAME) {
             return Ok(());
         }
-        // A run whose lock another took over owns nothing here.
-        self.write_lock_body()
+        self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, true)))
     }
 
-    /// The prefix is cleared: the lock now lists only what this run writes,
-    /// and undoing the run deletes that itself.
-    fn cleared(&self) {
-        let _writing = lock(&self.lock_write);
-        let written = self.written_names();
-        lock(&self.marked).retain(|n| written.contains(n));
-        self.marks_leftovers.store(false, Ordering::SeqCst);
-    }
-
-    /// Takes over the claim of the lock this run replaced: the names it
-    /// listed, `None` when it had not claimed the prefix.
-    fn inherit_claim(&mut self, found: Option<Vec<String>>) {
-        self.found_claim = found.is_some();
-        self.found_names = found.unwrap_or_default();
-        *lock(&self.marked) = self.found_names.clone();
-        self.claimed.store(self.found_claim, Ordering::SeqCst);
-        self.marks_leftovers
-            .store(self.found_claim, Ordering::SeqCst);
+    /// Takes over the claim of the lock this run replaced (`found`).
+    fn inherit_claim(&mut self, found: bool) {
+        self.found_claim = found;
+        self.claimed.store(found, Ordering::SeqCst);
+        self.marks_leftovers.store(found, Ordering::SeqCst);
     }
 
     fn written_names(&self) -> Vec<String> {
@@ -670,11 +591,11 @@ impl Publisher {
         Ok(())
     }
 
-    /// Refuses `--force` over a prefix without a manifest when `names` (the
-    /// objects no killed run's claimed lock lists) holds one named like
-    /// bale's shards (`shard-000000.tar` is a common WebDataset name): then
-    /// the object may be the user's. Indexes and bale's temporary objects
-    /// are cleared without that.
+    /// Refuses `--force` over a prefix without a manifest when it holds an
+    /// object named like bale's shards (`shard-000000.tar` is a common
+    /// WebDataset name) and no run of bale's left its lock there: then the
+    /// object may be the user's. Indexes and bale's temporary objects are
+    /// cleared without that.
     fn refuse_unclaimed(&self, names: &[String]) -> Result<()> {
         let Some(tar) = names.iter().find(|n| {
             !n.contains('/')
@@ -687,10 +608,10 @@ impl Publisher {
         Err(StorageError::Exists {
             url: self.url_of(tar),
             what: format!(
-                "it is named like bale's shards, but the prefix has no {MANIFEST}, and no lock \
-                 object ({LOCK_NAME}) of a killed bale run lists it: it may be yours, so --force \
-                 removes nothing; delete it by hand if it is a leftover of bale's, or write to \
-                 another prefix"
+                "it is named like bale's shards, but the prefix has no {MANIFEST} and no lock \
+                 object ({LOCK_NAME}) of a killed bale run: it may be yours, so --force removes \
+                 nothing; delete it by hand if it is a leftover of bale's, or write to another \
+                 prefix"
             ),
         })
     }
@@ -778,7 +699,7 @@ impl Publisher {
             self.check_not_lost()?;
         }
         let path = self.path(name)?;
-        self.record(name)?;
+        self.record(name);
         let client = Arc::clone(&self.client);
         let payload = PutPayload::from(bytes.clone());
         let create = matches!(mode, PutMode::Create);
@@ -819,8 +740,6 @@ impl Publisher {
     /// [`StorageError::Cancelled`] when `cancel` is set between parts (the
     /// upload is then aborted).
     pub fn upload_file(&self, local: &Path, name: &str, cancel: &AtomicBool) -> Result<u64> {
-        // Listed in the lock before any byte of it is sent.
-        self.mark(name)?;
         let io = |e: std::io::Error| StorageError::Io {
             path: local.to_path_buf(),
             source: e,
@@ -867,7 +786,7 @@ impl Publisher {
         runtime::block_on(async move { mp.complete_multipart(&p2, &id2, parts).await })?
             .map_err(|e| from_object_store(&url, None, e))?;
         lock(&self.written).open.retain(|(_, i)| *i != id);
-        self.record(name)?;
+        self.record(name);
         self.delete(&marker)?;
         Ok(len)
     }
@@ -944,7 +863,7 @@ impl Publisher {
         }
         let from = src.object(name)?.obj_path().clone();
         let to = self.path(dst)?;
-        self.record(dst)?;
+        self.record(dst);
         let client = Arc::clone(&self.client);
         runtime::block_on(async move { client.copy(&from, &to).await })?.map_err(|e| {
             from_object_store(
@@ -1044,7 +963,7 @@ const LOCK_STALE: std::time::Duration = std::time::Duration::from_secs(7);
 
 /// The lock object's content: the run, where it runs, and a beat count
 /// that changes at each refresh.
-fn lock_body(run: &str, beat: u64, claimed: bool, names: &[String]) -> String {
+fn lock_body(run: &str, beat: u64, claimed: bool) -> String {
     serde_json::json!({
         "run": run,
         "pid": std::process::id(),
@@ -1052,26 +971,14 @@ fn lock_body(run: &str, beat: u64, claimed: bool, names: &[String]) -> String {
         "tool": "bale",
         "beat": beat,
         "claimed": claimed,
-        "names": names,
     })
     .to_string()
 }
 
-/// The names a lock object's body lists as its run's, when the run had
-/// claimed the prefix; `None` when it had not (or the body is not bale's).
-fn lock_claim(bytes: &[u8]) -> Option<Vec<String>> {
-    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    if v.get("claimed").and_then(serde_json::Value::as_bool) != Some(true) {
-        return None;
-    }
-    Some(
-        v.get("names")
-            .and_then(serde_json::Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|n| n.as_str().map(str::to_owned))
-            .collect(),
-    )
+/// Whether a lock object's body says its run had claimed the prefix.
+fn lock_claimed(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .is_ok_and(|v| v.get("claimed").and_then(serde_json::Value::as_bool) == Some(true))
 }
 
 /// The run a lock object names.
@@ -1085,7 +992,6 @@ struct HeartbeatCtx {
     client: Arc<dyn ObjectStore>,
     run: String,
     claimed: Arc<AtomicBool>,
-    marked: Arc<Mutex<Vec<String>>>,
     lock_write: Arc<Mutex<()>>,
     lost: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
@@ -1116,12 +1022,7 @@ impl HeartbeatCtx {
             }
             beat += 1;
             let _writing = lock(&self.lock_write);
-            let body = lock_body(
-                &self.run,
-                beat,
-                self.claimed.load(Ordering::SeqCst),
-                &lock(&self.marked),
-            );
+            let body = lock_body(&self.run, beat, self.claimed.load(Ordering::SeqCst));
             let (client, path) = (Arc::clone(&self.client), self.path.clone());
             // A failed refresh is retried at the next beat.
             let _ =
