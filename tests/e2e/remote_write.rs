@@ -257,7 +257,7 @@ fn a_prefix_with_objects_is_refused_and_force_never_deletes_foreign_objects() {
 #[test]
 fn a_store_without_conditional_puts_still_gets_a_whole_dataset_and_a_mark() {
     let s = Seaweed::shared();
-    let (_t, tree, local) = tree_and_local(200, &[]);
+    let (t, tree, local) = tree_and_local(200, &[]);
     let b = bucket(s, "noconditional");
     let url = format!("s3://{b}/ds");
     let tree_s = tree.to_str().unwrap();
@@ -283,6 +283,26 @@ fn a_store_without_conditional_puts_still_gets_a_whole_dataset_and_a_mark() {
     );
     let o = pack(false);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = pack(true);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
+    // A lock there (a run writing, or killed) is found by a GET: refused
+    // without --force; taken over with it once it has not changed for 7 s.
+    let lock = t.path().join("lock.json");
+    std::fs::write(&lock, br#"{"run": "elsewhere", "beat": 1}"#).unwrap();
+    s.put_file(&lock, &b, "ds/.bale-tmp-lock").unwrap();
+    let o = pack(false);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("another bale run is writing here"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        listing(s, &b, "ds")
+            .0
+            .contains(&".bale-tmp-lock".to_owned())
+    );
     let o = pack(true);
     assert!(o.status.success(), "{}", text(&o));
     assert_same_objects(s, &url, &local);

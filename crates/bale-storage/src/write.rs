@@ -134,8 +134,8 @@ pub struct Publisher {
     markers: AtomicU64,
     written: Mutex<Written>,
     committed: AtomicBool,
-    /// Whether this run holds the lock object (a store without conditional
-    /// PUTs has none).
+    /// Whether this run holds the lock object (on a store without
+    /// conditional PUTs, taken by a GET and a plain PUT: best effort).
     locked: AtomicBool,
     /// Whether a lock object was there before this run's, left by a run
     /// that had claimed the prefix (see [`Publisher::claim`]) and ended
@@ -277,30 +277,17 @@ impl Publisher {
                 .put_opts(&path, payload, PutOptions::from(PutMode::Create))
                 .await
         })?;
-        match created {
-            Ok(_) => {}
-            Err(object_store::Error::AlreadyExists { .. }) if self.opts.force => {
-                // --force takes over the lock of a run that ended without
-                // releasing it (SIGKILL), never that of a live run, which
-                // refreshes it every LOCK_BEAT.
-                let before = self.get_lock()?;
-                std::thread::sleep(LOCK_STALE);
-                if self.get_lock()? != before {
-                    return Err(StorageError::Exists {
-                        url: self.store.url().to_owned(),
-                        what: format!(
-                            "another bale run is writing here now (its lock object {LOCK_NAME} changed within {} s); --force clears only what a run that ended left",
-                            LOCK_STALE.as_secs()
-                        ),
-                    });
-                }
-                // The killed run's claim carries over: what it left stays
-                // marked if this run stops before it has cleared it.
-                self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
-                let body = lock_body(&self.run, 0, self.found_claim);
-                self.put(LOCK_NAME, Bytes::from(body))?;
-            }
-            Err(object_store::Error::AlreadyExists { .. }) => {
+        // A store without conditional PUTs gets the same protocol, best
+        // effort: a lock found by a GET is another run's, and the lock is
+        // written by a plain PUT (then refreshed, watched and checked alike).
+        let (existed, conditional) = match created {
+            Ok(_) => (false, true),
+            Err(object_store::Error::AlreadyExists { .. }) => (true, true),
+            Err(object_store::Error::NotImplemented { .. }) => (self.get_lock()?.is_some(), false),
+            Err(e) => return Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
+        };
+        if existed {
+            if !self.opts.force {
                 return Err(StorageError::Exists {
                     url: self.store.url().to_owned(),
                     what: format!(
@@ -308,19 +295,27 @@ impl Publisher {
                     ),
                 });
             }
-            // A store without conditional PUTs: write on without a lock, but
-            // leave its object as the run's mark until the manifest (as a
-            // local run does), so that a rerun with --force can tell a killed
-            // run's shards from the user's.
-            Err(object_store::Error::NotImplemented { .. }) => {
-                let before = self.get_lock()?;
-                self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
-                let body = lock_body(&self.run, 0, self.found_claim);
-                self.put(LOCK_NAME, Bytes::from(body))?;
-                self.record(LOCK_NAME);
-                return Ok(());
+            // --force takes over the lock of a run that ended without
+            // releasing it (SIGKILL), never that of a live run, which
+            // refreshes it every LOCK_BEAT.
+            let before = self.get_lock()?;
+            std::thread::sleep(LOCK_STALE);
+            if self.get_lock()? != before {
+                return Err(StorageError::Exists {
+                    url: self.store.url().to_owned(),
+                    what: format!(
+                        "another bale run is writing here now (its lock object {LOCK_NAME} changed within {} s); --force clears only what a run that ended left",
+                        LOCK_STALE.as_secs()
+                    ),
+                });
             }
-            Err(e) => return Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
+            // The killed run's claim carries over: what it left stays
+            // marked if this run stops before it has cleared it.
+            self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
+            let body = lock_body(&self.run, 0, self.found_claim);
+            self.put(LOCK_NAME, Bytes::from(body))?;
+        } else if !conditional {
+            self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, false)))?;
         }
         self.record(LOCK_NAME);
         self.locked.store(true, Ordering::SeqCst);
