@@ -459,6 +459,40 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
         text(&o)
     );
 
+    // The killed run's lock covers what it can have written, not a tar of
+    // bale's names uploaded once it had stopped (the user's, maybe): --force
+    // refuses it. Its lock was refreshed at most 2 s before the kill.
+    std::thread::sleep(Duration::from_secs(9));
+    s.put_file(&notes, &b, "ds/shard-000777.tar").unwrap();
+    let o = bale(
+        s,
+        &[
+            "pack",
+            "-q",
+            "--force",
+            "--shard-size",
+            "12MiB",
+            "-o",
+            &url,
+            tree_s,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("shard-000777.tar") && err.contains("written after"),
+        "{err}"
+    );
+    let mut with_theirs = objects.clone();
+    with_theirs.push("shard-000777.tar".into());
+    with_theirs.sort();
+    assert_eq!(
+        listing(s, &b, "ds").0,
+        with_theirs,
+        "the refusal removed nothing, lock included"
+    );
+    s.delete(&b, "ds/shard-000777.tar").unwrap();
+
     // An upload started but not yet recorded when the kill landed (bale's
     // name), and a foreign one: only bale's goes.
     s.boto(

@@ -141,6 +141,9 @@ pub struct Publisher {
     /// that had claimed the prefix (see [`Publisher::claim`]) and ended
     /// without its manifest: the shards beside it are a run's.
     found_claim: bool,
+    /// When the lock this run took over was last written (server time, ms
+    /// since the epoch): the killed run's last refresh.
+    found_at: Option<i64>,
     /// The lock object says the prefix is claimed: its checks passed, and
     /// the objects of bale's names under it are this run's to replace.
     claimed: Arc<AtomicBool>,
@@ -229,6 +232,7 @@ impl Publisher {
             committed: AtomicBool::new(false),
             locked: AtomicBool::new(false),
             found_claim: false,
+            found_at: None,
             claimed: Arc::new(AtomicBool::new(false)),
             lock_write: Arc::new(Mutex::new(())),
             marks_leftovers: AtomicBool::new(false),
@@ -310,7 +314,9 @@ impl Publisher {
                 });
             }
             // The killed run's claim carries over: what it left stays
-            // marked if this run stops before it has cleared it.
+            // marked if this run stops before it has cleared it. Its last
+            // refresh dates what it can have written.
+            self.found_at = self.lock_written_at()?;
             self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
             let body = lock_body(&self.run, 0, self.found_claim);
             self.put(LOCK_NAME, Bytes::from(body))?;
@@ -385,8 +391,26 @@ impl Publisher {
         }
     }
 
+    /// When the lock object was last written (server time, ms since the
+    /// epoch), `None` when there is none.
+    fn lock_written_at(&self) -> Result<Option<i64>> {
+        let path = self.path(LOCK_NAME)?;
+        let client = Arc::clone(&self.client);
+        match runtime::block_on(async move { client.head(&path).await })? {
+            Ok(meta) => Ok(Some(meta.last_modified.timestamp_millis())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
+        }
+    }
+
     /// Every object under the prefix, by name relative to it.
     fn list(&self) -> Result<Vec<String>> {
+        Ok(self.list_dated()?.into_iter().map(|(n, _)| n).collect())
+    }
+
+    /// Every object under the prefix, by name relative to it, with when it
+    /// was written (server time, ms since the epoch).
+    fn list_dated(&self) -> Result<Vec<(String, i64)>> {
         let prefix = self.store.prefix().clone();
         let client = Arc::clone(&self.client);
         let listed = runtime::block_on(async move {
@@ -400,7 +424,7 @@ impl Publisher {
                     .map(|parts| parts.map(|p| p.as_ref().to_owned()).collect())
                     .unwrap_or_default();
                 if !rel.is_empty() {
-                    names.push(rel.join("/"));
+                    names.push((rel.join("/"), meta.last_modified.timestamp_millis()));
                 }
             }
             Ok::<_, object_store::Error>(names)
@@ -409,12 +433,13 @@ impl Publisher {
     }
 
     fn check_and_clear(&self) -> Result<()> {
-        let mut names: Vec<String> = self
-            .list()?
+        let mut dated: Vec<(String, i64)> = self
+            .list_dated()?
             .into_iter()
-            .filter(|n| n != LOCK_NAME)
+            .filter(|(n, _)| n != LOCK_NAME)
             .collect();
-        names.sort();
+        dated.sort();
+        let names: Vec<String> = dated.iter().map(|(n, _)| n.clone()).collect();
         if names.is_empty() {
             self.claim()?;
             self.marks_leftovers.store(false, Ordering::SeqCst);
@@ -450,7 +475,16 @@ impl Publisher {
         if names.iter().any(|n| n == MANIFEST) {
             self.refuse_adopted(&names)?;
         } else if !self.found_claim {
-            self.refuse_unclaimed(&names)?;
+            self.refuse_unclaimed(&names, None)?;
+        } else if let Some(at) = self.found_at {
+            // A claim covers what its run can have written: nothing later
+            // than its last refresh, and one refresh and a margin after.
+            let late: Vec<String> = dated
+                .iter()
+                .filter(|(_, t)| *t > at + LEFTOVER_MARGIN_MS)
+                .map(|(n, _)| n.clone())
+                .collect();
+            self.refuse_unclaimed(&late, Some(at))?;
         }
         // Claimed before anything is deleted: a run killed while it clears
         // leaves what remains marked as a run's.
@@ -591,7 +625,7 @@ impl Publisher {
     /// WebDataset name) and no run of bale's left its lock there: then the
     /// object may be the user's. Indexes and bale's temporary objects are
     /// cleared without that.
-    fn refuse_unclaimed(&self, names: &[String]) -> Result<()> {
+    fn refuse_unclaimed(&self, names: &[String], claimed_at: Option<i64>) -> Result<()> {
         let Some(tar) = names.iter().find(|n| {
             !n.contains('/')
                 && !n.starts_with(".bale-tmp-")
@@ -600,13 +634,19 @@ impl Publisher {
         }) else {
             return Ok(());
         };
+        let why = match claimed_at {
+            None => format!("no lock object ({LOCK_NAME}) of a killed bale run"),
+            Some(_) => format!(
+                "it was written after the bale run whose lock object ({LOCK_NAME}) is there \
+                 had stopped"
+            ),
+        };
         Err(StorageError::Exists {
             url: self.url_of(tar),
             what: format!(
-                "it is named like bale's shards, but the prefix has no {MANIFEST} and no lock \
-                 object ({LOCK_NAME}) of a killed bale run: it may be yours, so --force removes \
-                 nothing; delete it by hand if it is a leftover of bale's, or write to another \
-                 prefix"
+                "it is named like bale's shards, but the prefix has no {MANIFEST}, and {why}: it \
+                 may be yours, so --force removes nothing; delete it by hand if it is a leftover \
+                 of bale's, or write to another prefix"
             ),
         })
     }
@@ -949,6 +989,10 @@ impl Drop for Publisher {
         self.stop_heartbeat();
     }
 }
+
+/// How much later than a killed run's last refresh of its lock an object
+/// may have been written and still be that run's: one refresh, and a margin.
+const LEFTOVER_MARGIN_MS: i64 = LOCK_BEAT.as_millis() as i64 + 5_000;
 
 /// How often a writing run refreshes its lock object.
 const LOCK_BEAT: std::time::Duration = std::time::Duration::from_secs(2);
