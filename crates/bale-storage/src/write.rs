@@ -494,9 +494,12 @@ impl Publisher {
             self.delete(MANIFEST)?;
         }
         // Uploads a killed run left open (S3 lists them; elsewhere the
-        // markers below name them).
+        // markers below name them): only beside a dataset or a killed run's
+        // claim, since an upload of the user's own shard-000000.tar may be
+        // going on in a prefix that is neither.
+        let ours = names.iter().any(|n| n == MANIFEST) || self.found_claim;
         for (name, id) in self.open_uploads()? {
-            if !name.contains('/') && bale_format::is_bale_file_name(&name) {
+            if ours && !name.contains('/') && bale_format::is_bale_file_name(&name) {
                 self.abort_upload(&name, &id)?;
             }
         }
