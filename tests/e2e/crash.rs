@@ -382,21 +382,7 @@ fn sigkill_of_convert_to_dir_then_force_leaves_exactly_the_samples() {
     let t = tempfile::tempdir().unwrap();
     let ds = source(t.path(), 800);
     let out = t.path().join("files");
-    let convert = |force: bool| {
-        let mut a = args(&[
-            "convert".as_ref(),
-            "-q".as_ref(),
-            ds.as_os_str(),
-            "-o".as_ref(),
-            out.as_os_str(),
-            "--format".as_ref(),
-            "dir".as_ref(),
-        ]);
-        if force {
-            a.push("--force".into());
-        }
-        a
-    };
+    let convert = |force: bool| to_dir_args(&ds, &out, force);
     timed(&convert(false), Duration::from_secs(120));
     let expected = all_paths(&out);
     assert!(expected.len() > 1600, "{} paths", expected.len());
@@ -435,6 +421,23 @@ fn sigkill_of_convert_to_dir_then_force_leaves_exactly_the_samples() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+/// `bale convert -q DS -o OUT --format dir`, with `--force` when `force`.
+fn to_dir_args(ds: &Path, out: &Path, force: bool) -> Vec<OsString> {
+    let mut a = args(&[
+        "convert".as_ref(),
+        "-q".as_ref(),
+        ds.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--format".as_ref(),
+        "dir".as_ref(),
+    ]);
+    if force {
+        a.push("--force".into());
+    }
+    a
 }
 
 /// Shard and index files in `dir`: a dataset's (`shard-*`) or a part's (`part-*`).
@@ -686,21 +689,7 @@ fn a_convert_to_dir_killed_while_it_moves_the_export_in_leaves_both_halves_and_i
     let t = tempfile::tempdir().unwrap();
     let ds = source(t.path(), 100);
     let out = t.path().join("files");
-    let convert = |force: bool| {
-        let mut a = args(&[
-            "convert".as_ref(),
-            "-q".as_ref(),
-            ds.as_os_str(),
-            "-o".as_ref(),
-            out.as_os_str(),
-            "--format".as_ref(),
-            "dir".as_ref(),
-        ]);
-        if force {
-            a.push("--force".into());
-        }
-        a
-    };
+    let convert = |force: bool| to_dir_args(&ds, &out, force);
     timed(&convert(false), Duration::from_secs(120));
     let expected = all_paths(&out);
     let folders = names_in(&out, "c");

@@ -33,6 +33,17 @@ fn bale_in(s: &Seaweed, tmp: Option<&Path>, args: &[&str]) -> Output {
     Running::start(&mut cmd).finish_within(Duration::from_secs(300))
 }
 
+/// Runs `bale ARGS` (as [`bale`]) and checks it is refused (exit 2) with
+/// a message holding each of `says`.
+fn refused(s: &Seaweed, args: &[&str], says: &[&str]) {
+    let o = bale(s, args);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for w in says {
+        assert!(err.contains(w), "{w:?} not in: {}", text(&o));
+    }
+}
+
 fn text(o: &Output) -> String {
     format!(
         "status {:?}\nstdout: {}\nstderr: {}",
@@ -477,25 +488,17 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     // refuses it. Its lock was refreshed at most 2 s before the kill.
     std::thread::sleep(Duration::from_secs(9));
     s.put_file(&notes, &b, "ds/shard-000777.tar").unwrap();
-    let o = bale(
-        s,
-        &[
-            "pack",
-            "-q",
-            "--force",
-            "--shard-size",
-            "12MiB",
-            "-o",
-            &url,
-            tree_s,
-        ],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("shard-000777.tar") && err.contains("written after"),
-        "{err}"
-    );
+    let rerun = [
+        "pack",
+        "-q",
+        "--force",
+        "--shard-size",
+        "12MiB",
+        "-o",
+        &url,
+        tree_s,
+    ];
+    refused(s, &rerun, &["shard-000777.tar", "written after"]);
     let mut with_theirs = objects.clone();
     with_theirs.push("shard-000777.tar".into());
     with_theirs.sort();
@@ -515,20 +518,7 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     .unwrap();
     // With --force: the leftovers (objects, markers, open uploads, the
     // local spool) go, the foreign ones stay.
-    let o = bale_in(
-        s,
-        Some(&spools),
-        &[
-            "pack",
-            "-q",
-            "--force",
-            "--shard-size",
-            "12MiB",
-            "-o",
-            &url,
-            tree_s,
-        ],
-    );
+    let o = bale_in(s, Some(&spools), &rerun);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
         spool_count(),
@@ -788,15 +778,10 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     // Tars of bale's names under a prefix with neither a manifest nor a
     // killed run's lock may be the user's: pack --force refuses, naming
     // one, and deletes nothing.
-    let o = bale(
+    refused(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("shard-000000.tar") && err.contains("no bale.json"),
-        "{err}"
+        &["shard-000000.tar", "no bale.json"],
     );
     assert_eq!(listing(s, &b, "wds").0, before);
     // Nor does the lock of a run killed before its checks passed (while it
@@ -809,15 +794,10 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     )
     .unwrap();
     s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
-    let o = bale(
+    refused(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("shard-000000.tar") && err.contains("no bale.json"),
-        "{err}"
+        &["shard-000000.tar", "no bale.json"],
     );
     assert_eq!(listing(s, &b, "wds").0, before);
     let mut args = vec!["index", "-q", "-o", &url];
@@ -836,7 +816,7 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     )
     .unwrap();
     s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
-    let o = bale(
+    refused(
         s,
         &[
             "convert",
@@ -846,12 +826,7 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
             &url,
             idx.to_str().unwrap(),
         ],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("shard-000000.tar") && err.contains("never deletes an input"),
-        "{err}"
+        &["shard-000000.tar", "never deletes an input"],
     );
     // The refused run leaves the killed run's claim where it was (it took
     // the lock over, claim and all), and nothing else changed.
@@ -940,15 +915,10 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     let broken = t.path().join("broken.json");
     std::fs::write(&broken, br#"{"created_by": {"command": "index"}}"#).unwrap();
     s.put_file(&broken, &b, "wds/bale.json").unwrap();
-    let o = bale(
+    refused(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("lists no shards"),
-        "{}",
-        text(&o)
+        &["lists no shards"],
     );
     assert_eq!(listing(s, &b, "wds").0, want);
     assert_same_tars(s, &url, &local);
