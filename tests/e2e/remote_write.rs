@@ -604,6 +604,40 @@ fn a_second_pack_into_the_same_prefix_is_refused_while_the_first_runs() {
 }
 
 #[test]
+fn a_run_whose_lock_another_wrote_never_commits_even_under_its_own_name() {
+    // As when a run stalls past the 7 s --force watches, another takes the
+    // prefix over, and the stalled run's late write puts its own name back:
+    // the lock says this run, but another wrote it. The run must notice at
+    // its next write of the lock (each goes over the version it wrote last)
+    // and never commit.
+    let s = Seaweed::shared();
+    let (_t, tree, _local) = tree_and_local(1500, SHARDS);
+    let b = bucket(s, "stalled");
+    let url = format!("s3://{b}/ds");
+    let mut run = pack_until(s, &tree, &url, SHARDS, ".bale-tmp-lock")
+        .expect("the pack ended before it could be stopped");
+    signal(&mut run, libc::SIGSTOP);
+    s.boto(
+        "import json\n\
+         k = sys.argv[2]\n\
+         body = json.loads(s3.get_object(Bucket=sys.argv[1], Key=k)['Body'].read())\n\
+         body['beat'] = body.get('beat', 0) + 1000\n\
+         s3.put_object(Bucket=sys.argv[1], Key=k, Body=json.dumps(body).encode())\n",
+        &[&b, "ds/.bale-tmp-lock"],
+    )
+    .unwrap();
+    signal(&mut run, libc::SIGCONT);
+    let o = run.finish_within(Duration::from_secs(300));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("took this prefix over"),
+        "{}",
+        text(&o)
+    );
+    assert!(!listing(s, &b, "ds").0.contains(&"bale.json".to_owned()));
+}
+
+#[test]
 fn force_never_takes_over_the_lock_of_a_live_run() {
     let s = Seaweed::shared();
     let (t, tree, local) = tree_and_local(300, &[]);

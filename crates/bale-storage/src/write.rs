@@ -33,7 +33,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StorageError, from_object_store};
@@ -150,6 +150,8 @@ pub struct Publisher {
     /// Held while the lock object is written (a refresh, the claim), so
     /// that a refresh never puts back a body from before the claim.
     lock_write: Arc<Mutex<()>>,
+    /// Writes the lock object only over the version this run wrote last.
+    lock_writer: Arc<LockWriter>,
     /// The lock marks objects of an earlier run (inherited from a killed
     /// run's claimed lock, or from this run's claim until it has cleared
     /// the prefix): undoing this run keeps it, so that a rerun with --force
@@ -235,6 +237,7 @@ impl Publisher {
             found_at: None,
             claimed: Arc::new(AtomicBool::new(false)),
             lock_write: Arc::new(Mutex::new(())),
+            lock_writer: Arc::new(LockWriter::default()),
             marks_leftovers: AtomicBool::new(false),
             lost: Arc::new(AtomicBool::new(false)),
             heartbeat: Mutex::new(None),
@@ -285,7 +288,10 @@ impl Publisher {
         // effort: a lock found by a GET is another run's, and the lock is
         // written by a plain PUT (then refreshed, watched and checked alike).
         let (existed, conditional) = match created {
-            Ok(_) => (false, true),
+            Ok(r) => {
+                self.lock_writer.wrote(&r);
+                (false, true)
+            }
             Err(object_store::Error::AlreadyExists { .. }) => (true, true),
             Err(object_store::Error::NotImplemented { .. }) => (self.get_lock()?.is_some(), false),
             Err(e) => return Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
@@ -302,9 +308,10 @@ impl Publisher {
             // --force takes over the lock of a run that ended without
             // releasing it (SIGKILL), never that of a live run, which
             // refreshes it every LOCK_BEAT.
-            let before = self.get_lock()?;
+            let before = self.get_lock_tagged()?;
             std::thread::sleep(LOCK_STALE);
-            if self.get_lock()? != before {
+            let now = self.get_lock_tagged()?;
+            if now.as_ref().map(|(b, _)| b) != before.as_ref().map(|(b, _)| b) {
                 return Err(StorageError::Exists {
                     url: self.store.url().to_owned(),
                     what: format!(
@@ -317,16 +324,63 @@ impl Publisher {
             // marked if this run stops before it has cleared it. Its last
             // refresh dates what it can have written.
             self.found_at = self.lock_written_at()?;
+            let (before, version) = before.unzip();
             self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
             let body = lock_body(&self.run, 0, self.found_claim);
-            self.put(LOCK_NAME, Bytes::from(body))?;
+            // Over the very version watched: another --force taking it over
+            // at the same time makes one of the two fail here.
+            if let Some(v) = version.filter(|_| conditional) {
+                self.lock_writer.expect(v);
+            }
+            self.write_lock(body).map_err(|_| StorageError::Exists {
+                url: self.store.url().to_owned(),
+                what: "another bale run took this prefix over at the same time; it is writing here now".into(),
+            })?;
         } else if !conditional {
-            self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, false)))?;
+            self.write_lock(lock_body(&self.run, 0, false))?;
         }
         self.record(LOCK_NAME);
         self.locked.store(true, Ordering::SeqCst);
         self.start_heartbeat()?;
         Ok(())
+    }
+
+    /// Writes this run's lock body through [`LockWriter`]: over the version
+    /// this run wrote last. Another writer meanwhile (a run that took the
+    /// prefix over) makes this run lost.
+    fn write_lock(&self, body: String) -> Result<()> {
+        match self
+            .lock_writer
+            .write(&self.client, &self.path(LOCK_NAME)?, body)
+        {
+            Ok(()) => Ok(()),
+            Err(LockWriteError::Lost) => {
+                self.lost.store(true, Ordering::SeqCst);
+                Err(self.lost_error())
+            }
+            Err(LockWriteError::Other(e)) => {
+                Err(from_object_store(&self.url_of(LOCK_NAME), None, e))
+            }
+        }
+    }
+
+    /// The lock object's bytes and version, `None` when there is none.
+    fn get_lock_tagged(&self) -> Result<Option<(Bytes, UpdateVersion)>> {
+        let path = self.path(LOCK_NAME)?;
+        let client = Arc::clone(&self.client);
+        let got = runtime::block_on(async move {
+            let r = client.get(&path).await?;
+            let version = UpdateVersion {
+                e_tag: r.meta.e_tag.clone(),
+                version: r.meta.version.clone(),
+            };
+            Ok::<_, object_store::Error>((r.bytes().await?, version))
+        })?;
+        match got {
+            Ok(g) => Ok(Some(g)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
+        }
     }
 
     /// The lock object's bytes, `None` when there is none.
@@ -355,6 +409,7 @@ impl Publisher {
             run: self.run.clone(),
             claimed: Arc::clone(&self.claimed),
             lock_write: Arc::clone(&self.lock_write),
+            lock_writer: Arc::clone(&self.lock_writer),
             lost: Arc::clone(&self.lost),
             stop: Arc::clone(&stop),
             path: self.path(LOCK_NAME)?,
@@ -573,7 +628,7 @@ impl Publisher {
         if !self.written_names().iter().any(|n| n == LOCK_NAME) {
             return Ok(());
         }
-        self.put(LOCK_NAME, Bytes::from(lock_body(&self.run, 0, true)))
+        self.write_lock(lock_body(&self.run, 0, true))
     }
 
     /// Takes over the claim of the lock this run replaced (`found`).
@@ -927,6 +982,15 @@ impl Publisher {
             self.lost.store(true, Ordering::SeqCst);
             return Err(self.lost_error());
         }
+        // One last write over this run's own version: a lock that another
+        // run wrote meanwhile (even one putting this run's name back) fails it.
+        if self.locked.load(Ordering::SeqCst) {
+            let _writing = lock(&self.lock_write);
+            let mut body: serde_json::Value =
+                serde_json::from_str(&lock_body(&self.run, 0, true)).unwrap_or_default();
+            body["committing"] = true.into();
+            self.write_lock(body.to_string())?;
+        }
         self.put_mode(MANIFEST, manifest, PutMode::Create)?;
         self.committed.store(true, Ordering::SeqCst);
         let _ = self.delete(LOCK_NAME);
@@ -1035,6 +1099,7 @@ struct HeartbeatCtx {
     run: String,
     claimed: Arc<AtomicBool>,
     lock_write: Arc<Mutex<()>>,
+    lock_writer: Arc<LockWriter>,
     lost: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     path: ObjPath,
@@ -1065,10 +1130,127 @@ impl HeartbeatCtx {
             beat += 1;
             let _writing = lock(&self.lock_write);
             let body = lock_body(&self.run, beat, self.claimed.load(Ordering::SeqCst));
-            let (client, path) = (Arc::clone(&self.client), self.path.clone());
-            // A failed refresh is retried at the next beat.
-            let _ =
-                runtime::block_on(async move { client.put(&path, PutPayload::from(body)).await });
+            // A failed refresh is retried at the next beat; a lock another
+            // run wrote meanwhile means it took the prefix over.
+            if let Err(LockWriteError::Lost) =
+                self.lock_writer.write(&self.client, &self.path, body)
+            {
+                self.lost.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+}
+
+/// Writes a run's lock object over the version it wrote last (`If-Match` on
+/// its ETag), so that nothing of this run's lands over another run's lock:
+/// a write of this run that stalled while another took the prefix over is
+/// refused by the store. Where the store gives no ETag, or has no
+/// conditional PUTs, it writes plainly (the owner checks by GET remain).
+#[derive(Default)]
+struct LockWriter {
+    state: Mutex<LockVersion>,
+}
+
+#[derive(Default)]
+struct LockVersion {
+    /// The version of the body this run wrote last, when known.
+    tag: Option<UpdateVersion>,
+    /// The body of a write whose outcome is unknown (an error after the
+    /// request may have landed).
+    unsure: Option<String>,
+    /// The store refused a conditional write as not implemented.
+    plain: bool,
+}
+
+enum LockWriteError {
+    /// Another writer changed or removed the lock since this run's write.
+    Lost,
+    Other(object_store::Error),
+}
+
+impl LockWriter {
+    /// Records the result of a write of `body` made outside [`Self::write`].
+    fn wrote(&self, r: &object_store::PutResult) {
+        lock(&self.state).tag = r.e_tag.clone().map(|e| UpdateVersion {
+            e_tag: Some(e),
+            version: r.version.clone(),
+        });
+    }
+
+    /// The next write goes over version `v` (a lock this run takes over).
+    fn expect(&self, v: UpdateVersion) {
+        lock(&self.state).tag = Some(v);
+    }
+
+    fn write(
+        &self,
+        client: &Arc<dyn ObjectStore>,
+        path: &ObjPath,
+        body: String,
+    ) -> std::result::Result<(), LockWriteError> {
+        let mut st = lock(&self.state);
+        let mode = match (&st.tag, st.plain) {
+            (Some(t), false) => PutMode::Update(t.clone()),
+            _ => PutMode::Overwrite,
+        };
+        let put =
+            |mode: PutMode| -> std::result::Result<object_store::PutResult, object_store::Error> {
+                let (client, path) = (Arc::clone(client), path.clone());
+                let payload = PutPayload::from(body.clone());
+                match runtime::block_on(async move {
+                    client
+                        .put_opts(&path, payload, PutOptions::from(mode))
+                        .await
+                }) {
+                    Ok(r) => r,
+                    Err(e) => Err(object_store::Error::Generic {
+                        store: "lock",
+                        source: Box::new(std::io::Error::other(e.to_string())),
+                    }),
+                }
+            };
+        let mut result = put(mode);
+        if matches!(result, Err(object_store::Error::Precondition { .. }))
+            && let Some(unsure) = st.unsure.take()
+        {
+            // A write of this run whose answer was lost may have landed: then
+            // the lock is that body, and this run's still.
+            let (client, p) = (Arc::clone(client), path.clone());
+            let current = runtime::block_on(async move {
+                let r = client.get(&p).await?;
+                let v = UpdateVersion {
+                    e_tag: r.meta.e_tag.clone(),
+                    version: r.meta.version.clone(),
+                };
+                Ok::<_, object_store::Error>((r.bytes().await?, v))
+            });
+            if let Ok(Ok((bytes, v))) = current
+                && bytes.as_ref() == unsure.as_bytes()
+            {
+                result = put(PutMode::Update(v));
+            }
+        }
+        if matches!(result, Err(object_store::Error::NotImplemented { .. })) {
+            st.plain = true;
+            result = put(PutMode::Overwrite);
+        }
+        match result {
+            Ok(r) => {
+                st.tag = r.e_tag.map(|e| UpdateVersion {
+                    e_tag: Some(e),
+                    version: r.version,
+                });
+                st.unsure = None;
+                Ok(())
+            }
+            Err(
+                object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. },
+            ) => Err(LockWriteError::Lost),
+            Err(e) => {
+                st.unsure = Some(body);
+                Err(LockWriteError::Other(e))
+            }
         }
     }
 }
