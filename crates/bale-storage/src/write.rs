@@ -329,7 +329,7 @@ impl Publisher {
             let body = lock_body(&self.run, 0, self.found_claim);
             // Over the very version watched: another --force taking it over
             // at the same time makes one of the two fail here.
-            if let Some(v) = version.filter(|_| conditional) {
+            if let Some(v) = version.filter(|v| conditional && v.e_tag.is_some()) {
                 self.lock_writer.expect(v);
             }
             self.write_lock(body).map_err(|_| StorageError::Exists {
