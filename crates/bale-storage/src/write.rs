@@ -308,10 +308,10 @@ impl Publisher {
             // --force takes over the lock of a run that ended without
             // releasing it (SIGKILL), never that of a live run, which
             // refreshes it every LOCK_BEAT.
-            let before = self.get_lock_tagged()?;
+            let before = self.seen_lock()?;
             std::thread::sleep(LOCK_STALE);
-            let now = self.get_lock_tagged()?;
-            if now.as_ref().map(|(b, _)| b) != before.as_ref().map(|(b, _)| b) {
+            let now = self.seen_lock()?;
+            if now.as_ref().map(|l| &l.bytes) != before.as_ref().map(|l| &l.bytes) {
                 return Err(StorageError::Exists {
                     url: self.store.url().to_owned(),
                     what: format!(
@@ -323,14 +323,13 @@ impl Publisher {
             // The killed run's claim carries over: what it left stays
             // marked if this run stops before it has cleared it. Its last
             // refresh dates what it can have written.
-            self.found_at = self.lock_written_at()?;
-            let (before, version) = before.unzip();
-            self.inherit_claim(before.as_deref().is_some_and(lock_claimed));
+            self.found_at = now.as_ref().map(|l| l.at);
+            self.inherit_claim(now.as_ref().is_some_and(|l| lock_claimed(&l.bytes)));
             let body = lock_body(&self.run, 0, self.found_claim);
             // Over the very version watched: another --force taking it over
             // at the same time makes one of the two fail here.
-            if let Some(v) = version.filter(|v| conditional && v.e_tag.is_some()) {
-                self.lock_writer.expect(v);
+            if let Some(l) = now.filter(|l| conditional && l.version.e_tag.is_some()) {
+                self.lock_writer.expect(l.version);
             }
             self.write_lock(body).map_err(|_| StorageError::Exists {
                 url: self.store.url().to_owned(),
@@ -364,23 +363,10 @@ impl Publisher {
         }
     }
 
-    /// The lock object's bytes and version, `None` when there is none.
-    fn get_lock_tagged(&self) -> Result<Option<(Bytes, UpdateVersion)>> {
-        let path = self.path(LOCK_NAME)?;
-        let client = Arc::clone(&self.client);
-        let got = runtime::block_on(async move {
-            let r = client.get(&path).await?;
-            let version = UpdateVersion {
-                e_tag: r.meta.e_tag.clone(),
-                version: r.meta.version.clone(),
-            };
-            Ok::<_, object_store::Error>((r.bytes().await?, version))
-        })?;
-        match got {
-            Ok(g) => Ok(Some(g)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
-        }
+    /// The lock object as it is now ([`SeenLock`]), `None` when there is none.
+    fn seen_lock(&self) -> Result<Option<SeenLock>> {
+        read_lock(&self.client, &self.path(LOCK_NAME)?)
+            .map_err(|e| from_object_store(&self.url_of(LOCK_NAME), None, e))
     }
 
     /// The lock object's bytes, `None` when there is none.
@@ -443,18 +429,6 @@ impl Publisher {
         StorageError::Exists {
             url: self.store.url().to_owned(),
             what: "another bale run took this prefix over (--force) while this one was writing; nothing of this run was committed, and what it uploaded now belongs to the other run".into(),
-        }
-    }
-
-    /// When the lock object was last written (server time, ms since the
-    /// epoch), `None` when there is none.
-    fn lock_written_at(&self) -> Result<Option<i64>> {
-        let path = self.path(LOCK_NAME)?;
-        let client = Arc::clone(&self.client);
-        match runtime::block_on(async move { client.head(&path).await })? {
-            Ok(meta) => Ok(Some(meta.last_modified.timestamp_millis())),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
         }
     }
 
@@ -568,13 +542,11 @@ impl Publisher {
             }
             self.delete(n)?;
         }
-        for n in &names {
-            if n == MANIFEST || n.starts_with(UPLOAD_MARKER) || n.contains('/') {
-                continue;
-            }
-            if bale_format::is_bale_file_name(n) {
-                self.delete(n)?;
-            }
+        for n in doomed
+            .iter()
+            .filter(|n| *n != MANIFEST && !n.starts_with(UPLOAD_MARKER))
+        {
+            self.delete(n)?;
         }
         // Cleared: from here, undoing the run deletes what it wrote itself.
         self.marks_leftovers.store(false, Ordering::SeqCst);
@@ -625,9 +597,6 @@ impl Publisher {
         }
         self.claimed.store(true, Ordering::SeqCst);
         self.marks_leftovers.store(true, Ordering::SeqCst);
-        if !self.written_names().iter().any(|n| n == LOCK_NAME) {
-            return Ok(());
-        }
         self.write_lock(lock_body(&self.run, 0, true))
     }
 
@@ -636,10 +605,6 @@ impl Publisher {
         self.found_claim = found;
         self.claimed.store(found, Ordering::SeqCst);
         self.marks_leftovers.store(found, Ordering::SeqCst);
-    }
-
-    fn written_names(&self) -> Vec<String> {
-        lock(&self.written).names.clone()
     }
 
     /// Refuses `--force` over a prefix whose manifest `bale index` wrote
@@ -986,10 +951,7 @@ impl Publisher {
         // run wrote meanwhile (even one putting this run's name back) fails it.
         if self.locked.load(Ordering::SeqCst) {
             let _writing = lock(&self.lock_write);
-            let mut body: serde_json::Value =
-                serde_json::from_str(&lock_body(&self.run, 0, true)).unwrap_or_default();
-            body["committing"] = true.into();
-            self.write_lock(body.to_string())?;
+            self.write_lock(lock_body(&self.run, 0, self.claimed.load(Ordering::SeqCst)))?;
         }
         self.put_mode(MANIFEST, manifest, PutMode::Create)?;
         self.committed.store(true, Ordering::SeqCst);
@@ -1172,10 +1134,7 @@ enum LockWriteError {
 impl LockWriter {
     /// Records the result of a write of `body` made outside [`Self::write`].
     fn wrote(&self, r: &object_store::PutResult) {
-        lock(&self.state).tag = r.e_tag.clone().map(|e| UpdateVersion {
-            e_tag: Some(e),
-            version: r.version.clone(),
-        });
+        lock(&self.state).tag = version_of(r);
     }
 
     /// The next write goes over version `v` (a lock this run takes over).
@@ -1204,10 +1163,7 @@ impl LockWriter {
                         .await
                 }) {
                     Ok(r) => r,
-                    Err(e) => Err(object_store::Error::Generic {
-                        store: "lock",
-                        source: Box::new(std::io::Error::other(e.to_string())),
-                    }),
+                    Err(e) => Err(runtime_failure(&e)),
                 }
             };
         let mut result = put(mode);
@@ -1216,19 +1172,10 @@ impl LockWriter {
         {
             // A write of this run whose answer was lost may have landed: then
             // the lock is that body, and this run's still.
-            let (client, p) = (Arc::clone(client), path.clone());
-            let current = runtime::block_on(async move {
-                let r = client.get(&p).await?;
-                let v = UpdateVersion {
-                    e_tag: r.meta.e_tag.clone(),
-                    version: r.meta.version.clone(),
-                };
-                Ok::<_, object_store::Error>((r.bytes().await?, v))
-            });
-            if let Ok(Ok((bytes, v))) = current
-                && bytes.as_ref() == unsure.as_bytes()
+            if let Ok(Some(seen)) = read_lock(client, path)
+                && seen.bytes.as_ref() == unsure.as_bytes()
             {
-                result = put(PutMode::Update(v));
+                result = put(PutMode::Update(seen.version));
             }
         }
         if matches!(result, Err(object_store::Error::NotImplemented { .. })) {
@@ -1237,10 +1184,7 @@ impl LockWriter {
         }
         match result {
             Ok(r) => {
-                st.tag = r.e_tag.map(|e| UpdateVersion {
-                    e_tag: Some(e),
-                    version: r.version,
-                });
+                st.tag = version_of(&r);
                 st.unsure = None;
                 Ok(())
             }
@@ -1253,6 +1197,59 @@ impl LockWriter {
             }
         }
     }
+}
+
+/// A lock object as read: its body, its version, and when it was written
+/// (server time, ms since the epoch).
+struct SeenLock {
+    bytes: Bytes,
+    version: UpdateVersion,
+    at: i64,
+}
+
+/// Reads the lock object at `path`, `None` when there is none.
+fn read_lock(
+    client: &Arc<dyn ObjectStore>,
+    path: &ObjPath,
+) -> std::result::Result<Option<SeenLock>, object_store::Error> {
+    let (client, path) = (Arc::clone(client), path.clone());
+    let got = runtime::block_on(async move {
+        let r = client.get(&path).await?;
+        let version = UpdateVersion {
+            e_tag: r.meta.e_tag.clone(),
+            version: r.meta.version.clone(),
+        };
+        let at = r.meta.last_modified.timestamp_millis();
+        Ok::<_, object_store::Error>(SeenLock {
+            bytes: r.bytes().await?,
+            version,
+            at,
+        })
+    })
+    .map_err(|e| runtime_failure(&e))?;
+    match got {
+        Ok(l) => Ok(Some(l)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A failure of the runtime around a lock request, as a store error (the
+/// lock's requests answer in those).
+fn runtime_failure(e: &StorageError) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "lock",
+        source: Box::new(std::io::Error::other(e.to_string())),
+    }
+}
+
+/// The version a write gave, for the next conditional write over it; `None`
+/// when the store gave no ETag.
+fn version_of(r: &object_store::PutResult) -> Option<UpdateVersion> {
+    r.e_tag.clone().map(|e| UpdateVersion {
+        e_tag: Some(e),
+        version: r.version.clone(),
+    })
 }
 
 /// The part size for a file of `len` bytes: `want`, at least S3's minimum,

@@ -251,9 +251,8 @@ pub fn stage(
     let result = (if default {
         settle_default_target(&target, created)
     } else {
-        Ok(())
+        fs::canonicalize(&target).map_err(|e| io_error(&target, e))
     })
-    .and_then(|()| fs::canonicalize(&target).map_err(|e| io_error(&target, e)))
     .and_then(|canonical| refuse_nested(&src, &canonical, &target))
     .and_then(|()| {
         let run = Run {
@@ -340,7 +339,8 @@ fn make_default_root() -> Result<()> {
 /// `rwxr-xr-x` whatever the umask, and the place is checked again, now that
 /// it exists: neither it nor [`DEFAULT_ROOT`] may have been swapped for a
 /// symlink meanwhile (the copy must land in `/dev/shm`'s own folder).
-fn settle_default_target(target: &Path, created: bool) -> Result<()> {
+/// Returns the target's canonical path.
+fn settle_default_target(target: &Path, created: bool) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     if created {
         fs::set_permissions(target, fs::Permissions::from_mode(0o755))
@@ -365,7 +365,7 @@ fn settle_default_target(target: &Path, created: bool) -> Result<()> {
             kind: StageErrorKind::NotStagingFolder,
         });
     }
-    Ok(())
+    Ok(got)
 }
 
 /// Refuses the default place of a copy ([`DEFAULT_ROOT`] or the folder in
