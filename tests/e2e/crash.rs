@@ -504,7 +504,7 @@ fn sigkill_of_merge_is_put_right_by_the_next_merge() {
         "{total} files: too few for kills inside the merge"
     );
     let mut problems = Vec::new();
-    let mut journals = 0;
+    let (mut journals, mut hinted) = (0, 0);
     for k in 0..8usize {
         if k > 0 {
             let _ = fs::remove_dir_all(&out);
@@ -520,6 +520,17 @@ fn sigkill_of_merge_is_put_right_by_the_next_merge() {
         eprintln!("{case}");
         if journal {
             journals += 1;
+            // A part whose files the killed merge moved says how to get
+            // them back.
+            for p in [&p0, &p1] {
+                let o = bale_bounded(&["verify".as_ref(), p.as_os_str()]);
+                if o.status.is_some_and(|s| !s.success()) {
+                    hinted += 1;
+                    if !o.stderr_text().contains("run the same merge again") {
+                        problems.push(format!("{case}: verify of a part: {}", o.describe()));
+                    }
+                }
+            }
             if journals == 1 {
                 // As a merge killed while it wrote its manifest leaves it.
                 fs::write(out.join(".bale-tmp-999999-bale.json"), b"{").unwrap();
@@ -563,6 +574,7 @@ fn sigkill_of_merge_is_put_right_by_the_next_merge() {
         journals > 0,
         "no kill fell inside the moves: the test did not test recovery"
     );
+    assert!(hinted > 0, "no part was missing a file after a kill");
 }
 
 /// `bale merge` stopped with SIGTERM while it moves files moves them back:

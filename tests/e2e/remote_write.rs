@@ -979,3 +979,144 @@ fn assert_same_tars(s: &Seaweed, url: &str, dir: &Path) {
         assert!(object_bytes(&store, &name) == bytes, "{url}/{name}");
     }
 }
+
+/// A TCP relay on 127.0.0.1 in front of the test server that holds every
+/// request whose bytes hold `pattern` (a request line) until the test
+/// releases it, the requests after it on that connection with it.
+struct Gate {
+    port: u16,
+    held: std::sync::Arc<(
+        std::sync::Mutex<Vec<std::sync::mpsc::Sender<()>>>,
+        std::sync::Condvar,
+    )>,
+}
+
+impl Gate {
+    fn start(s: &Seaweed, pattern: Vec<u8>) -> Gate {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let upstream = s.endpoint().trim_start_matches("http://").to_owned();
+        let held: std::sync::Arc<(std::sync::Mutex<Vec<_>>, std::sync::Condvar)> =
+            std::sync::Arc::default();
+        let gate_held = std::sync::Arc::clone(&held);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_in, mut c_out) = (server, client);
+                let (pattern, held) = (pattern.clone(), std::sync::Arc::clone(&gate_held));
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 1 << 16];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if buf[..n].windows(pattern.len()).any(|w| w == pattern) {
+                            let (tx, rx) = std::sync::mpsc::channel();
+                            held.0.lock().unwrap().push(tx);
+                            held.1.notify_all();
+                            let _ = rx.recv();
+                        }
+                        if s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Gate { port, held }
+    }
+
+    /// The storage options of [`Seaweed::cli_options`], through this relay.
+    fn cli_options(&self, s: &Seaweed) -> Vec<String> {
+        s.cli_options()
+            .into_iter()
+            .map(|a| {
+                if a.starts_with("aws_endpoint_url=") {
+                    format!("aws_endpoint_url=http://127.0.0.1:{}", self.port)
+                } else {
+                    a
+                }
+            })
+            .collect()
+    }
+
+    /// Waits until `n` requests have been held.
+    fn wait_held(&self, n: usize, within: Duration) {
+        let (m, cv) = &*self.held;
+        let (g, timeout) = cv
+            .wait_timeout_while(m.lock().unwrap(), within, |h| h.len() < n)
+            .unwrap();
+        assert!(!timeout.timed_out(), "{} of {n} requests held", g.len());
+    }
+
+    /// Lets the `i`th held request (from 0) go on.
+    fn release(&self, i: usize) {
+        self.held.0.lock().unwrap()[i].send(()).unwrap();
+    }
+}
+
+#[test]
+fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
+    // A run's refreshes of its lock stop before its manifest: a manifest PUT
+    // in flight for longer than --force watches a lock (7 s) lets another run
+    // take the prefix over and delete the first run's shards. Held here by
+    // a relay: the first run's bale.json goes out only after the second
+    // (--force) cleared the prefix and sent its own. The first run must
+    // withdraw its manifest and fail; the second must commit a whole dataset.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(300, &[]);
+    let other = t.path().join("other");
+    random_tree(&other, 200);
+    let b = bucket(s, "window");
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(s, format!("PUT /{b}/ds/bale.json ").into_bytes());
+    let run = |src: &Path, force: bool| {
+        let mut args: Vec<String> = vec!["pack".into(), "-q".into()];
+        if force {
+            args.push("--force".into());
+        }
+        args.extend(["-o".into(), url.clone(), src.to_str().unwrap().to_owned()]);
+        args.extend(gate.cli_options(s));
+        Running::start(&mut bale_cmd(&args))
+    };
+    let first = run(&tree, false);
+    gate.wait_held(1, Duration::from_secs(120));
+    let second = run(&other, true);
+    gate.wait_held(2, Duration::from_secs(120));
+    gate.release(0);
+    let o = first.finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("withdrew its bale.json"),
+        "{}",
+        text(&o)
+    );
+    gate.release(1);
+    let o = second.finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    // What the prefix holds is the second run's dataset, whole.
+    let o = bale(s, &["verify", &url]);
+    assert!(o.status.success(), "{}", text(&o));
+    let ds = Dataset::options()
+        .storage_options(options(s))
+        .open(&url)
+        .unwrap();
+    assert_eq!(ds.len(), 200);
+    let (objects, uploads) = listing(s, &b, "ds");
+    assert!(
+        !objects.iter().any(|n| n.starts_with(".bale-tmp")) && uploads.is_empty(),
+        "{objects:?} {uploads:?}"
+    );
+}

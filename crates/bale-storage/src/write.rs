@@ -17,7 +17,9 @@
 //!   temporary prefix while it is open, so that a rerun with `force` can
 //!   abort it even after the first run was killed with SIGKILL.
 //! - **`bale.json` last**, as the commit point ([`Publisher::commit`]): a
-//!   reader never sees a manifest naming a missing or partial object.
+//!   reader never sees a manifest naming a missing or partial object. A
+//!   manifest whose PUT landed after another run took the prefix over (the
+//!   lock read again is not this run's last version) is withdrawn.
 //! - **Failure undoes the run.** Dropped (or [`Publisher::abort`]ed) without
 //!   a commit, the publisher aborts its open uploads and deletes every
 //!   object it wrote, markers and lock included.
@@ -749,10 +751,12 @@ impl Publisher {
     /// # Errors
     /// Request errors, naming the object's URL.
     pub fn put(&self, name: &str, bytes: Bytes) -> Result<()> {
-        self.put_mode(name, bytes, PutMode::Overwrite)
+        self.put_mode(name, bytes, PutMode::Overwrite).map(|_| ())
     }
 
-    fn put_mode(&self, name: &str, bytes: Bytes, mode: PutMode) -> Result<()> {
+    /// Writes `bytes` as object `name` in mode `mode`; returns the ETag the
+    /// store gave it, when it gave one.
+    fn put_mode(&self, name: &str, bytes: Bytes, mode: PutMode) -> Result<Option<String>> {
         if name != LOCK_NAME {
             self.check_not_lost()?;
         }
@@ -766,7 +770,7 @@ impl Publisher {
                 .put_opts(&path, payload, PutOptions::from(mode))
                 .await
         })? {
-            Ok(_) => Ok(()),
+            Ok(r) => Ok(r.e_tag),
             // A store without conditional PUTs (the lock is then a mark
             // only): the object must still be absent, checked by a HEAD.
             Err(object_store::Error::NotImplemented { .. }) if create => {
@@ -953,10 +957,63 @@ impl Publisher {
             let _writing = lock(&self.lock_write);
             self.write_lock(lock_body(&self.run, 0, self.claimed.load(Ordering::SeqCst)))?;
         }
-        self.put_mode(MANIFEST, manifest, PutMode::Create)?;
+        let e_tag = self.put_mode(MANIFEST, manifest.clone(), PutMode::Create)?;
+        // The manifest's PUT may have been in flight for longer than --force
+        // elsewhere watches a lock (its refreshes stopped above): another run
+        // may have taken the prefix over meanwhile and deleted this run's
+        // shards. Then the manifest would name what is gone, so it goes.
+        if self.locked.load(Ordering::SeqCst) && !self.still_holds_lock() {
+            self.lost.store(true, Ordering::SeqCst);
+            let withdrawn = self.withdraw_manifest(&manifest, e_tag.as_deref());
+            return Err(StorageError::Exists {
+                url: self.store.url().to_owned(),
+                what: if withdrawn {
+                    format!(
+                        "another bale run took this prefix over (--force) while this run's {MANIFEST} was being written; this run withdrew its {MANIFEST}, so nothing of it is committed"
+                    )
+                } else {
+                    format!(
+                        "another bale run took this prefix over (--force) while this run's {MANIFEST} was being written, and this run could not withdraw it: its {MANIFEST} may name objects the other run deleted; check with `bale verify {}`",
+                        self.store.url()
+                    )
+                },
+            });
+        }
         self.committed.store(true, Ordering::SeqCst);
         let _ = self.delete(LOCK_NAME);
         Ok(())
+    }
+
+    /// Whether the lock object is still the one this run wrote last (read
+    /// again; a lock that cannot be read counts as held, as before the check).
+    fn still_holds_lock(&self) -> bool {
+        match self.seen_lock() {
+            Ok(Some(l)) => self.lock_writer.is_current(&l, &self.run),
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+
+    /// Deletes the manifest this run wrote (`ours`, stored with `e_tag`)
+    /// while it is still that one. Returns whether it is gone.
+    fn withdraw_manifest(&self, ours: &Bytes, e_tag: Option<&str>) -> bool {
+        let Ok(path) = self.path(MANIFEST) else {
+            return false;
+        };
+        let client = Arc::clone(&self.client);
+        let seen = runtime::block_on(async move {
+            let r = client.get(&path).await?;
+            let tag = r.meta.e_tag.clone();
+            Ok::<_, object_store::Error>((tag, r.bytes().await?))
+        });
+        match seen {
+            Ok(Ok((tag, bytes))) => {
+                let same = bytes == *ours && (e_tag.is_none() || tag.as_deref() == e_tag);
+                same && self.delete(MANIFEST).is_ok()
+            }
+            Ok(Err(object_store::Error::NotFound { .. })) => true,
+            _ => false,
+        }
     }
 
     /// Undoes the run, unless it committed: aborts its open uploads and
@@ -1135,6 +1192,21 @@ impl LockWriter {
     /// Records the result of a write of `body` made outside [`Self::write`].
     fn wrote(&self, r: &object_store::PutResult) {
         lock(&self.state).tag = version_of(r);
+    }
+
+    /// Whether `seen` is the lock as this run wrote it last: the same
+    /// version where the store gives ETags, else a body naming `run`.
+    fn is_current(&self, seen: &SeenLock, run: &str) -> bool {
+        let st = lock(&self.state);
+        match (&st.tag, &seen.version.e_tag) {
+            (
+                Some(UpdateVersion {
+                    e_tag: Some(mine), ..
+                }),
+                Some(theirs),
+            ) if !st.plain => mine == theirs,
+            _ => lock_owner(&seen.bytes).as_deref() == Some(run),
+        }
     }
 
     /// The next write goes over version `v` (a lock this run takes over).

@@ -159,10 +159,31 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     if !args.quiet {
         eprintln!("{}", summary(dir, &report, start.elapsed().as_secs_f64()));
     }
+    if let Some(hint) = manifest.as_ref().and_then(|m| part_hint(m, &problems)) {
+        eprintln!("{hint}");
+    }
     Ok(if errors == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    })
+}
+
+/// What to do when files of a part (`bale pack --part I/N`) are missing:
+/// `bale merge` moves a part's files into its output, and a merge that was
+/// killed leaves them there, with a journal that a rerun reads.
+fn part_hint(
+    m: &bale_format::Manifest,
+    problems: &[bale_format::verify::Problem],
+) -> Option<String> {
+    let part = m.created_by.options.get("part")?;
+    let (index, count) = (part.get("index")?.as_u64()?, part.get("count")?.as_u64()?);
+    let missing = problems.iter().any(|p| p.what.ends_with("is missing"));
+    (m.created_by.command == "pack" && missing).then(|| {
+        format!(
+            "hint: this is part {index} of {count} (`bale pack --part {index}/{count}`); `bale merge` moves a part's files into its output, and a merge that was interrupted leaves them there beside its journal ({}): run the same merge again to put them back, or to finish it",
+            bale_pack::JOURNAL_NAME
+        )
     })
 }
 
