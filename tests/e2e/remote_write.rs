@@ -1120,3 +1120,65 @@ fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
         "{objects:?} {uploads:?}"
     );
 }
+
+#[test]
+fn a_local_index_of_tars_in_a_bucket_converts_benches_and_names_a_missing_tar() {
+    // `bale index -o DIR URL...` writes a manifest that names its shards by
+    // URL: every command that reads shards reads them through the storage
+    // options, and one that cannot copy them says what to do instead.
+    let s = Seaweed::shared();
+    let (t, _tree, local) = tree_and_local(300, &["--shard-samples", "100"]);
+    let b = bucket(s, "urlshards");
+    let mut urls = Vec::new();
+    for (name, _) in snapshot(&local) {
+        if name.ends_with(".tar") {
+            s.put_file(&local.join(&name), &b, &format!("wds/{name}"))
+                .unwrap();
+            urls.push(format!("s3://{b}/wds/{name}"));
+        }
+    }
+    let idx = t.path().join("idx");
+    let i = idx.to_str().unwrap();
+    let mut args = vec!["index", "-q", "-o", i];
+    args.extend(urls.iter().map(String::as_str));
+    let o = bale(s, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    let conv = t.path().join("conv");
+    let o = bale(s, &["convert", "-q", "-o", conv.to_str().unwrap(), i]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        samples_of(&Dataset::open(&conv).unwrap()),
+        samples_of(&Dataset::open(&local).unwrap())
+    );
+    let o = bale(s, &["bench", i, "--budget", "0.2", "--threads", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let staged = t.path().join("staged");
+    refused(
+        s,
+        &["stage", i, "--to", staged.to_str().unwrap()],
+        &["a file in object storage", "bale convert"],
+    );
+    assert!(!staged.exists());
+    // A tar gone from the bucket is named, with what happened to it.
+    s.delete(&b, "wds/shard-000001.tar").unwrap();
+    let conv2 = t.path().join("conv2");
+    for args in [
+        vec!["convert", "-q", "-o", conv2.to_str().unwrap(), i],
+        vec!["bench", i, "--budget", "0.2", "--threads", "1"],
+    ] {
+        refused(
+            s,
+            &args,
+            &[&format!("s3://{b}/wds/shard-000001.tar does not exist")],
+        );
+    }
+    let o = bale(s, &["verify", "--quick", i]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!(
+            "s3://{b}/wds/shard-000001.tar: shard file is missing"
+        )),
+        "{}",
+        text(&o)
+    );
+}

@@ -2,7 +2,6 @@
 
 use crate::read_at::ReadAt;
 use std::cell::RefCell;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::error::{FormatError, Result};
@@ -228,12 +227,21 @@ pub fn verify_member(path: &Path, key: &str, m: &MemberEntry<'_>, data: &[u8]) -
     Ok(())
 }
 
-/// A shard file opened for random access, with its index.
-#[derive(Debug)]
+/// A shard file opened for random access, with its index. The shard may be
+/// a URL (read through the storage layer, see [`crate::read_at::open`]).
 pub struct ShardReader {
-    file: File,
+    file: Box<dyn ReadAt>,
     path: PathBuf,
     index: ShardIndex,
+}
+
+impl std::fmt::Debug for ShardReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardReader")
+            .field("path", &self.path)
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One sample read by [`ShardReader::read`]: its key and members.
@@ -264,11 +272,7 @@ impl ShardReader {
     pub fn open(shard: impl AsRef<Path>, index: impl AsRef<Path>) -> Result<Self> {
         let path = shard.as_ref().to_path_buf();
         let index = ShardIndex::open(index)?;
-        let file = crate::files::open_regular(&path)?;
-        let len = file
-            .metadata()
-            .map_err(|e| FormatError::io(&path, e))?
-            .len();
+        let (file, len) = crate::read_at::open(&path)?;
         if len != index.shard_len() {
             return Err(FormatError::Truncated {
                 path,

@@ -67,9 +67,10 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// Options for an output in object storage (`-o s3://bucket/prefix`:
+    /// Options for object storage: an output there (`-o s3://bucket/prefix`:
     /// the shards are written to a local spool, then uploaded, `bale.json`
-    /// last).
+    /// last), and a source whose manifest names its shards by URL (`bale
+    /// index` of tars in a bucket).
     #[command(flatten)]
     pub storage: super::storage::StorageArgs,
 

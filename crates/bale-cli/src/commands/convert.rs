@@ -59,6 +59,9 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         bale_format::shown(&args.source),
         bale_format::shown(&args.source)
     );
+    // A source whose shards are URLs (`bale index` of tars in a bucket)
+    // reads them through these options.
+    args.storage.options()?;
     // The source is checked before the output is taken: one that cannot be
     // read fails before --force removes anything, and the objects it reads
     // are never removed.

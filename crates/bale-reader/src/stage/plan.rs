@@ -68,6 +68,12 @@ impl Plan {
         let mut shard_bytes = 0u64;
         for (i, e) in manifest.shards.iter().enumerate() {
             for f in [&e.file, &e.index] {
+                if bale_storage::is_url(Path::new(f)) {
+                    return Err(bad(format!(
+                        "its manifest names {f}, a file in object storage (`bale index` of tars in a bucket); bale stage copies a dataset whose files are beside its manifest: convert it to one first (`bale convert {} -o DIR`), or index the tars into their own prefix (`bale index -o URL_OF_THAT_PREFIX ...`) and stage that URL",
+                        shown(src)
+                    )));
+                }
                 if !is_plain_relative(f) {
                     return Err(bad(format!(
                         "its manifest names {f:?}, a file outside the dataset directory"

@@ -189,7 +189,10 @@ impl Opened {
         anyhow::ensure!(meta.is_dir(), "{} is not a directory", path.display());
         let ram_backed = is_ram_backed(path);
         if Manifest::path_in(path).exists() {
-            let ds = Dataset::open(path)
+            // Its shards may be URLs (`bale index` of tars in a bucket).
+            let ds = Dataset::options()
+                .storage_options(storage.clone())
+                .open(path)
                 .with_context(|| format!("cannot open dataset {}", path.display()))?;
             let (shards, bytes) = shard_totals(path)?;
             Ok(Opened {
@@ -226,9 +229,14 @@ fn dataset_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mpath = Manifest::path_in(dir);
     let m = Manifest::read(dir)?;
     let mut v = vec![mpath];
+    // The local files only: a shard in object storage has no pages here.
     for s in &m.shards {
-        v.push(dir.join(&s.file));
-        v.push(dir.join(&s.index));
+        for f in [&s.file, &s.index] {
+            let p = Manifest::resolve(dir, f);
+            if !bale_storage::is_url(&p) {
+                v.push(p);
+            }
+        }
     }
     Ok(v)
 }
