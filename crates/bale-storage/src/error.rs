@@ -244,6 +244,19 @@ fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
         }
         source = s.source();
     }
+    // A key or a server's message may hold control characters (an object
+    // named with a newline): shown escaped, never raw on a terminal.
+    if text.chars().any(char::is_control) {
+        let mut shown = String::with_capacity(text.len() + 8);
+        for c in text.chars() {
+            if c.is_control() {
+                shown.extend(c.escape_default());
+            } else {
+                shown.push(c);
+            }
+        }
+        text = shown;
+    }
     text
 }
 
@@ -338,6 +351,17 @@ mod tests {
         let what = plain_what(refused, None);
         assert!(what.contains("error sending request"), "{what}");
         assert!(what.contains("3 retries"), "{what}");
+    }
+
+    #[test]
+    fn a_key_with_control_characters_is_shown_escaped() {
+        // What listing a prefix answers when it holds an object whose key
+        // has a newline (`aws s3 cp x $'s3://b/ds/vic\ntim'`).
+        let source = object_store::path::Path::parse("ds/vic\ntim\x1b[2J").unwrap_err();
+        let e = object_store::Error::InvalidPath { source };
+        let text = from_object_store("s3://b/ds", None, e).to_string();
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains("vic\\ntim\\u{1b}[2J"), "{text}");
     }
 
     #[test]

@@ -535,7 +535,13 @@ impl Publisher {
             }
         }
         for n in names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)) {
-            let bytes = self.get(n)?;
+            // A marker gone since the listing was removed with its upload
+            // (by the run that wrote it, ending).
+            let bytes = match self.get(n) {
+                Ok(b) => b,
+                Err(StorageError::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
             // The marker itself says bale opened the upload, whatever its
             // name: abort it (on stores without a listing of open uploads,
             // nothing else could find it again).
