@@ -1182,3 +1182,37 @@ fn a_local_index_of_tars_in_a_bucket_converts_benches_and_names_a_missing_tar() 
         text(&o)
     );
 }
+
+#[test]
+fn a_manifest_another_wrote_during_the_run_is_left_as_it_is() {
+    // A bale.json that appears while a run writes (someone's own upload,
+    // outside bale's lock) makes the run's create of its manifest fail:
+    // undoing the run must not delete that object, which is not the run's.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(1500, SHARDS);
+    let b = bucket(s, "theirs");
+    let url = format!("s3://{b}/ds");
+    let mut run = pack_until(s, &tree, &url, SHARDS, "shard-000000.tar")
+        .expect("the pack ended before it could be stopped");
+    signal(&mut run, libc::SIGSTOP);
+    let theirs = t.path().join("theirs.json");
+    std::fs::write(&theirs, br#"{"written": "by someone else"}"#).unwrap();
+    s.put_file(&theirs, &b, "ds/bale.json").unwrap();
+    signal(&mut run, libc::SIGCONT);
+    let o = run.finish_within(Duration::from_secs(300));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("another run wrote it meanwhile"),
+        "{}",
+        text(&o)
+    );
+    let store = Store::open(&url, &options(s)).unwrap();
+    assert_eq!(
+        object_bytes(&store, "bale.json"),
+        br#"{"written": "by someone else"}"#
+    );
+    // Everything of the run's own is gone.
+    let (objects, uploads) = listing(s, &b, "ds");
+    assert_eq!(objects, ["bale.json"], "{uploads:?}");
+    assert!(uploads.is_empty(), "{uploads:?}");
+}

@@ -273,6 +273,12 @@ impl Publisher {
         }
     }
 
+    /// Forgets `name`: a create the store refused, so the object there is
+    /// another's, never to be deleted when this run is undone.
+    fn unrecord(&self, name: &str) {
+        lock(&self.written).names.retain(|n| n != name);
+    }
+
     fn url_of(&self, name: &str) -> String {
         format!("{}/{name}", self.store.url())
     }
@@ -781,20 +787,26 @@ impl Publisher {
             // only): the object must still be absent, checked by a HEAD.
             Err(object_store::Error::NotImplemented { .. }) if create => {
                 match self.store.object(name)?.head() {
-                    Ok(_) => Err(StorageError::Exists {
-                        url: self.url_of(name),
-                        what: "another run wrote it meanwhile".into(),
-                    }),
+                    Ok(_) => {
+                        self.unrecord(name);
+                        Err(StorageError::Exists {
+                            url: self.url_of(name),
+                            what: "another run wrote it meanwhile".into(),
+                        })
+                    }
                     Err(StorageError::NotFound { .. }) => {
                         self.put_mode(name, bytes, PutMode::Overwrite)
                     }
                     Err(e) => Err(e),
                 }
             }
-            Err(object_store::Error::AlreadyExists { .. }) => Err(StorageError::Exists {
-                url: self.url_of(name),
-                what: "another run wrote it meanwhile".into(),
-            }),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                self.unrecord(name);
+                Err(StorageError::Exists {
+                    url: self.url_of(name),
+                    what: "another run wrote it meanwhile".into(),
+                })
+            }
             Err(e) => Err(from_object_store(&self.url_of(name), None, e)),
         }
     }
@@ -1053,11 +1065,15 @@ impl Publisher {
         if !owner {
             names.retain(|n| n.starts_with(UPLOAD_MARKER));
         }
-        // Objects before markers, the lock last.
-        let mut order: Vec<&String> = names
-            .iter()
-            .filter(|n| !n.starts_with(UPLOAD_MARKER) && *n != LOCK_NAME)
-            .collect();
+        // The manifest first (a PUT whose answer was lost may have landed:
+        // it must never outlive a shard it names), then the objects, then
+        // the markers, the lock last.
+        let mut order: Vec<&String> = names.iter().filter(|n| *n == MANIFEST).collect();
+        order.extend(
+            names
+                .iter()
+                .filter(|n| !n.starts_with(UPLOAD_MARKER) && *n != LOCK_NAME && *n != MANIFEST),
+        );
         order.extend(names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)));
         order.extend(names.iter().filter(|n| *n == LOCK_NAME));
         for n in order {
