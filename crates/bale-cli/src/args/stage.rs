@@ -21,7 +21,7 @@ pub struct StageArgs {
     /// The dataset directory to copy.
     #[arg(value_name = "DATASET")]
     pub path: PathBuf,
-    /// Where to put the copy (default: /dev/shm/bale/<name>-<first 12 hex digits of the manifest's xxh3>).
+    /// Where to put the copy (default: /dev/shm/bale/<name>-<first 12 hex digits of the manifest's xxh3>; /dev/shm/bale-<uid>/... when another user has /dev/shm/bale).
     #[arg(long, value_name = "DIR")]
     pub to: Option<PathBuf>,
     /// Stage into a tmpfs of bale's own, in 2 MiB pages: warm random reads

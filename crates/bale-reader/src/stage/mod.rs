@@ -89,8 +89,34 @@ use copy::{Ctx, Outcome};
 use marker::Marker;
 use plan::{Plan, What};
 
-/// Where staged copies go by default: `<DEFAULT_ROOT>/<name>-<hash>`.
+/// Where staged copies go by default: `<DEFAULT_ROOT>/<name>-<hash>`, or
+/// `<DEFAULT_ROOT>-<uid>/<name>-<hash>` when another user has
+/// `DEFAULT_ROOT` ([`default_root`]).
 pub const DEFAULT_ROOT: &str = "/dev/shm/bale";
+
+/// The folder default copies go in: [`DEFAULT_ROOT`], or on a machine
+/// shared by several users, where another user (root included) made it
+/// first, `DEFAULT_ROOT-<uid>` (`/dev/shm/bale-1000`): theirs is neither
+/// this user's to write in nor safe to copy into.
+pub fn default_root() -> PathBuf {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    root_for(Path::new(DEFAULT_ROOT), unsafe { libc::geteuid() })
+}
+
+/// `base`, or `base-<me>` when another user than `me` has put a folder or a
+/// symlink at `base`. A symlink or an unsafe folder of `me`'s own stays
+/// `base`, for [`refuse_unsafe_place`] to refuse with its reason.
+fn root_for(base: &Path, me: u32) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    match fs::symlink_metadata(base) {
+        Ok(m) if m.uid() != me && (m.is_dir() || m.file_type().is_symlink()) => {
+            let mut own = base.as_os_str().to_owned();
+            own.push(format!("-{me}"));
+            PathBuf::from(own)
+        }
+        _ => base.to_path_buf(),
+    }
+}
 
 /// How [`stage`] copies; `StageOptions::default()` gives the defaults each
 /// field documents.
@@ -235,13 +261,13 @@ pub fn stage(
             let name = src
                 .file_name()
                 .map_or_else(|| "dataset".into(), |n| n.to_string_lossy().into_owned());
-            Path::new(DEFAULT_ROOT).join(format!("{name}-{}", &hash[..12]))
+            default_root().join(format!("{name}-{}", &hash[..12]))
         }
     };
     refuse_nested(&src, &normalized(&target), &target)?;
     let default = options.to.is_none();
     if default {
-        make_default_root()?;
+        make_default_root(target.parent().unwrap_or(&target))?;
         refuse_unsafe_place(&target)?;
     }
     let mut plan = Plan::new(&src, &manifest, manifest_bytes.len() as u64)?;
@@ -320,11 +346,11 @@ fn no_mount_needed(
     }
 }
 
-/// Makes [`DEFAULT_ROOT`] when it is missing, `rwxr-xr-x` whatever the
-/// umask, and refuses it when it is not safe ([`refuse_unsafe_place`]).
-fn make_default_root() -> Result<()> {
+/// Makes the default root ([`default_root`]) when it is missing,
+/// `rwxr-xr-x` whatever the umask, and refuses it when it is not safe
+/// ([`refuse_unsafe_place`]).
+fn make_default_root(root: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let root = Path::new(DEFAULT_ROOT);
     match fs::create_dir(root) {
         Ok(()) => fs::set_permissions(root, fs::Permissions::from_mode(0o755))
             .map_err(|e| io_error(root, e))?,
@@ -337,7 +363,7 @@ fn make_default_root() -> Result<()> {
 
 /// Once the default target is locked: the folder this run made gets
 /// `rwxr-xr-x` whatever the umask, and the place is checked again, now that
-/// it exists: neither it nor [`DEFAULT_ROOT`] may have been swapped for a
+/// it exists: neither it nor the default root may have been swapped for a
 /// symlink meanwhile (the copy must land in `/dev/shm`'s own folder).
 /// Returns the target's canonical path.
 fn settle_default_target(target: &Path, created: bool) -> Result<PathBuf> {
@@ -346,7 +372,7 @@ fn settle_default_target(target: &Path, created: bool) -> Result<PathBuf> {
         fs::set_permissions(target, fs::Permissions::from_mode(0o755))
             .map_err(|e| io_error(target, e))?;
     }
-    let root = Path::new(DEFAULT_ROOT);
+    let root = target.parent().unwrap_or(target);
     refuse_unsafe_place(root)?;
     refuse_unsafe_place(target)?;
     let shm = root.parent().unwrap_or(root);
@@ -368,7 +394,7 @@ fn settle_default_target(target: &Path, created: bool) -> Result<PathBuf> {
     Ok(got)
 }
 
-/// Refuses the default place of a copy ([`DEFAULT_ROOT`] or the folder in
+/// Refuses the default place of a copy ([`default_root`] or the folder in
 /// it) when another user could have put it there or could change it: a
 /// symlink (the copy would land where it points, maybe on a disk), a folder
 /// of another user (root aside), or one every user may write to without

@@ -326,6 +326,38 @@ fn unstage_removes_only_what_bale_wrote() {
 }
 
 #[test]
+fn another_users_default_root_sends_the_copy_to_a_root_of_ones_own() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempfile::tempdir().unwrap();
+    let base = t.path().join("bale");
+    let me = fs::metadata(t.path()).unwrap().uid();
+    let own = t.path().join(format!("bale-{me}"));
+    // Absent, or this user's: the documented place.
+    assert_eq!(super::root_for(&base, me), base);
+    fs::create_dir(&base).unwrap();
+    assert_eq!(super::root_for(&base, me), base);
+    // Seen by another user (the folder is not theirs): their own.
+    assert_eq!(
+        super::root_for(&base, me + 1),
+        t.path().join(format!("bale-{}", me + 1))
+    );
+    // A symlink of this user's stays, to be refused with its reason; one of
+    // another user's is passed by.
+    fs::remove_dir(&base).unwrap();
+    std::os::unix::fs::symlink(t.path(), &base).unwrap();
+    assert_eq!(super::root_for(&base, me), base);
+    assert_eq!(
+        super::root_for(&base, me + 1),
+        t.path().join(format!("bale-{}", me + 1))
+    );
+    // A file there is not a folder of anyone's: lock_target names it.
+    fs::remove_file(&base).unwrap();
+    fs::write(&base, b"x").unwrap();
+    assert_eq!(super::root_for(&base, me + 1), base);
+    assert!(!own.exists());
+}
+
+#[test]
 fn the_default_place_is_refused_when_another_user_could_redirect_the_copy() {
     use std::os::unix::fs::PermissionsExt;
     let t = tempfile::tempdir().unwrap();
