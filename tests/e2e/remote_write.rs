@@ -980,11 +980,26 @@ fn assert_same_tars(s: &Seaweed, url: &str, dir: &Path) {
     }
 }
 
-/// A TCP relay on 127.0.0.1 in front of the test server that holds every
-/// request whose bytes hold `pattern` (a request line) until the test
-/// releases it, the requests after it on that connection with it.
+/// What a [`Gate`] does to the requests it matches.
+#[derive(Clone, Copy, PartialEq)]
+enum GateDoes {
+    /// Holds the request until the test releases it: it lands late.
+    HoldRequest,
+    /// Forwards the request (it lands) and holds the answer until the test
+    /// releases it.
+    HoldAnswer,
+    /// Forwards the request (it lands), then answers 503 in the server's
+    /// stead and closes the connection: an answer lost after the fact.
+    LoseAnswer,
+}
+
+/// A TCP relay on 127.0.0.1 in front of the test server that acts on the
+/// first `times` requests whose bytes hold `pattern` (a request line), as
+/// `does` says; everything else passes through.
 struct Gate {
     port: u16,
+    /// How many of its `times` it has acted.
+    acted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     held: std::sync::Arc<(
         std::sync::Mutex<Vec<std::sync::mpsc::Sender<()>>>,
         std::sync::Condvar,
@@ -992,15 +1007,26 @@ struct Gate {
 }
 
 impl Gate {
-    fn start(s: &Seaweed, pattern: Vec<u8>) -> Gate {
+    fn start(s: &Seaweed, pattern: Vec<u8>, does: GateDoes, times: usize) -> Gate {
         use std::io::{Read, Write};
         use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::{Arc, Condvar, Mutex, mpsc};
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let upstream = s.endpoint().trim_start_matches("http://").to_owned();
-        let held: std::sync::Arc<(std::sync::Mutex<Vec<_>>, std::sync::Condvar)> =
-            std::sync::Arc::default();
-        let gate_held = std::sync::Arc::clone(&held);
+        let held: Arc<(Mutex<Vec<mpsc::Sender<()>>>, Condvar)> = Arc::default();
+        let gate_held = Arc::clone(&held);
+        let left = Arc::new(AtomicUsize::new(times));
+        let acted = Arc::new(AtomicUsize::new(0));
+        let gate_acted = Arc::clone(&acted);
+        // Waits for the test's release, once it knows of this hold.
+        let hold = move |held: &(Mutex<Vec<mpsc::Sender<()>>>, Condvar)| {
+            let (tx, rx) = mpsc::channel();
+            held.0.lock().unwrap().push(tx);
+            held.1.notify_all();
+            let _ = rx.recv();
+        };
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -1010,18 +1036,30 @@ impl Gate {
                 let (mut c_in, mut s_out) =
                     (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let (mut s_in, mut c_out) = (server, client);
-                let (pattern, held) = (pattern.clone(), std::sync::Arc::clone(&gate_held));
+                // Set before a matched request goes out: its answer is next.
+                let answer = Arc::new(AtomicBool::new(false));
+                let (pattern, left, acted) =
+                    (pattern.clone(), Arc::clone(&left), Arc::clone(&gate_acted));
+                let (held, answer_in) = (Arc::clone(&gate_held), Arc::clone(&answer));
                 std::thread::spawn(move || {
                     let mut buf = vec![0u8; 1 << 16];
                     while let Ok(n) = c_in.read(&mut buf) {
                         if n == 0 {
                             break;
                         }
-                        if buf[..n].windows(pattern.len()).any(|w| w == pattern) {
-                            let (tx, rx) = std::sync::mpsc::channel();
-                            held.0.lock().unwrap().push(tx);
-                            held.1.notify_all();
-                            let _ = rx.recv();
+                        let matched = buf[..n].windows(pattern.len()).any(|w| w == pattern)
+                            && left
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| {
+                                    l.checked_sub(1)
+                                })
+                                .is_ok();
+                        if matched {
+                            acted.fetch_add(1, Ordering::SeqCst);
+                            if does == GateDoes::HoldRequest {
+                                hold(&held);
+                            } else {
+                                answer_in.store(true, Ordering::SeqCst);
+                            }
                         }
                         if s_out.write_all(&buf[..n]).is_err() {
                             break;
@@ -1029,13 +1067,32 @@ impl Gate {
                     }
                     let _ = s_out.shutdown(std::net::Shutdown::Write);
                 });
+                let held = Arc::clone(&gate_held);
                 std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let mut buf = vec![0u8; 1 << 16];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if answer.swap(false, Ordering::SeqCst) {
+                            if does == GateDoes::LoseAnswer {
+                                let _ = c_out.write_all(
+                                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                                );
+                                break;
+                            }
+                            hold(&held);
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
                     let _ = c_out.shutdown(std::net::Shutdown::Both);
+                    let _ = s_in.shutdown(std::net::Shutdown::Both);
                 });
             }
         });
-        Gate { port, held }
+        Gate { port, acted, held }
     }
 
     /// The storage options of [`Seaweed::cli_options`], through this relay.
@@ -1052,19 +1109,34 @@ impl Gate {
             .collect()
     }
 
-    /// Waits until `n` requests have been held.
+    /// Waits until `n` requests or answers have been held.
     fn wait_held(&self, n: usize, within: Duration) {
         let (m, cv) = &*self.held;
         let (g, timeout) = cv
             .wait_timeout_while(m.lock().unwrap(), within, |h| h.len() < n)
             .unwrap();
-        assert!(!timeout.timed_out(), "{} of {n} requests held", g.len());
+        assert!(!timeout.timed_out(), "{} of {n} held", g.len());
     }
 
-    /// Lets the `i`th held request (from 0) go on.
+    /// Lets the `i`th held request or answer (from 0) go on.
     fn release(&self, i: usize) {
         self.held.0.lock().unwrap()[i].send(()).unwrap();
     }
+}
+
+/// `bale pack -q [--force] SRC -o URL` through `gate`, running.
+fn pack_through(s: &Seaweed, gate: &Gate, src: &Path, url: &str, force: bool) -> Running {
+    let mut args: Vec<String> = vec!["pack".into(), "-q".into()];
+    if force {
+        args.push("--force".into());
+    }
+    args.extend([
+        "-o".into(),
+        url.to_owned(),
+        src.to_str().unwrap().to_owned(),
+    ]);
+    args.extend(gate.cli_options(s));
+    Running::start(&mut bale_cmd(&args))
 }
 
 #[test]
@@ -1081,19 +1153,15 @@ fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
     random_tree(&other, 200);
     let b = bucket(s, "window");
     let url = format!("s3://{b}/ds");
-    let gate = Gate::start(s, format!("PUT /{b}/ds/bale.json ").into_bytes());
-    let run = |src: &Path, force: bool| {
-        let mut args: Vec<String> = vec!["pack".into(), "-q".into()];
-        if force {
-            args.push("--force".into());
-        }
-        args.extend(["-o".into(), url.clone(), src.to_str().unwrap().to_owned()]);
-        args.extend(gate.cli_options(s));
-        Running::start(&mut bale_cmd(&args))
-    };
-    let first = run(&tree, false);
+    let gate = Gate::start(
+        s,
+        format!("PUT /{b}/ds/bale.json ").into_bytes(),
+        GateDoes::HoldRequest,
+        2,
+    );
+    let first = pack_through(s, &gate, &tree, &url, false);
     gate.wait_held(1, Duration::from_secs(120));
-    let second = run(&other, true);
+    let second = pack_through(s, &gate, &other, &url, true);
     gate.wait_held(2, Duration::from_secs(120));
     gate.release(0);
     let o = first.finish_within(Duration::from_secs(120));
@@ -1215,4 +1283,64 @@ fn a_manifest_another_wrote_during_the_run_is_left_as_it_is() {
     let (objects, uploads) = listing(s, &b, "ds");
     assert_eq!(objects, ["bale.json"], "{uploads:?}");
     assert!(uploads.is_empty(), "{uploads:?}");
+}
+
+#[test]
+fn a_run_never_withdraws_the_same_bytes_another_run_committed() {
+    // Manifests are deterministic: a --force run of the same input commits
+    // the very bytes of the first run's manifest. The first run's bale.json
+    // lands, its answer is held past the 7 s watch, the second run takes the
+    // prefix over and replaces the dataset; the first run, told at last,
+    // must tell the second run's bale.json from its own and leave it.
+    let s = Seaweed::shared();
+    let (_t, tree, _local) = tree_and_local(300, &[]);
+    let b = bucket(s, "same");
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(
+        s,
+        format!("PUT /{b}/ds/bale.json ").into_bytes(),
+        GateDoes::HoldAnswer,
+        1,
+    );
+    let first = pack_through(s, &gate, &tree, &url, false);
+    gate.wait_held(1, Duration::from_secs(120));
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    gate.release(0);
+    let o = first.finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is the other run's"),
+        "{}",
+        text(&o)
+    );
+    let o = bale(s, &["verify", &url]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+#[test]
+fn a_manifest_whose_answer_was_lost_is_the_runs_own_on_the_retry() {
+    // The manifest's PUT lands but its answer is lost (a 503 in the server's
+    // stead); the client sends it again, and the store refuses the create:
+    // bale.json is there, this run's own. The run must commit (not undo
+    // itself around a manifest it then leaves, naming deleted shards).
+    let s = Seaweed::shared();
+    let (_t, tree, local) = tree_and_local(300, &[]);
+    let b = bucket(s, "lost");
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(
+        s,
+        format!("PUT /{b}/ds/bale.json ").into_bytes(),
+        GateDoes::LoseAnswer,
+        1,
+    );
+    let o = pack_through(s, &gate, &tree, &url, false).finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(gate.acted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let o = bale(s, &["verify", &url]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
 }

@@ -247,6 +247,12 @@ impl RemoteOutput {
         Ok(self.publisher.abort()?)
     }
 
+    /// Whether another run took the prefix over while this one wrote
+    /// ([`Publisher::taken_over`]).
+    pub fn taken_over(&self) -> bool {
+        self.publisher.taken_over()
+    }
+
     fn join(&mut self) {
         self.tx = None;
         for w in self.workers.drain(..) {

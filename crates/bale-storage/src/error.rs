@@ -181,6 +181,7 @@ pub(crate) fn from_object_store(
     e: object_store::Error,
 ) -> StorageError {
     use object_store::Error as E;
+    let url = &shown_text(url);
     let text = chain_text(&e);
     let status = status_in(&text);
     let detail = server_detail(&text);
@@ -246,18 +247,18 @@ fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
     }
     // A key or a server's message may hold control characters (an object
     // named with a newline): shown escaped, never raw on a terminal.
+    shown_text(&text)
+}
+
+/// `text` with its control characters escaped, as [`bale_format::shown`]
+/// shows a path: a URL or a key from a manifest or a listing cannot forge a
+/// line or send an escape sequence to the terminal.
+pub(crate) fn shown_text(text: &str) -> String {
     if text.chars().any(char::is_control) {
-        let mut shown = String::with_capacity(text.len() + 8);
-        for c in text.chars() {
-            if c.is_control() {
-                shown.extend(c.escape_default());
-            } else {
-                shown.push(c);
-            }
-        }
-        text = shown;
+        bale_format::shown(std::path::Path::new(text)).to_string()
+    } else {
+        text.to_owned()
     }
-    text
 }
 
 /// The HTTP status an `object_store` message names (`status code: 403 Forbidden`).
@@ -361,7 +362,18 @@ mod tests {
         let e = object_store::Error::InvalidPath { source };
         let text = from_object_store("s3://b/ds", None, e).to_string();
         assert!(!text.chars().any(char::is_control), "{text:?}");
-        assert!(text.contains("vic\\ntim\\u{1b}[2J"), "{text}");
+        assert!(text.contains("vic\\ntim\\x1b[2J"), "{text}");
+        // The URL too (a manifest may name one).
+        let e = object_store::Error::NotFound {
+            path: "wds/x".into(),
+            source: "404".into(),
+        };
+        let text = from_object_store("s3://b/wds/\x1b[31mRED\nX.tar", None, e).to_string();
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(
+            text.starts_with("s3://b/wds/\\x1b[31mRED\\nX.tar does not exist"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -133,7 +133,7 @@ impl Store {
     /// scheme, `?` or `#` in it, no bucket); [`StorageError::BadOption`].
     pub fn open(url: &str, options: &StorageOptions) -> Result<Store> {
         let bad = |what: String| StorageError::BadUrl {
-            url: url.to_owned(),
+            url: crate::error::shown_text(url),
             what,
         };
         check_url_text(url).map_err(bad)?;

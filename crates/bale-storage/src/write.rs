@@ -164,7 +164,23 @@ pub struct Publisher {
     /// commit or delete shared names.
     lost: Arc<AtomicBool>,
     heartbeat: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
+    /// The manifest this run sent, once it did.
+    manifest: Mutex<Option<Bytes>>,
 }
+
+/// What [`Publisher::withdraw_manifest`] found.
+enum Withdrawn {
+    /// This run's manifest is gone (deleted now, or never landed).
+    Yes,
+    /// The manifest there is another run's.
+    Another,
+    /// It could not tell.
+    Unknown,
+}
+
+/// The metadata key (`x-amz-meta-bale-run` on S3) of the run that wrote a
+/// manifest.
+const RUN_METADATA: &str = "bale-run";
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -243,6 +259,7 @@ impl Publisher {
             marks_leftovers: AtomicBool::new(false),
             lost: Arc::new(AtomicBool::new(false)),
             heartbeat: Mutex::new(None),
+            manifest: Mutex::new(None),
         };
         p.take_lock()?;
         let checked = match alongside {
@@ -261,6 +278,12 @@ impl Publisher {
         self.store.url()
     }
 
+    /// Whether another run took the prefix over while this one wrote: what
+    /// this run uploaded is that run's now, and undoing this one leaves it.
+    pub fn taken_over(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
     fn path(&self, name: &str) -> Result<ObjPath> {
         Ok(self.store.object(name)?.obj_path().clone())
     }
@@ -271,12 +294,6 @@ impl Publisher {
         if !w.names.iter().any(|n| n == name) {
             w.names.push(name.to_owned());
         }
-    }
-
-    /// Forgets `name`: a create the store refused, so the object there is
-    /// another's, never to be deleted when this run is undone.
-    fn unrecord(&self, name: &str) {
-        lock(&self.written).names.retain(|n| n != name);
     }
 
     fn url_of(&self, name: &str) -> String {
@@ -763,12 +780,14 @@ impl Publisher {
     /// # Errors
     /// Request errors, naming the object's URL.
     pub fn put(&self, name: &str, bytes: Bytes) -> Result<()> {
-        self.put_mode(name, bytes, PutMode::Overwrite).map(|_| ())
+        self.put_mode(name, bytes, PutMode::Overwrite)
     }
 
-    /// Writes `bytes` as object `name` in mode `mode`; returns the ETag the
-    /// store gave it, when it gave one.
-    fn put_mode(&self, name: &str, bytes: Bytes, mode: PutMode) -> Result<Option<String>> {
+    /// Writes `bytes` as object `name` in mode `mode`. The manifest carries
+    /// this run's id in its metadata ([`RUN_METADATA`]): manifests are
+    /// deterministic, so two runs of the same input write the same bytes,
+    /// and only that tells this run's apart.
+    fn put_mode(&self, name: &str, bytes: Bytes, mode: PutMode) -> Result<()> {
         if name != LOCK_NAME {
             self.check_not_lost()?;
         }
@@ -777,36 +796,33 @@ impl Publisher {
         let client = Arc::clone(&self.client);
         let payload = PutPayload::from(bytes.clone());
         let create = matches!(mode, PutMode::Create);
-        match runtime::block_on(async move {
-            client
-                .put_opts(&path, payload, PutOptions::from(mode))
-                .await
-        })? {
-            Ok(r) => Ok(r.e_tag),
+        let mut opts = PutOptions::from(mode);
+        if name == MANIFEST {
+            opts.attributes.insert(
+                object_store::Attribute::Metadata(RUN_METADATA.into()),
+                self.run.clone().into(),
+            );
+        }
+        match runtime::block_on(async move { client.put_opts(&path, payload, opts).await })? {
+            Ok(_) => Ok(()),
             // A store without conditional PUTs (the lock is then a mark
             // only): the object must still be absent, checked by a HEAD.
             Err(object_store::Error::NotImplemented { .. }) if create => {
                 match self.store.object(name)?.head() {
-                    Ok(_) => {
-                        self.unrecord(name);
-                        Err(StorageError::Exists {
-                            url: self.url_of(name),
-                            what: "another run wrote it meanwhile".into(),
-                        })
-                    }
+                    Ok(_) => Err(StorageError::Exists {
+                        url: self.url_of(name),
+                        what: "another run wrote it meanwhile".into(),
+                    }),
                     Err(StorageError::NotFound { .. }) => {
                         self.put_mode(name, bytes, PutMode::Overwrite)
                     }
                     Err(e) => Err(e),
                 }
             }
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                self.unrecord(name);
-                Err(StorageError::Exists {
-                    url: self.url_of(name),
-                    what: "another run wrote it meanwhile".into(),
-                })
-            }
+            Err(object_store::Error::AlreadyExists { .. }) => Err(StorageError::Exists {
+                url: self.url_of(name),
+                what: "another run wrote it meanwhile".into(),
+            }),
             Err(e) => Err(from_object_store(&self.url_of(name), None, e)),
         }
     }
@@ -975,26 +991,44 @@ impl Publisher {
             let _writing = lock(&self.lock_write);
             self.write_lock(lock_body(&self.run, 0, self.claimed.load(Ordering::SeqCst)))?;
         }
-        let e_tag = self.put_mode(MANIFEST, manifest.clone(), PutMode::Create)?;
+        *lock(&self.manifest) = Some(manifest.clone());
+        match self.put_mode(MANIFEST, manifest, PutMode::Create) {
+            Ok(()) => {}
+            // The run's own create, landed once already: a retry after an
+            // answer that was lost (a 5xx or a timeout) finds it there.
+            Err(StorageError::Exists { .. }) if self.manifest_is_ours() == Some(true) => {}
+            Err(e) => {
+                // The PUT may have landed all the same (an answer lost): if
+                // another run took the prefix over meanwhile, undoing this
+                // one (which then owns nothing) would leave it.
+                if self.locked.load(Ordering::SeqCst) && self.lock_taken_over() {
+                    self.lost.store(true, Ordering::SeqCst);
+                    self.withdraw_manifest();
+                }
+                return Err(e);
+            }
+        }
         // The manifest's PUT may have been in flight for longer than --force
         // elsewhere watches a lock (its refreshes stopped above): another run
         // may have taken the prefix over meanwhile and deleted this run's
         // shards. Then the manifest would name what is gone, so it goes.
-        if self.locked.load(Ordering::SeqCst) && !self.still_holds_lock() {
+        if self.locked.load(Ordering::SeqCst) && self.lock_taken_over() {
             self.lost.store(true, Ordering::SeqCst);
-            let withdrawn = self.withdraw_manifest(&manifest, e_tag.as_deref());
+            let what = match self.withdraw_manifest() {
+                Withdrawn::Yes => format!(
+                    "another bale run took this prefix over (--force) while this run's {MANIFEST} was being written; this run withdrew its {MANIFEST}, so nothing of it is committed"
+                ),
+                Withdrawn::Another => format!(
+                    "another bale run took this prefix over (--force) while this run's {MANIFEST} was being written; the {MANIFEST} there now is the other run's"
+                ),
+                Withdrawn::Unknown => format!(
+                    "another bale run took this prefix over (--force) while this run's {MANIFEST} was being written, and this run could not withdraw it: its {MANIFEST} may name objects the other run deleted; check with `bale verify {}`",
+                    self.store.url()
+                ),
+            };
             return Err(StorageError::Exists {
                 url: self.store.url().to_owned(),
-                what: if withdrawn {
-                    format!(
-                        "another bale run took this prefix over (--force) while this run's {MANIFEST} was being written; this run withdrew its {MANIFEST}, so nothing of it is committed"
-                    )
-                } else {
-                    format!(
-                        "another bale run took this prefix over (--force) while this run's {MANIFEST} was being written, and this run could not withdraw it: its {MANIFEST} may name objects the other run deleted; check with `bale verify {}`",
-                        self.store.url()
-                    )
-                },
+                what,
             });
         }
         self.committed.store(true, Ordering::SeqCst);
@@ -1002,35 +1036,67 @@ impl Publisher {
         Ok(())
     }
 
-    /// Whether the lock object is still the one this run wrote last (read
-    /// again; a lock that cannot be read counts as held, as before the check).
-    fn still_holds_lock(&self) -> bool {
-        match self.seen_lock() {
-            Ok(Some(l)) => self.lock_writer.is_current(&l, &self.run),
-            Ok(None) => false,
-            Err(_) => true,
+    /// Whether another run has taken the lock over: it names another run, or
+    /// is gone, or this run's write over the version it wrote last (the
+    /// store compares it) is refused. A lock that cannot be read or written
+    /// for another reason counts as held, as before the check.
+    fn lock_taken_over(&self) -> bool {
+        match self.get_lock() {
+            Ok(Some(b)) if lock_owner(&b).as_deref() == Some(self.run.as_str()) => {}
+            Ok(_) => return true,
+            Err(_) => return false,
         }
-    }
-
-    /// Deletes the manifest this run wrote (`ours`, stored with `e_tag`)
-    /// while it is still that one. Returns whether it is gone.
-    fn withdraw_manifest(&self, ours: &Bytes, e_tag: Option<&str>) -> bool {
-        let Ok(path) = self.path(MANIFEST) else {
+        let Ok(path) = self.path(LOCK_NAME) else {
             return false;
         };
+        let _writing = lock(&self.lock_write);
+        let body = lock_body(&self.run, 0, self.claimed.load(Ordering::SeqCst));
+        matches!(
+            self.lock_writer.write(&self.client, &path, body),
+            Err(LockWriteError::Lost)
+        )
+    }
+
+    /// Whether the `bale.json` under the prefix is the one this run wrote:
+    /// by the run id in its metadata; where the store kept none, by its
+    /// bytes while this run holds the lock (no other run can have written
+    /// it then). `None` when there is none or it cannot be read.
+    fn manifest_is_ours(&self) -> Option<bool> {
+        let path = self.path(MANIFEST).ok()?;
         let client = Arc::clone(&self.client);
         let seen = runtime::block_on(async move {
             let r = client.get(&path).await?;
-            let tag = r.meta.e_tag.clone();
-            Ok::<_, object_store::Error>((tag, r.bytes().await?))
-        });
-        match seen {
-            Ok(Ok((tag, bytes))) => {
-                let same = bytes == *ours && (e_tag.is_none() || tag.as_deref() == e_tag);
-                same && self.delete(MANIFEST).is_ok()
+            let run = r
+                .attributes
+                .get(&object_store::Attribute::Metadata(RUN_METADATA.into()))
+                .map(|v| v.as_ref().to_owned());
+            Ok::<_, object_store::Error>((run, r.bytes().await?))
+        })
+        .ok()?
+        .ok()?;
+        Some(match seen {
+            (Some(run), _) => run == self.run,
+            (None, bytes) => {
+                !self.lost.load(Ordering::SeqCst)
+                    && lock(&self.manifest).as_ref() == Some(&bytes)
+                    && self.owns_lock().unwrap_or(false)
             }
-            Ok(Err(object_store::Error::NotFound { .. })) => true,
-            _ => false,
+        })
+    }
+
+    /// Deletes the manifest under the prefix if it is this run's.
+    fn withdraw_manifest(&self) -> Withdrawn {
+        match self.manifest_is_ours() {
+            Some(true) if self.delete(MANIFEST).is_ok() => Withdrawn::Yes,
+            Some(false) => Withdrawn::Another,
+            None if self
+                .store
+                .object(MANIFEST)
+                .is_ok_and(|o| o.head().is_err_and(|e| e.is_not_found())) =>
+            {
+                Withdrawn::Yes
+            }
+            _ => Withdrawn::Unknown,
         }
     }
 
@@ -1077,6 +1143,27 @@ impl Publisher {
         order.extend(names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)));
         order.extend(names.iter().filter(|n| *n == LOCK_NAME));
         for n in order {
+            // A manifest there is deleted only when it is this run's: the
+            // run's create may have been refused (someone else's is there).
+            if n == MANIFEST {
+                match self.manifest_is_ours() {
+                    Some(true) => {}
+                    Some(false) => continue,
+                    None => {
+                        let gone = self
+                            .store
+                            .object(MANIFEST)
+                            .is_ok_and(|o| o.head().is_err_and(|e| e.is_not_found()));
+                        if !gone {
+                            first.get_or_insert(StorageError::Exists {
+                                url: self.url_of(MANIFEST),
+                                what: "this run could not tell whether it is its own, so left it; check it with `bale verify`".into(),
+                            });
+                        }
+                        continue;
+                    }
+                }
+            }
             // The lock stays over objects that could not be deleted, or
             // that an earlier run left and this one did not clear: it tells
             // a rerun with --force that they are a run's.
@@ -1214,21 +1301,6 @@ impl LockWriter {
     /// Records the result of a write of `body` made outside [`Self::write`].
     fn wrote(&self, r: &object_store::PutResult) {
         lock(&self.state).tag = version_of(r);
-    }
-
-    /// Whether `seen` is the lock as this run wrote it last: the same
-    /// version where the store gives ETags, else a body naming `run`.
-    fn is_current(&self, seen: &SeenLock, run: &str) -> bool {
-        let st = lock(&self.state);
-        match (&st.tag, &seen.version.e_tag) {
-            (
-                Some(UpdateVersion {
-                    e_tag: Some(mine), ..
-                }),
-                Some(theirs),
-            ) if !st.plain => mine == theirs,
-            _ => lock_owner(&seen.bytes).as_deref() == Some(run),
-        }
     }
 
     /// The next write goes over version `v` (a lock this run takes over).

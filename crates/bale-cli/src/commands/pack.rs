@@ -93,7 +93,11 @@ pub fn open_remote(
 /// Undoes a run into object storage and says what it left.
 pub fn undo_remote(r: RemoteOut) -> String {
     let url = r.url().to_owned();
+    let taken_over = r.taken_over();
     match r.abort() {
+        Ok(()) if taken_over => format!(
+            "nothing of this run was committed to {url}: another run took it over, and what this run uploaded is that run's now"
+        ),
         Ok(()) => remote_undone(&url),
         Err(e) => format!(
             "no dataset was written to {url} (no manifest), but cleaning up failed: {e}\nhint: a rerun with --force clears what remains"

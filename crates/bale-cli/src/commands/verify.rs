@@ -159,7 +159,9 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     if !args.quiet {
         eprintln!("{}", summary(dir, &report, start.elapsed().as_secs_f64()));
     }
-    if let Some(hint) = manifest.as_ref().and_then(|m| part_hint(m, &problems)) {
+    if !args.quiet
+        && let Some(hint) = manifest.as_ref().and_then(|m| part_hint(m, &problems))
+    {
         eprintln!("{hint}");
     }
     Ok(if errors == 0 {

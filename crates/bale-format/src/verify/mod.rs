@@ -191,7 +191,8 @@ impl fmt::Display for Problem {
         if self.severity == Severity::Warning {
             f.write_str("warning: ")?;
         }
-        f.write_str(&self.shard)?;
+        // Names come from a manifest and a tar: shown escaped.
+        write!(f, "{}", crate::shown(Path::new(&self.shard)))?;
         if let Some(k) = &self.key {
             write!(f, ": key {k:?}")?;
         }
@@ -201,7 +202,7 @@ impl fmt::Display for Problem {
         if let Some(o) = self.offset {
             write!(f, " at offset {o}")?;
         }
-        write!(f, ": {}", self.what)
+        write!(f, ": {}", crate::shown(Path::new(&self.what)))
     }
 }
 
