@@ -1142,7 +1142,13 @@ impl Publisher {
         );
         order.extend(names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)));
         order.extend(names.iter().filter(|n| *n == LOCK_NAME));
+        // Set when a bale.json is there that may be this run's: the objects
+        // it may name stay with it, and the lock over them.
+        let mut keep = false;
         for n in order {
+            if keep && !n.starts_with(UPLOAD_MARKER) {
+                continue;
+            }
             // A manifest there is deleted only when it is this run's: the
             // run's create may have been refused (someone else's is there).
             if n == MANIFEST {
@@ -1155,9 +1161,10 @@ impl Publisher {
                             .object(MANIFEST)
                             .is_ok_and(|o| o.head().is_err_and(|e| e.is_not_found()));
                         if !gone {
+                            keep = true;
                             first.get_or_insert(StorageError::Exists {
                                 url: self.url_of(MANIFEST),
-                                what: "this run could not tell whether it is its own, so left it; check it with `bale verify`".into(),
+                                what: "this run could not tell whether it is its own, so it left it and the objects it wrote beside it; check the prefix with `bale verify`, and clear it with --force if it is not whole".into(),
                             });
                         }
                         continue;
