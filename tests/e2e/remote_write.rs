@@ -1141,12 +1141,13 @@ fn pack_through(s: &Seaweed, gate: &Gate, src: &Path, url: &str, force: bool) ->
 
 #[test]
 fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
-    // A run's refreshes of its lock stop before its manifest: a manifest PUT
-    // in flight for longer than --force watches a lock (7 s) lets another run
-    // take the prefix over and delete the first run's shards. Held here by
-    // a relay: the first run's bale.json goes out only after the second
-    // (--force) cleared the prefix and sent its own. The first run must
-    // withdraw its manifest and fail; the second must commit a whole dataset.
+    // A run that stalls whole (SIGSTOP here; a paused VM, a swapped-out
+    // process) while its manifest PUT is in flight, for longer than --force
+    // watches a lock (7 s), lets another run take the prefix over and delete
+    // its shards. Held here by a relay: the first run's bale.json goes out
+    // only after the second (--force) cleared the prefix and sent its own.
+    // The first run must withdraw its manifest and fail; the second must
+    // commit a whole dataset.
     let s = Seaweed::shared();
     let (t, tree, _local) = tree_and_local(300, &[]);
     let other = t.path().join("other");
@@ -1159,11 +1160,16 @@ fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
         GateDoes::HoldRequest,
         2,
     );
-    let first = pack_through(s, &gate, &tree, &url, false);
+    let mut first = pack_through(s, &gate, &tree, &url, false);
     gate.wait_held(1, Duration::from_secs(120));
+    // The run stalls whole (its lock's refreshes with it): a slow manifest
+    // alone keeps the lock fresh, and --force would refuse.
+    signal(&mut first, libc::SIGSTOP);
     let second = pack_through(s, &gate, &other, &url, true);
     gate.wait_held(2, Duration::from_secs(120));
     gate.release(0);
+    s.wait_object(&b, "ds/bale.json").unwrap();
+    signal(&mut first, libc::SIGCONT);
     let o = first.finish_within(Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
@@ -1302,12 +1308,15 @@ fn a_run_never_withdraws_the_same_bytes_another_run_committed() {
         GateDoes::HoldAnswer,
         1,
     );
-    let first = pack_through(s, &gate, &tree, &url, false);
+    let mut first = pack_through(s, &gate, &tree, &url, false);
     gate.wait_held(1, Duration::from_secs(120));
+    // The run stalls whole, its lock's refreshes with it.
+    signal(&mut first, libc::SIGSTOP);
     let o = bale(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
     );
+    signal(&mut first, libc::SIGCONT);
     assert!(o.status.success(), "{}", text(&o));
     gate.release(0);
     let o = first.finish_within(Duration::from_secs(120));
@@ -1343,4 +1352,104 @@ fn a_manifest_whose_answer_was_lost_is_the_runs_own_on_the_retry() {
     let o = bale(s, &["verify", &url]);
     assert!(o.status.success(), "{}", text(&o));
     assert_same_objects(s, &url, &local);
+}
+
+#[test]
+fn a_manifest_put_without_an_answer_is_sent_again_and_never_names_deleted_shards() {
+    // The manifest's PUT times out with no answer; it may still land. The
+    // run sends its create again: when one lands first, the run commits (a
+    // later one is refused by the store, its bale.json being there). When
+    // no attempt gets an answer, the run fails but keeps the shards and the
+    // lock: a bale.json landing later never names missing objects.
+    let s = Seaweed::shared();
+    let (_t, tree, local) = tree_and_local(300, &[]);
+    let timeout = ["--storage-option", "timeout=2s"];
+    for (prefix, does, times) in [
+        ("late", GateDoes::HoldAnswer, 1),
+        ("never", GateDoes::HoldRequest, 3),
+    ] {
+        let b = bucket(s, prefix);
+        let url = format!("s3://{b}/ds");
+        let gate = Gate::start(
+            s,
+            format!("PUT /{b}/ds/bale.json ").into_bytes(),
+            does,
+            times,
+        );
+        let mut args: Vec<String> = ["pack", "-q", "-o", &url, tree.to_str().unwrap()]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        args.extend(gate.cli_options(s));
+        args.extend(timeout.iter().map(|a| (*a).to_owned()));
+        let o = Running::start(&mut bale_cmd(&args)).finish_within(Duration::from_secs(120));
+        assert_eq!(gate.acted.load(std::sync::atomic::Ordering::SeqCst), times);
+        if does == GateDoes::HoldAnswer {
+            assert!(o.status.success(), "{}", text(&o));
+            gate.release(0);
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains("may still land"), "{}", text(&o));
+            assert!(!err.contains("were removed"), "{}", text(&o));
+            // The held creates land now, the first of them whole.
+            for i in 0..times {
+                gate.release(i);
+            }
+            s.wait_object(&b, "ds/bale.json").unwrap();
+        }
+        let o = bale(s, &["verify", &url]);
+        assert!(o.status.success(), "{prefix}: {}", text(&o));
+        let ds = Dataset::options()
+            .storage_options(options(s))
+            .open(&url)
+            .unwrap();
+        assert_eq!(samples_of(&ds), samples_of(&Dataset::open(&local).unwrap()));
+    }
+}
+
+#[test]
+fn a_stale_runs_manifest_landing_late_is_replaced_by_the_run_that_holds_the_prefix() {
+    // A run whose manifest PUTs got no answer keeps its shards and its lock.
+    // A --force run takes the prefix over, clears them and writes its own;
+    // the stale PUTs land just before its create. The run that holds the
+    // lock replaces that bale.json (another run's, by its id) with its own:
+    // the prefix ends whole, the second run's.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(300, &[]);
+    let other = t.path().join("other");
+    random_tree(&other, 200);
+    let b = bucket(s, "stale");
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(
+        s,
+        format!("PUT /{b}/ds/bale.json ").into_bytes(),
+        GateDoes::HoldRequest,
+        4,
+    );
+    let mut args: Vec<String> = ["pack", "-q", "-o", &url, tree.to_str().unwrap()]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    args.extend(gate.cli_options(s));
+    args.extend(["--storage-option".into(), "timeout=2s".into()]);
+    let o = Running::start(&mut bale_cmd(&args)).finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    gate.wait_held(3, Duration::from_secs(10));
+    let second = pack_through(s, &gate, &other, &url, true);
+    gate.wait_held(4, Duration::from_secs(120));
+    for i in 0..3 {
+        gate.release(i);
+    }
+    s.wait_object(&b, "ds/bale.json").unwrap();
+    gate.release(3);
+    let o = second.finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = bale(s, &["verify", &url]);
+    assert!(o.status.success(), "{}", text(&o));
+    let ds = Dataset::options()
+        .storage_options(options(s))
+        .open(&url)
+        .unwrap();
+    assert_eq!(ds.len(), 200);
 }

@@ -84,6 +84,15 @@ const QUEUE: usize = 2;
 /// Upload threads: files uploading at once.
 const UPLOADERS: usize = 2;
 
+/// A run into object storage that did not commit ([`RemoteOutput::finish`]).
+#[derive(Debug)]
+pub struct Unfinished {
+    /// Why.
+    pub error: PackError,
+    /// The output, still to undo.
+    pub output: RemoteOutput,
+}
+
 /// See the module docs.
 pub struct RemoteOutput {
     publisher: Arc<Publisher>,
@@ -203,8 +212,21 @@ impl RemoteOutput {
     /// `bale.json`, last. Returns the bytes uploaded.
     ///
     /// # Errors
-    /// The first upload error ([`PackError::Storage`]); a spool without `bale.json`.
-    pub fn finish(mut self) -> Result<u64> {
+    /// The first upload error ([`PackError::Storage`]); a spool without
+    /// `bale.json`; the commit's. The output comes back with the error, for
+    /// the caller to undo the run and say what that left
+    /// ([`RemoteOutput::abort`], [`RemoteOutput::taken_over`]).
+    pub fn finish(mut self) -> std::result::Result<u64, Box<Unfinished>> {
+        match self.try_finish() {
+            Ok(n) => Ok(n),
+            Err(error) => Err(Box::new(Unfinished {
+                error,
+                output: self,
+            })),
+        }
+    }
+
+    fn try_finish(&mut self) -> Result<u64> {
         self.join();
         if let Some(e) = self.take_error() {
             return Err(e.into());

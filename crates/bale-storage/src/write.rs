@@ -166,7 +166,27 @@ pub struct Publisher {
     heartbeat: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
     /// The manifest this run sent, once it did.
     manifest: Mutex<Option<Bytes>>,
+    /// No attempt to create the manifest got an answer: it may still land.
+    manifest_unsure: AtomicBool,
 }
+
+/// Who wrote the `bale.json` under a prefix ([`Publisher::manifest_owner`]).
+enum Owner {
+    /// This run.
+    Ours,
+    /// Another bale run (its id in the metadata), at this version.
+    Run(UpdateVersion),
+    /// Someone or something that left no run id (and not this run's bytes).
+    Unmarked,
+    /// There is none.
+    Absent,
+    /// It could not be read.
+    Unknown,
+}
+
+/// How many times a run sends its manifest's create before it gives up
+/// on learning its outcome.
+const MANIFEST_ATTEMPTS: usize = 3;
 
 /// What [`Publisher::withdraw_manifest`] found.
 enum Withdrawn {
@@ -260,6 +280,7 @@ impl Publisher {
             lost: Arc::new(AtomicBool::new(false)),
             heartbeat: Mutex::new(None),
             manifest: Mutex::new(None),
+            manifest_unsure: AtomicBool::new(false),
         };
         p.take_lock()?;
         let checked = match alongside {
@@ -980,38 +1001,36 @@ impl Publisher {
     /// meanwhile (another run without the lock). On error, nothing is
     /// committed and [`Publisher::abort`] still undoes the run.
     pub fn commit(&self, manifest: Bytes) -> Result<()> {
-        self.stop_heartbeat();
+        // The lock is refreshed until the manifest's outcome is known: a
+        // slow PUT of it must not make this live run look killed to --force.
         if self.locked.load(Ordering::SeqCst) && !self.owns_lock()? {
             self.lost.store(true, Ordering::SeqCst);
             return Err(self.lost_error());
         }
-        // One last write over this run's own version: a lock that another
-        // run wrote meanwhile (even one putting this run's name back) fails it.
+        // One write over this run's own version: a lock that another run
+        // wrote meanwhile (even one putting this run's name back) fails it.
         if self.locked.load(Ordering::SeqCst) {
             let _writing = lock(&self.lock_write);
             self.write_lock(lock_body(&self.run, 0, self.claimed.load(Ordering::SeqCst)))?;
         }
         *lock(&self.manifest) = Some(manifest.clone());
-        match self.put_mode(MANIFEST, manifest, PutMode::Create) {
-            Ok(()) => {}
-            // The run's own create, landed once already: a retry after an
-            // answer that was lost (a 5xx or a timeout) finds it there.
-            Err(StorageError::Exists { .. }) if self.manifest_is_ours() == Some(true) => {}
-            Err(e) => {
-                // The PUT may have landed all the same (an answer lost): if
-                // another run took the prefix over meanwhile, undoing this
-                // one (which then owns nothing) would leave it.
-                if self.locked.load(Ordering::SeqCst) && self.lock_taken_over() {
-                    self.lost.store(true, Ordering::SeqCst);
-                    self.withdraw_manifest();
-                }
-                return Err(e);
+        let created = self.create_manifest(&manifest);
+        self.stop_heartbeat();
+        if let Err(e) = created {
+            // The PUT may have landed all the same (an answer lost): if
+            // another run took the prefix over meanwhile, undoing this
+            // one (which then owns nothing) would leave it.
+            if self.locked.load(Ordering::SeqCst) && self.lock_taken_over() {
+                self.lost.store(true, Ordering::SeqCst);
+                self.withdraw_manifest();
             }
+            return Err(e);
         }
-        // The manifest's PUT may have been in flight for longer than --force
-        // elsewhere watches a lock (its refreshes stopped above): another run
-        // may have taken the prefix over meanwhile and deleted this run's
-        // shards. Then the manifest would name what is gone, so it goes.
+        // The run may have stalled (its refreshes with it) for longer than
+        // --force elsewhere watches a lock, while its manifest's PUT was in
+        // flight: another run may have taken the prefix over and deleted
+        // this run's shards. Then the manifest would name what is gone, so
+        // it goes.
         if self.locked.load(Ordering::SeqCst) && self.lock_taken_over() {
             self.lost.store(true, Ordering::SeqCst);
             let what = match self.withdraw_manifest() {
@@ -1036,6 +1055,46 @@ impl Publisher {
         Ok(())
     }
 
+    /// Creates the manifest, until its outcome is known. A create refused
+    /// because a `bale.json` is there: this run's own (an earlier attempt
+    /// landed, its answer lost), done; a stale bale run's (its PUT landed
+    /// late, while this run holds the lock and has cleared what it named),
+    /// replaced by this one over the version seen; anything else (someone's
+    /// own object), refused. When no attempt gets an answer, the manifest
+    /// may still land: [`Publisher::abort`] then keeps what it would name.
+    fn create_manifest(&self, manifest: &Bytes) -> Result<()> {
+        let mut last = None;
+        for _ in 0..MANIFEST_ATTEMPTS {
+            match self.put_mode(MANIFEST, manifest.clone(), PutMode::Create) {
+                Ok(()) => return Ok(()),
+                Err(e @ StorageError::Exists { .. }) => match self.manifest_owner() {
+                    Owner::Ours => return Ok(()),
+                    Owner::Run(version)
+                        if self.locked.load(Ordering::SeqCst) && !self.lock_taken_over() =>
+                    {
+                        match self.put_mode(MANIFEST, manifest.clone(), PutMode::Update(version)) {
+                            Ok(()) => return Ok(()),
+                            Err(e) => last = Some(e),
+                        }
+                    }
+                    Owner::Run(_) | Owner::Unmarked => return Err(e),
+                    // Removed since, or unreadable: the next attempt tells.
+                    Owner::Unknown | Owner::Absent => last = Some(e),
+                },
+                Err(
+                    e @ (StorageError::Credentials { .. }
+                    | StorageError::NoCredentials { .. }
+                    | StorageError::Denied { .. }
+                    | StorageError::BadUrl { .. }
+                    | StorageError::Cancelled),
+                ) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        self.manifest_unsure.store(true, Ordering::SeqCst);
+        Err(last.unwrap_or(StorageError::Runtime("no attempt was made".into())))
+    }
+
     /// Whether another run has taken the lock over: it names another run, or
     /// is gone, or this run's write over the version it wrote last (the
     /// store compares it) is refused. A lock that cannot be read or written
@@ -1057,12 +1116,13 @@ impl Publisher {
         )
     }
 
-    /// Whether the `bale.json` under the prefix is the one this run wrote:
-    /// by the run id in its metadata; where the store kept none, by its
-    /// bytes while this run holds the lock (no other run can have written
-    /// it then). `None` when there is none or it cannot be read.
-    fn manifest_is_ours(&self) -> Option<bool> {
-        let path = self.path(MANIFEST).ok()?;
+    /// Who wrote the `bale.json` under the prefix: by the run id in its
+    /// metadata; where the store kept none, this run when the bytes are its
+    /// own and it still holds the lock (no other run can have written it).
+    fn manifest_owner(&self) -> Owner {
+        let Ok(path) = self.path(MANIFEST) else {
+            return Owner::Unknown;
+        };
         let client = Arc::clone(&self.client);
         let seen = runtime::block_on(async move {
             let r = client.get(&path).await?;
@@ -1070,32 +1130,36 @@ impl Publisher {
                 .attributes
                 .get(&object_store::Attribute::Metadata(RUN_METADATA.into()))
                 .map(|v| v.as_ref().to_owned());
-            Ok::<_, object_store::Error>((run, r.bytes().await?))
-        })
-        .ok()?
-        .ok()?;
-        Some(match seen {
-            (Some(run), _) => run == self.run,
-            (None, bytes) => {
-                !self.lost.load(Ordering::SeqCst)
+            let version = UpdateVersion {
+                e_tag: r.meta.e_tag.clone(),
+                version: r.meta.version.clone(),
+            };
+            Ok::<_, object_store::Error>((run, version, r.bytes().await?))
+        });
+        match seen {
+            Ok(Ok((Some(run), _, _))) if run == self.run => Owner::Ours,
+            Ok(Ok((Some(_), version, _))) => Owner::Run(version),
+            Ok(Ok((None, _, bytes))) => {
+                if !self.lost.load(Ordering::SeqCst)
                     && lock(&self.manifest).as_ref() == Some(&bytes)
                     && self.owns_lock().unwrap_or(false)
+                {
+                    Owner::Ours
+                } else {
+                    Owner::Unmarked
+                }
             }
-        })
+            Ok(Err(object_store::Error::NotFound { .. })) => Owner::Absent,
+            _ => Owner::Unknown,
+        }
     }
 
     /// Deletes the manifest under the prefix if it is this run's.
     fn withdraw_manifest(&self) -> Withdrawn {
-        match self.manifest_is_ours() {
-            Some(true) if self.delete(MANIFEST).is_ok() => Withdrawn::Yes,
-            Some(false) => Withdrawn::Another,
-            None if self
-                .store
-                .object(MANIFEST)
-                .is_ok_and(|o| o.head().is_err_and(|e| e.is_not_found())) =>
-            {
-                Withdrawn::Yes
-            }
+        match self.manifest_owner() {
+            Owner::Ours if self.delete(MANIFEST).is_ok() => Withdrawn::Yes,
+            Owner::Run(_) | Owner::Unmarked => Withdrawn::Another,
+            Owner::Absent => Withdrawn::Yes,
             _ => Withdrawn::Unknown,
         }
     }
@@ -1142,9 +1206,17 @@ impl Publisher {
         );
         order.extend(names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)));
         order.extend(names.iter().filter(|n| *n == LOCK_NAME));
-        // Set when a bale.json is there that may be this run's: the objects
-        // it may name stay with it, and the lock over them.
+        // Set when a bale.json is there, or may still land, that may be
+        // this run's: the objects it may name stay with it, and the lock
+        // over them.
         let mut keep = false;
+        if self.manifest_unsure.load(Ordering::SeqCst) && owner {
+            keep = true;
+            first.get_or_insert(StorageError::Exists {
+                url: self.url_of(MANIFEST),
+                what: "no attempt to write it got an answer, and it may still land: this run kept the objects it wrote, and its lock over them, so that it never names missing ones; check the prefix with `bale verify`, and clear it with --force if it is not whole".into(),
+            });
+        }
         for n in order {
             if keep && !n.starts_with(UPLOAD_MARKER) {
                 continue;
@@ -1152,21 +1224,15 @@ impl Publisher {
             // A manifest there is deleted only when it is this run's: the
             // run's create may have been refused (someone else's is there).
             if n == MANIFEST {
-                match self.manifest_is_ours() {
-                    Some(true) => {}
-                    Some(false) => continue,
-                    None => {
-                        let gone = self
-                            .store
-                            .object(MANIFEST)
-                            .is_ok_and(|o| o.head().is_err_and(|e| e.is_not_found()));
-                        if !gone {
-                            keep = true;
-                            first.get_or_insert(StorageError::Exists {
-                                url: self.url_of(MANIFEST),
-                                what: "this run could not tell whether it is its own, so it left it and the objects it wrote beside it; check the prefix with `bale verify`, and clear it with --force if it is not whole".into(),
-                            });
-                        }
+                match self.manifest_owner() {
+                    Owner::Ours => {}
+                    Owner::Run(_) | Owner::Unmarked | Owner::Absent => continue,
+                    Owner::Unknown => {
+                        keep = true;
+                        first.get_or_insert(StorageError::Exists {
+                            url: self.url_of(MANIFEST),
+                            what: "this run could not tell whether it is its own, so it left it and the objects it wrote beside it; check the prefix with `bale verify`, and clear it with --force if it is not whole".into(),
+                        });
                         continue;
                     }
                 }

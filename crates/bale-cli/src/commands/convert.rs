@@ -10,7 +10,7 @@ use indicatif::ProgressBar;
 
 use crate::args::convert::{ConvertArgs, ConvertFormatArg};
 use crate::commands::pack::{EXIT_INTERRUPTED, install_ctrlc};
-use crate::commands::pack::{open_remote, remote_undone, undo_remote};
+use crate::commands::pack::{open_remote, undo_remote};
 use crate::progress;
 use bale_pack::is_remote;
 
@@ -92,8 +92,8 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         (r, None) => r,
         (Ok(mut s), Some(r)) => {
             let url = r.url().to_owned();
-            if let Err(e) = r.finish() {
-                anyhow::bail!("{e}\n{}", remote_undone(&url));
+            if let Err(u) = r.finish() {
+                anyhow::bail!("{}\n{}", u.error, undo_remote(u.output));
             }
             s.output = url.into();
             Ok(s)

@@ -13,7 +13,7 @@ use indicatif::ProgressBar;
 
 use crate::args::index::IndexArgs;
 use crate::commands::pack::install_ctrlc;
-use crate::commands::pack::{remote_undone, undo_remote};
+use crate::commands::pack::undo_remote;
 use crate::progress;
 use bale_pack::{RemoteOutput as RemoteOut, is_remote};
 
@@ -79,8 +79,8 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
                 }
             }
             std::fs::write(&path, m.to_bytes())?;
-            if let Err(e) = r.finish() {
-                anyhow::bail!("{e}\n{}", remote_undone(&url));
+            if let Err(u) = r.finish() {
+                anyhow::bail!("{}\n{}", u.error, undo_remote(u.output));
             }
             s.output = url;
             s

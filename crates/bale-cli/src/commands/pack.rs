@@ -100,7 +100,7 @@ pub fn undo_remote(r: RemoteOut) -> String {
         ),
         Ok(()) => remote_undone(&url),
         Err(e) => format!(
-            "no dataset was written to {url} (no manifest), but cleaning up failed: {e}\nhint: a rerun with --force clears what remains"
+            "nothing of this run was committed to {url}, but undoing it did not finish: {e}\nhint: a rerun with --force clears what remains"
         ),
     }
 }
@@ -372,17 +372,18 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         (Ok(s), None) => s,
         (Ok(mut s), Some(r)) => {
             let url = r.url().to_owned();
-            if let Err(e) = r.finish() {
+            if let Err(u) = r.finish() {
+                let undone = undo_remote(u.output);
                 if cancel.load(Ordering::SeqCst)
                     && matches!(
-                        e,
+                        u.error,
                         PackError::Cancelled | PackError::Storage(StorageError::Cancelled)
                     )
                 {
-                    eprintln!("error: interrupted: {}", remote_undone(&url));
+                    eprintln!("error: interrupted: {undone}");
                     return Ok(ExitCode::from(EXIT_INTERRUPTED));
                 }
-                return Err(anyhow!("{e}\n{}", remote_undone(&url)));
+                return Err(anyhow!("{}\n{undone}", u.error));
             }
             s.output = url.into();
             s
