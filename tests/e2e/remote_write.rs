@@ -1000,14 +1000,31 @@ struct Gate {
     port: u16,
     /// How many of its `times` it has acted.
     acted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    rules: std::sync::Arc<Vec<GateRule>>,
     held: std::sync::Arc<(
         std::sync::Mutex<Vec<std::sync::mpsc::Sender<()>>>,
         std::sync::Condvar,
     )>,
 }
 
+/// One rule of a [`Gate`].
+struct GateRule {
+    pattern: Vec<u8>,
+    does: GateDoes,
+    /// Matches left to act on.
+    left: std::sync::atomic::AtomicUsize,
+    /// Whether the rule acts yet ([`Gate::arm`]).
+    armed: std::sync::atomic::AtomicBool,
+}
+
 impl Gate {
     fn start(s: &Seaweed, pattern: Vec<u8>, does: GateDoes, times: usize) -> Gate {
+        Gate::with_rules(s, vec![(pattern, does, times, true)])
+    }
+
+    /// A gate with several rules `(pattern, does, times, armed)`; the first
+    /// armed rule that matches a request acts on it.
+    fn with_rules(s: &Seaweed, rules: Vec<(Vec<u8>, GateDoes, usize, bool)>) -> Gate {
         use std::io::{Read, Write};
         use std::net::{TcpListener, TcpStream};
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -1017,7 +1034,18 @@ impl Gate {
         let upstream = s.endpoint().trim_start_matches("http://").to_owned();
         let held: Arc<(Mutex<Vec<mpsc::Sender<()>>>, Condvar)> = Arc::default();
         let gate_held = Arc::clone(&held);
-        let left = Arc::new(AtomicUsize::new(times));
+        let rules: Arc<Vec<GateRule>> = Arc::new(
+            rules
+                .into_iter()
+                .map(|(pattern, does, times, armed)| GateRule {
+                    pattern,
+                    does,
+                    left: AtomicUsize::new(times),
+                    armed: AtomicBool::new(armed),
+                })
+                .collect(),
+        );
+        let gate_rules = Arc::clone(&rules);
         let acted = Arc::new(AtomicUsize::new(0));
         let gate_acted = Arc::clone(&acted);
         // Waits for the test's release, once it knows of this hold.
@@ -1036,10 +1064,10 @@ impl Gate {
                 let (mut c_in, mut s_out) =
                     (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let (mut s_in, mut c_out) = (server, client);
-                // Set before a matched request goes out: its answer is next.
-                let answer = Arc::new(AtomicBool::new(false));
-                let (pattern, left, acted) =
-                    (pattern.clone(), Arc::clone(&left), Arc::clone(&gate_acted));
+                // Set before a matched request goes out (what to do with its
+                // answer, which is next): 1 hold, 2 lose.
+                let answer = Arc::new(AtomicUsize::new(0));
+                let (rules, acted) = (Arc::clone(&gate_rules), Arc::clone(&gate_acted));
                 let (held, answer_in) = (Arc::clone(&gate_held), Arc::clone(&answer));
                 std::thread::spawn(move || {
                     let mut buf = vec![0u8; 1 << 16];
@@ -1047,18 +1075,21 @@ impl Gate {
                         if n == 0 {
                             break;
                         }
-                        let matched = buf[..n].windows(pattern.len()).any(|w| w == pattern)
-                            && left
-                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| {
-                                    l.checked_sub(1)
-                                })
-                                .is_ok();
-                        if matched {
+                        let matched = rules.iter().find(|r| {
+                            r.armed.load(Ordering::SeqCst)
+                                && buf[..n].windows(r.pattern.len()).any(|w| w == r.pattern)
+                                && r.left
+                                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| {
+                                        l.checked_sub(1)
+                                    })
+                                    .is_ok()
+                        });
+                        if let Some(r) = matched {
                             acted.fetch_add(1, Ordering::SeqCst);
-                            if does == GateDoes::HoldRequest {
-                                hold(&held);
-                            } else {
-                                answer_in.store(true, Ordering::SeqCst);
+                            match r.does {
+                                GateDoes::HoldRequest => hold(&held),
+                                GateDoes::HoldAnswer => answer_in.store(1, Ordering::SeqCst),
+                                GateDoes::LoseAnswer => answer_in.store(2, Ordering::SeqCst),
                             }
                         }
                         if s_out.write_all(&buf[..n]).is_err() {
@@ -1074,8 +1105,9 @@ impl Gate {
                         if n == 0 {
                             break;
                         }
-                        if answer.swap(false, Ordering::SeqCst) {
-                            if does == GateDoes::LoseAnswer {
+                        let what = answer.swap(0, Ordering::SeqCst);
+                        if what != 0 {
+                            if what == 2 {
                                 let _ = c_out.write_all(
                                     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
                                 );
@@ -1092,7 +1124,12 @@ impl Gate {
                 });
             }
         });
-        Gate { port, acted, held }
+        Gate {
+            port,
+            acted,
+            held,
+            rules,
+        }
     }
 
     /// The storage options of [`Seaweed::cli_options`], through this relay.
@@ -1116,6 +1153,13 @@ impl Gate {
             .wait_timeout_while(m.lock().unwrap(), within, |h| h.len() < n)
             .unwrap();
         assert!(!timeout.timed_out(), "{} of {n} held", g.len());
+    }
+
+    /// Makes rule `i` act from now on.
+    fn arm(&self, i: usize) {
+        self.rules[i]
+            .armed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Lets the `i`th held request or answer (from 0) go on.
@@ -1447,6 +1491,63 @@ fn a_stale_runs_manifest_landing_late_is_replaced_by_the_run_that_holds_the_pref
     assert!(o.status.success(), "{}", text(&o));
     let o = bale(s, &["verify", &url]);
     assert!(o.status.success(), "{}", text(&o));
+    let ds = Dataset::options()
+        .storage_options(options(s))
+        .open(&url)
+        .unwrap();
+    assert_eq!(ds.len(), 200);
+}
+
+#[test]
+fn a_run_that_cannot_check_its_lock_replaces_and_deletes_nothing() {
+    // A run stalls with its manifest in flight; a --force run takes the
+    // prefix over and commits. When the stalled run resumes, its lock
+    // cannot be read (every request for it answered 503): that proves
+    // nothing, so it must neither replace the other run's bale.json nor
+    // delete the shards of bale's names, which are the other run's now.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(300, &[]);
+    let other = t.path().join("other");
+    random_tree(&other, 200);
+    let b = bucket(s, "blind");
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::with_rules(
+        s,
+        vec![
+            (
+                format!("PUT /{b}/ds/bale.json ").into_bytes(),
+                GateDoes::HoldRequest,
+                1,
+                true,
+            ),
+            (
+                b".bale-tmp-lock".to_vec(),
+                GateDoes::LoseAnswer,
+                usize::MAX,
+                false,
+            ),
+        ],
+    );
+    let mut first = pack_through(s, &gate, &tree, &url, false);
+    gate.wait_held(1, Duration::from_secs(120));
+    signal(&mut first, libc::SIGSTOP);
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, other.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    gate.arm(1);
+    signal(&mut first, libc::SIGCONT);
+    gate.release(0);
+    let o = first.finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let first_said = text(&o);
+    let o = bale(s, &["verify", &url]);
+    assert!(
+        o.status.success(),
+        "{}\nthe stalled run: {first_said}",
+        text(&o)
+    );
     let ds = Dataset::options()
         .storage_options(options(s))
         .open(&url)

@@ -197,6 +197,16 @@ pub enum PackError {
     /// An error of object storage (an output or parts at a URL).
     #[error(transparent)]
     Storage(#[from] bale_storage::StorageError),
+    /// A run into object storage that did not commit, and what undoing it
+    /// left that the usual message would not say (another run took the
+    /// prefix over; objects kept).
+    #[error("{error}\n{left}")]
+    Undone {
+        /// Why the run stopped.
+        error: Box<PackError>,
+        /// What undoing it left, and what to do.
+        left: String,
+    },
 }
 
 impl PackError {

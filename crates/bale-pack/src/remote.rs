@@ -450,7 +450,24 @@ pub fn merge_remote(
         }
         publisher.copy_from(&stores[order[f.part]], &f.from, &f.to)?;
     }
-    publisher.commit(plan.manifest.to_bytes().into())?;
+    if let Err(e) = publisher.commit(plan.manifest.to_bytes().into()) {
+        let taken_over = publisher.taken_over();
+        return Err(match publisher.abort() {
+            Ok(()) if !taken_over => e.into(),
+            Ok(()) => PackError::Undone {
+                error: Box::new(e.into()),
+                left: format!(
+                    "nothing of this merge was committed to {output}: another run took it over, and what this run copied is that run's now"
+                ),
+            },
+            Err(a) => PackError::Undone {
+                error: Box::new(e.into()),
+                left: format!(
+                    "nothing of this merge was committed to {output}, but undoing it did not finish: {a}\nhint: a rerun with --force clears what remains"
+                ),
+            },
+        });
+    }
     let m = &plan.manifest;
     Ok(crate::MergeSummary {
         output: output.to_owned(),

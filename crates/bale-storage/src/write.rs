@@ -170,6 +170,14 @@ pub struct Publisher {
     manifest_unsure: AtomicBool,
 }
 
+/// Whether a run still holds its lock ([`Publisher::lock_hold`]).
+#[derive(PartialEq)]
+enum Hold {
+    Held,
+    Lost,
+    Unknown,
+}
+
 /// Who wrote the `bale.json` under a prefix ([`Publisher::manifest_owner`]).
 enum Owner {
     /// This run.
@@ -1020,7 +1028,7 @@ impl Publisher {
             // The PUT may have landed all the same (an answer lost): if
             // another run took the prefix over meanwhile, undoing this
             // one (which then owns nothing) would leave it.
-            if self.locked.load(Ordering::SeqCst) && self.lock_taken_over() {
+            if self.locked.load(Ordering::SeqCst) && self.lock_hold() == Hold::Lost {
                 self.lost.store(true, Ordering::SeqCst);
                 self.withdraw_manifest();
             }
@@ -1031,7 +1039,29 @@ impl Publisher {
         // flight: another run may have taken the prefix over and deleted
         // this run's shards. Then the manifest would name what is gone, so
         // it goes.
-        if self.locked.load(Ordering::SeqCst) && self.lock_taken_over() {
+        // A lock that cannot be checked now does not confirm it either: the
+        // manifest goes, and the run fails (a rerun settles it).
+        let hold = if self.locked.load(Ordering::SeqCst) {
+            self.lock_hold()
+        } else {
+            Hold::Held
+        };
+        if hold == Hold::Unknown {
+            let what = match self.withdraw_manifest() {
+                Withdrawn::Yes => format!(
+                    "this run could not confirm that it still held the prefix after its {MANIFEST} (its lock could not be read or written), so it withdrew its {MANIFEST}; nothing of it is committed, run it again"
+                ),
+                _ => format!(
+                    "this run could not confirm that it still held the prefix after its {MANIFEST} (its lock could not be read or written), nor withdraw its {MANIFEST}; check with `bale verify {}`",
+                    self.store.url()
+                ),
+            };
+            return Err(StorageError::Exists {
+                url: self.store.url().to_owned(),
+                what,
+            });
+        }
+        if hold == Hold::Lost {
             self.lost.store(true, Ordering::SeqCst);
             let what = match self.withdraw_manifest() {
                 Withdrawn::Yes => format!(
@@ -1070,7 +1100,7 @@ impl Publisher {
                 Err(e @ StorageError::Exists { .. }) => match self.manifest_owner() {
                     Owner::Ours => return Ok(()),
                     Owner::Run(version)
-                        if self.locked.load(Ordering::SeqCst) && !self.lock_taken_over() =>
+                        if self.locked.load(Ordering::SeqCst) && self.lock_hold() == Hold::Held =>
                     {
                         match self.put_mode(MANIFEST, manifest.clone(), PutMode::Update(version)) {
                             Ok(()) => return Ok(()),
@@ -1081,12 +1111,20 @@ impl Publisher {
                     // Removed since, or unreadable: the next attempt tells.
                     Owner::Unknown | Owner::Absent => last = Some(e),
                 },
+                // Refused outright (a 4xx): nothing landed.
                 Err(
                     e @ (StorageError::Credentials { .. }
                     | StorageError::NoCredentials { .. }
                     | StorageError::Denied { .. }
                     | StorageError::BadUrl { .. }
+                    | StorageError::NotFound { .. }
                     | StorageError::Cancelled),
+                ) => return Err(e),
+                Err(
+                    e @ StorageError::Request {
+                        status: Some(400..=499),
+                        ..
+                    },
                 ) => return Err(e),
                 Err(e) => last = Some(e),
             }
@@ -1095,25 +1133,30 @@ impl Publisher {
         Err(last.unwrap_or(StorageError::Runtime("no attempt was made".into())))
     }
 
-    /// Whether another run has taken the lock over: it names another run, or
-    /// is gone, or this run's write over the version it wrote last (the
-    /// store compares it) is refused. A lock that cannot be read or written
-    /// for another reason counts as held, as before the check.
-    fn lock_taken_over(&self) -> bool {
+    /// Whether this run still holds the lock: it names this run and this
+    /// run's write over the version it wrote last (the store compares it)
+    /// lands. [`Hold::Lost`] when another run took it over (or the
+    /// heartbeat saw so); [`Hold::Unknown`] when the lock could not be read
+    /// or written for another reason: nothing is concluded from it.
+    fn lock_hold(&self) -> Hold {
+        if self.lost.load(Ordering::SeqCst) {
+            return Hold::Lost;
+        }
         match self.get_lock() {
             Ok(Some(b)) if lock_owner(&b).as_deref() == Some(self.run.as_str()) => {}
-            Ok(_) => return true,
-            Err(_) => return false,
+            Ok(_) => return Hold::Lost,
+            Err(_) => return Hold::Unknown,
         }
         let Ok(path) = self.path(LOCK_NAME) else {
-            return false;
+            return Hold::Unknown;
         };
         let _writing = lock(&self.lock_write);
         let body = lock_body(&self.run, 0, self.claimed.load(Ordering::SeqCst));
-        matches!(
-            self.lock_writer.write(&self.client, &path, body),
-            Err(LockWriteError::Lost)
-        )
+        match self.lock_writer.write(&self.client, &path, body) {
+            Ok(()) => Hold::Held,
+            Err(LockWriteError::Lost) => Hold::Lost,
+            Err(LockWriteError::Other(_)) => Hold::Unknown,
+        }
     }
 
     /// Who wrote the `bale.json` under the prefix: by the run id in its
@@ -1190,8 +1233,20 @@ impl Publisher {
         // Shared names (shards, indexes, the lock) are deleted only while
         // this run holds the lock: a run that took over (or that committed
         // after taking over) owns them now. Markers carry this run's id.
+        // A lock that cannot be checked proves nothing: those names stay
+        // (--force clears them), since another run may own them now.
         let owner = !self.locked.load(Ordering::SeqCst)
-            || (!self.lost.load(Ordering::SeqCst) && self.owns_lock().unwrap_or(true));
+            || match self.lock_hold() {
+                Hold::Held => true,
+                Hold::Lost => false,
+                Hold::Unknown => {
+                    first.get_or_insert(StorageError::Exists {
+                        url: self.url_of(LOCK_NAME),
+                        what: "this run could not read or write its lock, so it cannot tell whether another run took the prefix over: it kept the objects it wrote there; clear them with --force".into(),
+                    });
+                    false
+                }
+            };
         if !owner {
             names.retain(|n| n.starts_with(UPLOAD_MARKER));
         }
@@ -1226,6 +1281,9 @@ impl Publisher {
             if n == MANIFEST {
                 match self.manifest_owner() {
                     Owner::Ours => {}
+                    // A stale run's, landed late while this run held the
+                    // lock: it names what this run cleared.
+                    Owner::Run(_) if owner && self.locked.load(Ordering::SeqCst) => {}
                     Owner::Run(_) | Owner::Unmarked | Owner::Absent => continue,
                     Owner::Unknown => {
                         keep = true;

@@ -99,6 +99,7 @@ fn run_remote(args: &MergeArgs) -> anyhow::Result<ExitCode> {
             eprintln!("error: interrupted: {}", remote_undone(&out_url));
             return Ok(ExitCode::from(crate::commands::pack::EXIT_INTERRUPTED));
         }
+        Err(e @ PackError::Undone { .. }) => bail!("{e}"),
         Err(e) if e.left_output_untouched() || matches!(e, PackError::Merge { .. }) => {
             bail!("{e}\nnothing was merged")
         }
