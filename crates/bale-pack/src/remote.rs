@@ -269,10 +269,13 @@ impl RemoteOutput {
         Ok(self.publisher.abort()?)
     }
 
-    /// Whether another run took the prefix over while this one wrote
-    /// ([`Publisher::taken_over`]).
-    pub fn taken_over(&self) -> bool {
-        self.publisher.taken_over()
+    /// Undoes the run in the bucket now, as [`RemoteOutput::abort`], and
+    /// says whether another run had taken the prefix over (what this run
+    /// uploaded is then that run's, and stays): known only once undone.
+    pub fn undo(mut self) -> (Result<()>, bool) {
+        self.join();
+        let undone = self.publisher.abort().map_err(PackError::from);
+        (undone, self.publisher.taken_over())
     }
 
     fn join(&mut self) {
@@ -451,8 +454,9 @@ pub fn merge_remote(
         publisher.copy_from(&stores[order[f.part]], &f.from, &f.to)?;
     }
     if let Err(e) = publisher.commit(plan.manifest.to_bytes().into()) {
+        let undone = publisher.abort();
         let taken_over = publisher.taken_over();
-        return Err(match publisher.abort() {
+        return Err(match undone {
             Ok(()) if !taken_over => e.into(),
             Ok(()) => PackError::Undone {
                 error: Box::new(e.into()),
@@ -463,7 +467,7 @@ pub fn merge_remote(
             Err(a) => PackError::Undone {
                 error: Box::new(e.into()),
                 left: format!(
-                    "nothing of this merge was committed to {output}, but undoing it did not finish: {a}\nhint: a rerun with --force clears what remains"
+                    "nothing of this merge was committed to {output}, but undoing it did not finish: {a}\nhint: `bale verify {output}` says whether a whole dataset is there; a rerun with --force replaces what remains"
                 ),
             },
         });

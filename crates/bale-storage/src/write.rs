@@ -1111,21 +1111,25 @@ impl Publisher {
                     // Removed since, or unreadable: the next attempt tells.
                     Owner::Unknown | Owner::Absent => last = Some(e),
                 },
-                // Refused outright (a 4xx): nothing landed.
+                // Refused outright (a 4xx): this attempt did not land, but
+                // an earlier one without an answer still may.
                 Err(
                     e @ (StorageError::Credentials { .. }
                     | StorageError::NoCredentials { .. }
                     | StorageError::Denied { .. }
                     | StorageError::BadUrl { .. }
                     | StorageError::NotFound { .. }
-                    | StorageError::Cancelled),
-                ) => return Err(e),
-                Err(
-                    e @ StorageError::Request {
+                    | StorageError::Cancelled
+                    | StorageError::Request {
                         status: Some(400..=499),
                         ..
-                    },
-                ) => return Err(e),
+                    }),
+                ) => {
+                    if last.is_some() {
+                        self.manifest_unsure.store(true, Ordering::SeqCst);
+                    }
+                    return Err(e);
+                }
                 Err(e) => last = Some(e),
             }
         }
@@ -1238,7 +1242,10 @@ impl Publisher {
         let owner = !self.locked.load(Ordering::SeqCst)
             || match self.lock_hold() {
                 Hold::Held => true,
-                Hold::Lost => false,
+                Hold::Lost => {
+                    self.lost.store(true, Ordering::SeqCst);
+                    false
+                }
                 Hold::Unknown => {
                     first.get_or_insert(StorageError::Exists {
                         url: self.url_of(LOCK_NAME),
@@ -1303,6 +1310,8 @@ impl Publisher {
             }
             if let Err(e) = self.delete(n) {
                 first.get_or_insert(e);
+                // A manifest that stays keeps what it names.
+                keep |= n == MANIFEST;
             }
         }
         first.map_or(Ok(()), Err)
@@ -1375,14 +1384,20 @@ impl HeartbeatCtx {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
-            // Still ours? A run that took over (--force) wrote its own name.
-            let owner = self
+            // Still ours? A run that took over (--force) wrote its own name;
+            // one that then committed removed it. A lock that cannot be
+            // read is not written blindly (a plain write would bring back a
+            // removed one): the next beat tries again.
+            let owner = match self
                 .store
                 .object(LOCK_NAME)
                 .and_then(|o| o.get_sized(0, 1 << 20, "lock"))
-                .ok()
-                .and_then(|b| lock_owner(&b));
-            if owner.as_deref().is_some_and(|o| o != self.run) {
+            {
+                Ok(b) => lock_owner(&b),
+                Err(StorageError::NotFound { .. }) => None,
+                Err(_) => continue,
+            };
+            if owner.as_deref() != Some(self.run.as_str()) {
                 self.lost.store(true, Ordering::SeqCst);
                 return;
             }

@@ -93,14 +93,14 @@ pub fn open_remote(
 /// Undoes a run into object storage and says what it left.
 pub fn undo_remote(r: RemoteOut) -> String {
     let url = r.url().to_owned();
-    let taken_over = r.taken_over();
-    match r.abort() {
+    let (undone, taken_over) = r.undo();
+    match undone {
         Ok(()) if taken_over => format!(
             "nothing of this run was committed to {url}: another run took it over, and what this run uploaded is that run's now"
         ),
         Ok(()) => remote_undone(&url),
         Err(e) => format!(
-            "nothing of this run was committed to {url}, but undoing it did not finish: {e}\nhint: a rerun with --force clears what remains"
+            "nothing of this run was committed to {url}, but undoing it did not finish: {e}\nhint: `bale verify {url}` says whether a whole dataset is there; a rerun with --force replaces what remains"
         ),
     }
 }
