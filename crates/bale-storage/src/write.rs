@@ -417,9 +417,9 @@ impl Publisher {
         }
     }
 
-    /// The lock object as it is now ([`SeenLock`]), `None` when there is none.
-    fn seen_lock(&self) -> Result<Option<SeenLock>> {
-        read_lock(&self.client, &self.path(LOCK_NAME)?)
+    /// The lock object as it is now ([`Seen`]), `None` when there is none.
+    fn seen_lock(&self) -> Result<Option<Seen>> {
+        read_seen(&self.client, &self.path(LOCK_NAME)?)
             .map_err(|e| from_object_store(&self.url_of(LOCK_NAME), None, e))
     }
 
@@ -1029,7 +1029,6 @@ impl Publisher {
             // another run took the prefix over meanwhile, undoing this
             // one (which then owns nothing) would leave it.
             if self.locked.load(Ordering::SeqCst) && self.lock_hold() == Hold::Lost {
-                self.lost.store(true, Ordering::SeqCst);
                 self.withdraw_manifest();
             }
             return Err(e);
@@ -1062,7 +1061,6 @@ impl Publisher {
             });
         }
         if hold == Hold::Lost {
-            self.lost.store(true, Ordering::SeqCst);
             let what = match self.withdraw_manifest() {
                 Withdrawn::Yes => format!(
                     "another bale run took this prefix over (--force) while this run's {MANIFEST} was being written; this run withdrew its {MANIFEST}, so nothing of it is committed"
@@ -1137,29 +1135,21 @@ impl Publisher {
         Err(last.unwrap_or(StorageError::Runtime("no attempt was made".into())))
     }
 
-    /// Whether this run still holds the lock: it names this run and this
-    /// run's write over the version it wrote last (the store compares it)
-    /// lands. [`Hold::Lost`] when another run took it over (or the
-    /// heartbeat saw so); [`Hold::Unknown`] when the lock could not be read
-    /// or written for another reason: nothing is concluded from it.
+    /// Whether this run still holds the lock ([`LockRef::hold`]).
     fn lock_hold(&self) -> Hold {
-        if self.lost.load(Ordering::SeqCst) {
-            return Hold::Lost;
-        }
-        match self.get_lock() {
-            Ok(Some(b)) if lock_owner(&b).as_deref() == Some(self.run.as_str()) => {}
-            Ok(_) => return Hold::Lost,
-            Err(_) => return Hold::Unknown,
-        }
-        let Ok(path) = self.path(LOCK_NAME) else {
-            return Hold::Unknown;
-        };
-        let _writing = lock(&self.lock_write);
-        let body = lock_body(&self.run, 0, self.claimed.load(Ordering::SeqCst));
-        match self.lock_writer.write(&self.client, &path, body) {
-            Ok(()) => Hold::Held,
-            Err(LockWriteError::Lost) => Hold::Lost,
-            Err(LockWriteError::Other(_)) => Hold::Unknown,
+        match self.path(LOCK_NAME) {
+            Ok(path) => LockRef {
+                store: &self.store,
+                client: &self.client,
+                path: &path,
+                run: &self.run,
+                claimed: &self.claimed,
+                lock_write: &self.lock_write,
+                lock_writer: &self.lock_writer,
+                lost: &self.lost,
+            }
+            .hold(0),
+            Err(_) => Hold::Unknown,
         }
     }
 
@@ -1170,23 +1160,14 @@ impl Publisher {
         let Ok(path) = self.path(MANIFEST) else {
             return Owner::Unknown;
         };
-        let client = Arc::clone(&self.client);
-        let seen = runtime::block_on(async move {
-            let r = client.get(&path).await?;
-            let run = r
-                .attributes
-                .get(&object_store::Attribute::Metadata(RUN_METADATA.into()))
-                .map(|v| v.as_ref().to_owned());
-            let version = UpdateVersion {
-                e_tag: r.meta.e_tag.clone(),
-                version: r.meta.version.clone(),
-            };
-            Ok::<_, object_store::Error>((run, version, r.bytes().await?))
-        });
-        match seen {
-            Ok(Ok((Some(run), _, _))) if run == self.run => Owner::Ours,
-            Ok(Ok((Some(_), version, _))) => Owner::Run(version),
-            Ok(Ok((None, _, bytes))) => {
+        match read_seen(&self.client, &path) {
+            Ok(Some(Seen { run: Some(run), .. })) if run == self.run => Owner::Ours,
+            Ok(Some(Seen {
+                run: Some(_),
+                version,
+                ..
+            })) => Owner::Run(version),
+            Ok(Some(Seen { bytes, .. })) => {
                 if !self.lost.load(Ordering::SeqCst)
                     && lock(&self.manifest).as_ref() == Some(&bytes)
                     && self.owns_lock().unwrap_or(false)
@@ -1196,8 +1177,8 @@ impl Publisher {
                     Owner::Unmarked
                 }
             }
-            Ok(Err(object_store::Error::NotFound { .. })) => Owner::Absent,
-            _ => Owner::Unknown,
+            Ok(None) => Owner::Absent,
+            Err(_) => Owner::Unknown,
         }
     }
 
@@ -1242,10 +1223,7 @@ impl Publisher {
         let owner = !self.locked.load(Ordering::SeqCst)
             || match self.lock_hold() {
                 Hold::Held => true,
-                Hold::Lost => {
-                    self.lost.store(true, Ordering::SeqCst);
-                    false
-                }
+                Hold::Lost => false,
                 Hold::Unknown => {
                     first.get_or_insert(StorageError::Exists {
                         url: self.url_of(LOCK_NAME),
@@ -1384,35 +1362,75 @@ impl HeartbeatCtx {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
-            // Still ours? A run that took over (--force) wrote its own name;
-            // one that then committed removed it. A lock that cannot be
-            // read is not written blindly (a plain write would bring back a
-            // removed one): the next beat tries again.
-            let owner = match self
-                .store
-                .object(LOCK_NAME)
-                .and_then(|o| o.get_sized(0, 1 << 20, "lock"))
-            {
-                Ok(b) => lock_owner(&b),
-                Err(StorageError::NotFound { .. }) => None,
-                Err(_) => continue,
-            };
-            if owner.as_deref() != Some(self.run.as_str()) {
-                self.lost.store(true, Ordering::SeqCst);
-                return;
-            }
-            beat += 1;
-            let _writing = lock(&self.lock_write);
-            let body = lock_body(&self.run, beat, self.claimed.load(Ordering::SeqCst));
             // A failed refresh is retried at the next beat; a lock another
-            // run wrote meanwhile means it took the prefix over.
-            if let Err(LockWriteError::Lost) =
-                self.lock_writer.write(&self.client, &self.path, body)
-            {
-                self.lost.store(true, Ordering::SeqCst);
+            // run took over ends the heartbeat.
+            beat += 1;
+            let mine = LockRef {
+                store: &self.store,
+                client: &self.client,
+                path: &self.path,
+                run: &self.run,
+                claimed: &self.claimed,
+                lock_write: &self.lock_write,
+                lock_writer: &self.lock_writer,
+                lost: &self.lost,
+            };
+            if mine.hold(beat) == Hold::Lost {
                 return;
             }
         }
+    }
+}
+
+/// A run's lock object and what writes it, borrowed from a
+/// [`Publisher`] or its heartbeat.
+struct LockRef<'a> {
+    store: &'a Store,
+    client: &'a Arc<dyn ObjectStore>,
+    path: &'a ObjPath,
+    run: &'a str,
+    claimed: &'a AtomicBool,
+    lock_write: &'a Mutex<()>,
+    lock_writer: &'a LockWriter,
+    lost: &'a AtomicBool,
+}
+
+impl LockRef<'_> {
+    /// Whether the run still holds its lock: the lock names it, and a write
+    /// of its body (refresh `beat`) over the version it wrote last lands
+    /// (the store compares it). [`Hold::Lost`] when another run took it
+    /// over (its name there, or the lock removed by that run's commit), and
+    /// the run is marked lost; [`Hold::Unknown`] when the lock could not be
+    /// read or written: nothing is concluded, and a lock that cannot be
+    /// read is not written (a plain write would bring back a removed one).
+    fn hold(&self, beat: u64) -> Hold {
+        if self.lost.load(Ordering::SeqCst) {
+            return Hold::Lost;
+        }
+        let owner = match self
+            .store
+            .object(LOCK_NAME)
+            .and_then(|o| o.get_sized(0, 1 << 20, "lock"))
+        {
+            Ok(b) => lock_owner(&b),
+            Err(StorageError::NotFound { .. }) => None,
+            Err(_) => return Hold::Unknown,
+        };
+        let held = if owner.as_deref() != Some(self.run) {
+            Hold::Lost
+        } else {
+            let _writing = lock(self.lock_write);
+            let body = lock_body(self.run, beat, self.claimed.load(Ordering::SeqCst));
+            match self.lock_writer.write(self.client, self.path, body) {
+                Ok(()) => Hold::Held,
+                Err(LockWriteError::Lost) => Hold::Lost,
+                Err(LockWriteError::Other(_)) => Hold::Unknown,
+            }
+        };
+        if held == Hold::Lost {
+            self.lost.store(true, Ordering::SeqCst);
+        }
+        held
     }
 }
 
@@ -1484,7 +1502,7 @@ impl LockWriter {
         {
             // A write of this run whose answer was lost may have landed: then
             // the lock is that body, and this run's still.
-            if let Ok(Some(seen)) = read_lock(client, path)
+            if let Ok(Some(seen)) = read_seen(client, path)
                 && seen.bytes.as_ref() == unsure.as_bytes()
             {
                 result = put(PutMode::Update(seen.version));
@@ -1511,19 +1529,21 @@ impl LockWriter {
     }
 }
 
-/// A lock object as read: its body, its version, and when it was written
-/// (server time, ms since the epoch).
-struct SeenLock {
+/// An object as read (the lock, the manifest): its body, its version, when
+/// it was written (server time, ms since the epoch), and the run that wrote
+/// it when its metadata says ([`RUN_METADATA`]).
+struct Seen {
     bytes: Bytes,
     version: UpdateVersion,
     at: i64,
+    run: Option<String>,
 }
 
-/// Reads the lock object at `path`, `None` when there is none.
-fn read_lock(
+/// Reads the object at `path`, `None` when there is none.
+fn read_seen(
     client: &Arc<dyn ObjectStore>,
     path: &ObjPath,
-) -> std::result::Result<Option<SeenLock>, object_store::Error> {
+) -> std::result::Result<Option<Seen>, object_store::Error> {
     let (client, path) = (Arc::clone(client), path.clone());
     let got = runtime::block_on(async move {
         let r = client.get(&path).await?;
@@ -1532,10 +1552,15 @@ fn read_lock(
             version: r.meta.version.clone(),
         };
         let at = r.meta.last_modified.timestamp_millis();
-        Ok::<_, object_store::Error>(SeenLock {
+        let run = r
+            .attributes
+            .get(&object_store::Attribute::Metadata(RUN_METADATA.into()))
+            .map(|v| v.as_ref().to_owned());
+        Ok::<_, object_store::Error>(Seen {
             bytes: r.bytes().await?,
             version,
             at,
+            run,
         })
     })
     .map_err(|e| runtime_failure(&e))?;
