@@ -1168,12 +1168,15 @@ impl Gate {
     }
 }
 
-/// `bale pack -q [--force] SRC -o URL` through `gate`, running.
-fn pack_through(s: &Seaweed, gate: &Gate, src: &Path, url: &str, force: bool) -> Running {
+/// The request line of a PUT of `bale.json` under `s3://b/ds`, for a [`Gate`].
+fn manifest_put(b: &str) -> Vec<u8> {
+    format!("PUT /{b}/ds/bale.json ").into_bytes()
+}
+
+/// `bale pack -q EXTRA... -o URL SRC` through `gate`, running.
+fn pack_through(s: &Seaweed, gate: &Gate, src: &Path, url: &str, extra: &[&str]) -> Running {
     let mut args: Vec<String> = vec!["pack".into(), "-q".into()];
-    if force {
-        args.push("--force".into());
-    }
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     args.extend([
         "-o".into(),
         url.to_owned(),
@@ -1181,6 +1184,16 @@ fn pack_through(s: &Seaweed, gate: &Gate, src: &Path, url: &str, force: bool) ->
     ]);
     args.extend(gate.cli_options(s));
     Running::start(&mut bale_cmd(&args))
+}
+
+/// The dataset at `url`, once `bale verify` passed on it.
+fn verified(s: &Seaweed, url: &str) -> Dataset {
+    let o = bale(s, &["verify", url]);
+    assert!(o.status.success(), "{}", text(&o));
+    Dataset::options()
+        .storage_options(options(s))
+        .open(url)
+        .unwrap()
 }
 
 #[test]
@@ -1198,18 +1211,13 @@ fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
     random_tree(&other, 200);
     let b = bucket(s, "window");
     let url = format!("s3://{b}/ds");
-    let gate = Gate::start(
-        s,
-        format!("PUT /{b}/ds/bale.json ").into_bytes(),
-        GateDoes::HoldRequest,
-        2,
-    );
-    let mut first = pack_through(s, &gate, &tree, &url, false);
+    let gate = Gate::start(s, manifest_put(&b), GateDoes::HoldRequest, 2);
+    let mut first = pack_through(s, &gate, &tree, &url, &[]);
     gate.wait_held(1, Duration::from_secs(120));
     // The run stalls whole (its lock's refreshes with it): a slow manifest
     // alone keeps the lock fresh, and --force would refuse.
     signal(&mut first, libc::SIGSTOP);
-    let second = pack_through(s, &gate, &other, &url, true);
+    let second = pack_through(s, &gate, &other, &url, &["--force"]);
     gate.wait_held(2, Duration::from_secs(120));
     gate.release(0);
     s.wait_object(&b, "ds/bale.json").unwrap();
@@ -1225,13 +1233,7 @@ fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
     let o = second.finish_within(Duration::from_secs(120));
     assert!(o.status.success(), "{}", text(&o));
     // What the prefix holds is the second run's dataset, whole.
-    let o = bale(s, &["verify", &url]);
-    assert!(o.status.success(), "{}", text(&o));
-    let ds = Dataset::options()
-        .storage_options(options(s))
-        .open(&url)
-        .unwrap();
-    assert_eq!(ds.len(), 200);
+    assert_eq!(verified(s, &url).len(), 200);
     let (objects, uploads) = listing(s, &b, "ds");
     assert!(
         !objects.iter().any(|n| n.starts_with(".bale-tmp")) && uploads.is_empty(),
@@ -1346,13 +1348,8 @@ fn a_run_never_withdraws_the_same_bytes_another_run_committed() {
     let (_t, tree, _local) = tree_and_local(300, &[]);
     let b = bucket(s, "same");
     let url = format!("s3://{b}/ds");
-    let gate = Gate::start(
-        s,
-        format!("PUT /{b}/ds/bale.json ").into_bytes(),
-        GateDoes::HoldAnswer,
-        1,
-    );
-    let mut first = pack_through(s, &gate, &tree, &url, false);
+    let gate = Gate::start(s, manifest_put(&b), GateDoes::HoldAnswer, 1);
+    let mut first = pack_through(s, &gate, &tree, &url, &[]);
     gate.wait_held(1, Duration::from_secs(120));
     // The run stalls whole, its lock's refreshes with it.
     signal(&mut first, libc::SIGSTOP);
@@ -1384,13 +1381,8 @@ fn a_manifest_whose_answer_was_lost_is_the_runs_own_on_the_retry() {
     let (_t, tree, local) = tree_and_local(300, &[]);
     let b = bucket(s, "lost");
     let url = format!("s3://{b}/ds");
-    let gate = Gate::start(
-        s,
-        format!("PUT /{b}/ds/bale.json ").into_bytes(),
-        GateDoes::LoseAnswer,
-        1,
-    );
-    let o = pack_through(s, &gate, &tree, &url, false).finish_within(Duration::from_secs(120));
+    let gate = Gate::start(s, manifest_put(&b), GateDoes::LoseAnswer, 1);
+    let o = pack_through(s, &gate, &tree, &url, &[]).finish_within(Duration::from_secs(120));
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(gate.acted.load(std::sync::atomic::Ordering::SeqCst), 1);
     let o = bale(s, &["verify", &url]);
@@ -1414,19 +1406,9 @@ fn a_manifest_put_without_an_answer_is_sent_again_and_never_names_deleted_shards
     ] {
         let b = bucket(s, prefix);
         let url = format!("s3://{b}/ds");
-        let gate = Gate::start(
-            s,
-            format!("PUT /{b}/ds/bale.json ").into_bytes(),
-            does,
-            times,
-        );
-        let mut args: Vec<String> = ["pack", "-q", "-o", &url, tree.to_str().unwrap()]
-            .iter()
-            .map(|a| (*a).to_owned())
-            .collect();
-        args.extend(gate.cli_options(s));
-        args.extend(timeout.iter().map(|a| (*a).to_owned()));
-        let o = Running::start(&mut bale_cmd(&args)).finish_within(Duration::from_secs(120));
+        let gate = Gate::start(s, manifest_put(&b), does, times);
+        let o =
+            pack_through(s, &gate, &tree, &url, &timeout).finish_within(Duration::from_secs(120));
         assert_eq!(gate.acted.load(std::sync::atomic::Ordering::SeqCst), times);
         if does == GateDoes::HoldAnswer {
             assert!(o.status.success(), "{}", text(&o));
@@ -1442,13 +1424,11 @@ fn a_manifest_put_without_an_answer_is_sent_again_and_never_names_deleted_shards
             }
             s.wait_object(&b, "ds/bale.json").unwrap();
         }
-        let o = bale(s, &["verify", &url]);
-        assert!(o.status.success(), "{prefix}: {}", text(&o));
-        let ds = Dataset::options()
-            .storage_options(options(s))
-            .open(&url)
-            .unwrap();
-        assert_eq!(samples_of(&ds), samples_of(&Dataset::open(&local).unwrap()));
+        assert_eq!(
+            samples_of(&verified(s, &url)),
+            samples_of(&Dataset::open(&local).unwrap()),
+            "{prefix}"
+        );
     }
 }
 
@@ -1465,22 +1445,12 @@ fn a_stale_runs_manifest_landing_late_is_replaced_by_the_run_that_holds_the_pref
     random_tree(&other, 200);
     let b = bucket(s, "stale");
     let url = format!("s3://{b}/ds");
-    let gate = Gate::start(
-        s,
-        format!("PUT /{b}/ds/bale.json ").into_bytes(),
-        GateDoes::HoldRequest,
-        4,
-    );
-    let mut args: Vec<String> = ["pack", "-q", "-o", &url, tree.to_str().unwrap()]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect();
-    args.extend(gate.cli_options(s));
-    args.extend(["--storage-option".into(), "timeout=2s".into()]);
-    let o = Running::start(&mut bale_cmd(&args)).finish_within(Duration::from_secs(120));
+    let gate = Gate::start(s, manifest_put(&b), GateDoes::HoldRequest, 4);
+    let o = pack_through(s, &gate, &tree, &url, &["--storage-option", "timeout=2s"])
+        .finish_within(Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     gate.wait_held(3, Duration::from_secs(10));
-    let second = pack_through(s, &gate, &other, &url, true);
+    let second = pack_through(s, &gate, &other, &url, &["--force"]);
     gate.wait_held(4, Duration::from_secs(120));
     for i in 0..3 {
         gate.release(i);
@@ -1489,13 +1459,7 @@ fn a_stale_runs_manifest_landing_late_is_replaced_by_the_run_that_holds_the_pref
     gate.release(3);
     let o = second.finish_within(Duration::from_secs(120));
     assert!(o.status.success(), "{}", text(&o));
-    let o = bale(s, &["verify", &url]);
-    assert!(o.status.success(), "{}", text(&o));
-    let ds = Dataset::options()
-        .storage_options(options(s))
-        .open(&url)
-        .unwrap();
-    assert_eq!(ds.len(), 200);
+    assert_eq!(verified(s, &url).len(), 200);
 }
 
 #[test]
@@ -1514,12 +1478,7 @@ fn a_run_that_cannot_check_its_lock_replaces_and_deletes_nothing() {
     let gate = Gate::with_rules(
         s,
         vec![
-            (
-                format!("PUT /{b}/ds/bale.json ").into_bytes(),
-                GateDoes::HoldRequest,
-                1,
-                true,
-            ),
+            (manifest_put(&b), GateDoes::HoldRequest, 1, true),
             (
                 b".bale-tmp-lock".to_vec(),
                 GateDoes::LoseAnswer,
@@ -1528,7 +1487,7 @@ fn a_run_that_cannot_check_its_lock_replaces_and_deletes_nothing() {
             ),
         ],
     );
-    let mut first = pack_through(s, &gate, &tree, &url, false);
+    let mut first = pack_through(s, &gate, &tree, &url, &[]);
     gate.wait_held(1, Duration::from_secs(120));
     signal(&mut first, libc::SIGSTOP);
     let o = bale(
