@@ -423,6 +423,26 @@ fn read_commands_take_urls() {
         &["bench", &url, "--json", "-q", "--budget", "0.5"],
     ));
     assert_success(&o);
+    // Neither pass reads a page cache here: the report says where the
+    // bytes came from, and the diagnosis names the store, not RAM or a disk.
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let src = &report["sources"][0];
+    assert_eq!(src["object_storage"], true, "{src}");
+    assert_eq!(src["ram_backed"], false, "{src}");
+    assert_eq!(src["diagnosis"]["bound"], "object_storage", "{src}");
+    let remedy = src["diagnosis"]["remedy"].as_str().unwrap();
+    assert!(remedy.starts_with("bale stage URL"), "{remedy}");
+    let o = bale(&with_options(
+        s,
+        &["bench", &url, "--budget", "0.2", "--threads", "1"],
+    ));
+    assert_success(&o);
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        shown.contains("in object storage: every pass reads from the store")
+            && !shown.contains("RAM-backed"),
+        "{shown}"
+    );
 }
 
 #[test]

@@ -1272,6 +1272,14 @@ fn a_local_index_of_tars_in_a_bucket_converts_benches_and_names_a_missing_tar() 
     );
     let o = bale(s, &["bench", i, "--budget", "0.2", "--threads", "1"]);
     assert!(o.status.success(), "{}", text(&o));
+    // Its tars are read from the bucket, and it cannot be staged as it is:
+    // the advice is the conversion stage asks for.
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        shown.contains("in object storage: every pass reads from the store")
+            && shown.contains("relieve it with bale convert DIR -o OUT"),
+        "{shown}"
+    );
     let staged = t.path().join("staged");
     refused(
         s,

@@ -21,27 +21,30 @@ The target is what the training step consumes: batch size / step time
 /// measures samples/s and MB/s for sequential and random order, with a warm
 /// page cache and a cold one (pages evicted with posix_fadvise DONTNEED;
 /// inode and dentry caches are not evicted), with 1 thread and with N; with
-/// `--decode`, the image decode cost per sample. Every byte counted is read
+/// `--decode`, the image decode cost per sample. A dataset in object storage
+/// (or a local index of tars in a bucket) has no cache to warm or evict
+/// here: every pass reads from the store. Every byte counted is read
 /// and checksummed (xxh3). Each figure is bounded by `--budget` seconds and
 /// says how many samples it rests on, so a run takes about 12 budgets per
 /// path (14 with `--decode`) whatever the dataset's size.
 ///
 /// Then prints a one-line diagnosis naming the stage that bounds throughput
-/// (file opens and seeks, disk bandwidth, decode CPU, read CPU) and the bale
+/// (file opens and seeks, disk bandwidth, decode CPU, read CPU, object
+/// storage) and the bale
 /// command that relieves it (pack, pack --resize or raw, stage); with
 /// `--target`, whether the input pipeline keeps up and with how many loader
 /// workers. The rules are in docs/bench.md.
 ///
 /// `--json` prints one object, schema 1: `schema`, `budget_secs`, `threads`,
 /// `seed`, `decode`, `target`, `elapsed_secs`, `sources` [{`path`, `kind`
-/// ("tree" or "dataset"), `ram_backed`, `samples`, `files`, `bytes`, `runs`
+/// ("tree" or "dataset"), `ram_backed`, `object_storage`, `samples`, `files`, `bytes`, `runs`
 /// [{`order` ("sequential" or "random"), `cache` ("warm" or "cold"),
 /// `threads`, `samples`, `bytes`, `secs`, `samples_per_sec`, `mb_per_sec`,
 /// `open_secs`}], `decode` (null, or {`secs_per_sample`, `images`, `errors`,
 /// `first_error`, `runs` [{`threads`, `samples`, `bytes`, `secs`,
 /// `samples_per_sec`, `decode_secs`}]}), `diagnosis` {`bound`
 /// ("opens_and_seeks", "disk_bandwidth", "decode_cpu", "read_cpu",
-/// "unknown"), `remedy`, `storage_samples_per_sec`, `decode_samples_per_sec`,
+/// "object_storage", "unknown"), `remedy`, `storage_samples_per_sec`, `decode_samples_per_sec`,
 /// `worker_samples_per_sec`, `pipeline_samples_per_sec`, `target` (null, or
 /// {`samples_per_sec`, `keeps_up`, `workers`, `storage_limited`,
 /// `exceeds_threads`}), `line`}}].

@@ -22,6 +22,12 @@
 //! 5. Otherwise the device's bandwidth bounds it: [`Bound::DiskBandwidth`];
 //!    `bale stage` (RAM or local NVMe) or `bale pack --resize` (fewer bytes).
 //!
+//! A dataset whose shards are in object storage skips rules 3-5: every pass
+//! there, warm or cold, is requests to the store (nothing to evict, nothing
+//! cached between passes), so the store bounds it ([`Bound::ObjectStorage`]):
+//! `bale stage` copies it to RAM or local NVMe; a local index naming tars in
+//! a bucket is converted first (`bale convert`, which stage asks for).
+//!
 //! The loader's rate with N workers is `min(storage, N * per-worker rate)`,
 //! where storage is the random cold rate at N threads (the first epoch, or
 //! any epoch of a dataset larger than RAM) and a worker's rate is
@@ -76,6 +82,8 @@ impl Rate {
 pub struct Metrics {
     /// A plain tree of files (true) or a bale dataset (false).
     pub tree: bool,
+    /// Where a dataset's shards are read from.
+    pub shards: Shards,
     /// N, the thread count of the multi-threaded figures.
     pub threads: usize,
     /// Sequential, cold cache, N threads.
@@ -92,6 +100,19 @@ pub struct Metrics {
     pub target: Option<f64>,
 }
 
+/// Where a source's bytes are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Shards {
+    /// Local files (a tree, or a dataset on a file system).
+    #[default]
+    Local,
+    /// A dataset in object storage (`bale bench s3://...`).
+    Bucket,
+    /// A local dataset directory whose manifest names tars in object
+    /// storage by URL (`bale index URL... -o DIR`).
+    LocalIndexOfBucket,
+}
+
 /// The stage that bounds throughput.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -104,6 +125,8 @@ pub enum Bound {
     DecodeCpu,
     /// Copying and checksumming bytes already in memory.
     ReadCpu,
+    /// Requests to object storage (the shards are in a bucket).
+    ObjectStorage,
     /// Nothing was measured.
     Unknown,
 }
@@ -116,6 +139,7 @@ impl Bound {
             Bound::DiskBandwidth => "disk bandwidth",
             Bound::DecodeCpu => "decode CPU",
             Bound::ReadCpu => "read CPU (copying and checksumming bytes in memory)",
+            Bound::ObjectStorage => "object storage (every read is a request to the store)",
             Bound::Unknown => "unknown (nothing was measured)",
         }
     }
@@ -190,6 +214,22 @@ pub fn diagnose(m: &Metrics) -> Diagnosis {
                 m.threads,
                 fmt_rate(d),
                 fmt_rate(storage)
+            ),
+        )
+    } else if m.shards != Shards::Local {
+        let remedy = if m.shards == Shards::Bucket {
+            "bale stage URL (copy the dataset to RAM or local NVMe once per node)"
+        } else {
+            "bale convert DIR -o OUT (shards of its own on local disk), then bale stage OUT"
+        };
+        (
+            Bound::ObjectStorage,
+            remedy.to_owned(),
+            format!(
+                "random reads from the store reach {} samples/s ({:.0} MB/s), sequential {:.0} MB/s",
+                fmt_rate(storage),
+                m.rand_cold_n.mb_per_sec(),
+                m.seq_cold_n.mb_per_sec()
             ),
         )
     } else if m.seq_cold_n.measured()
@@ -341,6 +381,7 @@ mod tests {
     fn metrics(tree: bool, seq: f64, warm: f64, cold1: f64, coldn: f64) -> Metrics {
         Metrics {
             tree,
+            shards: Shards::Local,
             threads: 8,
             seq_cold_n: rate(seq, 100_000),
             rand_warm_n: rate(warm, 100_000),
@@ -383,6 +424,39 @@ mod tests {
         // Just under the cache ratio: storage bound again.
         let d = diagnose(&metrics(false, 50_000.0, 50_000.0, 9_000.0, 39_000.0));
         assert_eq!(d.bound, Bound::DiskBandwidth);
+    }
+
+    #[test]
+    fn shards_in_a_bucket_are_bound_by_the_store_whatever_warm_and_cold_say() {
+        // Figures that would read as "storage is not the limit" (cold as
+        // fast as warm) and as opens and seeks (random far below
+        // sequential): from a bucket neither pass was cached, so the store
+        // is what bounds the reads.
+        for figures in [
+            (50_000.0, 50_000.0, 9_000.0, 45_000.0),
+            (10_000.0, 40_000.0, 400.0, 2_000.0),
+        ] {
+            let mut m = metrics(false, figures.0, figures.1, figures.2, figures.3);
+            m.shards = Shards::Bucket;
+            let d = diagnose(&m);
+            assert_eq!(d.bound, Bound::ObjectStorage);
+            assert!(d.remedy.starts_with("bale stage URL"), "{}", d.remedy);
+            assert!(d.line.contains("object storage"), "{}", d.line);
+            // A local index of tars in a bucket cannot be staged as it is.
+            m.shards = Shards::LocalIndexOfBucket;
+            let d = diagnose(&m);
+            assert_eq!(d.bound, Bound::ObjectStorage);
+            assert!(
+                d.remedy.starts_with("bale convert DIR -o OUT"),
+                "{}",
+                d.remedy
+            );
+        }
+        // Decoding slower than the store still bounds the pipeline first.
+        let mut m = metrics(false, 10_000.0, 40_000.0, 1_000.0, 8_000.0);
+        m.shards = Shards::Bucket;
+        m.decode_secs_per_sample = Some(0.005);
+        assert_eq!(diagnose(&m).bound, Bound::DecodeCpu);
     }
 
     #[test]

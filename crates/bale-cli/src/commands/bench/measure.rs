@@ -38,7 +38,7 @@ use bale_reader::{Dataset, EpochPlan, Partition, Sample};
 use rayon::prelude::*;
 
 use super::decode::{Decoded, decode_member};
-use super::diagnose::Rate;
+use super::diagnose::{Rate, Shards};
 
 /// One file of a tree.
 #[derive(Debug)]
@@ -82,6 +82,9 @@ pub struct Opened {
     pub storage: bale_storage::StorageOptions,
     /// On tmpfs or ramfs: eviction does nothing there.
     pub ram_backed: bool,
+    /// Where the shards are read from: in object storage, a cold pass
+    /// evicts nothing and a warm one finds nothing cached either.
+    pub shards: Shards,
 }
 
 /// The order samples are read in.
@@ -181,7 +184,8 @@ impl Opened {
                 bytes,
                 storage: storage.clone(),
                 source: Subject::Dataset(Some(ds)),
-                ram_backed: true,
+                ram_backed: false,
+                shards: Shards::Bucket,
             });
         }
         let meta =
@@ -195,6 +199,11 @@ impl Opened {
                 .open(path)
                 .with_context(|| format!("cannot open dataset {}", path.display()))?;
             let (shards, bytes) = shard_totals(path)?;
+            let in_bucket = ds
+                .manifest()
+                .shards
+                .iter()
+                .any(|s| bale_storage::is_url(&Manifest::resolve(path, &s.file)));
             Ok(Opened {
                 path: path.to_owned(),
                 samples: ds.len(),
@@ -203,6 +212,11 @@ impl Opened {
                 storage: storage.clone(),
                 source: Subject::Dataset(Some(ds)),
                 ram_backed,
+                shards: if in_bucket {
+                    Shards::LocalIndexOfBucket
+                } else {
+                    Shards::Local
+                },
             })
         } else {
             let tree = walk_tree(path)?;
@@ -214,6 +228,7 @@ impl Opened {
                 storage: storage.clone(),
                 source: Subject::Tree(tree),
                 ram_backed,
+                shards: Shards::Local,
             })
         }
     }

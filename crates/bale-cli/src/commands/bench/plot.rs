@@ -1,5 +1,5 @@
 //! `--plot FILE.svg|png`: samples/s of each source side by side (loose files,
-//! shards, staged), sequential and random, warm and cold, one panel per
+//! shards, staged, bucket), sequential and random, warm and cold, one panel per
 //! thread count.
 //!
 //! Text is laid out with a subset of DejaVu Sans (printable ASCII, 10 kB,

@@ -9,7 +9,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::diagnose::{Diagnosis, Metrics, Rate, diagnose, fmt_count, fmt_rate};
+use super::diagnose::{Diagnosis, Metrics, Rate, Shards, diagnose, fmt_count, fmt_rate};
 use super::measure::{Measured, Opened, Pass, ReadOrder, Settings};
 
 /// The JSON schema version.
@@ -45,6 +45,9 @@ pub struct SourceReport {
     pub kind: &'static str,
     /// On tmpfs or ramfs: eviction does nothing there, cold figures are warm ones.
     pub ram_backed: bool,
+    /// The shards are read from object storage (a dataset in a bucket, or a
+    /// local index of tars in one): every pass is requests to the store.
+    pub object_storage: bool,
     /// Samples in the source.
     pub samples: u64,
     /// Loose files (tree) or shard files (dataset).
@@ -176,6 +179,7 @@ pub fn source_report(
     };
     let metrics = Metrics {
         tree: src.is_tree(),
+        shards: src.shards,
         threads: n,
         seq_cold_n: find(ReadOrder::Sequential, n, true),
         rand_warm_n: find(ReadOrder::Random, n, false),
@@ -191,6 +195,7 @@ pub fn source_report(
         path: src.path.display().to_string(),
         kind: if src.is_tree() { "tree" } else { "dataset" },
         ram_backed: src.ram_backed,
+        object_storage: src.shards != Shards::Local,
         samples: src.samples,
         files: src.files,
         bytes: src.bytes,
@@ -205,9 +210,10 @@ pub fn label(s: &SourceReport) -> String {
     let name = std::path::Path::new(&s.path)
         .file_name()
         .map_or_else(|| s.path.clone(), |n| n.to_string_lossy().into_owned());
-    let kind = match (s.kind, s.ram_backed) {
-        ("dataset", true) => "staged",
-        ("dataset", false) => "shards",
+    let kind = match (s.kind, s.object_storage, s.ram_backed) {
+        ("dataset", true, _) => "bucket",
+        ("dataset", false, true) => "staged",
+        ("dataset", false, false) => "shards",
         _ => "loose",
     };
     format!("{name} ({kind})")
@@ -229,7 +235,9 @@ pub fn print_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             fmt_count(s.samples),
             fmt_count(s.files),
             crate::units::size(s.bytes),
-            if s.ram_backed {
+            if s.object_storage {
+                " (in object storage: every pass reads from the store, nothing is evicted)"
+            } else if s.ram_backed {
                 " (RAM-backed: eviction does nothing here)"
             } else {
                 ""
@@ -392,6 +400,7 @@ mod tests {
                 path: "p".into(),
                 kind: "dataset",
                 ram_backed: false,
+                object_storage: false,
                 samples: 10,
                 files: 1,
                 bytes: 1000,
@@ -434,6 +443,7 @@ mod tests {
             "sources[].path",
             "sources[].kind",
             "sources[].ram_backed",
+            "sources[].object_storage",
             "sources[].samples",
             "sources[].files",
             "sources[].bytes",
