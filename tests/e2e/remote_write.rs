@@ -1521,3 +1521,78 @@ fn a_run_that_cannot_check_its_lock_replaces_and_deletes_nothing() {
         .unwrap();
     assert_eq!(ds.len(), 200);
 }
+
+#[test]
+fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
+    // A pack into a prefix was killed after its checks (a claimed lock).
+    // The user's tars are there, of bale's names, and `bale index --force`
+    // takes the killed run's lock over to index them in place. An index run
+    // writes only .idx objects and bale.json: it claims nothing. Had it
+    // carried the killed run's claim and kept it fresh, its own death
+    // (SIGKILL before its manifest) would leave a claim dated after the
+    // user's tars, and a later `pack --force` would delete them as
+    // leftovers of a run.
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(200, &["--shard-samples", "100"]);
+    let b = bucket(s, "indexkill");
+    let url = format!("s3://{b}/wds");
+    let tars = t.path().join("tars");
+    std::fs::create_dir_all(&tars).unwrap();
+    let mut urls = Vec::new();
+    for (name, bytes) in snapshot(&local) {
+        if name.ends_with(".tar") {
+            std::fs::write(tars.join(&name), bytes).unwrap();
+            urls.push(format!("s3://{b}/wds/{name}"));
+        }
+    }
+    s.upload_dir(&tars, &b, "wds").unwrap();
+    let lock = t.path().join("lock.json");
+    std::fs::write(
+        &lock,
+        br#"{"run": "killed-after-its-checks", "beat": 9, "claimed": true}"#,
+    )
+    .unwrap();
+    s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
+    let tars_before: Vec<String> = listing(s, &b, "wds")
+        .0
+        .into_iter()
+        .filter(|n| n.ends_with(".tar"))
+        .collect();
+    assert_eq!(tars_before.len(), 2, "{tars_before:?}");
+
+    let gate = Gate::start(
+        s,
+        format!("PUT /{b}/wds/bale.json ").into_bytes(),
+        GateDoes::HoldRequest,
+        1,
+    );
+    let mut args: Vec<String> = ["index", "-q", "--force", "-o", &url]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    args.extend(urls.iter().cloned());
+    args.extend(gate.cli_options(s));
+    let mut run = Running::start(&mut bale_cmd(&args));
+    gate.wait_held(1, Duration::from_secs(120));
+    // The lock is the index run's now, and says it claims nothing.
+    let body = object_bytes(&Store::open(&url, &options(s)).unwrap(), ".bale-tmp-lock");
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_ne!(body["run"], "killed-after-its-checks", "{body}");
+    assert_eq!(body["claimed"], false, "{body}");
+    signal(&mut run, libc::SIGKILL);
+    let _ = run.finish_within(Duration::from_secs(60));
+    // The killed index's lock marks nothing: a pack with --force (after
+    // watching it for 7 s) refuses the tars, naming one, and deletes none.
+    refused(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+        &["shard-000000.tar", "no bale.json"],
+    );
+    let tars_after: Vec<String> = listing(s, &b, "wds")
+        .0
+        .into_iter()
+        .filter(|n| n.ends_with(".tar"))
+        .collect();
+    assert_eq!(tars_after, tars_before);
+    assert_same_tars(s, &url, &local);
+}

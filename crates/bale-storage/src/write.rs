@@ -290,7 +290,11 @@ impl Publisher {
             manifest: Mutex::new(None),
             manifest_unsure: AtomicBool::new(false),
         };
-        p.take_lock()?;
+        // A run that writes beside objects it leaves (an index of tars in
+        // place) never claims the prefix, not even a killed run's claim it
+        // takes over: kept fresh by its heartbeat, that claim would date the
+        // tars it indexes as a run's leftovers, for a later --force to clear.
+        p.take_lock(alongside.is_none())?;
         let checked = match alongside {
             Some(names) => p.check_and_clear_names(names),
             None => p.check_and_clear(),
@@ -329,7 +333,10 @@ impl Publisher {
         format!("{}/{name}", self.store.url())
     }
 
-    fn take_lock(&mut self) -> Result<()> {
+    /// Creates the lock object, or with `--force` takes over that of a run
+    /// that ended without releasing it; with `claims`, the killed run's
+    /// claim carries over.
+    fn take_lock(&mut self, claims: bool) -> Result<()> {
         let path = self.path(LOCK_NAME)?;
         let client = Arc::clone(&self.client);
         let payload = PutPayload::from(lock_body(&self.run, 0, false));
@@ -378,7 +385,7 @@ impl Publisher {
             // marked if this run stops before it has cleared it. Its last
             // refresh dates what it can have written.
             self.found_at = now.as_ref().map(|l| l.at);
-            self.inherit_claim(now.as_ref().is_some_and(|l| lock_claimed(&l.bytes)));
+            self.inherit_claim(claims && now.as_ref().is_some_and(|l| lock_claimed(&l.bytes)));
             let body = lock_body(&self.run, 0, self.found_claim);
             // Over the very version watched: another --force taking it over
             // at the same time makes one of the two fail here.
