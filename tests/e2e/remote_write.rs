@@ -1596,3 +1596,36 @@ fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
     assert_eq!(tars_after, tars_before);
     assert_same_tars(s, &url, &local);
 }
+
+#[test]
+fn force_never_deletes_a_dali_index_named_like_bales() {
+    // `shard-000000.idx` is also what DALI's tar indexer writes: text, not
+    // bale's index. Beside no bale.json and no killed run's lock, --force
+    // refuses it, naming it; bale's own index of that name goes.
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(100, &[]);
+    let b = bucket(s, "daliidx");
+    let url = format!("s3://{b}/ds");
+    let dali = t.path().join("dali.idx");
+    std::fs::write(&dali, b"v1.2 3\njpg 0 1536 1024\ncls 1536 512 2\n").unwrap();
+    s.put_file(&dali, &b, "ds/shard-000000.idx").unwrap();
+    s.put_file(&local.join("shard-000000.idx"), &b, "ds/shard-000001.idx")
+        .unwrap();
+    let before = listing(s, &b, "ds").0;
+    refused(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+        &[
+            "shard-000000.idx",
+            "named like bale's indexes but is not one",
+        ],
+    );
+    assert_eq!(listing(s, &b, "ds").0, before);
+    s.delete(&b, "ds/shard-000000.idx").unwrap();
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
+}

@@ -96,6 +96,14 @@ fn is_compressed_index(bytes: &[u8]) -> bool {
     bytes.len() >= 4 && bytes[..4] == ZSTD_FRAME_MAGIC
 }
 
+/// Whether `head`, the first 8 bytes of a file (or all of a shorter one),
+/// begin one of bale's indexes in either stored form: `BALEIDX\0` or a
+/// zstd frame. Tells bale's `.idx` files from others of the same name (a
+/// DALI tar index is text) before anything deletes them.
+pub fn is_index_head(head: &[u8]) -> bool {
+    (head.len() >= 8 && head[..8] == INDEX_MAGIC) || is_compressed_index(head)
+}
+
 /// Bytes of an index's fixed tables for `samples` and `members` (header,
 /// sample records, lookup table, member records, footer), if they fit a u64.
 fn tables_len(samples: u64, members: u64) -> Option<u64> {
@@ -1386,6 +1394,17 @@ mod tests {
         let at = 8 + dict.len() as u64;
         b.push_sample("a/0", at, 100, 0, 1024, &[("cls", 512, 1, 1)]);
         b.to_bytes(at + 100 + 20, 2048)
+    }
+
+    #[test]
+    fn an_index_head_is_bales_magic_or_a_zstd_frame_and_nothing_else() {
+        assert!(is_index_head(b"BALEIDX\0"));
+        assert!(is_index_head(&[0x28, 0xB5, 0x2F, 0xFD, 0, 0, 0, 0]));
+        // DALI's tar index, other text, short and empty files.
+        assert!(!is_index_head(b"v1.2 3\njpg"));
+        assert!(!is_index_head(b"BALEIDX"));
+        assert!(!is_index_head(b"BALEIDX1"));
+        assert!(!is_index_head(b""));
     }
 
     #[test]

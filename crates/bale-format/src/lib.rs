@@ -63,7 +63,7 @@ pub use error::{FormatError, Result, Shown, shown};
 pub use index::{
     Compression, IndexBuilder, MemberEntry, SampleEntry, ShardIndex, ZSTD_DICT_FRAME_MAGIC,
     ZSTD_DICT_MAX, ZSTD_DICT_MIN, checksum, index_file_bytes, index_len_max, index_len_min,
-    prefetch, prefetch_sample, zstd_dict_ok,
+    is_index_head, prefetch, prefetch_sample, zstd_dict_ok,
 };
 pub use manifest::{
     CreatedBy, FieldStats, ImageTransform, MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest,

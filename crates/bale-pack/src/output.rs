@@ -335,26 +335,57 @@ impl Drop for Output {
 
 /// Refuses the first tar (`.tar`, `.tar.zst`, `.h5`) among `victims` when
 /// `dir` has no manifest and no killed run's mark ([`RUN_MARK`]): then the
-/// tars may be the user's own (indexes go: only bale writes such names).
+/// tars may be the user's own. So is an `.idx` that does not begin as one of
+/// bale's indexes (a DALI tar index has the same name); bale's go.
 fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
-    let Some(tar) = victims
-        .iter()
-        .find(|v| v.extension().is_some_and(|e| e != "idx") && !v.ends_with(MANIFEST_NAME))
-    else {
-        return Ok(());
-    };
     if fs::symlink_metadata(dir.join(MANIFEST_NAME)).is_ok() || has_run_mark(dir)? {
         return Ok(());
     }
+    let mut theirs = None;
+    for v in victims {
+        if v.ends_with(MANIFEST_NAME) {
+            continue;
+        }
+        if v.extension().is_some_and(|e| e != "idx") || !is_bale_index(v)? {
+            theirs = Some(v);
+            break;
+        }
+    }
+    let Some(tar) = theirs else {
+        return Ok(());
+    };
+    let named = if tar.extension().is_some_and(|e| e == "idx") {
+        "named like bale's indexes but is not one"
+    } else {
+        "named like bale's shards"
+    };
     Err(PackError::Refused {
         what: format!(
-            "it is named like bale's shards, but {} has no {MANIFEST_NAME} and no mark of a \
+            "it is {named}, but {} has no {MANIFEST_NAME} and no mark of a \
              killed bale run: it may be yours, so --force does not remove it; delete it by \
              hand if it is a leftover of bale's, or write to another directory",
             bale_format::shown(dir)
         ),
         path: tar.clone(),
     })
+}
+
+/// Whether the file `path` begins as one of bale's indexes
+/// ([`bale_format::is_index_head`]): a `shard-000000.idx` may also be a
+/// DALI tar index of the user's. A file gone meanwhile counts as bale's
+/// (nothing of it is left to remove).
+fn is_bale_index(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(8);
+    match fs::File::open(path) {
+        Ok(f) => f
+            .take(8)
+            .read_to_end(&mut head)
+            .map_err(|e| PackError::io(path, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(PackError::io(path, e)),
+    };
+    Ok(bale_format::is_index_head(&head))
 }
 
 /// Whether `dir` holds the mark of a run ([`RUN_MARK`]) of any process.
@@ -540,6 +571,33 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, ["notes.txt"]);
+    }
+
+    #[test]
+    fn force_without_a_mark_clears_bales_indexes_but_not_a_dali_index_of_the_same_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        // A DALI tar index (text) named like bale's, and bale's own index.
+        fs::write(out.join("shard-000000.idx"), b"v1.2 3\njpg 0 1536 1024\n").unwrap();
+        let mut bale_idx = b"BALEIDX\0".to_vec();
+        bale_idx.extend_from_slice(&[0; 56]);
+        fs::write(out.join("shard-000001.idx"), &bale_idx).unwrap();
+        let mut o = Output::open(out, true).unwrap();
+        let err = o.clear(&Inputs::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("shard-000000.idx")
+                && err.to_string().contains("may be yours"),
+            "{err}"
+        );
+        o.commit();
+        assert!(out.join("shard-000000.idx").exists());
+        assert!(out.join("shard-000001.idx").exists());
+        // Without the user's file, bale's index is cleared.
+        fs::remove_file(out.join("shard-000000.idx")).unwrap();
+        let mut o = Output::open(out, true).unwrap();
+        o.clear(&Inputs::default()).unwrap();
+        o.commit();
+        assert!(!out.join("shard-000001.idx").exists());
     }
 
     #[test]

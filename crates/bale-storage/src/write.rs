@@ -713,15 +713,23 @@ impl Publisher {
     /// Refuses `--force` over a prefix without a manifest when it holds an
     /// object named like bale's shards (`shard-000000.tar` is a common
     /// WebDataset name) and no run of bale's left its lock there: then the
-    /// object may be the user's. Indexes and bale's temporary objects are
-    /// cleared without that.
+    /// object may be the user's. So is an object named like bale's indexes
+    /// that does not begin as one (`shard-000000.idx` is also the name of a
+    /// DALI tar index). bale's own indexes and temporary objects are cleared
+    /// without that.
     fn refuse_unclaimed(&self, names: &[String], claimed_at: Option<i64>) -> Result<()> {
-        let Some(tar) = names.iter().find(|n| {
-            !n.contains('/')
-                && !n.starts_with(".bale-tmp-")
-                && !n.ends_with(".idx")
-                && bale_format::is_bale_file_name(n)
-        }) else {
+        let mut theirs = None;
+        for n in names {
+            if n.contains('/') || n.starts_with(".bale-tmp-") || !bale_format::is_bale_file_name(n)
+            {
+                continue;
+            }
+            if !n.ends_with(".idx") || !self.is_bale_index(n)? {
+                theirs = Some(n);
+                break;
+            }
+        }
+        let Some(tar) = theirs else {
             return Ok(());
         };
         let why = match claimed_at {
@@ -731,14 +739,37 @@ impl Publisher {
                  had stopped"
             ),
         };
+        let named = if tar.ends_with(".idx") {
+            "named like bale's indexes but is not one"
+        } else {
+            "named like bale's shards"
+        };
         Err(StorageError::Exists {
             url: self.url_of(tar),
             what: format!(
-                "it is named like bale's shards, but the prefix has no {MANIFEST}, and {why}: it \
+                "it is {named}, but the prefix has no {MANIFEST}, and {why}: it \
                  may be yours, so --force removes nothing; delete it by hand if it is a leftover \
                  of bale's, or write to another prefix"
             ),
         })
+    }
+
+    /// Whether object `name` begins as one of bale's indexes
+    /// ([`bale_format::is_index_head`]); one gone since the listing counts
+    /// as bale's (nothing of it is left to delete).
+    fn is_bale_index(&self, name: &str) -> Result<bool> {
+        let object = self.store.object(name)?;
+        let size = match object.head() {
+            Ok(size) => size,
+            Err(StorageError::NotFound { .. }) => return Ok(true),
+            Err(e) => return Err(e),
+        };
+        let head = match object.get_range(0..size.min(8)) {
+            Ok(head) => head,
+            Err(StorageError::NotFound { .. }) => return Ok(true),
+            Err(e) => return Err(e),
+        };
+        Ok(bale_format::is_index_head(&head))
     }
 
     fn check_and_clear_names(&self, names: &[String]) -> Result<()> {
