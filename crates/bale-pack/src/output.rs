@@ -341,14 +341,17 @@ fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
     if fs::symlink_metadata(dir.join(MANIFEST_NAME)).is_ok() || has_run_mark(dir)? {
         return Ok(());
     }
-    let mut theirs = None;
-    for v in victims {
-        if v.ends_with(MANIFEST_NAME) {
-            continue;
-        }
-        if v.extension().is_some_and(|e| e != "idx") || !is_bale_index(v)? {
-            theirs = Some(v);
-            break;
+    // A tar is named first; an index only when no tar is there.
+    let is_idx = |v: &PathBuf| v.extension().is_some_and(|e| e == "idx");
+    let mut theirs = victims
+        .iter()
+        .find(|v| !v.ends_with(MANIFEST_NAME) && v.extension().is_some() && !is_idx(v));
+    if theirs.is_none() {
+        for v in victims.iter().filter(|v| is_idx(v)) {
+            if !is_bale_index(v)? {
+                theirs = Some(v);
+                break;
+            }
         }
     }
     let Some(tar) = theirs else {

@@ -718,15 +718,17 @@ impl Publisher {
     /// DALI tar index). bale's own indexes and temporary objects are cleared
     /// without that.
     fn refuse_unclaimed(&self, names: &[String], claimed_at: Option<i64>) -> Result<()> {
-        let mut theirs = None;
-        for n in names {
-            if n.contains('/') || n.starts_with(".bale-tmp-") || !bale_format::is_bale_file_name(n)
-            {
-                continue;
-            }
-            if !n.ends_with(".idx") || !self.is_bale_index(n)? {
-                theirs = Some(n);
-                break;
+        let shards = names.iter().filter(|n| {
+            !n.contains('/') && !n.starts_with(".bale-tmp-") && bale_format::is_bale_file_name(n)
+        });
+        // A tar is named first; an index only when no tar is there.
+        let mut theirs = shards.clone().find(|n| !n.ends_with(".idx"));
+        if theirs.is_none() {
+            for n in shards {
+                if !self.is_bale_index(n)? {
+                    theirs = Some(n);
+                    break;
+                }
             }
         }
         let Some(tar) = theirs else {
