@@ -634,8 +634,62 @@ fn force_never_deletes_tars_indexed_in_place() {
         assert!(!stderr(&o).contains("were removed"), "{}", text(&o));
         assert_eq!(snapshot(&wd), before, "{words}: {}", text(&o));
     }
+    // A `bale.json` of the user's or another tool's is no bale dataset:
+    // the tars beside it may be anyone's.
+    fs::write(
+        &manifest,
+        br#"{"name": "my-shards", "license": "cc-by-4.0"}"#,
+    )
+    .unwrap();
+    let before = snapshot(&wd);
+    let o = bale(
+        &["pack", "-q", "--labels", "none", "--force", "-o"],
+        &[&wd, &input],
+    );
+    refused(&o, "wd/", &["no bale run wrote it"]);
+    assert_eq!(snapshot(&wd), before, "{}", text(&o));
     fs::write(&manifest, good).unwrap();
     verifies(&wd);
+
+    // Indexed with --absolute, then the folder moved: the manifest's paths
+    // name the old place, and the tars are still the user's.
+    let abs = t.path().join("abs");
+    fs::create_dir(&abs).unwrap();
+    for n in 0..2 {
+        fs::copy(&shard, abs.join(format!("shard-00000{n}.tar"))).unwrap();
+    }
+    let pattern = format!("{}/shard-*.tar", abs.display());
+    ok(&bale(
+        &["index", "-q", "--absolute", "-o", p(&abs), &pattern],
+        &[],
+    ));
+    let moved = t.path().join("moved");
+    fs::rename(&abs, &moved).unwrap();
+    let before = snapshot(&moved);
+    for args in [
+        vec![
+            "pack",
+            "-q",
+            "--labels",
+            "none",
+            "--force",
+            "-o",
+            p(&moved),
+            p(&input),
+        ],
+        vec![
+            "convert",
+            "-q",
+            "--force",
+            "-o",
+            p(&moved),
+            p(shard.parent().unwrap()),
+        ],
+    ] {
+        let o = run(&args);
+        refused(&o, "shard-00000", &["indexed in place"]);
+        assert_eq!(snapshot(&moved), before, "{args:?}: {}", text(&o));
+    }
 }
 
 /// An old shard's name that is a hard link to an input file: `pack --force`

@@ -947,7 +947,11 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     // An index's manifest without its list of shards cannot tell whose the
     // tars are: refused too.
     let broken = t.path().join("broken.json");
-    std::fs::write(&broken, br#"{"created_by": {"command": "index"}}"#).unwrap();
+    std::fs::write(
+        &broken,
+        br#"{"created_by": {"tool": "bale", "command": "index"}}"#,
+    )
+    .unwrap();
     s.put_file(&broken, &b, "wds/bale.json").unwrap();
     refused(
         s,

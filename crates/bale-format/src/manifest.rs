@@ -33,10 +33,15 @@ pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 ///
 /// # Errors
 /// Why the manifest cannot tell whose the tars beside it are: it is not
-/// JSON, or `bale index` wrote it without a `shards` list.
+/// JSON, no bale run wrote it (its `created_by.tool` is not `bale`: a
+/// `bale.json` of the user's or another tool's), or `bale index` wrote it
+/// without a `shards` list.
 pub fn indexed_in_place(bytes: &[u8]) -> std::result::Result<Option<Vec<String>>, String> {
     let m: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| format!("it is not JSON ({e})"))?;
+    if m["created_by"]["tool"].as_str() != Some("bale") {
+        return Err("no bale run wrote it (its created_by.tool is not \"bale\")".into());
+    }
     if m["created_by"]["command"].as_str() != Some("index") {
         return Ok(None);
     }

@@ -248,7 +248,7 @@ impl Output {
                     path,
                 });
             }
-            if FileId::of(&path).is_some_and(|id| adopted.contains(&id)) {
+            if adopted.holds(&path) {
                 return Err(PackError::Refused {
                     what: format!(
                         "it is a tar that `bale index` indexed in place, the user's and not \
@@ -415,10 +415,10 @@ fn is_run_mark(name: &std::ffi::OsStr) -> bool {
 /// `created_by.command` and `shards[].file`): a manifest that fails the
 /// strict checks may still be an index's. One that cannot be read even so
 /// is refused, since then the tars beside it cannot be told to be bale's.
-fn adopted_tars(dir: &Path) -> Result<HashSet<FileId>> {
+fn adopted_tars(dir: &Path) -> Result<Adopted> {
     let path = dir.join(MANIFEST_NAME);
     if fs::symlink_metadata(&path).is_err() {
-        return Ok(HashSet::new());
+        return Ok(Adopted::default());
     }
     let refuse = |why: String| PackError::Refused {
         what: format!(
@@ -431,12 +431,37 @@ fn adopted_tars(dir: &Path) -> Result<HashSet<FileId>> {
     };
     let bytes = bale_format::files::read_capped(&path, MAX_MANIFEST_BYTES, "manifest")
         .map_err(|e| refuse(e.to_string()))?;
-    let files = bale_format::indexed_in_place(&bytes).map_err(refuse)?;
-    Ok(files
-        .into_iter()
-        .flatten()
-        .filter_map(|file| FileId::of(&dir.join(file)))
-        .collect())
+    let files = bale_format::indexed_in_place(&bytes)
+        .map_err(refuse)?
+        .unwrap_or_default();
+    Ok(Adopted {
+        ids: files
+            .iter()
+            .filter_map(|file| FileId::of(&dir.join(file)))
+            .collect(),
+        names: files
+            .iter()
+            .filter_map(|file| Path::new(file).file_name().map(ToOwned::to_owned))
+            .collect(),
+    })
+}
+
+/// The tars a `bale index` manifest lists: by file identity where its paths
+/// still resolve, and by file name, since they no longer do once the
+/// directory was moved or copied (an absolute path then names the old
+/// place, or nothing).
+#[derive(Debug, Default)]
+struct Adopted {
+    ids: HashSet<FileId>,
+    names: HashSet<std::ffi::OsString>,
+}
+
+impl Adopted {
+    /// Whether `path` is one of the listed tars, or has the name of one.
+    fn holds(&self, path: &Path) -> bool {
+        path.file_name().is_some_and(|n| self.names.contains(n))
+            || FileId::of(path).is_some_and(|id| self.ids.contains(&id))
+    }
 }
 
 /// Removes `dir` and its ancestors up to `top` (included), each only if empty.
@@ -559,7 +584,7 @@ mod tests {
         // A manifest of pack's (read only for whose the tars are).
         fs::write(
             out.join("bale.json"),
-            br#"{"created_by": {"command": "pack"}, "shards": []}"#,
+            br#"{"created_by": {"tool": "bale", "command": "pack"}, "shards": []}"#,
         )
         .unwrap();
         let err = Output::open(&out, false).unwrap_err();
@@ -607,7 +632,11 @@ mod tests {
     fn force_never_deletes_an_input() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path();
-        fs::write(out.join("bale.json"), b"{}").unwrap();
+        fs::write(
+            out.join("bale.json"),
+            br#"{"created_by": {"tool": "bale", "command": "pack"}, "shards": []}"#,
+        )
+        .unwrap();
         fs::write(out.join("shard-000000.tar"), b"the user's").unwrap();
         // An input reaching it through a symlink elsewhere.
         let link = tempfile::tempdir().unwrap();
