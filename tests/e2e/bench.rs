@@ -293,3 +293,62 @@ fn decode_with_resize_decodes_every_image_and_needs_decode() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn plot_never_replaces_a_file_unless_forced_nor_writes_through_a_symlink_or_into_its_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tree, _ds) = tree_and_dataset(tmp.path());
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            s(&tree),
+            "--budget",
+            "0.05",
+            "--threads",
+            "1",
+            "-q",
+        ];
+        args.extend_from_slice(extra);
+        bale(&args)
+    };
+    // An existing file: refused before anything is measured, kept as it was.
+    let mine = tmp.path().join("thesis.png");
+    std::fs::write(&mine, b"my thesis plot").unwrap();
+    let out = run(&["--plot", s(&mine)]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("exists") && err.contains("--force"), "{err}");
+    assert!(out.stdout.is_empty(), "measured before refusing");
+    assert_eq!(std::fs::read(&mine).unwrap(), b"my thesis plot");
+    // A symlink to it: --force replaces the link, never the file it names.
+    let link = tmp.path().join("results.png");
+    std::os::unix::fs::symlink(&mine, &link).unwrap();
+    assert_eq!(run(&["--plot", s(&link)]).status.code(), Some(2));
+    let out = run(&["--plot", s(&link), "--force"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read(&mine).unwrap(), b"my thesis plot");
+    let meta = std::fs::symlink_metadata(&link).unwrap();
+    assert!(meta.is_file(), "the link was replaced by the plot");
+    assert_eq!(&std::fs::read(&link).unwrap()[..4], b"\x89PNG");
+    // A file of the tree being measured: refused even with --force, and so
+    // is a new file there.
+    let first = std::fs::read_dir(&tree)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_file())
+        .unwrap();
+    let inside = first.with_extension("svg");
+    std::fs::copy(&first, &inside).unwrap();
+    let before = std::fs::read(&inside).unwrap();
+    for target in [&inside, &tree.join("new.svg")] {
+        let out = run(&["--plot", s(target), "--force"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            text(&out.stderr).contains("which this run measures"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(std::fs::read(&inside).unwrap(), before);
+    assert!(!tree.join("new.svg").exists());
+}

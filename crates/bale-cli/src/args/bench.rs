@@ -83,8 +83,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Draw the comparison to FILE.svg or FILE.png; repeatable (one run, several files).
+    /// An existing FILE is refused (checked before measuring) unless `--force`.
     #[arg(long, value_name = "FILE")]
     pub plot: Vec<PathBuf>,
+    /// Replace existing `--plot` files (a symlink is replaced, not written through).
+    #[arg(long)]
+    pub force: bool,
     /// No progress messages on stderr.
     #[arg(short, long)]
     pub quiet: bool,

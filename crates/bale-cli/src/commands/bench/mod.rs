@@ -42,6 +42,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "--plot {}: give a file name ending in .svg or .png",
             p.display()
         );
+        let sources: Vec<&std::path::Path> = std::iter::once(&args.path)
+            .chain(&args.compare)
+            .filter(|s| !bale_storage::is_url(s))
+            .map(std::path::PathBuf::as_path)
+            .collect();
+        plot::check_plot_path(p, &sources, args.force)?;
     }
     let show = !args.quiet && std::io::stderr().is_terminal();
     // Open every path first: a typo fails before minutes of measuring.
@@ -72,7 +78,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         sources,
     };
     for p in &args.plot {
-        plot::write_plot(p, &r)?;
+        plot::write_plot(p, &r, args.force)?;
     }
     let mut out = std::io::stdout().lock();
     if args.json {

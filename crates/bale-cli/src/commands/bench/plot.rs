@@ -53,7 +53,56 @@ fn register_font() -> anyhow::Result<()> {
 ///
 /// # Errors
 /// Another extension, a file that cannot be written.
-pub fn write_plot(path: &Path, report: &Report) -> anyhow::Result<()> {
+pub fn write_plot(path: &Path, report: &Report, force: bool) -> anyhow::Result<()> {
+    let bytes = render(path, report)?;
+    // A new file, or with --force one put in place of the old by a rename
+    // (a symlink there is replaced, never written through); never a file
+    // half-written under its name.
+    let written = if force {
+        bale_format::atomic::replace_atomic(path, &bytes)
+    } else {
+        bale_format::atomic::write_atomic(path, &bytes)
+    };
+    written.with_context(|| format!("--plot {}", bale_format::shown(path)))
+}
+
+/// Refuses a `--plot` path before anything is measured: an existing one
+/// without `--force`, one that is not a regular file or a symlink (a
+/// folder, a FIFO), and one inside a source being measured (a file of the
+/// tree, or of the dataset: its inputs).
+pub fn check_plot_path(path: &Path, sources: &[&Path], force: bool) -> anyhow::Result<()> {
+    let shown = bale_format::shown(path);
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = std::fs::canonicalize(parent)
+        .with_context(|| format!("--plot {shown}: its folder does not exist"))?;
+    for src in sources {
+        if let Ok(src) = std::fs::canonicalize(src)
+            && dir.starts_with(&src)
+        {
+            bail!(
+                "--plot {shown} is inside {}, which this run measures: write the plot elsewhere",
+                bale_format::shown(&src)
+            );
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Err(_) => Ok(()),
+        Ok(_) if !force => {
+            bail!("--plot {shown} exists; pass --force to replace it, or choose another name")
+        }
+        Ok(m) if m.is_file() || m.file_type().is_symlink() => Ok(()),
+        Ok(m) => bail!(
+            "--plot {shown} is {}, not a file to replace",
+            bale_format::files::kind_of(&m)
+        ),
+    }
+}
+
+/// The plot's bytes, SVG or PNG by the path's extension.
+fn render(path: &Path, report: &Report) -> anyhow::Result<Vec<u8>> {
     register_font()?;
     let ext = path
         .extension()
@@ -66,7 +115,7 @@ pub fn write_plot(path: &Path, report: &Report) -> anyhow::Result<()> {
                 draw(&root, report)?;
                 root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
             }
-            std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))
+            Ok(svg.into_bytes())
         }
         Some("png") => {
             let (w, h) = SIZE;
@@ -76,7 +125,7 @@ pub fn write_plot(path: &Path, report: &Report) -> anyhow::Result<()> {
                 draw(&root, report)?;
                 root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
             }
-            write_png(path, w, h, &buf)
+            encode_png(path, w, h, &buf)
         }
         _ => bail!(
             "--plot {}: give a file name ending in .svg or .png",
@@ -85,10 +134,9 @@ pub fn write_plot(path: &Path, report: &Report) -> anyhow::Result<()> {
     }
 }
 
-fn write_png(path: &Path, w: u32, h: u32, rgb: &[u8]) -> anyhow::Result<()> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), w, h);
+fn encode_png(path: &Path, w: u32, h: u32, rgb: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, w, h);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
     enc.set_compression(png::Compression::High);
@@ -100,7 +148,8 @@ fn write_png(path: &Path, w: u32, h: u32, rgb: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))?;
     writer
         .finish()
-        .with_context(|| format!("cannot write {}", path.display()))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(out)
 }
 
 /// The axis label of group `g`: the four read figures, then (with
