@@ -309,6 +309,42 @@ fn a_failed_index_keeps_every_file_it_did_not_write() {
         before,
         "a failed index changed the directory"
     );
+
+    // A dataset indexed with its wids file, indexed again with --force and
+    // a bad tar among the new ones: the run fails, and the old dataset stays
+    // whole, its wids file with it.
+    let wd = t.path().join("wd");
+    fs::create_dir(&wd).unwrap();
+    fs::copy(&shard, wd.join("a.tar")).unwrap();
+    let wids = wd.join("train-wids.json");
+    ok(&bale(
+        &["index", "-q", "--wids-json", p(&wids), "-o"],
+        &[&wd, &wd.join("a.tar")],
+    ));
+    fs::write(wd.join("b.tar"), b"not a tar").unwrap();
+    let before = snapshot(&wd);
+    let o = bale(
+        &["index", "-q", "--force", "--wids-json", p(&wids), "-o"],
+        &[&wd, &wd.join("a.tar"), &wd.join("b.tar")],
+    );
+    refused(&o, "b.tar", &[]);
+    assert_eq!(snapshot(&wd), before, "{}", text(&o));
+    verifies(&wd);
+    // Forced with good tars, it is replaced (a file named like its
+    // temporary is not left).
+    fs::copy(&shard, wd.join("b.tar")).unwrap();
+    let o = bale(
+        &["index", "-q", "--force", "--wids-json", p(&wids), "-o"],
+        &[&wd, &wd.join("a.tar"), &wd.join("b.tar")],
+    );
+    ok(&o);
+    let doc: serde_json::Value = serde_json::from_slice(&fs::read(&wids).unwrap()).unwrap();
+    assert_eq!(doc["shardlist"].as_array().unwrap().len(), 2, "{doc}");
+    assert!(
+        !snapshot(&wd).keys().any(|n| n.starts_with(".bale-tmp")),
+        "{:?}",
+        snapshot(&wd).keys()
+    );
 }
 
 /// A failed `bale pack` leaves every file it did not create: with `--force`

@@ -239,10 +239,18 @@ pub fn index(
     if cancel.load(Ordering::Relaxed) {
         return Err(PackError::Cancelled);
     }
-    if let Some(dest) = &wids {
-        write_wids(dest, &plan, &done, opts.absolute)?;
-        out.track(dest.clone());
-    }
+    // The wids file is written beside its place under a temporary name,
+    // and takes its name with the indexes: a run that fails before (a bad
+    // tar) keeps the old one.
+    let wids_staged = match &wids {
+        Some(dest) => {
+            let staged = wids_temp(dest);
+            out.track(staged.clone());
+            write_wids(dest, &staged, &plan, &done, opts.absolute)?;
+            Some((staged, dest))
+        }
+        None => None,
+    };
     // Every tar scanned: the old manifest goes first, then each new index
     // takes its name.
     out.make_room(MANIFEST_NAME, &inputs)?;
@@ -252,6 +260,17 @@ pub fn index(
         bale_format::files::rename_noreplace(&staged(k), &dest)
             .map_err(|e| PackError::io(&dest, e))?;
         out.track(dest);
+    }
+    // The old dataset is gone from here (its manifest first): the wids file
+    // replaces the old one with the rest.
+    if let Some((staged, dest)) = wids_staged {
+        if opts.force {
+            fs::rename(&staged, dest)
+        } else {
+            bale_format::files::rename_noreplace(&staged, dest)
+        }
+        .map_err(|e| PackError::io(dest, e))?;
+        out.track(dest.clone());
     }
     let created_by = CreatedBy {
         tool: "bale".into(),
@@ -444,9 +463,34 @@ fn check_wids_dest(
                 path: dest.to_path_buf(),
             });
         }
-        fs::remove_file(&resolved).map_err(|e| PackError::io(&resolved, e))?;
+        // Replaced (by a rename) only once the run has committed.
+        let meta = fs::symlink_metadata(&resolved).map_err(|e| PackError::io(&resolved, e))?;
+        if !meta.is_file() && !meta.file_type().is_symlink() {
+            return Err(PackError::Refused {
+                what: format!(
+                    "--wids-json names {}, not a file to replace",
+                    bale_format::files::kind_of(&meta)
+                ),
+                path: dest.to_path_buf(),
+            });
+        }
     }
     Ok(resolved)
+}
+
+/// Where the wids file is written before it takes its name: beside it,
+/// under bale's temporary prefix (removed with the run's other files when
+/// it fails).
+fn wids_temp(dest: &Path) -> PathBuf {
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dest.with_file_name(format!(
+        "{}{}-wids-{name}",
+        bale_format::atomic::TEMP_PREFIX,
+        std::process::id()
+    ))
 }
 
 /// Writes the wids shard index (`wids-shard-index-v1`): the shards in dataset
@@ -454,6 +498,7 @@ fn check_wids_dest(
 /// directory (as wids resolves them) or absolute.
 fn write_wids(
     dest: &Path,
+    staged: &Path,
     plan: &[Planned],
     done: &[(ShardEntry, ScannedShard)],
     absolute: bool,
@@ -501,7 +546,7 @@ fn write_wids(
     });
     let mut bytes = serde_json::to_vec_pretty(&doc).map_err(|e| PackError::io(dest, e.into()))?;
     bytes.push(b'\n');
-    bale_format::atomic::write_atomic(dest, &bytes)?;
+    bale_format::atomic::write_atomic(staged, &bytes)?;
     Ok(())
 }
 
