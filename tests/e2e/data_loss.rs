@@ -888,3 +888,78 @@ fn force_without_a_manifest_removes_tars_only_after_a_killed_run() {
     let left: Vec<String> = snapshot(&fresh).into_keys().collect();
     assert_eq!(left, ["bale.json", "shard-000000.idx", "shard-000000.tar"]);
 }
+
+/// `bale get` with its writes cut off part way (a file size limit, as a
+/// full disk would): no cut-off file under the name it writes, and with
+/// `--force` the file it would replace stays whole; nothing temporary left.
+#[test]
+fn a_get_whose_write_fails_leaves_no_cut_file_and_keeps_the_old_one() {
+    use std::os::unix::process::CommandExt;
+    let t = tempfile::tempdir().unwrap();
+    let tree = t.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    let big: Vec<u8> = (0..150_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    fs::write(tree.join("1.bin"), &big).unwrap();
+    let ds = t.path().join("ds");
+    ok(&bale(
+        &["pack", "-q", "--labels", "none", "-o"],
+        &[&ds, &tree],
+    ));
+    let out = t.path().join("out");
+    fs::create_dir(&out).unwrap();
+    fs::write(out.join("notes.bin"), b"my notes").unwrap();
+    fs::write(out.join("1.bin"), b"my 1.bin").unwrap();
+    // Writes past 64 KiB fail (EFBIG) instead of killing the process.
+    let limited = |args: &[&str]| {
+        let mut cmd = Command::new(bale_bin());
+        cmd.args(args);
+        // SAFETY: setrlimit and signal are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let lim = libc::rlimit {
+                    rlim_cur: 64 << 10,
+                    rlim_max: 64 << 10,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.output().unwrap()
+    };
+    let before = snapshot(&out);
+    let new = out.join("new.bin");
+    let notes = out.join("notes.bin");
+    for args in [
+        vec!["get", p(&ds), "1", "--ext", "bin", "-o", p(&new)],
+        vec![
+            "get",
+            p(&ds),
+            "1",
+            "--ext",
+            "bin",
+            "-o",
+            p(&notes),
+            "--force",
+        ],
+        vec!["get", p(&ds), "1", "-o", p(&out), "--force"],
+    ] {
+        let o = limited(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert_eq!(snapshot(&out), before, "{args:?}: {}", text(&o));
+    }
+    // Without the limit the same commands write the member whole.
+    ok(&run(&[
+        "get",
+        p(&ds),
+        "1",
+        "--ext",
+        "bin",
+        "-o",
+        p(&notes),
+        "--force",
+    ]));
+    assert_eq!(fs::read(&notes).unwrap(), big);
+}

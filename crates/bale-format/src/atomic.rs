@@ -28,6 +28,9 @@ pub fn temp_name_rest(name: &str) -> Option<&str> {
     rest[digits..].strip_prefix('-')
 }
 
+/// The longest file name (bytes) of the file systems bale writes to.
+const NAME_MAX: usize = 255;
+
 /// A file being written under a temporary name in its final directory.
 ///
 /// [`AtomicFile::commit`] flushes it to disk and renames it into place. Dropped
@@ -51,7 +54,17 @@ impl AtomicFile {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let tmp = dest.with_file_name(format!("{TEMP_PREFIX}{}-{name}", std::process::id()));
+        let mut tmp_name = format!("{TEMP_PREFIX}{}-{name}", std::process::id());
+        if tmp_name.len() > NAME_MAX {
+            // A name near the file system's limit: the prefix would push it
+            // over, so the temporary file is named by a hash of the name.
+            tmp_name = format!(
+                "{TEMP_PREFIX}{}-{:016x}",
+                std::process::id(),
+                crate::hash::xxh3_64(name.as_bytes())
+            );
+        }
+        let tmp = dest.with_file_name(tmp_name);
         // A new file, never one reached through a symlink planted under the
         // temporary name; a stale temporary file of an earlier process with
         // this pid is ours to replace.
@@ -214,4 +227,22 @@ pub fn replace_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
     let tmp = f.tmp_path().to_path_buf();
     f.write_all(bytes).map_err(|e| FormatError::io(tmp, e))?;
     f.commit_replacing()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_near_the_limit_is_written_through_a_temporary_name_that_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = "k".repeat(NAME_MAX - 4) + ".txt";
+        let dest = dir.path().join(&name);
+        write_atomic(&dest, b"whole").unwrap();
+        assert_eq!(fs::read(&dest).unwrap(), b"whole");
+        replace_atomic(&dest, b"again").unwrap();
+        assert_eq!(fs::read(&dest).unwrap(), b"again");
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left");
+    }
 }

@@ -14,12 +14,12 @@
 //! index, whatever path reaches it).
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use bale_format::atomic::AtomicFile;
 use bale_format::files::FileId;
 use bale_format::{FormatError, MANIFEST_NAME, Manifest, files};
 use bale_reader::Dataset;
@@ -201,9 +201,8 @@ fn write_member(
     match output {
         Some(path) => {
             targets.check(path)?;
-            let mut f = open_new(path, targets.force)?;
-            f.write_all(data)
-                .with_context(|| format!("cannot write {}", bale_format::shown(path)))?;
+            let f = staged(path, data)?;
+            commit(f, targets.force)?;
             eprintln!("wrote {}", bale_format::shown(path));
         }
         None => {
@@ -222,13 +221,29 @@ fn write_member(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Creates `path` for writing, never through a symlink; an existing file
-/// only with `force`.
-fn open_new(path: &Path, force: bool) -> anyhow::Result<File> {
-    files::create_file(path, force).map_err(|e| match e {
+/// `data` written to a temporary file beside `path` (removed if dropped
+/// before [`commit`]): a write that fails (a full disk) leaves neither a
+/// cut-off file under the name nor an old file cut.
+fn staged(path: &Path, data: &[u8]) -> anyhow::Result<AtomicFile> {
+    let mut f = AtomicFile::create(path)?;
+    f.write_all(data)
+        .with_context(|| format!("cannot write {}", bale_format::shown(f.tmp_path())))?;
+    Ok(f)
+}
+
+/// Puts a [`staged`] file in place: by a rename that never replaces a file,
+/// or with `force` one that replaces it whole.
+fn commit(f: AtomicFile, force: bool) -> anyhow::Result<()> {
+    let path = f.dest().to_path_buf();
+    let done = if force {
+        f.commit_replacing()
+    } else {
+        f.commit()
+    };
+    done.map_err(|e| match e {
         FormatError::Exists { .. } => anyhow::anyhow!(
             "{} already exists; use --force to overwrite it",
-            bale_format::shown(path)
+            bale_format::shown(&path)
         ),
         e => e.into(),
     })
@@ -251,21 +266,25 @@ fn write_sample(sample: &Fetched, dir: &Path, targets: &Targets) -> anyhow::Resu
         files::create_parents(dir, rel)?;
         targets.check(&dir.join(rel))?;
     }
+    // Every member is written under a temporary name first: a write that
+    // fails changes nothing. Then each takes its name.
+    let mut files = Vec::with_capacity(rels.len());
+    for ((_, data), rel) in sample.members.iter().zip(&rels) {
+        files.push(staged(&dir.join(rel), data)?);
+    }
     let mut written = Vec::new();
     let mut created = Vec::new();
     let result = (|| {
-        for ((_, data), rel) in sample.members.iter().zip(&rels) {
-            let path = dir.join(rel);
+        for f in files {
+            let path = f.dest().to_path_buf();
             let existed = std::fs::symlink_metadata(&path).is_ok();
-            let mut f = open_new(&path, targets.force)?;
+            commit(f, targets.force)?;
             if !existed {
                 created.push(path.clone());
             }
-            f.write_all(data)
-                .with_context(|| format!("cannot write {}", bale_format::shown(&path)))?;
             written.push(path);
         }
-        Ok(())
+        Ok::<_, anyhow::Error>(())
     })();
     if let Err(e) = result {
         for p in &created {
