@@ -258,14 +258,26 @@ fn index_never_replaces_a_file_it_did_not_write_unless_forced() {
     fs::write(u2.join("data.idx"), b"the user's data.idx").unwrap();
     let before = snapshot(&u2);
 
+    // A file of that name that is not one of bale's indexes (a DALI tar
+    // index is named `<tar>.idx` too) is refused, --force or not.
+    for force in [&[][..], &["--force"][..]] {
+        let mut args = vec!["index"];
+        args.extend_from_slice(force);
+        args.push("-o");
+        let o = bale(&args, &[&u2, &tar]);
+        refused(&o, "data.idx", &["not one of bale's indexes"]);
+        assert_eq!(
+            snapshot(&u2),
+            before,
+            "a refused index changed the directory"
+        );
+    }
+
+    // One of bale's (an index of another tar): --force replaces it.
+    let other = packed(t.path(), "other", 4);
+    fs::copy(other.with_extension("idx"), u2.join("data.idx")).unwrap();
     let o = bale(&["index", "-o"], &[&u2, &tar]);
     refused(&o, "data.idx", &["--force"]);
-    assert_eq!(
-        snapshot(&u2),
-        before,
-        "a refused index changed the directory"
-    );
-
     ok(&bale(&["index", "-q", "--force", "-o"], &[&u2, &tar]));
     let idx = ShardIndex::open(u2.join("data.idx")).unwrap();
     assert_eq!(idx.len(), 10);

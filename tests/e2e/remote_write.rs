@@ -1632,4 +1632,20 @@ fn force_never_deletes_a_dali_index_named_like_bales() {
     );
     assert!(o.status.success(), "{}", text(&o));
     assert_same_objects(s, &url, &local);
+    // Nor does `bale index -o URL --force` replace a DALI index where it
+    // would write the tar's index.
+    s.put_file(&dali, &b, "ds/shard-000000.idx").unwrap();
+    let before = listing(s, &b, "ds").0;
+    let tar = format!("{url}/shard-000000.tar");
+    refused(
+        s,
+        &["index", "-q", "--force", "-o", &url, &tar],
+        &["shard-000000.idx", "not one of bale's indexes"],
+    );
+    assert_eq!(listing(s, &b, "ds").0, before);
+    let store = Store::open(&url, &options(s)).unwrap();
+    assert_eq!(
+        object_bytes(&store, "shard-000000.idx"),
+        std::fs::read(&dali).unwrap()
+    );
 }

@@ -190,6 +190,22 @@ pub fn index(
     out.clear_temps()?;
     out.check_room(MANIFEST_NAME, &inputs)?;
     for p in &plan {
+        // --force replaces bale's indexes, never another tool's file of
+        // the same name (DALI's tar indexer writes `<tar>.idx` too).
+        let there = dir.join(&p.index);
+        if fs::symlink_metadata(&there).is_ok_and(|m| m.is_file())
+            && !crate::output::is_bale_index(&there)?
+        {
+            return Err(PackError::Refused {
+                what: format!(
+                    "it is where bale would write the index of {}, but it is not one of bale's \
+                     indexes (a DALI tar index has this name too), so even --force does not \
+                     replace it; move it, or index into another directory (-o)",
+                    bale_format::shown(&p.given)
+                ),
+                path: there,
+            });
+        }
         out.check_room(&p.index, &inputs)?;
     }
     let staged = |k: usize| {

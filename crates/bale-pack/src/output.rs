@@ -377,7 +377,7 @@ fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
 /// ([`bale_format::is_index_head`]): a `shard-000000.idx` may also be a
 /// DALI tar index of the user's. A file gone meanwhile counts as bale's
 /// (nothing of it is left to remove).
-fn is_bale_index(path: &Path) -> Result<bool> {
+pub(crate) fn is_bale_index(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut head = Vec::with_capacity(8);
     match fs::File::open(path) {

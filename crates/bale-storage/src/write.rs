@@ -777,6 +777,19 @@ impl Publisher {
     fn check_and_clear_names(&self, names: &[String]) -> Result<()> {
         let listed: std::collections::HashSet<String> = self.list()?.into_iter().collect();
         let mut present: Vec<&String> = names.iter().filter(|n| listed.contains(*n)).collect();
+        // bale's indexes may be replaced, never another tool's object of the
+        // same name (DALI's tar indexer writes `<tar>.idx` too).
+        for n in present.iter().filter(|n| n.ends_with(".idx")) {
+            if !self.is_bale_index(n)? {
+                return Err(StorageError::Exists {
+                    url: self.url_of(n),
+                    what: "it is where bale would write an index, but it is not one of bale's \
+                           indexes (a DALI tar index has this name too), so even --force does \
+                           not replace it; move it, or index into a local directory"
+                        .into(),
+                });
+            }
+        }
         if let Some(first) = present.first()
             && !self.opts.force
         {

@@ -89,8 +89,10 @@ pub struct IndexArgs {
     #[arg(long)]
     pub allow_split: bool,
 
-    /// Replace an existing bale.json (and the indexes of the tars given) in
-    /// DATASET_DIR; the old ones stay until every tar is scanned.
+    /// Replace an existing bale.json (and the indexes of the tars given, and
+    /// the --wids-json file) in DATASET_DIR; the old ones stay until every
+    /// tar is scanned. A `<tar>.idx` that is not one of bale's indexes (DALI's
+    /// tar indexer writes that name too) is never replaced.
     #[arg(long)]
     pub force: bool,
 
