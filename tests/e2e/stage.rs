@@ -192,6 +192,15 @@ fn refuses_when_the_target_has_too_little_space() {
         "{err}"
     );
     assert!(!target.exists(), "a refusal leaves nothing behind");
+    // Nor the parents it made for the target; a parent that was there stays.
+    let deep = tmp.path().join("a").join("b").join("c");
+    let (code, _, err) = stage(&ds, &deep, &["--assume-free", "1000000"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(!tmp.path().join("a").exists(), "{err}");
+    std::fs::create_dir(tmp.path().join("a")).unwrap();
+    let (code, _, err) = stage(&ds, &deep, &["--assume-free", "1000000"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(tmp.path().join("a").is_dir() && !tmp.path().join("a").join("b").exists());
     // Enough room for the data but not the margin: refused too.
     let (code, _, err) = stage(&ds, &target, &["--assume-free", &(m.bytes * 2).to_string()]);
     assert_eq!(code, 2, "{err}");

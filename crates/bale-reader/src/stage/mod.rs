@@ -272,7 +272,8 @@ pub fn stage(
     }
     let mut plan = Plan::new(&src, &manifest, manifest_bytes.len() as u64)?;
 
-    let (lock, created) = lock_target(&target, options.wait, progress)?;
+    let (lock, created_top) = lock_target(&target, options.wait, progress)?;
+    let created = created_top.is_some();
     let mut wrote_marker = false;
     let result = (if default {
         settle_default_target(&target, created)
@@ -300,9 +301,16 @@ pub fn stage(
             source: Box::new(e),
         }),
         Err(e) => {
-            // A refusal before anything was written leaves no empty folder behind.
-            if created {
-                let _ = fs::remove_dir(&target);
+            // A refusal before anything was written leaves no empty folder
+            // behind, nor the parents it created for it.
+            if let Some(top) = created_top {
+                let mut at = Some(target.as_path());
+                while let Some(d) = at {
+                    if fs::remove_dir(d).is_err() || d == top {
+                        break;
+                    }
+                    at = d.parent();
+                }
             }
             Err(e)
         }
@@ -458,9 +466,15 @@ fn refuse_nested(src: &Path, target: &Path, shown_target: &Path) -> Result<()> {
 }
 
 /// Creates `target` if needed and locks it: at once, or waiting for another
-/// run with `wait`. Returns the lock and whether this call created the folder.
-fn lock_target(target: &Path, wait: bool, progress: &dyn StageProgress) -> Result<(DirLock, bool)> {
-    let mut created = false;
+/// run with `wait`. Returns the lock and, when this call created the folder,
+/// the topmost folder it created (the folder itself, or a parent it had to
+/// make for it).
+fn lock_target(
+    target: &Path,
+    wait: bool,
+    progress: &dyn StageProgress,
+) -> Result<(DirLock, Option<PathBuf>)> {
+    let mut created = None;
     // The folder can be removed (a refused run cleans up) or mounted over
     // while this run waits: then lock what the path reaches now.
     for _ in 0..16 {
@@ -477,8 +491,9 @@ fn lock_target(target: &Path, wait: bool, progress: &dyn StageProgress) -> Resul
                 });
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let top = first_missing(target);
                 match fs::create_dir_all(target) {
-                    Ok(()) => created = true,
+                    Ok(()) => created = Some(top),
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(io_error(target, e)),
                 }
@@ -504,6 +519,20 @@ fn lock_target(target: &Path, wait: bool, progress: &dyn StageProgress) -> Resul
         target,
         std::io::Error::other("the folder kept changing while bale waited for its lock"),
     ))
+}
+
+/// The topmost of `target` and its parents that does not exist.
+fn first_missing(target: &Path) -> PathBuf {
+    let mut top = target.to_path_buf();
+    let mut at = target.parent();
+    while let Some(d) = at {
+        if d.as_os_str().is_empty() || fs::symlink_metadata(d).is_ok() {
+            break;
+        }
+        top = d.to_path_buf();
+        at = d.parent();
+    }
+    top
 }
 
 /// Whether `dir` holds nothing, or nothing but files named as bale's
