@@ -351,4 +351,15 @@ fn plot_never_replaces_a_file_unless_forced_nor_writes_through_a_symlink_or_into
     }
     assert_eq!(std::fs::read(&inside).unwrap(), before);
     assert!(!tree.join("new.svg").exists());
+    // One file named twice: refused before measuring.
+    let twice = tmp.path().join("twice.svg");
+    let again = tmp.path().join(".").join("twice.svg");
+    let out = run(&["--plot", s(&twice), "--plot", s(&again)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("given twice"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty() && !twice.exists());
 }

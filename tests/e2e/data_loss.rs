@@ -273,6 +273,33 @@ fn index_never_replaces_a_file_it_did_not_write_unless_forced() {
         );
     }
 
+    // The same beside an old dataset: the refusal comes first, not the
+    // hint to pass --force.
+    let u4 = t.path().join("u4");
+    fs::create_dir(&u4).unwrap();
+    fs::copy(&shard, u4.join("a.tar")).unwrap();
+    ok(&bale(&["index", "-q", "-o"], &[&u4, &u4.join("a.tar")]));
+    fs::copy(&shard, u4.join("b.tar")).unwrap();
+    fs::write(u4.join("b.idx"), b"v1.2 1\ntxt 512 10 a/0000.txt\n").unwrap();
+    let before4 = snapshot(&u4);
+    let o = bale(
+        &["index", "-o"],
+        &[&u4, &u4.join("a.tar"), &u4.join("b.tar")],
+    );
+    refused(&o, "b.idx", &["not one of bale's indexes"]);
+    assert!(!stderr(&o).contains("hint: --force"), "{}", text(&o));
+    assert_eq!(snapshot(&u4), before4);
+    // A bale.json that no bale run wrote is not a dataset to replace.
+    fs::remove_file(u4.join("b.idx")).unwrap();
+    fs::write(u4.join("bale.json"), br#"{"name": "my-shards"}"#).unwrap();
+    let before4 = snapshot(&u4);
+    let o = bale(
+        &["index", "--force", "-o"],
+        &[&u4, &u4.join("a.tar"), &u4.join("b.tar")],
+    );
+    refused(&o, "bale.json", &["no bale run wrote it"]);
+    assert_eq!(snapshot(&u4), before4);
+
     // One of bale's (an index of another tar): --force replaces it.
     let other = packed(t.path(), "other", 4);
     fs::copy(other.with_extension("idx"), u2.join("data.idx")).unwrap();

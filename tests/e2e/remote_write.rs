@@ -1648,4 +1648,22 @@ fn force_never_deletes_a_dali_index_named_like_bales() {
         object_bytes(&store, "shard-000000.idx"),
         std::fs::read(&dali).unwrap()
     );
+    // A bale.json that no bale run wrote: neither pack --force nor index
+    // --force takes it for a dataset to replace.
+    s.delete(&b, "ds/shard-000000.idx").unwrap();
+    let theirs = t.path().join("theirs.json");
+    std::fs::write(&theirs, br#"{"name": "my-shards"}"#).unwrap();
+    s.put_file(&theirs, &b, "ds/bale.json").unwrap();
+    let before = listing(s, &b, "ds").0;
+    for args in [
+        vec!["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+        vec!["index", "-q", "--force", "-o", &url, &tar],
+    ] {
+        refused(s, &args, &["no bale run wrote it"]);
+        assert_eq!(listing(s, &b, "ds").0, before, "{args:?}");
+    }
+    assert_eq!(
+        object_bytes(&store, "bale.json"),
+        br#"{"name": "my-shards"}"#
+    );
 }

@@ -201,6 +201,13 @@ fn refuses_when_the_target_has_too_little_space() {
     let (code, _, err) = stage(&ds, &deep, &["--assume-free", "1000000"]);
     assert_eq!(code, 2, "{err}");
     assert!(tmp.path().join("a").is_dir() && !tmp.path().join("a").join("b").exists());
+    // Through `..`: the folder the path climbs back into was there, and stays.
+    std::fs::create_dir(tmp.path().join("old")).unwrap();
+    let climbing = tmp.path().join("new1").join("..").join("old").join("new2");
+    let (code, _, err) = stage(&ds, &climbing, &["--assume-free", "1000000"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(tmp.path().join("old").is_dir(), "{err}");
+    assert!(!tmp.path().join("new1").exists() && !tmp.path().join("old").join("new2").exists());
     // Enough room for the data but not the margin: refused too.
     let (code, _, err) = stage(&ds, &target, &["--assume-free", &(m.bytes * 2).to_string()]);
     assert_eq!(code, 2, "{err}");

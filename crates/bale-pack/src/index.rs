@@ -148,6 +148,12 @@ pub fn index(
     }
     let mut out = Output::alongside(&opts.output, opts.force)?;
     let dir = fs::canonicalize(&opts.output).map_err(|e| PackError::io(&opts.output, e))?;
+    let plan = plan(&opts.shards, &dir, opts.absolute)?;
+    // What even --force never replaces, said before the hint to use it.
+    refuse_foreign_manifest(&dir)?;
+    for p in &plan {
+        refuse_foreign_index(&dir, p)?;
+    }
     if dir.join(MANIFEST_NAME).exists() && !opts.force {
         return Err(PackError::Conflict {
             path: opts.output.clone(),
@@ -156,7 +162,6 @@ pub fn index(
             ),
         });
     }
-    let plan = plan(&opts.shards, &dir, opts.absolute)?;
     let mut inputs = Inputs::default();
     for p in &plan {
         inputs.add(&p.canonical);
@@ -190,22 +195,6 @@ pub fn index(
     out.clear_temps()?;
     out.check_room(MANIFEST_NAME, &inputs)?;
     for p in &plan {
-        // --force replaces bale's indexes, never another tool's file of
-        // the same name (DALI's tar indexer writes `<tar>.idx` too).
-        let there = dir.join(&p.index);
-        if fs::symlink_metadata(&there).is_ok_and(|m| m.is_file())
-            && !crate::output::is_bale_index(&there)?
-        {
-            return Err(PackError::Refused {
-                what: format!(
-                    "it is where bale would write the index of {}, but it is not one of bale's \
-                     indexes (a DALI tar index has this name too), so even --force does not \
-                     replace it; move it, or index into another directory (-o)",
-                    bale_format::shown(&p.given)
-                ),
-                path: there,
-            });
-        }
         out.check_room(&p.index, &inputs)?;
     }
     let staged = |k: usize| {
@@ -260,17 +249,22 @@ pub fn index(
     // tar) keeps the old one.
     let wids_staged = match &wids {
         Some(dest) => {
-            let staged = wids_temp(dest);
-            out.track(staged.clone());
-            write_wids(dest, &staged, &plan, &done, opts.absolute)?;
-            Some((staged, dest))
+            let bytes = wids_bytes(dest, &plan, &done, opts.absolute)?;
+            let mut f = bale_format::atomic::AtomicFile::create(dest)?;
+            std::io::Write::write_all(&mut f, &bytes)
+                .map_err(|e| PackError::io(f.tmp_path(), e))?;
+            Some(f)
         }
         None => None,
     };
     // Every tar scanned: the old manifest goes first, then each new index
     // takes its name.
+    // Checked again: the scan may have taken minutes, and a file that
+    // appeared meanwhile is not replaced unless it is bale's.
+    refuse_foreign_manifest(&dir)?;
     out.make_room(MANIFEST_NAME, &inputs)?;
     for (k, p) in plan.iter().enumerate() {
+        refuse_foreign_index(&dir, p)?;
         out.make_room(&p.index, &inputs)?;
         let dest = dir.join(&p.index);
         bale_format::files::rename_noreplace(&staged(k), &dest)
@@ -279,14 +273,14 @@ pub fn index(
     }
     // The old dataset is gone from here (its manifest first): the wids file
     // replaces the old one with the rest.
-    if let Some((staged, dest)) = wids_staged {
+    if let Some(f) = wids_staged {
+        let dest = f.dest().to_path_buf();
         if opts.force {
-            fs::rename(&staged, dest)
+            f.commit_replacing()?;
         } else {
-            bale_format::files::rename_noreplace(&staged, dest)
+            f.commit()?;
         }
-        .map_err(|e| PackError::io(dest, e))?;
-        out.track(dest.clone());
+        out.track(dest);
     }
     let created_by = CreatedBy {
         tool: "bale".into(),
@@ -494,31 +488,69 @@ fn check_wids_dest(
     Ok(resolved)
 }
 
-/// Where the wids file is written before it takes its name: beside it,
-/// under bale's temporary prefix (removed with the run's other files when
-/// it fails).
-fn wids_temp(dest: &Path) -> PathBuf {
-    let name = dest
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    dest.with_file_name(format!(
-        "{}{}-wids-{name}",
-        bale_format::atomic::TEMP_PREFIX,
-        std::process::id()
-    ))
+/// Refuses, --force or not, a `bale.json` in `dir` that no bale run wrote
+/// (its `created_by.tool`), that is not JSON, or that is not a regular
+/// file: it is not an old dataset of bale's to replace.
+fn refuse_foreign_manifest(dir: &Path) -> Result<()> {
+    let path = dir.join(MANIFEST_NAME);
+    let refuse = |why: String| PackError::Refused {
+        what: format!(
+            "{why}, so even --force does not replace it; move it, or index into another \
+             directory (-o)"
+        ),
+        path: path.clone(),
+    };
+    match fs::symlink_metadata(&path) {
+        Err(_) => return Ok(()),
+        Ok(m) if !m.is_file() => {
+            return Err(refuse(format!(
+                "it is {}, not a manifest bale wrote",
+                bale_format::files::kind_of(&m)
+            )));
+        }
+        Ok(_) => {}
+    }
+    let bytes = bale_format::files::read_capped(&path, bale_format::MAX_MANIFEST_BYTES, "manifest")
+        .map_err(|e| refuse(e.to_string()))?;
+    bale_format::indexed_in_place(&bytes)
+        .map(|_| ())
+        .map_err(|why| refuse(format!("it is not a manifest bale wrote: {why}")))
 }
 
-/// Writes the wids shard index (`wids-shard-index-v1`): the shards in dataset
+/// Refuses, --force or not, a file at the name of `p`'s index that is not
+/// one of bale's indexes (DALI's tar indexer writes `<tar>.idx` too), or
+/// that is not a regular file.
+fn refuse_foreign_index(dir: &Path, p: &Planned) -> Result<()> {
+    let there = dir.join(&p.index);
+    let Ok(meta) = fs::symlink_metadata(&there) else {
+        return Ok(());
+    };
+    let what = if !meta.is_file() {
+        bale_format::files::kind_of(&meta).to_string()
+    } else if !crate::output::is_bale_index(&there)? {
+        "not one of bale's indexes (a DALI tar index has this name too)".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(PackError::Refused {
+        what: format!(
+            "it is where bale would write the index of {}, but it is {what}, so even --force \
+             does not replace it; move it, or index into another directory (-o)",
+            bale_format::shown(&p.given)
+        ),
+        path: there,
+    })
+}
+
+/// The bytes of the wids shard index (`wids-shard-index-v1`): the shards in dataset
 /// order with their sample counts and sizes, URLs relative to the JSON file's
 /// directory (as wids resolves them) or absolute.
-fn write_wids(
+fn wids_bytes(
     dest: &Path,
-    staged: &Path,
     plan: &[Planned],
     done: &[(ShardEntry, ScannedShard)],
     absolute: bool,
-) -> Result<()> {
+) -> Result<Vec<u8>> {
     if let Some((e, _)) = done
         .iter()
         .find(|(e, _)| e.compression != Compression::None)
@@ -562,8 +594,7 @@ fn write_wids(
     });
     let mut bytes = serde_json::to_vec_pretty(&doc).map_err(|e| PackError::io(dest, e.into()))?;
     bytes.push(b'\n');
-    bale_format::atomic::write_atomic(staged, &bytes)?;
-    Ok(())
+    Ok(bytes)
 }
 
 #[cfg(test)]

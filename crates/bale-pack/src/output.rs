@@ -423,8 +423,9 @@ fn adopted_tars(dir: &Path) -> Result<Adopted> {
     let refuse = |why: String| PackError::Refused {
         what: format!(
             "{why}; --force cannot tell whether the tars beside it are bale's output or tars \
-             `bale index` indexed in place (the user's), so it removes nothing. Delete it by \
-             hand if every file named like bale's output in {} is yours to remove",
+             `bale index` indexed in place (the user's), so it removes nothing. Write to \
+             another directory, or delete it and the files named like bale's output in {} by \
+             hand if they are yours to remove",
             bale_format::shown(dir)
         ),
         path: path.clone(),

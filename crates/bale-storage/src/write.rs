@@ -693,8 +693,8 @@ impl Publisher {
             refuse(format!(
                 "its {MANIFEST}: {why}; --force cannot tell whether the tars there are \
                  bale's output or tars `bale index` indexed in place (the user's), so it \
-                 removes nothing. Delete {MANIFEST} by hand if every object named like \
-                 bale's output there is yours to remove"
+                 removes nothing. Write to another prefix, or delete {MANIFEST} and the \
+                 objects named like bale's output there by hand if they are yours to remove"
             ))
         })?;
         if let Some(tar) = listed
@@ -735,7 +735,9 @@ impl Publisher {
             return Ok(());
         };
         let why = match claimed_at {
-            None => format!("no lock object ({LOCK_NAME}) of a killed bale run"),
+            None => {
+                format!("no lock object ({LOCK_NAME}) of a killed bale run that had claimed it")
+            }
             Some(_) => format!(
                 "it was written after the bale run whose lock object ({LOCK_NAME}) is there \
                  had stopped"
@@ -777,6 +779,23 @@ impl Publisher {
     fn check_and_clear_names(&self, names: &[String]) -> Result<()> {
         let listed: std::collections::HashSet<String> = self.list()?.into_iter().collect();
         let mut present: Vec<&String> = names.iter().filter(|n| listed.contains(*n)).collect();
+        // A bale.json no bale run wrote is not an old dataset to replace.
+        if present.iter().any(|n| *n == MANIFEST) {
+            let bytes = self.store.object(MANIFEST)?.get_sized(
+                0,
+                bale_format::MAX_MANIFEST_BYTES,
+                "manifest",
+            )?;
+            if let Err(why) = bale_format::indexed_in_place(&bytes) {
+                return Err(StorageError::Exists {
+                    url: self.url_of(MANIFEST),
+                    what: format!(
+                        "it is not a manifest bale wrote: {why}, so even --force does not \
+                         replace it; move it, or index into a local directory"
+                    ),
+                });
+            }
+        }
         // bale's indexes may be replaced, never another tool's object of the
         // same name (DALI's tar indexer writes `<tar>.idx` too).
         for n in present.iter().filter(|n| n.ends_with(".idx")) {

@@ -8,8 +8,12 @@
 //! the key and extension must be plain relative names (no `..`, no absolute
 //! path, as the index already guarantees), every directory on the way is
 //! created or checked one component at a time and must not be a symlink, and
-//! files are opened with `O_NOFOLLOW` (and `O_EXCL` unless `--force`).
-//! Every target is checked before any is written, and `--force` never
+//! each file is written under a temporary name beside it (`O_EXCL |
+//! O_NOFOLLOW`), then renamed into place: without `--force` by a rename that
+//! never replaces a file, with it by one that replaces the old file whole (a
+//! new file: hard links to the old one keep the old bytes). A write that
+//! fails leaves no cut-off file. Every target is checked before any is
+//! written, and `--force` never
 //! replaces a file of the dataset being read (its manifest, a shard or an
 //! index, whatever path reaches it).
 

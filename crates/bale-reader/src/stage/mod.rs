@@ -272,8 +272,8 @@ pub fn stage(
     }
     let mut plan = Plan::new(&src, &manifest, manifest_bytes.len() as u64)?;
 
-    let (lock, created_top) = lock_target(&target, options.wait, progress)?;
-    let created = created_top.is_some();
+    let (lock, made) = lock_target(&target, options.wait, progress)?;
+    let created = !made.is_empty();
     let mut wrote_marker = false;
     let result = (if default {
         settle_default_target(&target, created)
@@ -303,13 +303,9 @@ pub fn stage(
         Err(e) => {
             // A refusal before anything was written leaves no empty folder
             // behind, nor the parents it created for it.
-            if let Some(top) = created_top {
-                let mut at = Some(target.as_path());
-                while let Some(d) = at {
-                    if fs::remove_dir(d).is_err() || d == top {
-                        break;
-                    }
-                    at = d.parent();
+            for d in made.iter().rev() {
+                if fs::remove_dir(d).is_err() {
+                    break;
                 }
             }
             Err(e)
@@ -466,15 +462,14 @@ fn refuse_nested(src: &Path, target: &Path, shown_target: &Path) -> Result<()> {
 }
 
 /// Creates `target` if needed and locks it: at once, or waiting for another
-/// run with `wait`. Returns the lock and, when this call created the folder,
-/// the topmost folder it created (the folder itself, or a parent it had to
-/// make for it).
+/// run with `wait`. Returns the lock and the folders this call created, the
+/// target's parents first and the target last (empty when it was there).
 fn lock_target(
     target: &Path,
     wait: bool,
     progress: &dyn StageProgress,
-) -> Result<(DirLock, Option<PathBuf>)> {
-    let mut created = None;
+) -> Result<(DirLock, Vec<PathBuf>)> {
+    let mut created = Vec::new();
     // The folder can be removed (a refused run cleans up) or mounted over
     // while this run waits: then lock what the path reaches now.
     for _ in 0..16 {
@@ -491,12 +486,7 @@ fn lock_target(
                 });
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let top = first_missing(target);
-                match fs::create_dir_all(target) {
-                    Ok(()) => created = Some(top),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(io_error(target, e)),
-                }
+                created = create_dirs(target)?;
             }
             Err(e) => return Err(io_error(target, e)),
         }
@@ -521,18 +511,24 @@ fn lock_target(
     ))
 }
 
-/// The topmost of `target` and its parents that does not exist.
-fn first_missing(target: &Path) -> PathBuf {
-    let mut top = target.to_path_buf();
-    let mut at = target.parent();
-    while let Some(d) = at {
-        if d.as_os_str().is_empty() || fs::symlink_metadata(d).is_ok() {
-            break;
+/// Creates `target` and its missing parents one at a time; returns those
+/// this call created, in order. Each is recorded as the path it was made
+/// at, so a `..` in `target` never makes an existing folder look created.
+fn create_dirs(target: &Path) -> Result<Vec<PathBuf>> {
+    let mut made = Vec::new();
+    let mut at = PathBuf::new();
+    for c in target.components() {
+        at.push(c);
+        if !matches!(c, Component::Normal(_)) {
+            continue;
         }
-        top = d.to_path_buf();
-        at = d.parent();
+        match fs::create_dir(&at) {
+            Ok(()) => made.push(at.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_error(&at, e)),
+        }
     }
-    top
+    Ok(made)
 }
 
 /// Whether `dir` holds nothing, or nothing but files named as bale's

@@ -49,6 +49,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             .collect();
         plot::check_plot_path(p, &sources, args.force)?;
     }
+    // One file named twice (`a.svg`, `./a.svg`) would be refused only after
+    // measuring, when the second plot found the first.
+    let mut seen = std::collections::HashSet::new();
+    for p in &args.plot {
+        let parent = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        let at = std::fs::canonicalize(parent)?.join(p.file_name().unwrap_or_default());
+        anyhow::ensure!(
+            seen.insert(at),
+            "--plot {} is given twice",
+            bale_format::shown(p)
+        );
+    }
     let show = !args.quiet && std::io::stderr().is_terminal();
     // Open every path first: a typo fails before minutes of measuring.
     let storage = args.storage.options()?;
@@ -77,9 +92,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         elapsed_secs: start.elapsed().as_secs_f64(),
         sources,
     };
-    for p in &args.plot {
-        plot::write_plot(p, &r, args.force)?;
-    }
+    // The report first: a plot that cannot be written loses no figure.
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &r)?;
@@ -88,5 +101,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         report::print_text(&mut out, &r)?;
     }
     out.flush()?;
+    for p in &args.plot {
+        plot::write_plot(p, &r, args.force)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
