@@ -882,6 +882,9 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
             format!("s3://{b}/other/../wds"),
         ),
         (idx.to_str().unwrap().to_owned(), format!("s3://{b}/w\nds")),
+        // An encoded `/`: the client reads `wds%2F` as the prefix `wds`,
+        // where the tars are, while the check of inputs read another key.
+        (idx.to_str().unwrap().to_owned(), format!("s3://{b}/wds%2F")),
     ] {
         let o = bale(s, &["convert", "-q", "--force", "-o", &out, &src]);
         assert_eq!(o.status.code(), Some(2), "{}", text(&o));

@@ -111,6 +111,14 @@ fn check_url_text(url: &str) -> std::result::Result<(), String> {
     let path = url.split_once("://").map_or(url, |(_, rest)| rest);
     let path = path.split_once('/').map_or("", |(_, p)| p);
     let path = path.split(['?', '#']).next().unwrap_or("");
+    if path.contains("%2F") || path.contains("%2f") {
+        return Err(
+            "it holds %2F, an encoded `/`, which the store's client reads as a separator \
+             (so `s3://b/ds%2F` names the prefix `ds`, not what --force and the checks of \
+             inputs compare); write `/`"
+                .into(),
+        );
+    }
     for seg in path.split('/') {
         let seg = seg.replace("%2e", ".").replace("%2E", ".");
         if seg == "." || seg == ".." {
@@ -475,6 +483,8 @@ mod tests {
             "http://h/bkt/zz\\..\\ds",
             "s3://b/a\\b",
             "gs://b/x/..",
+            "s3://b/parts/p0%2F",
+            "s3://b/cv%2fx",
         ] {
             let e = Store::open(bad, &StorageOptions::default())
                 .err()
@@ -482,7 +492,7 @@ mod tests {
             assert!(
                 matches!(&e, StorageError::BadUrl { what, .. }
                     if what.contains("control character") || what.contains("segment")
-                        || what.contains("backslash")),
+                        || what.contains("backslash") || what.contains("%2F")),
                 "{bad:?}: {e}"
             );
         }
