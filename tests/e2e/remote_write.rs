@@ -769,6 +769,14 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
     assert!(listing(s, &b, "m2").0.is_empty());
     let o = bale(s, &["merge", "-o", &p0, &p0, &p1, &p2]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // However the output spells a part, --force deletes nothing of it: with
+    // an encoded `/`, the client would write to p0 itself.
+    let p0_before = listing(s, &b, "parts/p0").0;
+    for out in [format!("{p0}/"), format!("{p0}%2F"), format!("{p0}%2f")] {
+        let o = bale(s, &["merge", "--force", "-o", &out, &p0, &p1, &p2]);
+        assert_eq!(o.status.code(), Some(2), "{out}: {}", text(&o));
+        assert_eq!(listing(s, &b, "parts/p0").0, p0_before, "{out}: {}", text(&o));
+    }
 
     // Into another bucket the server cannot copy; with --force over the
     // dataset there, refused before anything of it is removed.
