@@ -775,7 +775,12 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
     for out in [format!("{p0}/"), format!("{p0}%2F"), format!("{p0}%2f")] {
         let o = bale(s, &["merge", "--force", "-o", &out, &p0, &p1, &p2]);
         assert_eq!(o.status.code(), Some(2), "{out}: {}", text(&o));
-        assert_eq!(listing(s, &b, "parts/p0").0, p0_before, "{out}: {}", text(&o));
+        assert_eq!(
+            listing(s, &b, "parts/p0").0,
+            p0_before,
+            "{out}: {}",
+            text(&o)
+        );
     }
 
     // Into another bucket the server cannot copy; with --force over the
@@ -1262,7 +1267,7 @@ fn a_local_index_of_tars_in_a_bucket_converts_benches_and_names_a_missing_tar() 
     // URL: every command that reads shards reads them through the storage
     // options, and one that cannot copy them says what to do instead.
     let s = Seaweed::shared();
-    let (t, _tree, local) = tree_and_local(300, &["--shard-samples", "100"]);
+    let (t, tree, local) = tree_and_local(300, &["--shard-samples", "100"]);
     let b = bucket(s, "urlshards");
     let mut urls = Vec::new();
     for (name, _) in snapshot(&local) {
@@ -1285,6 +1290,28 @@ fn a_local_index_of_tars_in_a_bucket_converts_benches_and_names_a_missing_tar() 
         samples_of(&Dataset::open(&conv).unwrap()),
         samples_of(&Dataset::open(&local).unwrap())
     );
+    // The index uploaded beside its tars (a dataset that names them by
+    // URL): the tars are still the user's, and --force deletes none.
+    s.upload_dir(&idx, &b, "wds").unwrap();
+    let o = bale(s, &["verify", "-q", &format!("s3://{b}/wds")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let before = listing(s, &b, "wds").0;
+    refused(
+        s,
+        &[
+            "pack",
+            "-q",
+            "--force",
+            "-o",
+            &format!("s3://{b}/wds"),
+            tree.to_str().unwrap(),
+        ],
+        &["shard-000000.tar", "indexed in place"],
+    );
+    assert_eq!(listing(s, &b, "wds").0, before);
+    for name in before.iter().filter(|n| !n.ends_with(".tar")) {
+        s.delete(&b, &format!("wds/{name}")).unwrap();
+    }
     let o = bale(s, &["bench", i, "--budget", "0.2", "--threads", "1"]);
     assert!(o.status.success(), "{}", text(&o));
     // Its tars are read from the bucket, and it cannot be staged as it is:

@@ -697,10 +697,22 @@ impl Publisher {
                  objects named like bale's output there by hand if they are yours to remove"
             ))
         })?;
-        if let Some(tar) = listed
+        // A listed tar is named relative to the prefix, or by a URL (a
+        // local index of tars in a bucket, uploaded beside them): either
+        // way, the object it names.
+        let names_it = |f: &str, n: &str| {
+            let f = f.strip_prefix("./").unwrap_or(f);
+            if crate::is_url(std::path::Path::new(f)) {
+                crate::store::object_key(&self.url_of(n))
+                    .is_some_and(|key| crate::store::may_name_object(f, &key))
+            } else {
+                f == n
+            }
+        };
+        if let Some(tar) = names
             .iter()
-            .flatten()
-            .find(|f| bale_format::is_bale_file_name(f) && names.iter().any(|n| n == *f))
+            .filter(|n| !n.contains('/') && bale_format::is_bale_file_name(n))
+            .find(|n| listed.iter().flatten().any(|f| names_it(f, n)))
         {
             return Err(refuse(format!(
                 "{tar} is a tar that `bale index` indexed in place, the user's and not bale's \
