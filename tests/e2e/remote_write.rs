@@ -1705,3 +1705,34 @@ fn force_never_deletes_a_dali_index_named_like_bales() {
         br#"{"name": "my-shards"}"#
     );
 }
+
+#[test]
+fn force_keeps_a_tar_of_bales_names_that_the_old_manifest_does_not_list() {
+    // A committed dataset's objects are the ones its bale.json lists: a
+    // shard name beside it that it does not list was put there later (the
+    // user's own `shard-000042.tar`), and --force deletes none of it.
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(100, &[]);
+    let b = bucket(s, "unlisted");
+    let url = format!("s3://{b}/ds");
+    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let theirs = t.path().join("theirs.tar");
+    std::fs::copy(local.join("shard-000000.tar"), &theirs).unwrap();
+    s.put_file(&theirs, &b, "ds/shard-000042.tar").unwrap();
+    let before = listing(s, &b, "ds").0;
+    refused(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+        &["shard-000042.tar", "does not list it"],
+    );
+    assert_eq!(listing(s, &b, "ds").0, before);
+    // Without it, --force replaces the dataset as ever.
+    s.delete(&b, "ds/shard-000042.tar").unwrap();
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
+}

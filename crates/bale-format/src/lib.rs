@@ -67,7 +67,7 @@ pub use index::{
 };
 pub use manifest::{
     CreatedBy, FieldStats, ImageTransform, MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest,
-    ORIGINAL_SIZE_EXT, ShardEntry, hex64, indexed_in_place, parse_hex64,
+    ORIGINAL_SIZE_EXT, ShardEntry, hex64, indexed_in_place, listed_files, parse_hex64,
 };
 pub use name::{split_member_name, validate_ext, validate_key};
 pub use shard::{

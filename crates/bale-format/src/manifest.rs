@@ -56,6 +56,24 @@ pub fn indexed_in_place(bytes: &[u8]) -> std::result::Result<Option<Vec<String>>
     ))
 }
 
+/// The files a manifest lists (`shards[].file` and `shards[].index`), read
+/// leniently as [`indexed_in_place`] reads: what `--force` may take for the
+/// old dataset's own. Empty when there is no `shards` list.
+pub fn listed_files(bytes: &[u8]) -> Vec<String> {
+    let Ok(m) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return Vec::new();
+    };
+    let Some(shards) = m["shards"].as_array() else {
+        return Vec::new();
+    };
+    shards
+        .iter()
+        .flat_map(|s| [s["file"].as_str(), s["index"].as_str()])
+        .flatten()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Formats a checksum as 16 lowercase hex digits, as the manifest stores them.
 pub fn hex64(v: u64) -> String {
     format!("{v:016x}")

@@ -338,8 +338,12 @@ impl Drop for Output {
 /// tars may be the user's own. So is an `.idx` that does not begin as one of
 /// bale's indexes (a DALI tar index has the same name); bale's go.
 fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
-    if fs::symlink_metadata(dir.join(MANIFEST_NAME)).is_ok() || has_run_mark(dir)? {
+    if has_run_mark(dir)? {
         return Ok(());
+    }
+    let manifest = dir.join(MANIFEST_NAME);
+    if fs::symlink_metadata(&manifest).is_ok() {
+        return refuse_unlisted(dir, &manifest, victims);
     }
     // A tar is named first; an index only when no tar is there.
     let is_idx = |v: &PathBuf| v.extension().is_some_and(|e| e == "idx");
@@ -371,6 +375,37 @@ fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
         ),
         path: tar.clone(),
     })
+}
+
+/// Beside an old manifest (and no killed run's mark), refuses a file named
+/// like bale's output that the manifest does not list: a committed
+/// dataset's files are the ones it lists (the `--force` that wrote it
+/// cleared every other name of bale's first), so such a file was put there
+/// later, by someone else. An unlisted index of bale's goes.
+fn refuse_unlisted(dir: &Path, manifest: &Path, victims: &[PathBuf]) -> Result<()> {
+    let bytes = bale_format::files::read_capped(manifest, MAX_MANIFEST_BYTES, "manifest")?;
+    let own: HashSet<std::ffi::OsString> = bale_format::listed_files(&bytes)
+        .iter()
+        .filter_map(|f| Path::new(f).file_name().map(ToOwned::to_owned))
+        .collect();
+    for v in victims {
+        if v.ends_with(MANIFEST_NAME) || v.file_name().is_some_and(|n| own.contains(n)) {
+            continue;
+        }
+        if v.extension().is_some_and(|e| e == "idx") && is_bale_index(v)? {
+            continue;
+        }
+        return Err(PackError::Refused {
+            what: format!(
+                "it is named like bale's output, but the {MANIFEST_NAME} in {} does not list \
+                 it: it is not the old dataset's, so --force does not remove it; move it, or \
+                 write to another directory",
+                bale_format::shown(dir)
+            ),
+            path: v.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// Whether the file `path` begins as one of bale's indexes
@@ -585,9 +620,23 @@ mod tests {
         // A manifest of pack's (read only for whose the tars are).
         fs::write(
             out.join("bale.json"),
-            br#"{"created_by": {"tool": "bale", "command": "pack"}, "shards": []}"#,
+            br#"{"created_by": {"tool": "bale", "command": "pack"},
+                 "shards": [{"file": "shard-000003.tar", "index": "shard-000003.idx"}]}"#,
         )
         .unwrap();
+        // A shard name the manifest does not list was put there later: the
+        // user's, refused before anything goes.
+        fs::write(out.join("shard-000042.tar"), b"the user's").unwrap();
+        let mut o = Output::open(&out, true).unwrap();
+        let err = o.clear(&Inputs::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("shard-000042.tar")
+                && err.to_string().contains("does not list"),
+            "{err}"
+        );
+        o.commit();
+        assert!(out.join("bale.json").exists() && out.join("shard-000003.tar").exists());
+        fs::remove_file(out.join("shard-000042.tar")).unwrap();
         let err = Output::open(&out, false).unwrap_err();
         assert!(matches!(err, PackError::OutputNotEmpty { .. }), "{err}");
         assert!(out.join("bale.json").exists());

@@ -719,6 +719,26 @@ impl Publisher {
                  output, so --force does not remove it; write to another prefix"
             )));
         }
+        // A committed dataset's objects are the ones its manifest lists (a
+        // --force before it cleared every other name of bale's): a shard
+        // name it does not list was put there later, by someone else.
+        let own = bale_format::listed_files(&bytes);
+        for n in names.iter().filter(|n| {
+            !n.contains('/')
+                && *n != MANIFEST
+                && !n.starts_with(".bale-tmp-")
+                && bale_format::is_bale_file_name(n)
+                && !own.iter().any(|f| names_it(f, n))
+        }) {
+            if n.ends_with(".idx") && self.is_bale_index(n)? {
+                continue;
+            }
+            return Err(refuse(format!(
+                "{n} is named like bale's output, but the {MANIFEST} there does not list it: \
+                 it is not the old dataset's, so --force does not remove it; move it, or \
+                 write to another prefix"
+            )));
+        }
         Ok(())
     }
 
