@@ -470,10 +470,12 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
             .open(&url)
             .is_err()
     );
-    // A rerun without --force is refused, naming the lock.
+    // A rerun without --force is refused, naming the lock; the killed
+    // run's local spool goes all the same.
     let tree_s = tree.to_str().unwrap();
-    let o = bale(
+    let o = bale_in(
         s,
+        Some(&spools),
         &["pack", "-q", "--shard-size", "12MiB", "-o", &url, tree_s],
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -481,6 +483,11 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
         String::from_utf8_lossy(&o.stderr).contains("--force"),
         "{}",
         text(&o)
+    );
+    assert_eq!(
+        spool_count(),
+        0,
+        "a refused rerun removes the killed run's spool"
     );
 
     // The killed run's lock covers what it can have written, not a tar of
@@ -520,11 +527,7 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     // local spool) go, the foreign ones stay.
     let o = bale_in(s, Some(&spools), &rerun);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(
-        spool_count(),
-        0,
-        "the killed run's spool is removed, and the rerun's"
-    );
+    assert_eq!(spool_count(), 0, "the rerun's spool is removed");
     let (objects, uploads) = listing(s, &b, "ds");
     assert_eq!(uploads, ["sub/theirs.tar"], "open uploads after --force");
     let mut want: Vec<String> = snapshot(&local).keys().cloned().collect();

@@ -142,6 +142,9 @@ impl RemoteOutput {
             .ok_or_else(|| PackError::Option(format!("{}: not a UTF-8 URL", url.display())))?;
         let mut opts = WriteOptions::from_options(storage, force)?;
         opts.inputs = inputs;
+        // What killed runs left in the spool goes whatever this run's fate
+        // (a refused rerun included).
+        clean_stale_spools(&std::env::temp_dir());
         let publisher = Arc::new(match alongside {
             Some(names) => Publisher::open_alongside(url, storage, opts, names)?,
             None => Publisher::open(url, storage, opts)?,
