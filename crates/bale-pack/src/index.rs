@@ -262,9 +262,11 @@ pub fn index(
     // Checked again: the scan may have taken minutes, and a file that
     // appeared meanwhile is not replaced unless it is bale's.
     refuse_foreign_manifest(&dir)?;
+    for p in &plan {
+        refuse_foreign_index(&dir, p)?;
+    }
     out.make_room(MANIFEST_NAME, &inputs)?;
     for (k, p) in plan.iter().enumerate() {
-        refuse_foreign_index(&dir, p)?;
         out.make_room(&p.index, &inputs)?;
         let dest = dir.join(&p.index);
         bale_format::files::rename_noreplace(&staged(k), &dest)
@@ -514,7 +516,11 @@ fn refuse_foreign_manifest(dir: &Path) -> Result<()> {
         .map_err(|e| refuse(e.to_string()))?;
     bale_format::indexed_in_place(&bytes)
         .map(|_| ())
-        .map_err(|why| refuse(format!("it is not a manifest bale wrote: {why}")))
+        .map_err(|why| {
+            refuse(format!(
+                "it cannot be taken for an old dataset of bale's: {why}"
+            ))
+        })
 }
 
 /// Refuses, --force or not, a file at the name of `p`'s index that is not

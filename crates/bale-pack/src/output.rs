@@ -338,12 +338,14 @@ impl Drop for Output {
 /// tars may be the user's own. So is an `.idx` that does not begin as one of
 /// bale's indexes (a DALI tar index has the same name); bale's go.
 fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
-    if has_run_mark(dir)? {
-        return Ok(());
-    }
+    // The manifest first: a clear removes it before anything else, so with
+    // it still there a killed run's mark covers nothing it does not list.
     let manifest = dir.join(MANIFEST_NAME);
     if fs::symlink_metadata(&manifest).is_ok() {
         return refuse_unlisted(dir, &manifest, victims);
+    }
+    if has_run_mark(dir)? {
+        return Ok(());
     }
     // A tar is named first; an index only when no tar is there.
     let is_idx = |v: &PathBuf| v.extension().is_some_and(|e| e == "idx");
@@ -398,8 +400,8 @@ fn refuse_unlisted(dir: &Path, manifest: &Path, victims: &[PathBuf]) -> Result<(
         return Err(PackError::Refused {
             what: format!(
                 "it is named like bale's output, but the {MANIFEST_NAME} in {} does not list \
-                 it: it is not the old dataset's, so --force does not remove it; move it, or \
-                 write to another directory",
+                 it: it is not the old dataset's, so --force does not remove it; move it (or \
+                 delete it by hand if it is a leftover of bale's), or write to another directory",
                 bale_format::shown(dir)
             ),
             path: v.clone(),
@@ -625,8 +627,13 @@ mod tests {
         )
         .unwrap();
         // A shard name the manifest does not list was put there later: the
-        // user's, refused before anything goes.
+        // user's, refused before anything goes (a killed run's mark beside
+        // the manifest changes nothing). An unlisted index of bale's goes.
         fs::write(out.join("shard-000042.tar"), b"the user's").unwrap();
+        fs::write(out.join(".bale-tmp-99999-run"), b"").unwrap();
+        let mut bale_idx = b"BALEIDX\0".to_vec();
+        bale_idx.extend_from_slice(&[0; 56]);
+        fs::write(out.join("shard-000099.idx"), &bale_idx).unwrap();
         let mut o = Output::open(&out, true).unwrap();
         let err = o.clear(&Inputs::default()).unwrap_err();
         assert!(

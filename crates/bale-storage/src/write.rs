@@ -722,21 +722,34 @@ impl Publisher {
         // A committed dataset's objects are the ones its manifest lists (a
         // --force before it cleared every other name of bale's): a shard
         // name it does not list was put there later, by someone else.
+        // Listing grants the deletion, so a URL entry must name the very
+        // object: the same store and key (not only the same key's tail).
+        let lists_exactly = |f: &str, n: &str| {
+            let f = f.strip_prefix("./").unwrap_or(f);
+            if !crate::is_url(std::path::Path::new(f)) {
+                return f == n;
+            }
+            let key = |u: &str| crate::store::object_key(u);
+            crate::Store::open(f, self.store.options())
+                .is_ok_and(|other| other.same_client(&self.store))
+                && key(f).is_some()
+                && key(f) == key(&self.url_of(n))
+        };
         let own = bale_format::listed_files(&bytes);
         for n in names.iter().filter(|n| {
             !n.contains('/')
                 && *n != MANIFEST
                 && !n.starts_with(".bale-tmp-")
                 && bale_format::is_bale_file_name(n)
-                && !own.iter().any(|f| names_it(f, n))
+                && !own.iter().any(|f| lists_exactly(f, n))
         }) {
             if n.ends_with(".idx") && self.is_bale_index(n)? {
                 continue;
             }
             return Err(refuse(format!(
                 "{n} is named like bale's output, but the {MANIFEST} there does not list it: \
-                 it is not the old dataset's, so --force does not remove it; move it, or \
-                 write to another prefix"
+                 it is not the old dataset's, so --force does not remove it; move it (or \
+                 delete it by hand if it is a leftover of bale's), or write to another prefix"
             )));
         }
         Ok(())
@@ -822,8 +835,8 @@ impl Publisher {
                 return Err(StorageError::Exists {
                     url: self.url_of(MANIFEST),
                     what: format!(
-                        "it is not a manifest bale wrote: {why}, so even --force does not \
-                         replace it; move it, or index into a local directory"
+                        "it cannot be taken for an old dataset of bale's: {why}, so even \
+                         --force does not replace it; move it, or index into a local directory"
                     ),
                 });
             }

@@ -486,7 +486,7 @@ fn lock_target(
                 });
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                created = create_dirs(target)?;
+                create_dirs(target, &mut created)?;
             }
             Err(e) => return Err(io_error(target, e)),
         }
@@ -511,11 +511,12 @@ fn lock_target(
     ))
 }
 
-/// Creates `target` and its missing parents one at a time; returns those
-/// this call created, in order. Each is recorded as the path it was made
+/// Creates `target` and its missing parents one at a time, adding those it
+/// created to `made`, in order. Each is recorded as the path it was made
 /// at, so a `..` in `target` never makes an existing folder look created.
-fn create_dirs(target: &Path) -> Result<Vec<PathBuf>> {
-    let mut made = Vec::new();
+/// On an error the folders this call made are removed again.
+fn create_dirs(target: &Path, made: &mut Vec<PathBuf>) -> Result<()> {
+    let from = made.len();
     let mut at = PathBuf::new();
     for c in target.components() {
         at.push(c);
@@ -525,10 +526,15 @@ fn create_dirs(target: &Path) -> Result<Vec<PathBuf>> {
         match fs::create_dir(&at) {
             Ok(()) => made.push(at.clone()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_error(&at, e)),
+            Err(e) => {
+                for d in made.drain(from..).rev() {
+                    let _ = fs::remove_dir(d);
+                }
+                return Err(io_error(&at, e));
+            }
         }
     }
-    Ok(made)
+    Ok(())
 }
 
 /// Whether `dir` holds nothing, or nothing but files named as bale's
