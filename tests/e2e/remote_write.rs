@@ -1598,11 +1598,14 @@ fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
     )
     .unwrap();
     s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
-    let tars_before: Vec<String> = listing(s, &b, "wds")
-        .0
-        .into_iter()
-        .filter(|n| n.ends_with(".tar"))
-        .collect();
+    let tars = || -> Vec<String> {
+        listing(s, &b, "wds")
+            .0
+            .into_iter()
+            .filter(|n| n.ends_with(".tar"))
+            .collect()
+    };
+    let tars_before = tars();
     assert_eq!(tars_before.len(), 2, "{tars_before:?}");
 
     let gate = Gate::start(
@@ -1633,12 +1636,7 @@ fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
         &["shard-000000.tar", "no bale.json"],
     );
-    let tars_after: Vec<String> = listing(s, &b, "wds")
-        .0
-        .into_iter()
-        .filter(|n| n.ends_with(".tar"))
-        .collect();
-    assert_eq!(tars_after, tars_before);
+    assert_eq!(tars(), tars_before);
     assert_same_tars(s, &url, &local);
 }
 

@@ -347,20 +347,11 @@ fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
     if has_run_mark(dir)? {
         return Ok(());
     }
-    // A tar is named first; an index only when no tar is there.
-    let is_idx = |v: &PathBuf| v.extension().is_some_and(|e| e == "idx");
-    let mut theirs = victims
+    let shards: Vec<&PathBuf> = victims
         .iter()
-        .find(|v| !v.ends_with(MANIFEST_NAME) && v.extension().is_some() && !is_idx(v));
-    if theirs.is_none() {
-        for v in victims.iter().filter(|v| is_idx(v)) {
-            if !is_bale_index(v)? {
-                theirs = Some(v);
-                break;
-            }
-        }
-    }
-    let Some(tar) = theirs else {
+        .filter(|v| !v.ends_with(MANIFEST_NAME))
+        .collect();
+    let Some(tar) = first_not_bales(&shards)? else {
         return Ok(());
     };
     let named = if tar.extension().is_some_and(|e| e == "idx") {
@@ -390,13 +381,11 @@ fn refuse_unlisted(dir: &Path, manifest: &Path, victims: &[PathBuf]) -> Result<(
         .iter()
         .filter_map(|f| Path::new(f).file_name().map(ToOwned::to_owned))
         .collect();
-    for v in victims {
-        if v.ends_with(MANIFEST_NAME) || v.file_name().is_some_and(|n| own.contains(n)) {
-            continue;
-        }
-        if v.extension().is_some_and(|e| e == "idx") && is_bale_index(v)? {
-            continue;
-        }
+    let unlisted: Vec<&PathBuf> = victims
+        .iter()
+        .filter(|v| !v.ends_with(MANIFEST_NAME) && !v.file_name().is_some_and(|n| own.contains(n)))
+        .collect();
+    if let Some(v) = first_not_bales(&unlisted)? {
         return Err(PackError::Refused {
             what: format!(
                 "it is named like bale's output, but the {MANIFEST_NAME} in {} does not list \
@@ -408,6 +397,23 @@ fn refuse_unlisted(dir: &Path, manifest: &Path, victims: &[PathBuf]) -> Result<(
         });
     }
     Ok(())
+}
+
+/// Of `files` (named like bale's output), the first that is not bale's for
+/// certain: a tar first, else an `.idx` that does not begin as one of
+/// bale's indexes ([`is_bale_index`]); `None` when every one is an index of
+/// bale's.
+fn first_not_bales<'a>(files: &[&'a PathBuf]) -> Result<Option<&'a PathBuf>> {
+    let is_idx = |v: &PathBuf| v.extension().is_some_and(|e| e == "idx");
+    if let Some(tar) = files.iter().find(|v| !is_idx(v)) {
+        return Ok(Some(tar));
+    }
+    for v in files {
+        if !is_bale_index(v)? {
+            return Ok(Some(v));
+        }
+    }
+    Ok(None)
 }
 
 /// Whether the file `path` begins as one of bale's indexes
@@ -631,8 +637,7 @@ mod tests {
         // the manifest changes nothing). An unlisted index of bale's goes.
         fs::write(out.join("shard-000042.tar"), b"the user's").unwrap();
         fs::write(out.join(".bale-tmp-99999-run"), b"").unwrap();
-        let mut bale_idx = b"BALEIDX\0".to_vec();
-        bale_idx.extend_from_slice(&[0; 56]);
+        let bale_idx = bale_index_head();
         fs::write(out.join("shard-000099.idx"), &bale_idx).unwrap();
         let mut o = Output::open(&out, true).unwrap();
         let err = o.clear(&Inputs::default()).unwrap_err();
@@ -658,14 +663,21 @@ mod tests {
         assert_eq!(left, ["notes.txt"]);
     }
 
+    /// The first 64 bytes of one of bale's indexes: what tells it from
+    /// another tool's `.idx`.
+    fn bale_index_head() -> Vec<u8> {
+        let mut head = b"BALEIDX\0".to_vec();
+        head.extend_from_slice(&[0; 56]);
+        head
+    }
+
     #[test]
     fn force_without_a_mark_clears_bales_indexes_but_not_a_dali_index_of_the_same_name() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path();
         // A DALI tar index (text) named like bale's, and bale's own index.
         fs::write(out.join("shard-000000.idx"), b"v1.2 3\njpg 0 1536 1024\n").unwrap();
-        let mut bale_idx = b"BALEIDX\0".to_vec();
-        bale_idx.extend_from_slice(&[0; 56]);
+        let bale_idx = bale_index_head();
         fs::write(out.join("shard-000001.idx"), &bale_idx).unwrap();
         let mut o = Output::open(out, true).unwrap();
         let err = o.clear(&Inputs::default()).unwrap_err();

@@ -684,11 +684,7 @@ impl Publisher {
             url: self.store.url().to_owned(),
             what,
         };
-        let bytes = self.store.object(MANIFEST)?.get_sized(
-            0,
-            bale_format::MAX_MANIFEST_BYTES,
-            "manifest",
-        )?;
+        let bytes = self.manifest_bytes()?;
         let listed = bale_format::indexed_in_place(&bytes).map_err(|why| {
             refuse(format!(
                 "its {MANIFEST}: {why}; --force cannot tell whether the tars there are \
@@ -697,22 +693,15 @@ impl Publisher {
                  objects named like bale's output there by hand if they are yours to remove"
             ))
         })?;
-        // A listed tar is named relative to the prefix, or by a URL (a
-        // local index of tars in a bucket, uploaded beside them): either
-        // way, the object it names.
-        let names_it = |f: &str, n: &str| {
-            let f = f.strip_prefix("./").unwrap_or(f);
-            if crate::is_url(std::path::Path::new(f)) {
-                crate::store::object_key(&self.url_of(n))
-                    .is_some_and(|key| crate::store::may_name_object(f, &key))
-            } else {
-                f == n
-            }
-        };
         if let Some(tar) = names
             .iter()
             .filter(|n| !n.contains('/') && bale_format::is_bale_file_name(n))
-            .find(|n| listed.iter().flatten().any(|f| names_it(f, n)))
+            .find(|n| {
+                listed
+                    .iter()
+                    .flatten()
+                    .any(|f| self.entry_names(f, n, false))
+            })
         {
             return Err(refuse(format!(
                 "{tar} is a tar that `bale index` indexed in place, the user's and not bale's \
@@ -723,29 +712,19 @@ impl Publisher {
         // --force before it cleared every other name of bale's): a shard
         // name it does not list was put there later, by someone else.
         // Listing grants the deletion, so a URL entry must name the very
-        // object: the same store and key (not only the same key's tail).
-        let lists_exactly = |f: &str, n: &str| {
-            let f = f.strip_prefix("./").unwrap_or(f);
-            if !crate::is_url(std::path::Path::new(f)) {
-                return f == n;
-            }
-            let key = |u: &str| crate::store::object_key(u);
-            crate::Store::open(f, self.store.options())
-                .is_ok_and(|other| other.same_client(&self.store))
-                && key(f).is_some()
-                && key(f) == key(&self.url_of(n))
-        };
+        // object.
         let own = bale_format::listed_files(&bytes);
-        for n in names.iter().filter(|n| {
-            !n.contains('/')
-                && *n != MANIFEST
-                && !n.starts_with(".bale-tmp-")
-                && bale_format::is_bale_file_name(n)
-                && !own.iter().any(|f| lists_exactly(f, n))
-        }) {
-            if n.ends_with(".idx") && self.is_bale_index(n)? {
-                continue;
-            }
+        let unlisted: Vec<&String> = names
+            .iter()
+            .filter(|n| {
+                !n.contains('/')
+                    && *n != MANIFEST
+                    && !n.starts_with(".bale-tmp-")
+                    && bale_format::is_bale_file_name(n)
+                    && !own.iter().any(|f| self.entry_names(f, n, true))
+            })
+            .collect();
+        if let Some(n) = self.first_not_bales(&unlisted)? {
             return Err(refuse(format!(
                 "{n} is named like bale's output, but the {MANIFEST} there does not list it: \
                  it is not the old dataset's, so --force does not remove it; move it (or \
@@ -753,6 +732,49 @@ impl Publisher {
             )));
         }
         Ok(())
+    }
+
+    /// The prefix's `bale.json`, read whole (within the manifests' bound).
+    fn manifest_bytes(&self) -> Result<Bytes> {
+        self.store
+            .object(MANIFEST)?
+            .get_sized(0, bale_format::MAX_MANIFEST_BYTES, "manifest")
+    }
+
+    /// Whether the manifest entry `f` names the object `n` of the prefix:
+    /// relative to it (`n` or `./n`), or by a URL. Loosely, any URL whose key
+    /// could be this object's (to protect what it names); `exact`, only one
+    /// of this very store and key (to grant its deletion).
+    fn entry_names(&self, f: &str, n: &str, exact: bool) -> bool {
+        let f = f.strip_prefix("./").unwrap_or(f);
+        if !crate::is_url(std::path::Path::new(f)) {
+            return f == n;
+        }
+        let Some(key) = crate::store::object_key(&self.url_of(n)) else {
+            return false;
+        };
+        if !exact {
+            return crate::store::may_name_object(f, &key);
+        }
+        crate::Store::open(f, self.store.options())
+            .is_ok_and(|other| other.same_client(&self.store))
+            && crate::store::object_key(f).as_deref() == Some(key.as_str())
+    }
+
+    /// Of `names` (objects under the prefix), the first that is not bale's
+    /// for certain: a tar first, else an `.idx` that does not begin as one
+    /// of bale's indexes ([`Publisher::is_bale_index`]); `None` when every
+    /// one is an index of bale's.
+    fn first_not_bales<'a>(&self, names: &[&'a String]) -> Result<Option<&'a String>> {
+        if let Some(tar) = names.iter().find(|n| !n.ends_with(".idx")) {
+            return Ok(Some(tar));
+        }
+        for n in names {
+            if !self.is_bale_index(n)? {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
     }
 
     /// Refuses `--force` over a prefix without a manifest when it holds an
@@ -763,20 +785,15 @@ impl Publisher {
     /// DALI tar index). bale's own indexes and temporary objects are cleared
     /// without that.
     fn refuse_unclaimed(&self, names: &[String], claimed_at: Option<i64>) -> Result<()> {
-        let shards = names.iter().filter(|n| {
-            !n.contains('/') && !n.starts_with(".bale-tmp-") && bale_format::is_bale_file_name(n)
-        });
-        // A tar is named first; an index only when no tar is there.
-        let mut theirs = shards.clone().find(|n| !n.ends_with(".idx"));
-        if theirs.is_none() {
-            for n in shards {
-                if !self.is_bale_index(n)? {
-                    theirs = Some(n);
-                    break;
-                }
-            }
-        }
-        let Some(tar) = theirs else {
+        let shards: Vec<&String> = names
+            .iter()
+            .filter(|n| {
+                !n.contains('/')
+                    && !n.starts_with(".bale-tmp-")
+                    && bale_format::is_bale_file_name(n)
+            })
+            .collect();
+        let Some(tar) = self.first_not_bales(&shards)? else {
             return Ok(());
         };
         let why = match claimed_at {
@@ -825,34 +842,32 @@ impl Publisher {
         let listed: std::collections::HashSet<String> = self.list()?.into_iter().collect();
         let mut present: Vec<&String> = names.iter().filter(|n| listed.contains(*n)).collect();
         // A bale.json no bale run wrote is not an old dataset to replace.
-        if present.iter().any(|n| *n == MANIFEST) {
-            let bytes = self.store.object(MANIFEST)?.get_sized(
-                0,
-                bale_format::MAX_MANIFEST_BYTES,
-                "manifest",
-            )?;
-            if let Err(why) = bale_format::indexed_in_place(&bytes) {
-                return Err(StorageError::Exists {
-                    url: self.url_of(MANIFEST),
-                    what: format!(
-                        "it cannot be taken for an old dataset of bale's: {why}, so even \
-                         --force does not replace it; move it, or index into a local directory"
-                    ),
-                });
-            }
+        if present.iter().any(|n| *n == MANIFEST)
+            && let Err(why) = bale_format::indexed_in_place(&self.manifest_bytes()?)
+        {
+            return Err(StorageError::Exists {
+                url: self.url_of(MANIFEST),
+                what: format!(
+                    "it cannot be taken for an old dataset of bale's: {why}, so even \
+                     --force does not replace it; move it, or index into a local directory"
+                ),
+            });
         }
         // bale's indexes may be replaced, never another tool's object of the
         // same name (DALI's tar indexer writes `<tar>.idx` too).
-        for n in present.iter().filter(|n| n.ends_with(".idx")) {
-            if !self.is_bale_index(n)? {
-                return Err(StorageError::Exists {
-                    url: self.url_of(n),
-                    what: "it is where bale would write an index, but it is not one of bale's \
-                           indexes (a DALI tar index has this name too), so even --force does \
-                           not replace it; move it, or index into a local directory"
-                        .into(),
-                });
-            }
+        let indexes: Vec<&String> = present
+            .iter()
+            .copied()
+            .filter(|n| n.ends_with(".idx"))
+            .collect();
+        if let Some(n) = self.first_not_bales(&indexes)? {
+            return Err(StorageError::Exists {
+                url: self.url_of(n),
+                what: "it is where bale would write an index, but it is not one of bale's \
+                       indexes (a DALI tar index has this name too), so even --force does \
+                       not replace it; move it, or index into a local directory"
+                    .into(),
+            });
         }
         if let Some(first) = present.first()
             && !self.opts.force

@@ -33,6 +33,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         decode: args.decode,
     };
+    let sources: Vec<&std::path::Path> = std::iter::once(&args.path)
+        .chain(&args.compare)
+        .filter(|s| !bale_storage::is_url(s))
+        .map(std::path::PathBuf::as_path)
+        .collect();
+    // One file named twice (`a.svg`, `./a.svg`) would be refused only after
+    // measuring, when the second plot found the first.
+    let mut seen = std::collections::HashSet::new();
     for p in &args.plot {
         let ext = p
             .extension()
@@ -42,22 +50,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "--plot {}: give a file name ending in .svg or .png",
             p.display()
         );
-        let sources: Vec<&std::path::Path> = std::iter::once(&args.path)
-            .chain(&args.compare)
-            .filter(|s| !bale_storage::is_url(s))
-            .map(std::path::PathBuf::as_path)
-            .collect();
-        plot::check_plot_path(p, &sources, args.force)?;
-    }
-    // One file named twice (`a.svg`, `./a.svg`) would be refused only after
-    // measuring, when the second plot found the first.
-    let mut seen = std::collections::HashSet::new();
-    for p in &args.plot {
-        let parent = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => std::path::Path::new("."),
-        };
-        let at = std::fs::canonicalize(parent)?.join(p.file_name().unwrap_or_default());
+        let at = plot::check_plot_path(p, &sources, args.force)?;
         anyhow::ensure!(
             seen.insert(at),
             "--plot {} is given twice",

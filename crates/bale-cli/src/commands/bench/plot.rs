@@ -7,7 +7,7 @@
 //! the same on a machine without fonts. An SVG carries its text as `<text>`
 //! elements, drawn by the viewer.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use anyhow::{Context, bail};
@@ -69,8 +69,9 @@ pub fn write_plot(path: &Path, report: &Report, force: bool) -> anyhow::Result<(
 /// Refuses a `--plot` path before anything is measured: an existing one
 /// without `--force`, one that is not a regular file or a symlink (a
 /// folder, a FIFO), and one inside a source being measured (a file of the
-/// tree, or of the dataset: its inputs).
-pub fn check_plot_path(path: &Path, sources: &[&Path], force: bool) -> anyhow::Result<()> {
+/// tree, or of the dataset: its inputs). Returns the path it resolves to
+/// (its folder canonical), which tells one file named twice.
+pub fn check_plot_path(path: &Path, sources: &[&Path], force: bool) -> anyhow::Result<PathBuf> {
     let shown = bale_format::shown(path);
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -89,16 +90,17 @@ pub fn check_plot_path(path: &Path, sources: &[&Path], force: bool) -> anyhow::R
         }
     }
     match std::fs::symlink_metadata(path) {
-        Err(_) => Ok(()),
+        Err(_) => {}
         Ok(_) if !force => {
             bail!("--plot {shown} exists; pass --force to replace it, or choose another name")
         }
-        Ok(m) if m.is_file() || m.file_type().is_symlink() => Ok(()),
+        Ok(m) if m.is_file() || m.file_type().is_symlink() => {}
         Ok(m) => bail!(
             "--plot {shown} is {}, not a file to replace",
             bale_format::files::kind_of(&m)
         ),
     }
+    Ok(dir.join(path.file_name().unwrap_or_default()))
 }
 
 /// The plot's bytes, SVG or PNG by the path's extension.
