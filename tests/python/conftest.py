@@ -9,8 +9,10 @@ and sets BALE_BIN; run by hand:
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -49,6 +51,33 @@ def run_bale(*args: str | os.PathLike[str]) -> str:
     if r.returncode != 0:
         raise AssertionError(f"bale {' '.join(map(str, args))} failed ({r.returncode}):\n{r.stderr}")
     return r.stdout
+
+
+def continue_after_fork(holder: list) -> int:
+    """Forks; the child goes on with the iterator `holder[0]` and exits 0 when
+    bale refuses it with a RuntimeError about the fork (after dropping the
+    iterator, which must not wait for the parent's threads either), 1 when it
+    yields to the end, 3 on any other error; the alarm kills a child still
+    waiting after 20 s. Returns the child's wait status."""
+    pid = os.fork()
+    if pid == 0:
+        code = 4
+        try:
+            signal.alarm(20)
+            try:
+                for _ in holder[0]:
+                    pass
+                code = 1
+            except RuntimeError as e:
+                code = 0 if "forked" in str(e) else 3
+            holder.clear()
+            gc.collect()
+        except BaseException:
+            code = 5
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return status
 
 
 @dataclass

@@ -144,6 +144,45 @@ def test_per_worker_offsets(tar_ds: Packed) -> None:
         bale.worker_offsets(1, 0, 2)
 
 
+@pytest.mark.parametrize("batch", [3, 7, 40])
+def test_worker_offsets_resume_a_dataloader_at_every_batch_to_the_epochs_end(tar_ds: Packed, batch: int) -> None:
+    torch = pytest.importorskip("torch")
+
+    def run(start=0) -> list[list[int]]:
+        it = bale.IterableDataset(tar_ds.path, shuffle=True, seed=5, start=start)
+        loader = torch.utils.data.DataLoader(
+            it, batch_size=batch, num_workers=3, collate_fn=lambda b: [s["__index__"] for s in b],
+            multiprocessing_context="fork",
+        )
+        return list(loader)
+
+    def samples(batches: list[list[int]]) -> list[int]:
+        return sorted(i for b in batches for i in b)
+
+    full = run()
+    assert samples(full) == list(range(N))
+    it = bale.IterableDataset(tar_ds.path, shuffle=True, seed=5)
+    for b in range(len(full) + 1):
+        offsets = it.worker_offsets(b, batch, 3)
+        # The resumed loader starts its turns at worker 0 again, so its
+        # batches come in another order; every sample not yet seen comes once.
+        assert samples(run(offsets)) == samples(full[b:]), (b, offsets)
+    with pytest.raises(ValueError, match="past the epoch"):
+        it.worker_offsets(len(full) + 1, batch, 3)
+
+
+def test_start_is_checked(tar_ds: Packed) -> None:
+    np = pytest.importorskip("numpy")
+    assert bale.IterableDataset(tar_ds.path, start=np.int64(3)).start == 3
+    for bad, err in (("12", TypeError), (-1, ValueError), ([1, -2], ValueError), (1.5, TypeError)):
+        with pytest.raises(err):
+            bale.IterableDataset(tar_ds.path, start=bad)
+    # Offsets saved by 4 workers do not resume 2.
+    it = bale.IterableDataset(tar_ds.path, worker=0, num_workers=2, start=[2, 2, 2, 2])
+    with pytest.raises(ValueError, match="same num_workers"):
+        iter(it)
+
+
 def test_bad_arguments(tar_ds: Packed) -> None:
     with pytest.raises(ValueError, match="rank"):
         list(bale.IterableDataset(tar_ds.path, rank=2, world_size=2))
@@ -155,7 +194,7 @@ def test_bad_arguments(tar_ds: Packed) -> None:
         bale.IterableDataset(tar_ds.path).set_epoch(-1)
     with pytest.raises(FileNotFoundError):
         bale.IterableDataset(tar_ds.path / "nope")
-    with pytest.raises(ValueError, match="start has 1"):
+    with pytest.raises(ValueError, match="start holds 1 offsets"):
         list(bale.IterableDataset(tar_ds.path, worker=1, num_workers=2, start=[0]))
 
 

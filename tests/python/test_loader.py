@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
+import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -15,7 +19,7 @@ import torchvision.transforms.functional as TF
 from torchvision.transforms import InterpolationMode
 
 import bale
-from conftest import run_bale
+from conftest import continue_after_fork, run_bale
 
 N = 48
 CLASSES = ["ant", "bee", "cat"]
@@ -162,6 +166,18 @@ def test_every_sample_once_per_epoch_in_each_order_and_labels_match(jpegs) -> No
         assert len(loader) == (N + 6) // 7
 
 
+def test_a_loader_continued_in_a_forked_child_raises_instead_of_hanging(jpegs) -> None:
+    path, _ = jpegs
+    it = iter(bale.Loader(path, batch_size=4, size=16, prefetch=1))
+    next(it)
+    holder = [it]
+    del it
+    status = continue_after_fork(holder)
+    assert os.WIFEXITED(status), f"the child was killed (signal {os.WTERMSIG(status)}): it hung"
+    assert os.WEXITSTATUS(status) == 0, os.WEXITSTATUS(status)
+    assert sum(len(labels) for _, labels in holder[0]) == N - 4
+
+
 def test_partitions_are_disjoint_and_cover_the_epoch(jpegs) -> None:
     path, _ = jpegs
     seen = []
@@ -220,6 +236,55 @@ def test_layouts_dtypes_and_zero_copy_torch(jpegs) -> None:
     assert t.shape == (4, 40, 56, 3)
 
 
+def test_a_loader_reads_as_the_dataset_it_is_given(tmp_path: Path, jpegs) -> None:
+    src, _ = jpegs
+    ds_dir = tmp_path / "ds"
+    shutil.copytree(src, ds_dir)
+    # One byte of the first image's JFIF header (its horizontal density)
+    # flipped: the image decodes alike, only its checksum tells.
+    first = bale.Dataset(ds_dir)[0]["jpg"]
+    shard = ds_dir / "shard-000000.tar"
+    data = bytearray(shard.read_bytes())
+    at = data.find(first)
+    assert at > 0 and first[6:11] == b"JFIF\0"
+    data[at + 15] ^= 0x01
+    with open(shard, "r+b") as f:
+        f.seek(at + 15)
+        f.write(data[at + 15 : at + 16])
+    assert sum(len(labels) for _, labels in bale.Loader(ds_dir, batch_size=8, size=16)) == N
+    with pytest.raises(FileNotFoundError, match="no such dataset"):
+        bale.Loader(tmp_path / "nope")
+    checked = bale.Loader(bale.Dataset(ds_dir, verify_on_read=True), batch_size=8, size=16)
+    with pytest.raises(bale.FormatError, match="checksum"):
+        list(checked)
+
+    # backing="pread": a shard cut short while the loader reads it is an
+    # error, not SIGBUS (in a process of its own: SIGBUS would end pytest).
+    script = """
+import os, sys, bale
+path, backing = sys.argv[1:]
+it = iter(bale.Loader(bale.Dataset(path, backing=backing), batch_size=2, size=16, threads=1, prefetch=0))
+next(it)
+os.truncate(os.path.join(path, "shard-000000.tar"), 1024)
+try:
+    list(it)
+except bale.FormatError as e:
+    print("error:", e)
+"""
+    for backing in ("pread", "mmap"):
+        cut = tmp_path / f"cut-{backing}"
+        shutil.copytree(src, cut)
+        r = subprocess.run(
+            [sys.executable, "-c", script, str(cut), backing], capture_output=True, text=True, timeout=120
+        )
+        if backing == "pread":
+            assert r.returncode == 0 and "error:" in r.stdout and "shard-000000.tar" in r.stdout, (r.stdout, r.stderr)
+        else:
+            # The default backing maps the shard: the documented SIGBUS,
+            # which shows that the test reaches the lost pages.
+            assert r.returncode == -7, (r.returncode, r.stdout, r.stderr)
+
+
 def test_damaged_images_fail_naming_the_sample_or_are_skipped(tmp_path: Path) -> None:
     root = tmp_path / "tree"
     make(root, "jpg", lambda i: (100, 80))
@@ -240,6 +305,23 @@ def test_damaged_images_fail_naming_the_sample_or_are_skipped(tmp_path: Path) ->
             seen.extend(int(i) for i in skipping.last_indices)
     assert skipping.skipped == 1
     assert keys.index("bee/0004") not in seen and len(seen) == N - 1
+    # A batch whose every image is skipped is not yielded: an empty batch
+    # makes a mean loss NaN. `position` counts what was read, for resume.
+    bad = keys.index("bee/0004")
+    assert 0 < bad < N - 2
+    ones = bale.Loader(out, batch_size=1, size=32, on_error="skip")
+    with pytest.warns(UserWarning, match="bee/0004"):
+        assert [len(labels) for _, labels in ones] == [1] * (N - 1)
+    assert ones.position == N
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        it = iter(ones)
+        for _ in range(bad + 1):
+            next(it)
+        assert int(ones.last_indices[0]) == bad + 1 and ones.position == bad + 2
+        rest = bale.Loader(out, batch_size=1, size=32, on_error="skip")
+        rest.resume(0, ones.position)
+        assert [int(i) for _ in rest for i in rest.last_indices] == list(range(bad + 2, N))
 
 
 def test_fields_pass_through(tmp_path: Path) -> None:
@@ -265,9 +347,25 @@ def test_bad_options_are_value_errors(jpegs) -> None:
     for kw in (dict(batch_size=0), dict(crop="diagonal"), dict(dtype="int7"), dict(scale=(0.5, 0.1)),
                dict(size=0), dict(on_error="retry"), dict(image="txt"), dict(threads=100_000),
                dict(prefetch=10**9), dict(batch_size=10**9), dict(std=(0.0, 1.0, 1.0), dtype="float32"),
-               dict(rank=3, world_size=2)):
+               dict(rank=3, world_size=2), dict(mean=(float("nan"), 0.5, 0.5), dtype="float32"),
+               dict(image="png"), dict(fields=["nope"])):
         with pytest.raises(ValueError):
             bale.Loader(path, **kw)
+    # A typo names the member and the ones there are.
+    with pytest.raises(ValueError, match=r'no member "png".*jpg'):
+        bale.Loader(path, image="png")
+    with pytest.raises(ValueError, match=r'no member "lable"'):
+        bale.Loader(path, fields="lable")
+    with pytest.raises(ValueError, match="no field"):
+        bale.Dataset(path, fields=["jgp"])
+
+
+def test_rank_without_world_size_in_the_environment_is_an_error(jpegs, monkeypatch) -> None:
+    path, _ = jpegs
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ValueError, match="together"):
+        bale.Loader(path)
 
 
 def test_batches_written_into_caller_buffers(jpegs) -> None:

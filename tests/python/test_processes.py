@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import pickle
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import bale
-from conftest import N, Packed
+from conftest import N, Packed, continue_after_fork, run_bale
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _workers  # noqa: E402
@@ -59,3 +60,34 @@ def test_spawned_processes_split_an_iterable(zst_ds: Packed) -> None:
     for part in parts:
         for i, k, h in part:
             assert want[i] == (k, h)
+
+
+@pytest.fixture(scope="module")
+def many_ds(tmp_path_factory) -> Path:
+    """3,000 tiny samples: far more than an iterator reads ahead."""
+    root = tmp_path_factory.mktemp("many")
+    src = root / "src"
+    src.mkdir()
+    for i in range(3000):
+        (src / f"{i:05d}.txt").write_text(str(i))
+    run_bale("pack", src, "-o", root / "ds", "--shard-samples", "500")
+    return root / "ds"
+
+
+@pytest.mark.parametrize("kind", ["dataset", "iterable"])
+def test_an_iterator_continued_in_a_forked_child_raises_instead_of_hanging(many_ds: Path, kind: str) -> None:
+    # Its read-ahead threads exist only in the process that started it; a
+    # child waiting for them would wait forever (and so would dropping it).
+    if kind == "dataset":
+        it = iter(bale.Dataset(many_ds))
+    else:
+        it = iter(bale.IterableDataset(many_ds, prefetch=1))
+    assert next(it)["__key__"] == "00000"
+    holder = [it]
+    del it
+    status = continue_after_fork(holder)
+    assert os.WIFEXITED(status), f"the child was killed (signal {os.WTERMSIG(status)}): it hung"
+    assert os.WEXITSTATUS(status) == 0, os.WEXITSTATUS(status)
+    # The parent's iterator goes on, every sample once.
+    keys = [s["__key__"] for s in holder[0]]
+    assert keys == [f"{i:05d}" for i in range(1, 3000)]

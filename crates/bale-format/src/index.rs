@@ -115,6 +115,28 @@ fn tables_len(samples: u64, members: u64) -> Option<u64> {
 
 /// The length an index header says its file has: the fixed tables for its
 /// `samples` and `members`, its `strings` and its zstd dictionary (`dict`).
+/// A plain index's length `len` against the one its header `head` gives,
+/// before the whole file is read into memory: no longer (a shorter one is
+/// refused as truncated once read).
+fn check_plain_len(head: &[u8], len: u64, path: &Path) -> Result<()> {
+    if len >= (HEADER_LEN + FOOTER_LEN) as u64 && head[..8] == INDEX_MAGIC {
+        let expected = described_len(
+            u64_at(head, 16),
+            u64_at(head, 24),
+            u64_at(head, 32),
+            u64_at(head, 56),
+        );
+        if expected.is_none_or(|e| e < len) {
+            return Err(FormatError::corrupt(
+                path,
+                16,
+                format!("header counts describe {expected:?} bytes, it holds {len}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn described_len(samples: u64, members: u64, strings: u64, dict: u64) -> Option<u64> {
     tables_len(samples, members)?
         .checked_add(strings)?
@@ -633,7 +655,7 @@ impl ShardIndex {
         }
         let file = crate::files::open_regular(path)?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
-        Self::open_file(file, len, path, None)
+        Self::open_file(file, len, path, None, true)
     }
 
     /// Maps (or, when small or compressed, reads) an opened index file of
@@ -641,12 +663,14 @@ impl ShardIndex {
     /// their own: with `expect`, the manifest's (samples, members), a plain
     /// index's header is held to them, and a compressed one is held to its
     /// frame header's limits (with the most an index of those counts can
-    /// take) before the rest is read.
+    /// take) before the rest is read. Without `map`, a plain index is read
+    /// into memory too, once its length is the one its header's counts give.
     fn open_file(
         mut file: File,
         len: u64,
         path: &Path,
         expect: Option<(u64, u64)>,
+        map: bool,
     ) -> Result<Self> {
         let io = |e| FormatError::io(path, e);
         let mut head = [0u8; HEADER_LEN];
@@ -654,7 +678,10 @@ impl ShardIndex {
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut head[..n], 0).map_err(io)?;
         let most = expect.map(|(samples, members)| index_len_max(samples, members));
         let compressed = Self::check_head(&head[..n], len, expect, most, path)?;
-        if compressed || len < (HEADER_LEN + FOOTER_LEN) as u64 {
+        if !map && !compressed {
+            check_plain_len(&head[..n], len, path)?;
+        }
+        if compressed || !map || len < (HEADER_LEN + FOOTER_LEN) as u64 {
             // Small files: read them (mapping an empty file fails on some systems).
             let mut bytes = Vec::new();
             (&mut file).take(len).read_to_end(&mut bytes).map_err(io)?;
@@ -703,13 +730,26 @@ impl ShardIndex {
     /// [`FormatError::IndexMismatch`] when the counts differ from the
     /// manifest's; as [`ShardIndex::open`].
     pub fn open_expecting(path: impl AsRef<Path>, samples: u64, members: u64) -> Result<Self> {
-        let path = path.as_ref();
+        Self::open_expecting_with(path.as_ref(), samples, members, true)
+    }
+
+    /// As [`ShardIndex::open_expecting`], but the file is read into memory,
+    /// not mapped: another program truncating it later cannot make a read
+    /// of the index raise `SIGBUS`.
+    ///
+    /// # Errors
+    /// As [`ShardIndex::open_expecting`].
+    pub fn read_expecting(path: impl AsRef<Path>, samples: u64, members: u64) -> Result<Self> {
+        Self::open_expecting_with(path.as_ref(), samples, members, false)
+    }
+
+    fn open_expecting_with(path: &Path, samples: u64, members: u64, map: bool) -> Result<Self> {
         if crate::read_at::is_url(path) {
             return Self::open_url(path, Some((samples, members)));
         }
         let file = crate::files::open_regular(path)?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
-        let index = Self::open_file(file, len, path, Some((samples, members)))?;
+        let index = Self::open_file(file, len, path, Some((samples, members)), map)?;
         // A compressed index's header is checked once decompressed.
         index.check_counts(samples, members)?;
         Ok(index)
@@ -737,23 +777,8 @@ impl ShardIndex {
             src.read_exact_at(&mut head[..n], 0).map_err(io)?;
         }
         let most = expect.map(|(samples, members)| index_len_max(samples, members));
-        if !Self::check_head(&head[..n], len, expect, most, path)?
-            && len >= (HEADER_LEN + FOOTER_LEN) as u64
-            && head[..8] == INDEX_MAGIC
-        {
-            let expected = described_len(
-                u64_at(&head, 16),
-                u64_at(&head, 24),
-                u64_at(&head, 32),
-                u64_at(&head, 56),
-            );
-            if expected != Some(len) {
-                return Err(FormatError::corrupt(
-                    path,
-                    16,
-                    format!("header counts describe {expected:?} bytes, the object has {len}"),
-                ));
-            }
+        if !Self::check_head(&head[..n], len, expect, most, path)? {
+            check_plain_len(&head[..n], len, path)?;
         }
         let mut bytes = vec![0u8; len.min(u64::from(u32::MAX) * 4) as usize];
         src.read_exact_at(&mut bytes, 0).map_err(io)?;

@@ -21,7 +21,7 @@ pub enum ImageError {
     /// The image has more pixels than allowed (a decompression bomb, or just
     /// too large): refused before its pixels are decoded.
     #[error(
-        "{ext} image is {width}x{height} = {pixels} pixels, more than the limit of {max} (see --max-pixels)"
+        "{ext} image is {width}x{height} = {pixels} pixels, more than the limit of {max} (raise it with --max-pixels, or max_pixels= from Python)"
     )]
     TooLarge {
         /// The member's extension.

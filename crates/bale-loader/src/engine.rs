@@ -74,6 +74,8 @@ thread_local! {
 
 /// The batches of one epoch, in order; see [`crate::Loader::epoch`].
 pub struct Batches {
+    /// The process that started the threads.
+    pid: u32,
     shared: Arc<Shared>,
     order: OrderIter,
     tasks: Option<Sender<(Arc<Job>, usize)>>,
@@ -126,6 +128,7 @@ impl Batches {
             handles.push(h);
         }
         Ok(Batches {
+            pid: std::process::id(),
             shared,
             order,
             tasks: Some(task_tx),
@@ -188,6 +191,13 @@ impl Batches {
     fn next_batch(&mut self) -> Option<Result<Batch>> {
         if self.batches_left == 0 {
             return None;
+        }
+        // In a forked child the decoding threads are gone: waiting for them
+        // would never end.
+        if std::process::id() != self.pid {
+            return Some(Err(LoaderError::Reader(bale_reader::ReaderError::Forked {
+                pid: self.pid,
+            })));
         }
         self.top_up();
         let job = self.pending.front()?.clone();
@@ -314,6 +324,12 @@ impl Iterator for Batches {
 
 impl Drop for Batches {
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // A forked child: the threads are the parent's; joining them
+            // would never return.
+            self.threads.drain(..).for_each(std::mem::forget);
+            return;
+        }
         self.stop.store(true, Ordering::Relaxed);
         self.tasks = None;
         for h in self.threads.drain(..) {

@@ -121,6 +121,22 @@ impl Loader {
                 what: format!("{image:?} does not name an image format bale decodes"),
             });
         }
+        // A name no sample has (a typo) would fail every sample, or give
+        // None for every one: refused here, with the names there are.
+        let named =
+            std::iter::once(("image", &image)).chain(opts.fields.iter().map(|f| ("fields", f)));
+        for (option, name) in named {
+            if !ds.fields().iter().any(|f| f == name) {
+                return Err(LoaderError::Option {
+                    name: option,
+                    what: format!(
+                        "no member {name:?} in the dataset {}: its samples have {}",
+                        ds.dir().display(),
+                        ds.fields().join(", ")
+                    ),
+                });
+            }
+        }
         Ok(Loader {
             ds,
             opts,

@@ -189,7 +189,13 @@ impl LoaderOptions {
         if self.std.iter().any(|s| *s == 0.0 || !s.is_finite()) {
             return bad(
                 "std",
-                format!("{:?}: every value must be non-zero", self.std),
+                format!("{:?}: every value must be finite and non-zero", self.std),
+            );
+        }
+        if self.mean.iter().any(|m| !m.is_finite()) {
+            return bad(
+                "mean",
+                format!("{:?}: every value must be finite", self.mean),
             );
         }
         if self.threads > 1024 {

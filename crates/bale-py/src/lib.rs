@@ -60,6 +60,7 @@ fn to_py(e: ReaderError) -> PyErr {
         | ReaderError::InvalidOption { .. }
         | ReaderError::StartPastEnd { .. } => PyValueError::new_err(msg),
         ReaderError::Prefetch { .. } => BaleError::new_err(msg),
+        ReaderError::Forked { .. } => pyo3::exceptions::PyRuntimeError::new_err(msg),
         ReaderError::Storage(e) => {
             use bale_storage::StorageError as S;
             match e {
@@ -203,7 +204,18 @@ pub struct PyDataset {
     names: Vec<(String, Py<PyString>)>,
 }
 
-fn parse_backing(s: &str) -> PyResult<Backing> {
+/// A local dataset path that does not exist, as `FileNotFoundError`.
+pub(crate) fn check_exists(path: &std::path::Path) -> PyResult<()> {
+    if !bale_storage::is_url(path) && !path.exists() {
+        return Err(PyFileNotFoundError::new_err(format!(
+            "no such dataset directory: {}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn parse_backing(s: &str) -> PyResult<Backing> {
     match s {
         "mmap" => Ok(Backing::Mmap),
         "pread" => Ok(Backing::Pread),
@@ -213,7 +225,7 @@ fn parse_backing(s: &str) -> PyResult<Backing> {
     }
 }
 
-fn parse_read_around(s: &str) -> PyResult<ReadAround> {
+pub(crate) fn parse_read_around(s: &str) -> PyResult<ReadAround> {
     match s {
         "auto" => Ok(ReadAround::Auto),
         "always" => Ok(ReadAround::Always),
@@ -293,8 +305,8 @@ fn parse_fields(
     Ok((fields, shape))
 }
 
-/// Refuses a name in `fields` that no sample of the dataset can have, when
-/// the sample is a tuple or one value (a typo would give None everywhere).
+/// Refuses a name in `fields` that no sample of the dataset can have (a
+/// typo would give None, or a dict without it, for every sample).
 fn check_named(ds: &Dataset, names: &[String]) -> PyResult<()> {
     for name in names {
         let known = matches!(name.as_str(), "__key__" | "__index__")
@@ -556,12 +568,7 @@ impl PyDataset {
         let (fields, shape) = parse_fields(fields, as_tuple)?;
         let backing = parse_backing(backing)?;
         let read_around = parse_read_around(read_around)?;
-        if !bale_storage::is_url(&path) && !path.exists() {
-            return Err(PyFileNotFoundError::new_err(format!(
-                "no such dataset directory: {}",
-                path.display()
-            )));
-        }
+        check_exists(&path)?;
         let options = remote_options(
             DatasetOptions::new()
                 .verify_on_read(verify_on_read)
@@ -572,9 +579,7 @@ impl PyDataset {
             cache_limit,
         )?;
         let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
-        if shape != Shape::Dict {
-            check_named(&ds, fields.as_deref().unwrap_or_default())?;
-        }
+        check_named(&ds, fields.as_deref().unwrap_or_default())?;
         let names = ds
             .fields()
             .iter()

@@ -79,7 +79,8 @@ impl PyLoader {
     #[pyo3(signature = (
         path, batch_size, crop, size, scale, ratio, resize, flip, channels_first, dtype, mean,
         std, order, buffer, seed, rank, world_size, even, threads, prefetch, on_error, image,
-        fields, drop_last, dct_scaling, max_pixels, storage_options=None, cache_dir=None, cache_limit=None
+        fields, drop_last, dct_scaling, max_pixels, storage_options=None, cache_dir=None, cache_limit=None,
+        verify_on_read=false, backing="mmap", read_around="auto"
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -113,6 +114,9 @@ impl PyLoader {
         storage_options: Option<std::collections::BTreeMap<String, String>>,
         cache_dir: Option<std::path::PathBuf>,
         cache_limit: Option<u64>,
+        verify_on_read: bool,
+        backing: &str,
+        read_around: &str,
     ) -> PyResult<Self> {
         let opts = LoaderOptions {
             batch_size,
@@ -144,11 +148,15 @@ impl PyLoader {
             max_pixels,
         };
         let options = crate::remote_options(
-            bale_reader::DatasetOptions::new(),
+            bale_reader::DatasetOptions::new()
+                .verify_on_read(verify_on_read)
+                .backing(crate::parse_backing(backing)?)
+                .read_around(crate::parse_read_around(read_around)?),
             storage_options.as_ref(),
             cache_dir.as_ref(),
             cache_limit,
         )?;
+        crate::check_exists(std::path::Path::new(&path))?;
         let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
         let loader = Loader::new(ds, opts).map_err(loader_err)?;
         Ok(PyLoader { loader })

@@ -62,6 +62,29 @@ pub enum ReaderError {
         /// What differs.
         what: String,
     },
+    /// A shard file replaced after the dataset was opened: its index, read
+    /// at the open, does not describe the new file.
+    #[error(
+        "{}: the shard was replaced or changed after the dataset was opened (by a \
+         `bale pack --force` or a copy over it?), so the index read at the open does not \
+         describe it; open the dataset again to read the new one",
+        bale_format::shown(path)
+    )]
+    ShardReplaced {
+        /// The shard file.
+        path: PathBuf,
+    },
+    /// An iterator whose reading threads were started by another process,
+    /// used in a process forked from it, which has none of them.
+    #[error(
+        "this iterator was started in process {pid}, before this process was forked from it, \
+         and its reading threads do not exist here: start a new iterator in this process \
+         (in a DataLoader worker, in `__iter__`, not before the workers start)"
+    )]
+    Forked {
+        /// The process that started the iterator.
+        pid: u32,
+    },
     /// A `.cls` member that does not hold a decimal integer.
     #[error(
         "{}: sample {key:?} has a .cls member that is not a decimal integer: {text:?}",

@@ -263,6 +263,8 @@ struct Done {
 /// and hands their results back in order.
 #[derive(Debug)]
 struct Prefetcher {
+    /// The process that started the threads.
+    pid: u32,
     shared: Arc<PrefetchShared>,
     rx: Receiver<Done>,
     threads: Vec<JoinHandle<()>>,
@@ -310,6 +312,7 @@ impl Prefetcher {
             return Err(shared.lock().jobs.take());
         }
         Ok(Prefetcher {
+            pid: std::process::id(),
             shared,
             rx,
             threads: handles,
@@ -324,6 +327,11 @@ impl Prefetcher {
         loop {
             if let Some(x) = pop_ahead(&mut self.current) {
                 return Some(x);
+            }
+            // In a forked child the threads are gone: waiting for them
+            // would never end (nor would the lock a thread held).
+            if std::process::id() != self.pid {
+                return Some(Err(ReaderError::Forked { pid: self.pid }));
             }
             if self.held != (0, 0) {
                 let mut st = self.shared.lock();
@@ -417,6 +425,12 @@ fn worker(shared: &PrefetchShared, tx: &Sender<Done>, ds: &Dataset) {
 
 impl Drop for Prefetcher {
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // A forked child: the threads (and any lock they held) are the
+            // parent's; joining them would never return.
+            self.threads.drain(..).for_each(std::mem::forget);
+            return;
+        }
         self.shared.lock().stop = true;
         self.shared.cv.notify_all();
         for h in self.threads.drain(..) {

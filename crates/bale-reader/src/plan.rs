@@ -376,8 +376,10 @@ impl Order {
             left: self.len() - k,
         };
         if let Some(res) = start.reservoir {
+            // The buffer grows as it fills: a `buffer` far past the
+            // dataset's size asks for no memory it will not use.
             let mut r = Reservoir {
-                buf: Vec::with_capacity(res.cap),
+                buf: Vec::with_capacity(res.cap.min(1 << 16)),
                 cap: res.cap,
                 rng: res.rng,
             };

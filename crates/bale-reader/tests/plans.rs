@@ -166,3 +166,23 @@ fn shuffled_order_is_pinned() {
         bale_format::shuffle::permutation(10, bale_format::shuffle::derive_seed(42, &[0]));
     assert_eq!(o.iter().collect::<Vec<_>>(), expected);
 }
+
+#[test]
+fn a_shuffle_buffer_far_past_the_dataset_asks_for_no_memory_up_front() {
+    // `buffer` is a bound, not an allocation: 2^62 slots of 8 bytes would
+    // abort the process (or overflow the capacity) if reserved at the start.
+    for k in [0, 3, 17] {
+        let o = Order::new(
+            EpochPlan::shard_shuffled(7, 1, 1 << 62),
+            Partition::new(0, 1),
+            &[10, 5, 20],
+        )
+        .unwrap();
+        let full: Vec<u64> = o.iter().collect();
+        let rest: Vec<u64> = o.iter_from(k).unwrap().collect();
+        assert_eq!(&rest[..], &full[k as usize..]);
+        let mut sorted = full.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..35).collect::<Vec<_>>());
+    }
+}

@@ -383,6 +383,79 @@ fn a_shard_truncated_after_open_is_an_error_with_pread() {
     let err = ds.get(9).unwrap_err();
     assert!(err.to_string().contains("shard-000000.tar"), "{err}");
     assert!(ds.get(0).is_ok());
+
+    // The index cut short after the open: read into memory at the open,
+    // it is no signal either (a mapped index would raise SIGBUS here).
+    let dir = tempfile::tempdir().unwrap();
+    spec.write(dir.path()).unwrap();
+    let ds = Dataset::options()
+        .backing(Backing::Pread)
+        .open(dir.path())
+        .unwrap();
+    std::fs::File::create(dir.path().join("shard-000000.idx")).unwrap();
+    for i in 0..10 {
+        assert_eq!(ds.key(i).unwrap(), spec.key(i));
+        check_sample(&spec, &ds, i);
+    }
+}
+
+#[test]
+fn a_shard_replaced_after_open_is_an_error_not_another_files_bytes() {
+    let spec = TestDataset::new(10, 2);
+    for backing in both_backings() {
+        let dir = tempfile::tempdir().unwrap();
+        spec.write(dir.path()).unwrap();
+        let ds = Dataset::options()
+            .backing(backing)
+            .open(dir.path())
+            .unwrap();
+        // Shard 0 is opened now; shard 1 (samples 5..10) on its first read.
+        check_neighbours(&spec, &ds, &[0]);
+        // Another file of the same length renamed over shard 1, as a pack
+        // with `--force` does: the index read at the open does not describe it.
+        let shard = dir.path().join("shard-000001.tar");
+        let at = bin_offset(dir.path(), "shard-000001.tar", 2) as usize;
+        let mut bytes = std::fs::read(&shard).unwrap();
+        bytes[at] ^= 0x01;
+        let tmp = dir.path().join("new.tmp");
+        std::fs::write(&tmp, &bytes).unwrap();
+        std::fs::rename(&tmp, &shard).unwrap();
+        let err = ds.get(7).unwrap_err();
+        assert!(
+            matches!(&err, ReaderError::ShardReplaced { path } if path == &shard),
+            "{backing:?}: {err}"
+        );
+        assert!(err.to_string().contains("open the dataset again"), "{err}");
+        // The shard opened before the replacement still reads the file it opened.
+        check_neighbours(&spec, &ds, &[1, 4]);
+        // Opened again, the dataset reads the new file.
+        let again = Dataset::options()
+            .backing(backing)
+            .open(dir.path())
+            .unwrap();
+        assert_ne!(
+            again.get(7).unwrap().field("bin"),
+            Some(&spec.payload(7)[..])
+        );
+        check_neighbours(&spec, &again, &[5, 6, 8]);
+
+        // The same file written in place, at the same length.
+        let dir = tempfile::tempdir().unwrap();
+        spec.write(dir.path()).unwrap();
+        let ds = Dataset::options()
+            .backing(backing)
+            .open(dir.path())
+            .unwrap();
+        // Past the file system's clock step, so the write moves the time.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let shard = dir.path().join("shard-000001.tar");
+        std::fs::write(&shard, &bytes).unwrap();
+        let err = ds.get(7).unwrap_err();
+        assert!(
+            matches!(&err, ReaderError::ShardReplaced { .. }),
+            "{backing:?}: {err}"
+        );
+    }
 }
 
 #[test]

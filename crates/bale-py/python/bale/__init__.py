@@ -45,6 +45,7 @@ docs/python.md).
 from __future__ import annotations
 
 import importlib.util
+import operator
 import os
 import sys
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -140,18 +141,62 @@ def _torch_worker() -> tuple[int, int] | None:
     return info.id, info.num_workers
 
 
-def worker_offsets(batches: int, batch_size: int, num_workers: int) -> list[int]:
+def worker_offsets(
+    batches: int, batch_size: int, num_workers: int, lengths: Sequence[int] | None = None
+) -> list[int]:
     """Samples each DataLoader worker has yielded after the loader returned ``batches``.
 
     A DataLoader over an IterableDataset with ``num_workers`` workers takes
-    whole batches from the workers in turn (worker 0, 1, ..., 0, 1, ...). Pass
-    the result as ``start=`` to resume each worker where it stopped. Assumes
-    full batches (no ``drop_last`` remainder) and ``num_workers >= 1``.
+    whole batches from the workers in turn (worker 0, 1, ..., 0, 1, ...),
+    passing over a worker once it has run out. Pass the result as ``start=``
+    to resume each worker where it stopped (with the same ``num_workers``).
+
+    ``lengths``, the samples each worker yields per epoch
+    (:meth:`IterableDataset.worker_offsets` gives them), counts each worker's
+    last batch, which is short, and the workers that ran out: without them
+    every batch counts full, which holds until the last ``num_workers``
+    batches of the epoch. Assumes the DataLoader's ``drop_last=False``.
     """
     if batches < 0 or batch_size < 1 or num_workers < 1:
         raise ValueError("need batches >= 0, batch_size >= 1 and num_workers >= 1")
-    q, r = divmod(batches, num_workers)
-    return [(q + (1 if w < r else 0)) * batch_size for w in range(num_workers)]
+    if lengths is None:
+        q, r = divmod(batches, num_workers)
+        return [(q + (1 if w < r else 0)) * batch_size for w in range(num_workers)]
+    left = [operator.index(n) for n in lengths]
+    if len(left) != num_workers or min(left, default=0) < 0:
+        raise ValueError(f"lengths must hold {num_workers} counts >= 0, not {list(lengths)!r}")
+    done = [0] * num_workers
+    taken = 0
+    while taken < batches:
+        if not any(left):
+            total = sum(-(-(d) // batch_size) for d in done)
+            raise ValueError(f"{batches} batches is past the epoch's end: its workers yield {total} batches of {batch_size}")
+        for w in range(num_workers):
+            if taken == batches:
+                break
+            if left[w]:
+                n = min(batch_size, left[w])
+                left[w] -= n
+                done[w] += n
+                taken += 1
+    return done
+
+
+def _start_arg(start: Any) -> int | list[int]:
+    """``start`` as an offset or a list of them, each an integer >= 0."""
+    if isinstance(start, (str, bytes)):
+        raise TypeError(f"start must be an int or a sequence of ints, not {start!r}")
+    try:
+        one = operator.index(start)
+    except TypeError:
+        many = [operator.index(k) for k in start]
+    else:
+        if one < 0:
+            raise ValueError(f"start must be >= 0, not {one}")
+        return one
+    if any(k < 0 for k in many):
+        raise ValueError(f"start offsets must be >= 0, not {many!r}")
+    return many
 
 
 class IterableDataset:
@@ -254,7 +299,7 @@ class IterableDataset:
         self.worker = worker
         self.num_workers = num_workers
         self.even = even
-        self.start = start if isinstance(start, int) else list(start)
+        self.start = _start_arg(start)
         self.fields = fields if fields is None or isinstance(fields, str) else list(fields)
         self.as_tuple = as_tuple
         self.decode = decode
@@ -328,12 +373,28 @@ class IterableDataset:
             return self.worker, self.num_workers
         return _torch_worker() or (0, 1)
 
-    def _start_for(self, worker: int) -> int:
+    def _start_for(self, worker: int, workers: int) -> int:
         if isinstance(self.start, int):
             return self.start
-        if worker >= len(self.start):
-            raise ValueError(f"start has {len(self.start)} entries, no offset for worker {worker}")
+        if len(self.start) != workers:
+            # Offsets of another split of the partition would skip samples
+            # of one worker and repeat those of another.
+            raise ValueError(
+                f"start holds {len(self.start)} offsets, one per worker of the run that saved them, "
+                f"and this iterator is worker {worker} of {workers}: resume with the same num_workers"
+            )
         return self.start[worker]
+
+    def worker_offsets(self, batches: int, batch_size: int, num_workers: int) -> list[int]:
+        """:func:`worker_offsets` with this rank's workers' lengths per epoch:
+        exact to the epoch's last batch. Pass the result as ``start=``."""
+        rank, world = self.rank_world()
+        ds = self._dataset()
+        lengths = [
+            ds.partition_len(rank=rank, world_size=world, worker=w, num_workers=num_workers, even=self.even)
+            for w in range(num_workers)
+        ]
+        return worker_offsets(batches, batch_size, num_workers, lengths)
 
     def __iter__(self) -> Iterator[Any]:
         rank, world = self.rank_world()
@@ -348,7 +409,7 @@ class IterableDataset:
             worker=worker,
             num_workers=workers,
             even=self.even,
-            start=self._start_for(worker),
+            start=self._start_for(worker, workers),
             prefetch=self.prefetch,
         )
 
@@ -453,6 +514,10 @@ class Loader:
         storage_options, cache_dir, cache_limit: for a dataset in object
             storage, as :class:`Dataset`; by default those of a ``Dataset``
             given as ``dataset``.
+        verify_on_read, backing: as :class:`Dataset` (checksums on every
+            read; ``"pread"`` for errors instead of ``SIGBUS`` when another
+            program may truncate the files); by default those of a
+            ``Dataset`` given as ``dataset``, else off and ``"mmap"``.
         dct_scaling: decode a JPEG at 1/2, 1/4 or 1/8 scale when its crop is
             at least that many times the output.
         max_pixels: an image larger than this (a decompression bomb) is
@@ -496,17 +561,26 @@ class Loader:
         storage_options: Mapping[str, str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        verify_on_read: bool | None = None,
+        backing: str | None = None,
     ) -> None:
         import numpy  # noqa: F401  (the batches are NumPy arrays)
 
+        read_around = "auto"
         if isinstance(dataset, Dataset):
             path = dataset.path
-            # A dataset in object storage brings its options and cache along.
+            # The dataset brings how it reads along: checksums, backing, and
+            # in object storage its options and cache.
             _, opened_with = dataset.__getnewargs_ex__()
             if storage_options is None:
                 storage_options = opened_with.get("storage_options")
             if cache_dir is None and cache_limit is None:
                 cache_dir, cache_limit = opened_with.get("cache_dir"), opened_with.get("cache_limit")
+            if verify_on_read is None:
+                verify_on_read = opened_with.get("verify_on_read", False)
+            if backing is None:
+                backing = opened_with.get("backing", "mmap")
+            read_around = opened_with.get("read_around", "auto")
         else:
             path = os.fspath(dataset)
         if (rank is None) != (world_size is None):
@@ -515,6 +589,8 @@ class Loader:
             rank, world_size = _dist_rank_world() or (None, None)  # type: ignore[assignment]
         if rank is None:
             r, w = _env_int("RANK"), _env_int("WORLD_SIZE")
+            if (r is None) != (w is None):
+                raise ValueError("RANK and WORLD_SIZE must be set together")
             rank, world_size = (r, w) if r is not None and w is not None else (0, 1)
         if order is None:
             order = "shuffled" if shuffle else "sequential"
@@ -526,6 +602,10 @@ class Loader:
         self.epoch = 0
         self.start = 0
         self.skipped = 0
+        #: Samples of the epoch read so far, skipped ones included, counted
+        #: from its start: what :meth:`resume` takes to go on after the batch
+        #: last yielded.
+        self.position = 0
         # One name is one field, not its letters.
         self._fields = [fields] if isinstance(fields, str) else list(fields)
         self._native = _native.Loader(
@@ -558,6 +638,9 @@ class Loader:
             None if storage_options is None else dict(storage_options),
             None if cache_dir is None else os.fspath(cache_dir),
             cache_limit,
+            bool(verify_on_read),
+            backing or "mmap",
+            read_around,
         )
         self.rank, self.world_size = rank, world_size
         #: Decoding threads (``threads=0`` resolved to the cores this process may use).
@@ -572,7 +655,8 @@ class Loader:
 
     def resume(self, epoch: int, start: int) -> None:
         """The next iteration reads ``epoch`` from its ``start``-th sample on
-        (batches seen so far times the batch size)."""
+        (:attr:`position` when the checkpoint was taken; batches seen so far
+        times the batch size when no image was skipped)."""
         self.epoch = epoch
         self.start = start
 
@@ -597,12 +681,18 @@ class Loader:
         import warnings
 
         batches = self._native.epoch(self.epoch, self.start)
+        self.position = self.start
         for buf, shape, dtype, labels, indices, extra, skipped in batches:
             for index, key, error in skipped:
                 self.skipped += 1
                 warnings.warn(f"bale.Loader skipped sample {index} ({key!r}): {error}", stacklevel=2)
-            images = numpy.frombuffer(buf, dtype=dtype).reshape(shape)
             labels = numpy.frombuffer(labels, dtype=numpy.int64)
+            self.position += len(labels) + len(skipped)
+            if len(labels) == 0:
+                # Every image of the batch skipped: an empty batch would
+                # make a mean loss NaN; the next batch follows.
+                continue
+            images = numpy.frombuffer(buf, dtype=dtype).reshape(shape)
             self.last_indices = numpy.frombuffer(indices, dtype=numpy.uint64)
             if self._fields:
                 yield images, labels, extra

@@ -220,6 +220,9 @@ class Loader:
         storage_options: Mapping[str, str] | None = None,
         cache_dir: str | None = None,
         cache_limit: int | None = None,
+        verify_on_read: bool = False,
+        backing: str = "mmap",
+        read_around: str = "auto",
     ) -> None: ...
     def __len__(self) -> int:
         """Batches per epoch."""

@@ -119,7 +119,7 @@ impl Dataset {
             t => t,
         }
         .min(n.div_ceil(32).max(1));
-        let open_one = |i: usize| open_shard(dir, &manifest_path, &manifest, i, &options.storage);
+        let open_one = |i: usize| open_shard(dir, &manifest_path, &manifest, i, &options);
         let shards: Vec<Result<Shard>> = if threads <= 1 {
             (0..n).map(open_one).collect()
         } else {

@@ -45,6 +45,8 @@ pub enum Backing {
     /// errors, never signals; a file descriptor stays open per shard read
     /// (advised `POSIX_FADV_RANDOM`: no read-ahead beyond each read, except
     /// the regions of [`ReadAround`]). Read buffers are pooled and reused.
+    /// The shards' indexes are read into memory when the dataset opens
+    /// rather than mapped, so an index cut short later is no signal either.
     Pread,
 }
 

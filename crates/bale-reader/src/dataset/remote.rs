@@ -86,6 +86,7 @@ pub(super) fn open_remote(url: &str, options: DatasetOptions) -> Result<Dataset>
                 object,
                 uncached: Default::default(),
             }),
+            found: None,
         });
     }
     Ok(Dataset::assemble(

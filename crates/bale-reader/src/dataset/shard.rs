@@ -23,6 +23,32 @@ pub(super) struct Shard {
     pub(super) handle: OnceLock<Handle>,
     /// The object, for a dataset in object storage.
     pub(super) remote: Option<RemoteShard>,
+    /// The local file as the dataset found it when it opened (the file is
+    /// opened on first read, which may come much later).
+    pub(super) found: Option<FileId>,
+}
+
+/// What tells one file at a path from another put there later: a shard
+/// replaced (a `bale pack --force` into the dataset's folder) has a new
+/// inode, or at least a new modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl FileId {
+    pub(super) fn of(meta: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
 }
 
 impl Shard {
@@ -234,7 +260,7 @@ pub(super) fn open_shard(
     manifest_path: &Path,
     manifest: &Manifest,
     i: usize,
-    storage: &bale_storage::StorageOptions,
+    options: &DatasetOptions,
 ) -> Result<Shard> {
     let entry = &manifest.shards[i];
     let index_path = Manifest::resolve(dir, &entry.index);
@@ -247,14 +273,20 @@ pub(super) fn open_shard(
             what,
         })
     };
-    let index = match ShardIndex::open_expecting(&index_path, entry.samples, entry.members) {
+    // With `Backing::Pread` nothing is mapped: the index is read into
+    // memory, so that a file cut short later is no `SIGBUS` either.
+    let open = match options.backing {
+        Backing::Mmap => ShardIndex::open_expecting,
+        Backing::Pread => ShardIndex::read_expecting,
+    };
+    let index = match open(&index_path, entry.samples, entry.members) {
         Err(FormatError::IndexMismatch { what, .. }) => return mismatch(what),
         r => r?,
     };
     check_against_manifest(manifest_path, manifest, i, &index, &index_path)?;
     if let Some(url) = path.to_str().filter(|_| bale_storage::is_url(&path)) {
         // A tar in a bucket indexed into a local directory (`bale index s3://...`).
-        let object = bale_storage::object_at(url, storage)?.expect_size(entry.bytes);
+        let object = bale_storage::object_at(url, &options.storage)?.expect_size(entry.bytes);
         return Ok(Shard {
             path,
             index,
@@ -263,6 +295,7 @@ pub(super) fn open_shard(
                 object,
                 uncached: Default::default(),
             }),
+            found: None,
         });
     }
     let meta = std::fs::metadata(&path).map_err(|e| FormatError::Io {
@@ -282,6 +315,7 @@ pub(super) fn open_shard(
         index,
         handle: OnceLock::new(),
         remote: None,
+        found: Some(FileId::of(&meta)),
     })
 }
 
@@ -326,8 +360,29 @@ pub(super) fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
         })
     };
     let file = bale_format::files::open_regular(path)?;
-    let len = file.metadata().map_err(io)?.len();
+    let meta = file.metadata().map_err(io)?;
+    let len = meta.len();
+    // The index was read when the dataset opened; a file put at the path
+    // since then is another shard, whose offsets the index does not give,
+    // even at the same length. A file cut short in place is reported as
+    // truncated; one written in place as changed.
+    let now = FileId::of(&meta);
+    let replaced = |same_file: bool| {
+        shard.found.is_some_and(|f| {
+            if same_file {
+                f != now
+            } else {
+                (f.dev, f.ino) != (now.dev, now.ino)
+            }
+        })
+    };
+    if replaced(false) {
+        return Err(ReaderError::ShardReplaced { path: path.clone() });
+    }
     check_shard_len(path, len, &shard.index)?;
+    if replaced(true) {
+        return Err(ReaderError::ShardReplaced { path: path.clone() });
+    }
     match backing {
         Backing::Pread => {
             // Every read says exactly what it needs: no read-ahead beyond it,
