@@ -1014,6 +1014,9 @@ enum GateDoes {
     /// Forwards the request (it lands), then answers 503 in the server's
     /// stead and closes the connection: an answer lost after the fact.
     LoseAnswer,
+    /// Forwards the request and its answer: a match counted, nothing done
+    /// (so that a later rule acts on a later request).
+    Pass,
 }
 
 /// A TCP relay on 127.0.0.1 in front of the test server that acts on the
@@ -1113,6 +1116,7 @@ impl Gate {
                                 GateDoes::HoldRequest => hold(&held),
                                 GateDoes::HoldAnswer => answer_in.store(1, Ordering::SeqCst),
                                 GateDoes::LoseAnswer => answer_in.store(2, Ordering::SeqCst),
+                                GateDoes::Pass => {}
                             }
                         }
                         if s_out.write_all(&buf[..n]).is_err() {
@@ -1441,6 +1445,34 @@ fn a_manifest_whose_answer_was_lost_is_the_runs_own_on_the_retry() {
     let o = bale(s, &["verify", &url]);
     assert!(o.status.success(), "{}", text(&o));
     assert_same_objects(s, &url, &local);
+}
+
+#[test]
+fn a_lock_write_whose_answer_was_lost_is_the_runs_own_on_the_retry() {
+    // The lock's create (then its "claimed" write, then a refresh) lands
+    // but its answer is lost; the client sends it again and the store
+    // refuses it, the lock being there or its version moved. The lock is
+    // this run's own (it names the run): the run goes on and commits, not
+    // blame "another run" and leave its lock and shards behind.
+    let s = Seaweed::shared();
+    let (_t, tree, local) = tree_and_local(300, &[]);
+    for passed in [0, 1] {
+        let b = bucket(s, &format!("lostlock{passed}"));
+        let url = format!("s3://{b}/ds");
+        let lock_put = format!("PUT /{b}/ds/.bale-tmp-lock ").into_bytes();
+        let mut rules = vec![(lock_put.clone(), GateDoes::Pass, passed, true)];
+        rules.push((lock_put, GateDoes::LoseAnswer, 1, true));
+        let gate = Gate::with_rules(s, rules);
+        let o = pack_through(s, &gate, &tree, &url, &[]).finish_within(Duration::from_secs(120));
+        assert!(o.status.success(), "lock write {passed}: {}", text(&o));
+        assert_eq!(
+            gate.acted.load(std::sync::atomic::Ordering::SeqCst),
+            passed + 1
+        );
+        let o = bale(s, &["verify", &url]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert_same_objects(s, &url, &local);
+    }
 }
 
 #[test]

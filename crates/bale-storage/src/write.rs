@@ -339,7 +339,8 @@ impl Publisher {
     fn take_lock(&mut self, claims: bool) -> Result<()> {
         let path = self.path(LOCK_NAME)?;
         let client = Arc::clone(&self.client);
-        let payload = PutPayload::from(lock_body(&self.run, 0, false));
+        let first = lock_body(&self.run, 0, false);
+        let payload = PutPayload::from(first.clone());
         let created = runtime::block_on(async move {
             client
                 .put_opts(&path, payload, PutOptions::from(PutMode::Create))
@@ -353,7 +354,16 @@ impl Publisher {
                 self.lock_writer.wrote(&r);
                 (false, true)
             }
-            Err(object_store::Error::AlreadyExists { .. }) => (true, true),
+            // The client sends a create again when its answer was lost; if
+            // the first landed, the retry finds this run's own lock (its
+            // body names the run).
+            Err(object_store::Error::AlreadyExists { .. }) => match self.seen_lock()? {
+                Some(l) if l.bytes.as_ref() == first.as_bytes() => {
+                    self.lock_writer.expect(l.version);
+                    (false, true)
+                }
+                _ => (true, true),
+            },
             Err(object_store::Error::NotImplemented { .. }) => (self.get_lock()?.is_some(), false),
             Err(e) => return Err(from_object_store(&self.url_of(LOCK_NAME), None, e)),
         };
@@ -1629,15 +1639,21 @@ impl LockWriter {
                 }
             };
         let mut result = put(mode);
-        if matches!(result, Err(object_store::Error::Precondition { .. }))
-            && let Some(unsure) = st.unsure.take()
-        {
-            // A write of this run whose answer was lost may have landed: then
-            // the lock is that body, and this run's still.
-            if let Ok(Some(seen)) = read_seen(client, path)
-                && seen.bytes.as_ref() == unsure.as_bytes()
-            {
-                result = put(PutMode::Update(seen.version));
+        if matches!(result, Err(object_store::Error::Precondition { .. })) {
+            // A write of this run whose answer was lost may have landed: an
+            // earlier one (`unsure`), or this very one, which the client sent
+            // again and the store refused, its version having moved. Then
+            // the lock is that body (it names the run and its beat), and
+            // this run's still.
+            let unsure = st.unsure.take();
+            if let Ok(Some(seen)) = read_seen(client, path) {
+                if seen.bytes.as_ref() == body.as_bytes() {
+                    st.tag = Some(seen.version);
+                    return Ok(());
+                }
+                if unsure.is_some_and(|u| seen.bytes.as_ref() == u.as_bytes()) {
+                    result = put(PutMode::Update(seen.version));
+                }
             }
         }
         if matches!(result, Err(object_store::Error::NotImplemented { .. })) {

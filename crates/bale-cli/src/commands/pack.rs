@@ -25,7 +25,9 @@ use bale_storage::StorageError;
 /// Exit code after Ctrl-C (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
-/// Sets `flag` on Ctrl-C; a second Ctrl-C exits at once.
+/// Sets `flag` on Ctrl-C (or SIGTERM), saying so at once: undoing a run
+/// can take a while (requests in flight to a store that stopped answering
+/// end at their timeout); a second one exits at once.
 pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
     let f = flag.clone();
     let _ = ctrlc::set_handler(move || {
@@ -33,6 +35,10 @@ pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
             eprintln!("\ninterrupted twice: exiting without cleaning up");
             std::process::exit(i32::from(EXIT_INTERRUPTED));
         }
+        eprintln!(
+            "\ninterrupted: stopping, and removing what this run wrote \
+             (interrupt again to exit at once, without cleaning up)"
+        );
     });
 }
 
