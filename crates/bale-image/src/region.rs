@@ -188,6 +188,21 @@ impl RegionDecoder {
         &self.pixels[..self.valid]
     }
 
+    /// Frees the pixel buffer when it holds more than `keep` bytes (what the
+    /// last decode left goes with it): a thread that decoded one huge image
+    /// does not keep its memory for the rest of its life.
+    pub fn trim(&mut self, keep: usize) {
+        if self.pixels.capacity() > keep {
+            self.pixels = Vec::new();
+            self.valid = 0;
+        }
+    }
+
+    /// Bytes the pixel buffer holds on to.
+    pub fn capacity(&self) -> usize {
+        self.pixels.capacity()
+    }
+
     /// Decodes the whole image `bytes` of format `ext` at full scale (RGB, 8
     /// bits, row after row) into this decoder's buffer and returns its width,
     /// height and pixels. A JPEG goes through libjpeg-turbo with the feature
@@ -529,6 +544,20 @@ mod tests {
             .sum::<f64>()
             / a.len() as f64;
         10.0 * (255.0f64.powi(2) / mse.max(1e-12)).log10()
+    }
+
+    #[test]
+    fn trim_frees_only_a_buffer_over_the_bound() {
+        let jpg = photo_jpeg(200, 100);
+        let mut d = RegionDecoder::default();
+        d.decode_rgb("jpg", &jpg).unwrap();
+        assert!(d.capacity() >= 200 * 100 * 3);
+        d.trim(200 * 100 * 3 * 2);
+        assert_eq!(d.pixels().len(), 200 * 100 * 3, "under the bound: kept");
+        d.trim(1000);
+        assert_eq!((d.capacity(), d.pixels().len()), (0, 0));
+        // The next decode grows it again.
+        assert_eq!(d.decode_rgb("jpg", &jpg).unwrap().2.len(), 200 * 100 * 3);
     }
 
     #[test]

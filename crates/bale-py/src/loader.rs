@@ -365,6 +365,9 @@ impl BatchBuffer {
     }
 }
 
+/// The most a thread calling [`decode_image`] keeps of its pixel buffer.
+const DECODE_KEEP: usize = 16 << 20;
+
 /// `bale._native.decode_image(data, ext)`: the image decoded whole, at full
 /// scale, as `(height, width, RGB bytearray)`, decoded with the GIL released by
 /// the loader's decoder (libjpeg-turbo for JPEG).
@@ -383,7 +386,13 @@ pub fn decode_image<'py>(
             })
         })
         .map_err(|e| FormatError::new_err(e.to_string()))?;
-    // Same thread, so its decoder still holds the pixels: one copy, into the bytes.
-    let pixels = RegionDecoder::with(|d| PyByteArray::new(py, d.pixels()));
+    // Same thread, so its decoder still holds the pixels: one copy, into the
+    // bytes. The caller's thread keeps no buffer past 16 MiB (a 2,300 x
+    // 2,300 image): one huge image does not hold its memory until exit.
+    let pixels = RegionDecoder::with(|d| {
+        let pixels = PyByteArray::new(py, d.pixels());
+        d.trim(DECODE_KEEP);
+        pixels
+    });
     Ok((h, w, pixels))
 }
