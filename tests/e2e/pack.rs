@@ -618,7 +618,7 @@ fn ctrl_c_leaves_no_dataset_and_says_so() {
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("interrupted: stopping, and removing what this run wrote")
+        err.contains("interrupted: stopping at the next safe point")
             && err.contains("no dataset was written"),
         "{err}"
     );

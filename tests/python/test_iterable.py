@@ -169,6 +169,13 @@ def test_worker_offsets_resume_a_dataloader_at_every_batch_to_the_epochs_end(tar
         assert samples(run(offsets)) == samples(full[b:]), (b, offsets)
     with pytest.raises(ValueError, match="past the epoch"):
         it.worker_offsets(len(full) + 1, batch, 3)
+    # A checkpoint in a resumed epoch counts its batches from that start.
+    first = it.worker_offsets(1, batch, 3)
+    resumed = run(first)
+    again = bale.IterableDataset(tar_ds.path, shuffle=True, seed=5, start=first)
+    for b in range(len(resumed) + 1):
+        offsets = again.worker_offsets(b, batch, 3)
+        assert samples(run(offsets)) == samples(resumed[b:]), (b, first, offsets)
 
 
 def test_start_is_checked(tar_ds: Packed) -> None:

@@ -313,6 +313,11 @@ def test_damaged_images_fail_naming_the_sample_or_are_skipped(tmp_path: Path) ->
     with pytest.warns(UserWarning, match="bee/0004"):
         assert [len(labels) for _, labels in ones] == [1] * (N - 1)
     assert ones.position == N
+    # With even=True every rank takes as many steps: the empty batch comes.
+    evens = bale.Loader(out, batch_size=1, size=32, on_error="skip", even=True)
+    with pytest.warns(UserWarning, match="bee/0004"):
+        sizes = [len(labels) for _, labels in evens]
+    assert sizes == [1] * bad + [0] + [1] * (N - bad - 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         it = iter(ones)
@@ -348,16 +353,14 @@ def test_bad_options_are_value_errors(jpegs) -> None:
                dict(size=0), dict(on_error="retry"), dict(image="txt"), dict(threads=100_000),
                dict(prefetch=10**9), dict(batch_size=10**9), dict(std=(0.0, 1.0, 1.0), dtype="float32"),
                dict(rank=3, world_size=2), dict(mean=(float("nan"), 0.5, 0.5), dtype="float32"),
-               dict(image="png"), dict(fields=["nope"])):
+               dict(image="png")):
         with pytest.raises(ValueError):
             bale.Loader(path, **kw)
     # A typo names the member and the ones there are.
     with pytest.raises(ValueError, match=r'no member "png".*jpg'):
         bale.Loader(path, image="png")
-    with pytest.raises(ValueError, match=r'no member "lable"'):
-        bale.Loader(path, fields="lable")
     with pytest.raises(ValueError, match="no field"):
-        bale.Dataset(path, fields=["jgp"])
+        bale.Dataset(path, fields="jgp")
 
 
 def test_rank_without_world_size_in_the_environment_is_an_error(jpegs, monkeypatch) -> None:

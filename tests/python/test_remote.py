@@ -5,6 +5,7 @@ and under spawn, and the errors a user meets (wrong credentials, a missing datas
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import bale
-from conftest import Packed, run_bale
+from conftest import Packed, continue_after_fork, run_bale
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _seaweed  # noqa: E402
@@ -63,6 +64,22 @@ def test_iterable_reads_equal_the_local_dataset(seaweed, remote, plan: str) -> N
     ]
     it = bale.IterableDataset(url, plan=plan, seed=4, rank=0, world_size=1, storage_options=seaweed.options())
     assert [(s["__index__"], *_workers.digest(s)) for s in it] == want
+
+
+def test_an_iterator_continued_in_a_forked_child_raises_instead_of_hanging(seaweed, remote) -> None:
+    # Its requests in flight run on the parent's I/O runtime, which the
+    # child does not run: their answers would never come.
+    _, url = remote["zst"]
+    ds = bale.Dataset(url, storage_options=seaweed.options())
+    it = ds.epoch("shuffled", seed=3)
+    first = next(it)
+    holder = [it]
+    del it
+    status = continue_after_fork(holder)
+    assert os.WIFEXITED(status), f"the child was killed (signal {os.WTERMSIG(status)}): it hung"
+    assert os.WEXITSTATUS(status) == 0, os.WEXITSTATUS(status)
+    rest = [s["__index__"] for s in holder[0]]
+    assert sorted(rest + [first["__index__"]]) == list(range(len(ds)))
 
 
 def keep(batch):

@@ -113,13 +113,28 @@ fn tables_len(samples: u64, members: u64) -> Option<u64> {
         .checked_add((HEADER_LEN + FOOTER_LEN) as u64)
 }
 
-/// The length an index header says its file has: the fixed tables for its
-/// `samples` and `members`, its `strings` and its zstd dictionary (`dict`).
-/// A plain index's length `len` against the one its header `head` gives,
-/// before the whole file is read into memory: no longer (a shorter one is
-/// refused as truncated once read).
-fn check_plain_len(head: &[u8], len: u64, path: &Path) -> Result<()> {
-    if len >= (HEADER_LEN + FOOTER_LEN) as u64 && head[..8] == INDEX_MAGIC {
+/// The checks on a plain index of `len` bytes whose first bytes are `head`,
+/// before the whole of it is read into memory, so that what is allocated is
+/// bounded by them and not by the file: bale's magic; no longer than `most`
+/// (the most an index of the manifest's counts can take) nor than its header
+/// gives (a shorter one is refused as truncated once read).
+fn check_before_read(head: &[u8], len: u64, most: Option<u64>, path: &Path) -> Result<()> {
+    if head.len() < 8 || head[..8] != INDEX_MAGIC {
+        return Err(FormatError::BadMagic {
+            path: path.to_path_buf(),
+            what: "index",
+        });
+    }
+    if let Some(most) = most
+        && len > most
+    {
+        return Err(FormatError::corrupt(
+            path,
+            0,
+            format!("{len} bytes, more than an index of the manifest's counts can take ({most})"),
+        ));
+    }
+    if len >= (HEADER_LEN + FOOTER_LEN) as u64 {
         let expected = described_len(
             u64_at(head, 16),
             u64_at(head, 24),
@@ -137,6 +152,8 @@ fn check_plain_len(head: &[u8], len: u64, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The length an index header says its file has: the fixed tables for its
+/// `samples` and `members`, its `strings` and its zstd dictionary (`dict`).
 fn described_len(samples: u64, members: u64, strings: u64, dict: u64) -> Option<u64> {
     tables_len(samples, members)?
         .checked_add(strings)?
@@ -664,7 +681,7 @@ impl ShardIndex {
     /// index's header is held to them, and a compressed one is held to its
     /// frame header's limits (with the most an index of those counts can
     /// take) before the rest is read. Without `map`, a plain index is read
-    /// into memory too, once its length is the one its header's counts give.
+    /// into memory too, once it has passed [`check_before_read`].
     fn open_file(
         mut file: File,
         len: u64,
@@ -679,7 +696,7 @@ impl ShardIndex {
         let most = expect.map(|(samples, members)| index_len_max(samples, members));
         let compressed = Self::check_head(&head[..n], len, expect, most, path)?;
         if !map && !compressed {
-            check_plain_len(&head[..n], len, path)?;
+            check_before_read(&head[..n], len, most, path)?;
         }
         if compressed || !map || len < (HEADER_LEN + FOOTER_LEN) as u64 {
             // Small files: read them (mapping an empty file fails on some systems).
@@ -778,7 +795,7 @@ impl ShardIndex {
         }
         let most = expect.map(|(samples, members)| index_len_max(samples, members));
         if !Self::check_head(&head[..n], len, expect, most, path)? {
-            check_plain_len(&head[..n], len, path)?;
+            check_before_read(&head[..n], len, most, path)?;
         }
         let mut bytes = vec![0u8; len.min(u64::from(u32::MAX) * 4) as usize];
         src.read_exact_at(&mut bytes, 0).map_err(io)?;

@@ -303,10 +303,15 @@ fn assemble(
 
 /// Whether an error concerns one sample's bytes (what `OnError::Skip` skips).
 fn is_sample_error(e: &LoaderError) -> bool {
-    matches!(
-        e,
-        LoaderError::Image { .. } | LoaderError::MissingField { .. } | LoaderError::Reader(_)
-    )
+    use bale_reader::ReaderError as R;
+    match e {
+        LoaderError::Image { .. } | LoaderError::MissingField { .. } => true,
+        // A shard replaced under the loader, or a process forked from it,
+        // is no damaged sample: skipping would lose every sample after it.
+        LoaderError::Reader(R::ShardReplaced { .. } | R::Forked { .. }) => false,
+        LoaderError::Reader(_) => true,
+        _ => false,
+    }
 }
 
 impl Iterator for Batches {
@@ -325,9 +330,16 @@ impl Iterator for Batches {
 impl Drop for Batches {
     fn drop(&mut self) {
         if std::process::id() != self.pid {
-            // A forked child: the threads are the parent's; joining them
-            // would never return.
+            // A forked child: the threads (and any lock they held) are the
+            // parent's; joining them would never return, nor might dropping
+            // what they touched (the batches in flight, the channels).
             self.threads.drain(..).for_each(std::mem::forget);
+            std::mem::forget(std::mem::take(&mut self.pending));
+            std::mem::forget(self.tasks.take());
+            std::mem::forget(std::mem::replace(
+                &mut self.done,
+                crossbeam_channel::never(),
+            ));
             return;
         }
         self.stop.store(true, Ordering::Relaxed);

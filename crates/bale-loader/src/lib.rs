@@ -121,21 +121,18 @@ impl Loader {
                 what: format!("{image:?} does not name an image format bale decodes"),
             });
         }
-        // A name no sample has (a typo) would fail every sample, or give
-        // None for every one: refused here, with the names there are.
-        let named =
-            std::iter::once(("image", &image)).chain(opts.fields.iter().map(|f| ("fields", f)));
-        for (option, name) in named {
-            if !ds.fields().iter().any(|f| f == name) {
-                return Err(LoaderError::Option {
-                    name: option,
-                    what: format!(
-                        "no member {name:?} in the dataset {}: its samples have {}",
-                        ds.dir().display(),
-                        ds.fields().join(", ")
-                    ),
-                });
-            }
+        // An image member no sample has (a typo) would fail every sample:
+        // refused here, with the members there are. (A passed-through field
+        // a sample lacks is None: one list may serve several datasets.)
+        if !ds.fields().contains(&image) {
+            return Err(LoaderError::Option {
+                name: "image",
+                what: format!(
+                    "no member {image:?} in the dataset {}: its samples have {}",
+                    ds.dir().display(),
+                    ds.fields().join(", ")
+                ),
+            });
         }
         Ok(Loader {
             ds,

@@ -305,8 +305,8 @@ fn parse_fields(
     Ok((fields, shape))
 }
 
-/// Refuses a name in `fields` that no sample of the dataset can have (a
-/// typo would give None, or a dict without it, for every sample).
+/// Refuses a name in `fields` that no sample of the dataset can have, when
+/// the sample is a tuple or one value (a typo would give None everywhere).
 fn check_named(ds: &Dataset, names: &[String]) -> PyResult<()> {
     for name in names {
         let known = matches!(name.as_str(), "__key__" | "__index__")
@@ -579,7 +579,11 @@ impl PyDataset {
             cache_limit,
         )?;
         let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
-        check_named(&ds, fields.as_deref().unwrap_or_default())?;
+        // A dict leaves out the fields a sample lacks: one list of fields
+        // may serve datasets of different members.
+        if shape != Shape::Dict {
+            check_named(&ds, fields.as_deref().unwrap_or_default())?;
+        }
         let names = ds
             .fields()
             .iter()
@@ -812,6 +816,18 @@ impl PyDataset {
 pub struct PyIter {
     ds: Py<PyDataset>,
     it: Mutex<Ready>,
+    /// The process that made it: in a process forked from it, another
+    /// thread of the parent may have held the lock at the fork.
+    pid: u32,
+}
+
+/// The error of an iterator used in a process forked from the one that made
+/// it, before any lock it holds is taken.
+pub(crate) fn check_pid(pid: u32) -> PyResult<()> {
+    if std::process::id() == pid {
+        return Ok(());
+    }
+    Err(to_py(ReaderError::Forked { pid }))
 }
 
 /// An epoch iterator and the samples taken from it but not yet yielded.
@@ -831,6 +847,7 @@ impl PyIter {
     fn new(ds: Py<PyDataset>, it: SampleIter) -> Self {
         PyIter {
             ds,
+            pid: std::process::id(),
             it: Mutex::new(Ready {
                 it,
                 samples: VecDeque::with_capacity(READY),
@@ -907,7 +924,10 @@ impl PyIter {
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let next = match self.pop_ready() {
             Some(x) => Some(x),
-            None => py.detach(|| self.lock().fill_and_pop()),
+            None => {
+                check_pid(self.pid)?;
+                py.detach(|| self.lock().fill_and_pop())
+            }
         };
         match next {
             None => Ok(None),

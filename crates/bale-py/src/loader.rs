@@ -186,6 +186,7 @@ impl PyLoader {
             .map_err(loader_err)?;
         Ok(PyBatches {
             inner: Mutex::new(b),
+            pid: std::process::id(),
         })
     }
 
@@ -210,6 +211,8 @@ impl PyLoader {
 #[derive(Debug)]
 pub struct PyBatches {
     inner: Mutex<Batches>,
+    /// The process that made it (see [`crate::check_pid`]).
+    pid: u32,
 }
 
 impl PyBatches {
@@ -225,6 +228,7 @@ impl PyBatches {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
+        crate::check_pid(self.pid)?;
         let next = py.detach(|| self.lock().next());
         let batch = match next {
             None => return Ok(None),

@@ -265,6 +265,8 @@ struct Done {
 struct Prefetcher {
     /// The process that started the threads.
     pid: u32,
+    /// Whether [`ReaderError::Forked`] was given (once: then nothing more).
+    forked: bool,
     shared: Arc<PrefetchShared>,
     rx: Receiver<Done>,
     threads: Vec<JoinHandle<()>>,
@@ -313,6 +315,7 @@ impl Prefetcher {
         }
         Ok(Prefetcher {
             pid: std::process::id(),
+            forked: false,
             shared,
             rx,
             threads: handles,
@@ -329,9 +332,11 @@ impl Prefetcher {
                 return Some(x);
             }
             // In a forked child the threads are gone: waiting for them
-            // would never end (nor would the lock a thread held).
+            // would never end (nor would the lock a thread held). Said
+            // once, then nothing more comes (a reservoir pulling on would
+            // fill itself with the error).
             if std::process::id() != self.pid {
-                return Some(Err(ReaderError::Forked { pid: self.pid }));
+                return forked(&mut self.forked, self.pid);
             }
             if self.held != (0, 0) {
                 let mut st = self.shared.lock();
@@ -426,9 +431,13 @@ fn worker(shared: &PrefetchShared, tx: &Sender<Done>, ds: &Dataset) {
 impl Drop for Prefetcher {
     fn drop(&mut self) {
         if std::process::id() != self.pid {
-            // A forked child: the threads (and any lock they held) are the
-            // parent's; joining them would never return.
+            // A forked child: the threads (and any lock they held, the
+            // channel's or a read buffer pool's) are the parent's; joining
+            // them would never return, nor might dropping what they touched.
             self.threads.drain(..).for_each(std::mem::forget);
+            std::mem::forget(std::mem::replace(&mut self.rx, crossbeam_channel::never()));
+            std::mem::forget(std::mem::take(&mut self.reorder));
+            std::mem::forget(std::mem::take(&mut self.current));
             return;
         }
         self.shared.lock().stop = true;
@@ -447,6 +456,10 @@ impl Drop for Prefetcher {
 /// caller's thread, in order.
 #[derive(Debug)]
 struct Remote {
+    /// The process that started the requests (on its storage runtime).
+    pid: u32,
+    /// Whether [`ReaderError::Forked`] was given.
+    forked: bool,
     jobs: JobGen,
     ahead: VecDeque<(Job, StartedPieces)>,
     ahead_bytes: u64,
@@ -466,6 +479,8 @@ fn pieces_of(job: &Job) -> Vec<(usize, usize, usize)> {
 impl Remote {
     fn new(jobs: JobGen, budget: u64) -> Self {
         Remote {
+            pid: std::process::id(),
+            forked: false,
             jobs,
             ahead: VecDeque::new(),
             ahead_bytes: 0,
@@ -498,6 +513,11 @@ impl Remote {
             if let Some(x) = self.queue.pop_front() {
                 return Some(x);
             }
+            // The requests in flight run on the parent's runtime, which a
+            // forked child does not run: their answers would never come.
+            if std::process::id() != self.pid {
+                return forked(&mut self.forked, self.pid);
+            }
             self.fill();
             let (job, started) = self.ahead.pop_front()?;
             self.ahead_bytes -= job.bytes;
@@ -507,6 +527,25 @@ impl Remote {
             self.queue.extend(samples);
         }
     }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // Aborting the parent's requests would reach into a runtime
+            // this process does not run.
+            std::mem::forget(std::mem::take(&mut self.ahead));
+        }
+    }
+}
+
+/// What a feed gives in a process forked from the one that started it: the
+/// error once, then nothing.
+fn forked(told: &mut bool, pid: u32) -> Option<Result<Sample>> {
+    if std::mem::replace(told, true) {
+        return None;
+    }
+    Some(Err(ReaderError::Forked { pid }))
 }
 
 #[derive(Debug)]

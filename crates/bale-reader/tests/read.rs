@@ -400,6 +400,38 @@ fn a_shard_truncated_after_open_is_an_error_with_pread() {
 }
 
 #[test]
+fn a_huge_index_is_refused_before_it_is_read_into_memory() {
+    // Backing::Pread reads indexes into memory: a hostile or damaged file of
+    // gigabytes (sparse here) is refused from its first bytes and length,
+    // never allocated.
+    let spec = TestDataset::new(10, 1);
+    for zeroed in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        spec.write(dir.path()).unwrap();
+        let idx = dir.path().join("shard-000000.idx");
+        if zeroed {
+            std::fs::File::create(&idx).unwrap();
+        }
+        OpenOptions::new()
+            .write(true)
+            .open(&idx)
+            .unwrap()
+            .set_len(3 << 30)
+            .unwrap();
+        let err = err_of(Dataset::options().backing(Backing::Pread).open(dir.path()));
+        assert!(err.to_string().contains("shard-000000.idx"), "{err}");
+        if zeroed {
+            assert!(
+                matches!(err, ReaderError::Format(FormatError::BadMagic { .. })),
+                "{err}"
+            );
+        } else {
+            assert!(err.to_string().contains("more than an index"), "{err}");
+        }
+    }
+}
+
+#[test]
 fn a_shard_replaced_after_open_is_an_error_not_another_files_bytes() {
     let spec = TestDataset::new(10, 2);
     for backing in both_backings() {
@@ -417,6 +449,9 @@ fn a_shard_replaced_after_open_is_an_error_not_another_files_bytes() {
         let at = bin_offset(dir.path(), "shard-000001.tar", 2) as usize;
         let mut bytes = std::fs::read(&shard).unwrap();
         bytes[at] ^= 0x01;
+        // Past the file system's clock step: the file is told apart by its
+        // times (a pack takes longer than that).
+        std::thread::sleep(std::time::Duration::from_millis(50));
         let tmp = dir.path().join("new.tmp");
         std::fs::write(&tmp, &bytes).unwrap();
         std::fs::rename(&tmp, &shard).unwrap();

@@ -359,7 +359,10 @@ impl Publisher {
             // body names the run).
             Err(object_store::Error::AlreadyExists { .. }) => match self.seen_lock()? {
                 Some(l) if l.bytes.as_ref() == first.as_bytes() => {
-                    self.lock_writer.expect(l.version);
+                    // Without an ETag no write can be conditional on it.
+                    if l.version.e_tag.is_some() {
+                        self.lock_writer.expect(l.version);
+                    }
                     (false, true)
                 }
                 _ => (true, true),
@@ -1648,7 +1651,7 @@ impl LockWriter {
             let unsure = st.unsure.take();
             if let Ok(Some(seen)) = read_seen(client, path) {
                 if seen.bytes.as_ref() == body.as_bytes() {
-                    st.tag = Some(seen.version);
+                    st.tag = Some(seen.version).filter(|v| v.e_tag.is_some());
                     return Ok(());
                 }
                 if unsure.is_some_and(|u| seen.bytes.as_ref() == u.as_bytes()) {

@@ -36,8 +36,8 @@ pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
             std::process::exit(i32::from(EXIT_INTERRUPTED));
         }
         eprintln!(
-            "\ninterrupted: stopping, and removing what this run wrote \
-             (interrupt again to exit at once, without cleaning up)"
+            "\ninterrupted: stopping at the next safe point, and removing what this run \
+             wrote unless it had finished (interrupt again to exit at once, without cleaning up)"
         );
     });
 }

@@ -387,14 +387,22 @@ class IterableDataset:
 
     def worker_offsets(self, batches: int, batch_size: int, num_workers: int) -> list[int]:
         """:func:`worker_offsets` with this rank's workers' lengths per epoch:
-        exact to the epoch's last batch. Pass the result as ``start=``."""
+        exact to the epoch's last batch. ``batches`` counts the batches since
+        this iterator's ``start`` (since the epoch began when it is 0): a
+        resumed DataLoader starts its turns at worker 0 again, over what each
+        worker has left. Pass the result as ``start=``."""
         rank, world = self.rank_world()
         ds = self._dataset()
         lengths = [
             ds.partition_len(rank=rank, world_size=world, worker=w, num_workers=num_workers, even=self.even)
             for w in range(num_workers)
         ]
-        return worker_offsets(batches, batch_size, num_workers, lengths)
+        start = [self.start] * num_workers if isinstance(self.start, int) else list(self.start)
+        if len(start) != num_workers:
+            raise ValueError(f"start holds {len(start)} offsets, not one per worker of {num_workers}")
+        left = [max(n - k, 0) for n, k in zip(lengths, start)]
+        more = worker_offsets(batches, batch_size, num_workers, left)
+        return [k + m for k, m in zip(start, more)]
 
     def __iter__(self) -> Iterator[Any]:
         rank, world = self.rank_world()
@@ -606,6 +614,7 @@ class Loader:
         #: from its start: what :meth:`resume` takes to go on after the batch
         #: last yielded.
         self.position = 0
+        self._even = even
         # One name is one field, not its letters.
         self._fields = [fields] if isinstance(fields, str) else list(fields)
         self._native = _native.Loader(
@@ -688,9 +697,10 @@ class Loader:
                 warnings.warn(f"bale.Loader skipped sample {index} ({key!r}): {error}", stacklevel=2)
             labels = numpy.frombuffer(labels, dtype=numpy.int64)
             self.position += len(labels) + len(skipped)
-            if len(labels) == 0:
+            if len(labels) == 0 and not self._even:
                 # Every image of the batch skipped: an empty batch would
-                # make a mean loss NaN; the next batch follows.
+                # make a mean loss NaN; the next batch follows. With
+                # `even`, every rank takes as many steps: it is yielded.
                 continue
             images = numpy.frombuffer(buf, dtype=dtype).reshape(shape)
             self.last_indices = numpy.frombuffer(indices, dtype=numpy.uint64)

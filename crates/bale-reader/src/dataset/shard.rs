@@ -29,24 +29,28 @@ pub(super) struct Shard {
 }
 
 /// What tells one file at a path from another put there later: a shard
-/// replaced (a `bale pack --force` into the dataset's folder) has a new
-/// inode, or at least a new modification time.
+/// renamed over it (a `bale pack --force` into the dataset's folder) has
+/// another change time (`ctime`, which a rename sets and no tool carries
+/// over, `rsync -a` included); one written in place another modification
+/// time too. Not the device and inode: a FUSE mount (gcsfuse,
+/// mountpoint-s3) may number a file anew after the kernel forgot it, and
+/// an automounted NFS share may come back under another device. A file
+/// replaced within the file system's clock step of the one it replaces
+/// (milliseconds; writing a shard takes longer) is not told apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct FileId {
-    dev: u64,
-    ino: u64,
     len: u64,
     mtime: (i64, i64),
+    ctime: (i64, i64),
 }
 
 impl FileId {
     pub(super) fn of(meta: &std::fs::Metadata) -> FileId {
         use std::os::unix::fs::MetadataExt;
         FileId {
-            dev: meta.dev(),
-            ino: meta.ino(),
             len: meta.len(),
             mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
         }
     }
 }
@@ -273,6 +277,19 @@ pub(super) fn open_shard(
             what,
         })
     };
+    // The shard as it is before its index is read (opened, so that a
+    // network file system revalidates what it says of it): one put at the
+    // path after this, however the two files' replacements interleave with
+    // these reads, is told apart on the shard's first read.
+    let found = if bale_storage::is_url(&path) {
+        None
+    } else {
+        let file = bale_format::files::open_regular(&path)?;
+        Some(file.metadata().map_err(|e| FormatError::Io {
+            path: path.clone(),
+            source: e,
+        })?)
+    };
     // With `Backing::Pread` nothing is mapped: the index is read into
     // memory, so that a file cut short later is no `SIGBUS` either.
     let open = match options.backing {
@@ -298,17 +315,9 @@ pub(super) fn open_shard(
             found: None,
         });
     }
-    let meta = std::fs::metadata(&path).map_err(|e| FormatError::Io {
-        path: path.clone(),
-        source: e,
-    })?;
-    if !meta.is_file() {
-        return Err(FormatError::NotRegular {
-            path,
-            kind: bale_format::files::kind_of(&meta),
-        }
-        .into());
-    }
+    let Some(meta) = found else {
+        return unreachable_handle(&path);
+    };
     check_shard_len(&path, meta.len(), &index)?;
     Ok(Shard {
         path,
@@ -362,25 +371,12 @@ pub(super) fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
     let file = bale_format::files::open_regular(path)?;
     let meta = file.metadata().map_err(io)?;
     let len = meta.len();
+    check_shard_len(path, len, &shard.index)?;
     // The index was read when the dataset opened; a file put at the path
     // since then is another shard, whose offsets the index does not give,
-    // even at the same length. A file cut short in place is reported as
-    // truncated; one written in place as changed.
-    let now = FileId::of(&meta);
-    let replaced = |same_file: bool| {
-        shard.found.is_some_and(|f| {
-            if same_file {
-                f != now
-            } else {
-                (f.dev, f.ino) != (now.dev, now.ino)
-            }
-        })
-    };
-    if replaced(false) {
-        return Err(ReaderError::ShardReplaced { path: path.clone() });
-    }
-    check_shard_len(path, len, &shard.index)?;
-    if replaced(true) {
+    // even at the same length (one of another length is refused above, as
+    // not the shard the index describes).
+    if shard.found.is_some_and(|f| f != FileId::of(&meta)) {
         return Err(ReaderError::ShardReplaced { path: path.clone() });
     }
     match backing {
