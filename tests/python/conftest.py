@@ -53,6 +53,16 @@ def run_bale(*args: str | os.PathLike[str]) -> str:
     return r.stdout
 
 
+def assert_refused_after_fork(holder: list) -> None:
+    """Forks; the child goes on with the iterator `holder[0]` (its only
+    reference) and must get bale's RuntimeError about the fork, then drop the
+    iterator without waiting for the parent's threads: the alarm kills a
+    child still waiting after 20 s."""
+    status = continue_after_fork(holder)
+    assert os.WIFEXITED(status), f"the child was killed (signal {os.WTERMSIG(status)}): it hung"
+    assert os.WEXITSTATUS(status) == 0, os.WEXITSTATUS(status)
+
+
 def continue_after_fork(holder: list) -> int:
     """Forks; the child goes on with the iterator `holder[0]` and exits 0 when
     bale refuses it with a RuntimeError about the fork (after dropping the

@@ -344,13 +344,18 @@ fn a_damaged_zstd_frame_is_an_error_naming_the_shard() {
 
 #[test]
 fn a_shard_truncated_after_open_is_an_error_with_pread() {
-    let dir = tempfile::tempdir().unwrap();
     let spec = TestDataset::new(10, 1);
-    spec.write(dir.path()).unwrap();
-    let ds = Dataset::options()
-        .backing(Backing::Pread)
-        .open(dir.path())
-        .unwrap();
+    // A dataset of its own, opened with `Backing::Pread`.
+    let opened = || {
+        let dir = tempfile::tempdir().unwrap();
+        spec.write(dir.path()).unwrap();
+        let ds = Dataset::options()
+            .backing(Backing::Pread)
+            .open(dir.path())
+            .unwrap();
+        (dir, ds)
+    };
+    let (dir, ds) = opened();
     let shard = dir.path().join("shard-000000.tar");
     let len = std::fs::metadata(&shard).unwrap().len();
     OpenOptions::new()
@@ -366,12 +371,7 @@ fn a_shard_truncated_after_open_is_an_error_with_pread() {
         "{err}"
     );
     // Opened before the truncation: the read itself fails.
-    let dir = tempfile::tempdir().unwrap();
-    spec.write(dir.path()).unwrap();
-    let ds = Dataset::options()
-        .backing(Backing::Pread)
-        .open(dir.path())
-        .unwrap();
+    let (dir, ds) = opened();
     ds.get(0).unwrap();
     let shard = dir.path().join("shard-000000.tar");
     OpenOptions::new()
@@ -386,12 +386,7 @@ fn a_shard_truncated_after_open_is_an_error_with_pread() {
 
     // The index cut short after the open: read into memory at the open,
     // it is no signal either (a mapped index would raise SIGBUS here).
-    let dir = tempfile::tempdir().unwrap();
-    spec.write(dir.path()).unwrap();
-    let ds = Dataset::options()
-        .backing(Backing::Pread)
-        .open(dir.path())
-        .unwrap();
+    let (dir, ds) = opened();
     std::fs::File::create(dir.path().join("shard-000000.idx")).unwrap();
     for i in 0..10 {
         assert_eq!(ds.key(i).unwrap(), spec.key(i));
@@ -435,12 +430,17 @@ fn a_huge_index_is_refused_before_it_is_read_into_memory() {
 fn a_shard_replaced_after_open_is_an_error_not_another_files_bytes() {
     let spec = TestDataset::new(10, 2);
     for backing in both_backings() {
-        let dir = tempfile::tempdir().unwrap();
-        spec.write(dir.path()).unwrap();
-        let ds = Dataset::options()
-            .backing(backing)
-            .open(dir.path())
-            .unwrap();
+        // A dataset of its own, opened.
+        let opened = || {
+            let dir = tempfile::tempdir().unwrap();
+            spec.write(dir.path()).unwrap();
+            let ds = Dataset::options()
+                .backing(backing)
+                .open(dir.path())
+                .unwrap();
+            (dir, ds)
+        };
+        let (dir, ds) = opened();
         // Shard 0 is opened now; shard 1 (samples 5..10) on its first read.
         check_neighbours(&spec, &ds, &[0]);
         // Another file of the same length renamed over shard 1, as a pack
@@ -475,12 +475,7 @@ fn a_shard_replaced_after_open_is_an_error_not_another_files_bytes() {
         check_neighbours(&spec, &again, &[5, 6, 8]);
 
         // The same file written in place, at the same length.
-        let dir = tempfile::tempdir().unwrap();
-        spec.write(dir.path()).unwrap();
-        let ds = Dataset::options()
-            .backing(backing)
-            .open(dir.path())
-            .unwrap();
+        let (dir, ds) = opened();
         // Past the file system's clock step, so the write moves the time.
         std::thread::sleep(std::time::Duration::from_millis(50));
         let shard = dir.path().join("shard-000001.tar");
