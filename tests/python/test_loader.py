@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -173,6 +174,38 @@ def test_a_loader_continued_in_a_forked_child_raises_instead_of_hanging(jpegs) -
     del it
     assert_refused_after_fork(holder)
     assert sum(len(labels) for _, labels in holder[0]) == N - 4
+
+
+def test_ctrl_c_interrupts_the_wait_for_a_batch_and_loses_it_not(tmp_path: Path) -> None:
+    # One batch of eight full decodes of a 3000x3000 JPEG on one thread:
+    # far longer than the 50 ms after which SIGALRM's handler raises
+    # KeyboardInterrupt, as Ctrl-C's does. The wait must give way to it, and
+    # the batch still comes on the next call (without the fix, the handler
+    # only ran once the batch was handed out, and the batch was lost).
+    root = tmp_path / "big" / "ant"
+    root.mkdir(parents=True)
+    buf = io.BytesIO()
+    Image.fromarray(photo(0, 3000, 3000)).save(buf, format="JPEG", quality=90)
+    for i in range(8):
+        (root / f"{i}.jpg").write_bytes(buf.getvalue())
+    out = tmp_path / "ds"
+    run_bale("pack", tmp_path / "big", "-o", out)
+    loader = bale.Loader(out, batch_size=8, size=2048, crop="resize", threads=1, prefetch=0, dct_scaling=False)
+    batches = loader._native.epoch(0, 0)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(KeyboardInterrupt):
+            next(batches)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    first = next(batches)
+    assert list(np.frombuffer(first[4], dtype=np.uint64)) == list(range(8))
 
 
 def test_partitions_are_disjoint_and_cover_the_epoch(jpegs) -> None:

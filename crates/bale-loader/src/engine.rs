@@ -147,6 +147,31 @@ impl Batches {
         self.batches_left
     }
 
+    /// Waits at most `within` for the next batch: true when [`Iterator::next`]
+    /// will not wait (the batch is decoded, or the epoch is over, or what
+    /// comes is an error). A caller that must stay responsive (Python, to
+    /// Ctrl-C) waits in such slices and does its checks between them.
+    pub fn wait(&mut self, within: std::time::Duration) -> bool {
+        if self.batches_left == 0 || std::process::id() != self.pid {
+            return true;
+        }
+        self.top_up();
+        let Some(number) = self.pending.front().map(|j| j.number) else {
+            return true;
+        };
+        let deadline = std::time::Instant::now() + within;
+        while !self.finished.contains(&number) {
+            match self.done.recv_deadline(deadline) {
+                Ok(n) => {
+                    self.finished.insert(n);
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return false,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return true,
+            }
+        }
+        true
+    }
+
     /// Dispatches batches until `prefetch + 1` are in flight.
     fn top_up(&mut self) {
         let opts = &self.shared.opts;

@@ -229,6 +229,11 @@ impl PyBatches {
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
         crate::check_pid(self.pid)?;
+        // Waits in slices, so that Ctrl-C is a KeyboardInterrupt within one
+        // (the batch being decoded stays the next one).
+        while !py.detach(|| self.lock().wait(WAIT_SLICE)) {
+            py.check_signals()?;
+        }
         let next = py.detach(|| self.lock().next());
         let batch = match next {
             None => return Ok(None),
@@ -368,6 +373,9 @@ impl BatchBuffer {
         self.raw().1
     }
 }
+
+/// How long `Batches.__next__` waits before it looks for signals again.
+const WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The most a thread calling [`decode_image`] keeps of its pixel buffer.
 const DECODE_KEEP: usize = 16 << 20;
