@@ -51,6 +51,8 @@ def _free_port(taken: set[int]) -> int:
 
 class Seaweed:
     def __init__(self) -> None:
+        # Before anything is made: a missing binary leaves no folder behind.
+        weed = str(weed_binary())
         taken: set[int] = set()
         self.master, self.volume, self.filer, self.s3 = (_free_port(taken) for _ in range(4))
         root = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -73,7 +75,7 @@ class Seaweed:
         self.log = open(self.dir / "weed.log", "wb")
         self.proc = subprocess.Popen(
             [
-                str(weed_binary()),
+                weed,
                 "server",
                 f"-dir={self.dir / 'data'}",
                 "-ip=127.0.0.1",
