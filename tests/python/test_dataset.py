@@ -268,9 +268,13 @@ def test_threads_read_the_same_values(tar_ds: Packed) -> None:
 
 def test_index_errors(tar_ds: Packed) -> None:
     ds = bale.Dataset(tar_ds.path)
-    for bad in (N, N + 5, -N - 1, 2**62):
+    # Past i64 too, as a list says: IndexError, not OverflowError.
+    for bad in (N, N + 5, -N - 1, 2**62, 2**63, -(2**63) - 1, 10**30):
         with pytest.raises(IndexError, match="out of range"):
             ds[bad]
+    assert ds[np.int64(3)]["__index__"] == 3
+    with pytest.raises(TypeError):
+        ds[1.0]  # type: ignore[index]
     with pytest.raises(IndexError):
         ds.key(N)
     with pytest.raises(TypeError):

@@ -383,14 +383,27 @@ def test_bad_options_are_value_errors(jpegs) -> None:
                dict(size=0), dict(on_error="retry"), dict(image="txt"), dict(threads=100_000),
                dict(prefetch=10**9), dict(batch_size=10**9), dict(std=(0.0, 1.0, 1.0), dtype="float32"),
                dict(rank=3, world_size=2), dict(mean=(float("nan"), 0.5, 0.5), dtype="float32"),
-               dict(image="png")):
+               dict(image="png"), dict(size=(5.9, 5.9)), dict(size=16.0), dict(size=-1), dict(size=(16,)),
+               dict(size="16"), dict(size=(16, -2))):
         with pytest.raises(ValueError):
             bale.Loader(path, **kw)
+    # Whole pixels are taken in any integer type.
+    assert next(iter(bale.Loader(path, size=(np.int64(16), 12))))[0].shape[1:3] == (16, 12)
     # A typo names the member and the ones there are.
     with pytest.raises(ValueError, match=r'no member "png".*jpg'):
         bale.Loader(path, image="png")
     with pytest.raises(ValueError, match="no field"):
         bale.Dataset(path, fields="jgp")
+
+
+def test_an_extreme_aspect_ratio_still_crops_every_image(jpegs) -> None:
+    path, pixels = jpegs
+    n = len(pixels)
+    # Ten tries fail; the central fallback keeps a side of at least one
+    # pixel, where rounding it to none made every image an error.
+    for ratio in ((1e300, 1e300), (1e-300, 1e-300)):
+        got = sum(len(im) for im, _ in bale.Loader(path, batch_size=10, size=8, ratio=ratio))
+        assert got == n
 
 
 def test_rank_without_world_size_in_the_environment_is_an_error(jpegs, monkeypatch) -> None:

@@ -117,12 +117,14 @@ fn random_resized(
             };
         }
     }
-    // The central fallback.
+    // The central fallback. A side is at least one pixel: with an extreme
+    // `ratio` (1e300) torchvision's would round to none, and every image
+    // would fail.
     let in_ratio = wf / hf;
     let (w, h) = if in_ratio < ratio.0 {
-        (wf, round_half_even(wf / ratio.0))
+        (wf, round_half_even(wf / ratio.0).max(1.0))
     } else if in_ratio > ratio.1 {
-        (round_half_even(hf * ratio.1), hf)
+        (round_half_even(hf * ratio.1).max(1.0), hf)
     } else {
         (wf, hf)
     };
@@ -137,6 +139,19 @@ fn random_resized(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_extreme_ratio_still_crops_at_least_a_pixel() {
+        let mut rng = SplitMix64::new(7);
+        for ratio in [(1e300, 1e300), (1e-300, 1e-300), (1e6, 1e7)] {
+            let c = random_resized(&mut rng, 100, 50, (0.08, 1.0), ratio);
+            assert!(c.width >= 1.0 && c.height >= 1.0, "{ratio:?}: {c:?}");
+            assert!(
+                c.x + c.width <= 100.0 && c.y + c.height <= 50.0,
+                "{ratio:?}: {c:?}"
+            );
+        }
+    }
 
     #[test]
     fn random_crops_stay_inside_and_follow_scale_and_ratio() {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use bale_image::region::RegionDecoder;
-use bale_reader::{Dataset, OrderIter};
+use bale_reader::{Dataset, ForkGuard, OrderIter};
 use crossbeam_channel::{Receiver, Sender};
 use half::f16;
 
@@ -75,7 +75,7 @@ thread_local! {
 /// The batches of one epoch, in order; see [`crate::Loader::epoch`].
 pub struct Batches {
     /// The process that started the threads.
-    pid: u32,
+    fork: ForkGuard,
     shared: Arc<Shared>,
     order: OrderIter,
     tasks: Option<Sender<(Arc<Job>, usize)>>,
@@ -128,7 +128,7 @@ impl Batches {
             handles.push(h);
         }
         Ok(Batches {
-            pid: std::process::id(),
+            fork: ForkGuard::new(),
             shared,
             order,
             tasks: Some(task_tx),
@@ -152,7 +152,7 @@ impl Batches {
     /// comes is an error). A caller that must stay responsive (Python, to
     /// Ctrl-C) waits in such slices and does its checks between them.
     pub fn wait(&mut self, within: std::time::Duration) -> bool {
-        if self.batches_left == 0 || std::process::id() != self.pid {
+        if self.batches_left == 0 || self.fork.in_child() {
             return true;
         }
         self.top_up();
@@ -219,10 +219,8 @@ impl Batches {
         }
         // In a forked child the decoding threads are gone: waiting for them
         // would never end.
-        if std::process::id() != self.pid {
-            return Some(Err(LoaderError::Reader(bale_reader::ReaderError::Forked {
-                pid: self.pid,
-            })));
+        if let Err(e) = self.fork.check() {
+            return Some(Err(LoaderError::Reader(e)));
         }
         self.top_up();
         let job = self.pending.front()?.clone();
@@ -354,7 +352,7 @@ impl Iterator for Batches {
 
 impl Drop for Batches {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if self.fork.in_child() {
             // A forked child: the threads (and any lock they held) are the
             // parent's; joining them would never return, nor might dropping
             // what they touched (the batches in flight, the channels).

@@ -24,8 +24,8 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use bale_reader::{
-    Backing, Dataset, DatasetOptions, EpochPlan, Partition, ReadAround, ReaderError, Sample,
-    SampleIter,
+    Backing, Dataset, DatasetOptions, EpochPlan, ForkGuard, Partition, ReadAround, ReaderError,
+    Sample, SampleIter,
 };
 use pyo3::IntoPyObjectExt;
 use pyo3::create_exception;
@@ -333,6 +333,20 @@ fn check_named(ds: &Dataset, names: &[String]) -> PyResult<()> {
 }
 
 impl PyDataset {
+    /// The error for a subscript that is not an `i64`: an integer past
+    /// `i64` is out of range, as a list says (`IndexError`, not
+    /// `OverflowError`); anything else keeps its `TypeError`.
+    fn not_an_index(&self, i: &Bound<'_, PyAny>, e: PyErr) -> PyErr {
+        if i.is_instance_of::<pyo3::types::PyInt>() {
+            return PyIndexError::new_err(format!(
+                "sample {i} out of range: the dataset {} holds {} samples",
+                self.ds.dir().display(),
+                self.ds.len()
+            ));
+        }
+        e
+    }
+
     fn index(&self, i: i64) -> PyResult<u64> {
         let n = self.ds.len();
         let j = if i < 0 {
@@ -647,8 +661,15 @@ impl PyDataset {
         usize::try_from(self.ds.len()).unwrap_or(usize::MAX)
     }
 
-    fn __getitem__<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
-        let i = self.index(i)?;
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        i: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let i = match i.extract::<i64>() {
+            Ok(i) => self.index(i)?,
+            Err(e) => return Err(self.not_an_index(i, e)),
+        };
         let s = self.read(py, i)?;
         self.to_value(py, &s)
     }
@@ -817,17 +838,9 @@ pub struct PyIter {
     ds: Py<PyDataset>,
     it: Mutex<Ready>,
     /// The process that made it: in a process forked from it, another
-    /// thread of the parent may have held the lock at the fork.
-    pid: u32,
-}
-
-/// The error of an iterator used in a process forked from the one that made
-/// it, before any lock it holds is taken.
-pub(crate) fn check_pid(pid: u32) -> PyResult<()> {
-    if std::process::id() == pid {
-        return Ok(());
-    }
-    Err(to_py(ReaderError::Forked { pid }))
+    /// thread of the parent may have held the lock at the fork, so the
+    /// guard is asked before the lock is taken.
+    fork: ForkGuard,
 }
 
 /// An epoch iterator and the samples taken from it but not yet yielded.
@@ -847,7 +860,7 @@ impl PyIter {
     fn new(ds: Py<PyDataset>, it: SampleIter) -> Self {
         PyIter {
             ds,
-            pid: std::process::id(),
+            fork: ForkGuard::new(),
             it: Mutex::new(Ready {
                 it,
                 samples: VecDeque::with_capacity(READY),
@@ -925,7 +938,7 @@ impl PyIter {
         let next = match self.pop_ready() {
             Some(x) => Some(x),
             None => {
-                check_pid(self.pid)?;
+                self.fork.check().map_err(to_py)?;
                 py.detach(|| self.lock().fill_and_pop())
             }
         };

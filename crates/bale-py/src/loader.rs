@@ -11,7 +11,7 @@ use bale_image::region::RegionDecoder;
 use bale_loader::{
     Batch, Batches, Crop, Dtype, Images, Loader, LoaderError, LoaderOptions, OnError, Order,
 };
-use bale_reader::Partition;
+use bale_reader::{ForkGuard, Partition};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -186,7 +186,7 @@ impl PyLoader {
             .map_err(loader_err)?;
         Ok(PyBatches {
             inner: Mutex::new(b),
-            pid: std::process::id(),
+            fork: ForkGuard::new(),
         })
     }
 
@@ -211,8 +211,9 @@ impl PyLoader {
 #[derive(Debug)]
 pub struct PyBatches {
     inner: Mutex<Batches>,
-    /// The process that made it (see [`crate::check_pid`]).
-    pid: u32,
+    /// The process that made it: asked before the lock is taken (a thread
+    /// of the parent may have held it at a fork).
+    fork: ForkGuard,
 }
 
 impl PyBatches {
@@ -228,7 +229,7 @@ impl PyBatches {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
-        crate::check_pid(self.pid)?;
+        self.fork.check().map_err(crate::to_py)?;
         // Waits in slices, so that Ctrl-C is a KeyboardInterrupt within one
         // (the batch being decoded stays the next one).
         while !py.detach(|| self.lock().wait(WAIT_SLICE)) {

@@ -27,6 +27,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::dataset::{Dataset, StartedPieces};
 use crate::error::{ReaderError, Result};
+use crate::fork::ForkGuard;
 use crate::plan::{EpochPlan, Order, Partition, Reservoir};
 use crate::sample::Sample;
 
@@ -264,9 +265,7 @@ struct Done {
 #[derive(Debug)]
 struct Prefetcher {
     /// The process that started the threads.
-    pid: u32,
-    /// Whether [`ReaderError::Forked`] was given (once: then nothing more).
-    forked: bool,
+    fork: ForkGuard,
     shared: Arc<PrefetchShared>,
     rx: Receiver<Done>,
     threads: Vec<JoinHandle<()>>,
@@ -314,8 +313,7 @@ impl Prefetcher {
             return Err(shared.lock().jobs.take());
         }
         Ok(Prefetcher {
-            pid: std::process::id(),
-            forked: false,
+            fork: ForkGuard::new(),
             shared,
             rx,
             threads: handles,
@@ -335,8 +333,8 @@ impl Prefetcher {
             // would never end (nor would the lock a thread held). Said
             // once, then nothing more comes (a reservoir pulling on would
             // fill itself with the error).
-            if std::process::id() != self.pid {
-                return forked(&mut self.forked, self.pid);
+            if self.fork.in_child() {
+                return self.fork.tell_once();
             }
             if self.held != (0, 0) {
                 let mut st = self.shared.lock();
@@ -430,7 +428,7 @@ fn worker(shared: &PrefetchShared, tx: &Sender<Done>, ds: &Dataset) {
 
 impl Drop for Prefetcher {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if self.fork.in_child() {
             // A forked child: the threads (and any lock they held, the
             // channel's or a read buffer pool's) are the parent's; joining
             // them would never return, nor might dropping what they touched.
@@ -457,9 +455,7 @@ impl Drop for Prefetcher {
 #[derive(Debug)]
 struct Remote {
     /// The process that started the requests (on its storage runtime).
-    pid: u32,
-    /// Whether [`ReaderError::Forked`] was given.
-    forked: bool,
+    fork: ForkGuard,
     jobs: JobGen,
     ahead: VecDeque<(Job, StartedPieces)>,
     ahead_bytes: u64,
@@ -479,8 +475,7 @@ fn pieces_of(job: &Job) -> Vec<(usize, usize, usize)> {
 impl Remote {
     fn new(jobs: JobGen, budget: u64) -> Self {
         Remote {
-            pid: std::process::id(),
-            forked: false,
+            fork: ForkGuard::new(),
             jobs,
             ahead: VecDeque::new(),
             ahead_bytes: 0,
@@ -515,8 +510,8 @@ impl Remote {
             }
             // The requests in flight run on the parent's runtime, which a
             // forked child does not run: their answers would never come.
-            if std::process::id() != self.pid {
-                return forked(&mut self.forked, self.pid);
+            if self.fork.in_child() {
+                return self.fork.tell_once();
             }
             self.fill();
             let (job, started) = self.ahead.pop_front()?;
@@ -531,21 +526,12 @@ impl Remote {
 
 impl Drop for Remote {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if self.fork.in_child() {
             // Aborting the parent's requests would reach into a runtime
             // this process does not run.
             std::mem::forget(std::mem::take(&mut self.ahead));
         }
     }
-}
-
-/// What a feed gives in a process forked from the one that started it: the
-/// error once, then nothing.
-fn forked(told: &mut bool, pid: u32) -> Option<Result<Sample>> {
-    if std::mem::replace(told, true) {
-        return None;
-    }
-    Some(Err(ReaderError::Forked { pid }))
 }
 
 #[derive(Debug)]

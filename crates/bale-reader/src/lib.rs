@@ -48,6 +48,7 @@
 
 mod dataset;
 mod error;
+mod fork;
 mod iter;
 pub mod plan;
 mod sample;
@@ -58,6 +59,7 @@ pub mod testing;
 
 pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo, READ_AROUND, ReadAround};
 pub use error::{ReaderError, Result};
+pub use fork::ForkGuard;
 pub use iter::SampleIter;
 pub use plan::{EpochPlan, Order, OrderIter, Partition};
 pub use sample::{Sample, parse_label};

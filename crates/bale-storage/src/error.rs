@@ -332,6 +332,19 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
         let rest = &text[at + 17..];
         what.push_str(&format!("; request: {}", &rest[..end]));
     }
+    // A stall ended by the client's own limit: say which limit, and how to
+    // raise it where the store is slow rather than gone.
+    if status.is_none() && text.contains("timed out") {
+        let (key, default) = if text.to_ascii_lowercase().contains("connect") {
+            ("connect_timeout", crate::options::DEFAULT_CONNECT_TIMEOUT)
+        } else {
+            ("timeout", crate::options::DEFAULT_TIMEOUT)
+        };
+        what.push_str(&format!(
+            "; no answer within the storage option {key} ({default} by default); raise it with \
+             --storage-option {key}=120s, or storage_options={{\"{key}\": \"120s\"}} in Python"
+        ));
+    }
     what
 }
 
@@ -352,6 +365,25 @@ mod tests {
         let what = plain_what(refused, None);
         assert!(what.contains("error sending request"), "{what}");
         assert!(what.contains("3 retries"), "{what}");
+        assert!(!what.contains("storage option"), "{what}");
+    }
+
+    #[test]
+    fn a_timeout_names_the_option_that_sets_it() {
+        let stalled = "Error performing GET http://127.0.0.1:1/b/ds/bale.json in 2s, after 1 retries, max_retries: 1, retry_timeout: 180s  - HTTP error: error sending request: operation timed out";
+        let what = plain_what(stalled, None);
+        assert!(what.contains("operation timed out"), "{what}");
+        assert!(what.contains("--storage-option timeout=120s"), "{what}");
+        assert!(
+            what.contains(r#"storage_options={"timeout": "120s"}"#),
+            "{what}"
+        );
+        let connect = "Error performing GET http://10.0.0.1/b/k in 5s - HTTP error: error sending request: client error (Connect): tcp connect error: operation timed out";
+        let what = plain_what(connect, None);
+        assert!(
+            what.contains("--storage-option connect_timeout=120s"),
+            "{what}"
+        );
     }
 
     #[test]

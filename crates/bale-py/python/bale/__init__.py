@@ -435,12 +435,25 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
-    if isinstance(v, int):
-        return v, v
-    t = tuple(v)
-    if len(t) != 2:
-        raise ValueError(f"{name} must be an int or (height, width), not {v!r}")
-    return int(t[0]), int(t[1])
+    """``(height, width)`` of whole pixels, at least 1 each: ``5.9`` is refused,
+    not truncated to 5; NumPy integers are taken."""
+    bad = ValueError(f"{name} must be a positive int or (height, width) of positive ints, not {v!r}")
+    try:
+        t = (operator.index(v),) * 2
+    except TypeError:
+        try:
+            t = tuple(v)  # type: ignore[arg-type]
+        except TypeError:
+            raise bad from None
+    if len(t) != 2 or isinstance(v, (str, bytes)):
+        raise bad
+    try:
+        h, w = operator.index(t[0]), operator.index(t[1])
+    except TypeError:
+        raise bad from None
+    if h < 1 or w < 1:
+        raise bad
+    return h, w
 
 
 #: Pillow's decompression-bomb limit: larger images are refused from their header.

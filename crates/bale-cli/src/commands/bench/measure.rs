@@ -518,16 +518,20 @@ impl Opened {
                                         return st;
                                     }
                                 };
-                                for r in it {
-                                    if st.samples >= my_cap || out_of_time() {
-                                        break;
-                                    }
-                                    match r {
-                                        Ok(sample) => st.dataset_sample(&sample, decode),
-                                        Err(e) => {
+                                let mut it = it;
+                                while st.samples < my_cap {
+                                    // A read error is reported even when it
+                                    // arrives after the budget: the sample was
+                                    // read (ahead), and a figure over a
+                                    // damaged dataset must not look clean.
+                                    match it.next() {
+                                        None => break,
+                                        Some(Err(e)) => {
                                             fail(e.into());
                                             break;
                                         }
+                                        Some(Ok(_)) if out_of_time() => break,
+                                        Some(Ok(sample)) => st.dataset_sample(&sample, decode),
                                     }
                                 }
                             }
