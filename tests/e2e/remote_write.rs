@@ -948,6 +948,38 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     assert_eq!(objects, want);
     assert_same_tars(s, &url, &local);
 
+    // A --force run that fails in its scan (a tar that is not one) leaves
+    // the old dataset whole: its bale.json and indexes are deleted only
+    // once every tar is scanned.
+    let manifest_before = object_bytes(&Store::open(&url, &options(s)).unwrap(), "bale.json");
+    let junk = t.path().join("junk.tar");
+    std::fs::write(&junk, vec![b'x'; 5000]).unwrap();
+    s.put_file(&junk, &b, "wds/junk.tar").unwrap();
+    let mut failing = forced.clone();
+    let junk_url = format!("{url}/junk.tar");
+    failing.push(&junk_url);
+    let o = bale(s, &failing);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("junk.tar"),
+        "{}",
+        text(&o)
+    );
+    s.delete(&b, "wds/junk.tar").unwrap();
+    assert_eq!(listing(s, &b, "wds").0, want);
+    assert_eq!(
+        object_bytes(&Store::open(&url, &options(s)).unwrap(), "bale.json"),
+        manifest_before
+    );
+    let remote = Dataset::options()
+        .storage_options(options(s))
+        .open(&url)
+        .unwrap();
+    assert_eq!(
+        samples_of(&remote),
+        samples_of(&Dataset::open(&local).unwrap())
+    );
+
     // The tars indexed in place are the user's: a pack with --force into
     // their prefix refuses, naming one, and deletes nothing.
     let o = bale(

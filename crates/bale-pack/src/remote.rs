@@ -234,6 +234,12 @@ impl RemoteOutput {
         if let Some(e) = self.take_error() {
             return Err(e.into());
         }
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(StorageError::Cancelled.into());
+        }
+        // A run beside others (`bale index -o URL`) replaces the old
+        // dataset's objects only now, with all it uploads at hand.
+        self.publisher.replace_alongside()?;
         let mut rest: Vec<String> = std::fs::read_dir(&self.dir)
             .map_err(|e| PackError::io(&self.dir, e))?
             .filter_map(|e| e.ok())

@@ -10,7 +10,10 @@
 //!   then the uploads and objects named like bale's output (direct children
 //!   of the prefix only). Objects bale did not write are never deleted, and
 //!   shards of bale's names are deleted only beside a manifest or a lock a
-//!   killed run left (else they may be the user's).
+//!   killed run left (else they may be the user's). A run that writes
+//!   beside others ([`Publisher::open_alongside`]: `bale index -o URL`)
+//!   only checks at the open, and deletes the old objects when it has all
+//!   it will upload ([`Publisher::replace_alongside`]).
 //! - **Shards stream out in parts**, at most [`WriteOptions::parts_in_flight`]
 //!   parts of [`WriteOptions::part_size`] bytes in memory at once. Each
 //!   multipart upload is recorded in a small marker object under bale's
@@ -168,6 +171,9 @@ pub struct Publisher {
     manifest: Mutex<Option<Bytes>>,
     /// No attempt to create the manifest got an answer: it may still land.
     manifest_unsure: AtomicBool,
+    /// The names of a run that writes beside others ([`Publisher::open_alongside`]),
+    /// replaced only by [`Publisher::replace_alongside`].
+    alongside: Option<Vec<String>>,
 }
 
 /// Whether a run still holds its lock ([`Publisher::lock_hold`]).
@@ -289,14 +295,18 @@ impl Publisher {
             heartbeat: Mutex::new(None),
             manifest: Mutex::new(None),
             manifest_unsure: AtomicBool::new(false),
+            alongside: alongside.map(<[String]>::to_vec),
         };
         // A run that writes beside objects it leaves (an index of tars in
         // place) never claims the prefix, not even a killed run's claim it
         // takes over: kept fresh by its heartbeat, that claim would date the
         // tars it indexes as a run's leftovers, for a later --force to clear.
         p.take_lock(alongside.is_none())?;
+        // Beside others, what is there is only checked now: the old
+        // dataset stays whole until the run has all it will upload
+        // (`replace_alongside`), so a run that fails before leaves it.
         let checked = match alongside {
-            Some(names) => p.check_and_clear_names(names),
+            Some(names) => p.check_names(names).map(drop),
             None => p.check_and_clear(),
         };
         if let Err(e) = checked {
@@ -851,9 +861,47 @@ impl Publisher {
         Ok(bale_format::is_index_head(&head))
     }
 
+    /// For a run opened with [`Publisher::open_alongside`], with all it
+    /// will upload at hand: checks the names again (the prefix may have
+    /// changed since the open) and deletes those there, the old `bale.json`
+    /// first, and with `force` aborts open uploads of them. Nothing for
+    /// other runs.
+    ///
+    /// # Errors
+    /// As [`Publisher::open_alongside`]'s checks; request errors.
+    pub fn replace_alongside(&self) -> Result<()> {
+        match &self.alongside {
+            Some(names) => self.check_and_clear_names(names),
+            None => Ok(()),
+        }
+    }
+
     fn check_and_clear_names(&self, names: &[String]) -> Result<()> {
+        let mut present = self.check_names(names)?;
+        // Never what this run wrote itself.
+        let written = lock(&self.written).names.clone();
+        present.retain(|n| !written.contains(n));
+        // The manifest first.
+        present.sort_by_key(|n| n.as_str() != MANIFEST);
+        for n in present {
+            self.delete(&n)?;
+        }
+        if self.opts.force {
+            for (name, id) in self.open_uploads()? {
+                if names.contains(&name) {
+                    self.abort_upload(&name, &id)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Which of `names` are there, each one that `force` may replace;
+    /// refused without `force`, or when one is not bale's (a `bale.json` no
+    /// bale run wrote, another tool's `.idx`) or is an input of the run.
+    fn check_names(&self, names: &[String]) -> Result<Vec<String>> {
         let listed: std::collections::HashSet<String> = self.list()?.into_iter().collect();
-        let mut present: Vec<&String> = names.iter().filter(|n| listed.contains(*n)).collect();
+        let present: Vec<&String> = names.iter().filter(|n| listed.contains(*n)).collect();
         // A bale.json no bale run wrote is not an old dataset to replace.
         if present.iter().any(|n| *n == MANIFEST)
             && let Err(why) = bale_format::indexed_in_place(&self.manifest_bytes()?)
@@ -890,23 +938,11 @@ impl Publisher {
                 what: "it exists; pass --force to replace it (only the objects this command writes are replaced)".into(),
             });
         }
+        let present: Vec<String> = present.iter().map(|n| (*n).clone()).collect();
         if self.opts.force {
-            let present: Vec<String> = present.iter().map(|n| (*n).clone()).collect();
             self.refuse_inputs(&present)?;
         }
-        // The manifest first.
-        present.sort_by_key(|n| n.as_str() != MANIFEST);
-        for n in present {
-            self.delete(n)?;
-        }
-        if self.opts.force {
-            for (name, id) in self.open_uploads()? {
-                if names.contains(&name) {
-                    self.abort_upload(&name, &id)?;
-                }
-            }
-        }
-        Ok(())
+        Ok(present)
     }
 
     /// The open multipart uploads under the prefix, as (name relative to

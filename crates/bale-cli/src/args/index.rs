@@ -90,9 +90,10 @@ pub struct IndexArgs {
     pub allow_split: bool,
 
     /// Replace an existing bale.json (and the indexes of the tars given, and
-    /// the --wids-json file) in DATASET_DIR; in a directory the old ones stay
-    /// until every tar is scanned (with -o URL they are deleted when the run
-    /// starts). A bale.json that no bale run wrote, and a `<tar>.idx` that is
+    /// the --wids-json file) in DATASET_DIR. The old ones stay until every
+    /// tar is scanned: a run that fails before leaves the old dataset whole
+    /// (with -o URL they are deleted then, before the new indexes are
+    /// uploaded). A bale.json that no bale run wrote, and a `<tar>.idx` that is
     /// not one of bale's indexes (DALI's tar indexer writes that name too),
     /// are never replaced.
     #[arg(long)]
