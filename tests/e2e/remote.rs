@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bale_reader::{Dataset, DatasetOptions, EpochPlan, Partition, Sample};
+use bale_reader::{Dataset, DatasetOptions, EpochPlan, Partition, ReaderError, Sample};
 use bale_storage::StorageOptions;
 use bale_tests::seaweed::Seaweed;
 use bale_tests::{assert_success, describe};
@@ -151,6 +151,58 @@ fn zstd_shards_read_the_same_from_a_bucket() {
     let local = Dataset::open(&ds).unwrap();
     let remote = remote_opts(s).verify_on_read(true).open(&url).unwrap();
     check_every_path(&local, &remote);
+}
+
+#[test]
+fn a_shard_replaced_at_the_same_size_before_its_first_read_is_an_error_not_other_bytes() {
+    // The reader pins a shard object's version at its first read; before
+    // it, only its size is checked. An object replaced in between by one of
+    // the same size (here: the dataset's other shard, cut or padded to it)
+    // must not be read with the index taken at the open.
+    let s = Seaweed::shared();
+    for (extra, ext) in [(&[][..], "tar"), (&["--compress", "zstd"][..], "tar.zst")] {
+        let (tmp, ds, url) = packed(s, "replaced", 80, extra);
+        let local = Dataset::open(&ds).unwrap();
+        let open = || remote_opts(s).open(&url).unwrap();
+        let (single, batch, epoch) = (open(), open(), open());
+        let first = std::fs::read(ds.join(format!("shard-000000.{ext}"))).unwrap();
+        let mut other = std::fs::read(ds.join(format!("shard-000001.{ext}"))).unwrap();
+        other.resize(first.len(), 0);
+        let f = tmp.path().join("other");
+        std::fs::write(&f, &other).unwrap();
+        let b = url["s3://".len()..].split('/').next().unwrap();
+        s.put_file(&f, b, &format!("ds/shard-000000.{ext}"))
+            .unwrap();
+
+        let said = |r: Result<Sample, ReaderError>| match r {
+            Ok(got) => panic!(
+                "{ext}: sample {} read from the other object: {:?}",
+                got.index(),
+                flat(&got).0
+            ),
+            Err(e) => e,
+        };
+        let e = said(single.get(1));
+        // A plain tar's record begins with a header where the other object
+        // has a member's data; a .tar.zst's frame there does not decompress.
+        if ext == "tar" {
+            assert!(matches!(e, ReaderError::ShardReplaced { .. }), "{e}");
+            assert!(e.to_string().contains("shard-000000.tar"), "{e}");
+        }
+        assert!(batch.get_batch(&[1, 2]).is_err(), "{ext}");
+        // An epoch reads a run of samples in one request.
+        let mut it = epoch.iter(EpochPlan::sequential(), Partition::ALL).unwrap();
+        let e = said(it.next().unwrap());
+        if ext == "tar" {
+            assert!(matches!(e, ReaderError::ShardReplaced { .. }), "{e}");
+        }
+        // The other shard still reads as it was.
+        let n = local.len();
+        assert_eq!(
+            flat(&single.get(n - 1).unwrap()),
+            flat(&local.get(n - 1).unwrap())
+        );
+    }
 }
 
 #[test]

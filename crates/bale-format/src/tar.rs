@@ -165,6 +165,17 @@ pub struct RawHeader {
     pub typeflag: u8,
 }
 
+/// The type flag and size field of the tar header block that `bytes`
+/// begin with, when its checksum holds (`None` for other bytes and for an
+/// end-of-archive block of zeros). What a reader handed a sample's record
+/// by offset can check cheaply: that the index read earlier still
+/// describes the bytes (a shard replaced since puts other bytes there).
+pub fn tar_header_at(bytes: &[u8]) -> Option<(u8, u64)> {
+    let block = bytes.first_chunk::<512>()?;
+    let h = parse_header(block).ok()??;
+    Some((h.typeflag, h.size))
+}
+
 /// Decodes one header block. Returns `Ok(None)` for an all-zero block (end of archive).
 ///
 /// # Errors
@@ -731,6 +742,24 @@ mod tests {
             assert_eq!(e.size, size);
             assert_eq!(e.data_offset, n as u64);
         }
+    }
+
+    #[test]
+    fn a_header_is_told_from_data_zeros_and_short_bytes() {
+        let mut out = Vec::new();
+        encode_member_header("k/0001.jpg", 3000, &mut out);
+        assert_eq!(tar_header_at(&out), Some((b'0', 3000)));
+        // A PAX header (a long name) is a header too: of its records.
+        let mut long = Vec::new();
+        encode_member_header(&format!("{}.jpg", "d".repeat(120)), 1, &mut long);
+        assert!(matches!(tar_header_at(&long), Some((b'x', _))));
+        assert_eq!(tar_header_at(&out[..511]), None);
+        assert_eq!(tar_header_at(&[0u8; 512]), None);
+        let mut flipped = out.clone();
+        flipped[3] ^= 1;
+        assert_eq!(tar_header_at(&flipped), None);
+        let data: Vec<u8> = (0..512u32).map(|i| (i * 7 % 251) as u8).collect();
+        assert_eq!(tar_header_at(&data), None);
     }
 
     #[test]

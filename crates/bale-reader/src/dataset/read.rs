@@ -423,6 +423,7 @@ impl Dataset {
         let span_len = (last.file_offset + last.file_len).saturating_sub(span_start);
         if let Some(obj) = self.remote_object(s)? {
             let bytes = obj.get_range(span_start..span_start.saturating_add(span_len))?;
+            self.check_run(s, local, count, &bytes, span_start)?;
             return Ok(self.samples_of_run(
                 s,
                 local,

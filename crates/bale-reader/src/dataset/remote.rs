@@ -216,10 +216,79 @@ impl Dataset {
         match shard.index.compression() {
             Compression::Zstd => {
                 let data = shard.decompress(e, &bytes)?;
+                self.check_record(s, local, &data)?;
                 self.build(s, local, e, Buf::owned(data), 0, None)
             }
-            _ => self.build(s, local, e, Buf::Bytes(bytes), 0, None),
+            _ => {
+                self.check_record(s, local, &bytes)?;
+                self.build(s, local, e, Buf::Bytes(bytes), 0, None)
+            }
         }
+    }
+
+    /// Checks that sample `local`'s record, read from its shard's object
+    /// (and decompressed), begins with the tar header its index describes:
+    /// a valid header block, and for a plain member's header, that
+    /// member's size. The index was read at the open; the object is
+    /// checked against its size at every answer, and against its version
+    /// from its first answer on, but an object replaced before its first
+    /// read by another of the same size would be read with the old index:
+    /// the record's offset then holds another sample's data, or another
+    /// member's header (512 bytes summed, against a round trip to the
+    /// store).
+    fn check_record(&self, s: usize, local: usize, tar: &[u8]) -> Result<()> {
+        let index = &self.inner.shards[s].index;
+        let described = match bale_format::tar_header_at(tar) {
+            // A long name's or a big size's extended header comes first:
+            // its own size is not the member's.
+            Some((b'0' | 0, size)) => {
+                let data = index.sample(local).tar_offset.saturating_add(512);
+                index
+                    .members(local)
+                    .find(|m| m.offset == data)
+                    .is_none_or(|m| m.size == size)
+            }
+            Some(_) => true,
+            None => false,
+        };
+        if described {
+            return Ok(());
+        }
+        Err(ReaderError::ShardReplaced {
+            path: self.inner.shards[s].path.clone(),
+        })
+    }
+
+    /// [`Dataset::check_record`] for each sample of a run read in one
+    /// request from `start` (for a `.tar.zst` shard, its first sample's
+    /// frame, which a replaced object rarely decompresses at all).
+    pub(super) fn check_run(
+        &self,
+        s: usize,
+        local: usize,
+        count: usize,
+        run: &[u8],
+        start: u64,
+    ) -> Result<()> {
+        let shard = &self.inner.shards[s];
+        let replaced = || ReaderError::ShardReplaced {
+            path: shard.path.clone(),
+        };
+        if shard.index.compression() == Compression::Zstd {
+            let e = shard.index.sample(local);
+            let frame = run.get(..e.file_len as usize).ok_or_else(replaced)?;
+            return self.check_record(s, local, &shard.decompress(&e, frame)?);
+        }
+        for l in local..local + count {
+            let e = shard.index.sample(l);
+            let at = e
+                .file_offset
+                .checked_sub(start)
+                .and_then(|a| usize::try_from(a).ok())
+                .ok_or_else(replaced)?;
+            self.check_record(s, l, run.get(at..).unwrap_or_default())?;
+        }
+        Ok(())
     }
 
     /// [`Dataset::get_batch`] for a dataset in object storage: every
@@ -319,7 +388,27 @@ impl Dataset {
                 }
                 Some(b) => {
                     let start = self.inner.shards[s].index.sample(local).file_offset;
-                    out.extend(self.samples_of_run(s, local, count, Buf::Bytes(b), start, false));
+                    match self.check_run(s, local, count, &b, start) {
+                        Ok(()) => out.extend(self.samples_of_run(
+                            s,
+                            local,
+                            count,
+                            Buf::Bytes(b),
+                            start,
+                            false,
+                        )),
+                        // The run is from another object: the error found
+                        // (a replaced shard, or a first frame that does not
+                        // decompress), then the replaced shard for the rest.
+                        Err(e) => {
+                            out.push(Err(e));
+                            out.extend((1..count).map(|_| {
+                                Err(ReaderError::ShardReplaced {
+                                    path: self.inner.shards[s].path.clone(),
+                                })
+                            }));
+                        }
+                    }
                 }
                 None => out.extend((local..local + count).map(|l| self.read_local(s, l, false))),
             }
