@@ -141,16 +141,20 @@ impl Dataset {
                 .collect()
         };
         let shards = shards.into_iter().collect::<Result<Vec<_>>>()?;
-        // Shards in a bucket (tars indexed in place) are read as a remote dataset's.
-        let store = match shards.iter().find_map(|s| s.remote.as_ref()) {
-            Some(r) => Some(bale_storage::Store::open(
-                r.object
-                    .url()
-                    .rsplit_once('/')
-                    .map_or(r.object.url(), |(d, _)| d),
-                &options.storage,
-            )?),
-            None => None,
+        // Shards in a bucket (tars indexed in place) are read as a remote
+        // dataset's, through the cache when one is asked for.
+        let (store, cache) = match shards.iter().find_map(|s| s.remote.as_ref()) {
+            Some(r) => (
+                Some(bale_storage::Store::open(
+                    r.object
+                        .url()
+                        .rsplit_once('/')
+                        .map_or(r.object.url(), |(d, _)| d),
+                    &options.storage,
+                )?),
+                remote::open_cache(&options, &manifest)?,
+            ),
+            None => (None, None),
         };
         Ok(Self::assemble(
             dir.to_path_buf(),
@@ -158,7 +162,7 @@ impl Dataset {
             manifest,
             options,
             store,
-            None,
+            cache,
         ))
     }
 

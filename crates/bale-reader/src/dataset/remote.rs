@@ -44,24 +44,7 @@ pub(super) fn open_remote(url: &str, options: DatasetOptions) -> Result<Dataset>
         r => r?,
     };
     let manifest = Manifest::from_slice(&bytes, &manifest_path)?;
-    let cache = match &options.cache {
-        Some(c) => {
-            let cache = Cache::open(c)?;
-            let largest = manifest.shards.iter().map(|s| s.bytes).max().unwrap_or(0);
-            if largest > c.limit {
-                return Err(StorageError::Cache {
-                    path: c.dir.clone(),
-                    what: format!(
-                        "the limit of {} bytes cannot hold the dataset's largest shard ({largest} bytes), which a read fills in whole; raise the limit or read without a cache",
-                        c.limit
-                    ),
-                }
-                .into());
-            }
-            Some(cache)
-        }
-        None => None,
-    };
+    let cache = open_cache(&options, &manifest)?;
     let items = manifest
         .shards
         .iter()
@@ -97,6 +80,27 @@ pub(super) fn open_remote(url: &str, options: DatasetOptions) -> Result<Dataset>
         Some(store),
         cache,
     ))
+}
+
+/// The node-local cache the options ask for, when they do: refused when
+/// its limit cannot hold the dataset's largest shard.
+pub(super) fn open_cache(options: &DatasetOptions, manifest: &Manifest) -> Result<Option<Cache>> {
+    let Some(c) = &options.cache else {
+        return Ok(None);
+    };
+    let cache = Cache::open(c)?;
+    let largest = manifest.shards.iter().map(|s| s.bytes).max().unwrap_or(0);
+    if largest > c.limit {
+        return Err(StorageError::Cache {
+            path: c.dir.clone(),
+            what: format!(
+                "the limit of {} bytes cannot hold the dataset's largest shard ({largest} bytes), which a read fills in whole; raise the limit or read without a cache",
+                c.limit
+            ),
+        }
+        .into());
+    }
+    Ok(Some(cache))
 }
 
 impl Dataset {
@@ -237,21 +241,7 @@ impl Dataset {
     /// member's header (512 bytes summed, against a round trip to the
     /// store).
     fn check_record(&self, s: usize, local: usize, tar: &[u8]) -> Result<()> {
-        let index = &self.inner.shards[s].index;
-        let described = match bale_format::tar_header_at(tar) {
-            // A long name's or a big size's extended header comes first:
-            // its own size is not the member's.
-            Some((b'0' | 0, size)) => {
-                let data = index.sample(local).tar_offset.saturating_add(512);
-                index
-                    .members(local)
-                    .find(|m| m.offset == data)
-                    .is_none_or(|m| m.size == size)
-            }
-            Some(_) => true,
-            None => false,
-        };
-        if described {
+        if describes(&self.inner.shards[s].index, local, tar) {
             return Ok(());
         }
         Err(ReaderError::ShardReplaced {
@@ -424,6 +414,70 @@ pub(crate) struct StartedPieces {
     want_of: Vec<Option<usize>>,
 }
 
+/// Whether `tar`, sample `local`'s record as read (and decompressed),
+/// begins with the tar header `index` describes: a valid header block and,
+/// for a plain member's header, that member's size (a long name's or a big
+/// size's extended header comes first, and its own size is not the
+/// member's).
+fn describes(index: &ShardIndex, local: usize, tar: &[u8]) -> bool {
+    match bale_format::tar_header_at(tar) {
+        Some((b'0' | 0, size)) => {
+            let data = index.sample(local).tar_offset.saturating_add(512);
+            index
+                .members(local)
+                .find(|m| m.offset == data)
+                .is_none_or(|m| m.size == size)
+        }
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// For a shard downloaded into the cache with no checksum to check it by:
+/// each sample's record begins with the tar header its index describes
+/// (the first sample's only for a `.tar.zst`, whose frames would all have
+/// to be decompressed), as [`Dataset::check_record`] checks a record read
+/// from the object. Another object of the same size fails at its first
+/// sample whose layout differs.
+fn check_filled_heads(
+    file: &File,
+    path: &Path,
+    index: &ShardIndex,
+) -> std::result::Result<(), String> {
+    if index.is_scattered() {
+        return Ok(());
+    }
+    let zstd = index.compression() == Compression::Zstd;
+    let samples = if zstd {
+        index.len().min(1)
+    } else {
+        index.len()
+    };
+    let mut block = vec![0u8; 512];
+    for i in 0..samples {
+        let e = index.sample(i);
+        let head = if zstd {
+            let mut raw = vec![0u8; e.file_len as usize];
+            file.read_exact_at(&mut raw, e.file_offset)
+                .map_err(|e| e.to_string())?;
+            decompress_frame(path, e.file_offset, &raw, e.tar_len, index.zstd_dict())
+                .map_err(|e| e.to_string())?
+        } else {
+            file.read_exact_at(&mut block, e.file_offset)
+                .map_err(|e| e.to_string())?;
+            block.clone()
+        };
+        if !describes(index, i, &head) {
+            return Err(format!(
+                "at offset {} it does not hold the tar header of sample {:?} that its index describes: it was replaced or is damaged",
+                e.file_offset,
+                index.key(i)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks a shard downloaded into the cache: against the manifest's
 /// whole-file checksum when it records one, else every member against its
 /// index checksum (when the index records them). Returns what is wrong.
@@ -445,7 +499,7 @@ fn check_filled(
         return Ok(());
     }
     if !index.has_checksums() {
-        return Ok(());
+        return check_filled_heads(file, path, index);
     }
     for i in 0..index.len() {
         let e = index.sample(i);
