@@ -1705,6 +1705,64 @@ fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
 }
 
 #[test]
+fn an_index_run_taken_over_during_its_scan_deletes_nothing_of_the_run_that_took_it() {
+    // `bale index -o URL --force` deletes the old bale.json and indexes
+    // only once every tar is scanned. A run that stalls whole in its scan
+    // (SIGSTOP, with a tar's GET held) for longer than --force watches a
+    // lock is taken over by another --force run, which commits; when the
+    // first resumes it must not delete that run's dataset.
+    let s = Seaweed::shared();
+    let (t, _tree, local) = tree_and_local(200, &["--shard-samples", "100"]);
+    let b = bucket(s, "indextaken");
+    let url = format!("s3://{b}/wds");
+    let tars = t.path().join("tars");
+    std::fs::create_dir_all(&tars).unwrap();
+    let mut urls = Vec::new();
+    for (name, bytes) in snapshot(&local) {
+        if name.ends_with(".tar") {
+            std::fs::write(tars.join(&name), bytes).unwrap();
+            urls.push(format!("s3://{b}/wds/{name}"));
+        }
+    }
+    s.upload_dir(&tars, &b, "wds").unwrap();
+    let mut args: Vec<&str> = vec!["index", "-q", "--force", "-o", &url];
+    args.extend(urls.iter().map(String::as_str));
+    let o = bale(s, &args);
+    assert!(o.status.success(), "{}", text(&o));
+
+    let last = urls.last().unwrap();
+    let gate = Gate::start(
+        s,
+        format!("GET /{b}/wds/{}", last.rsplit('/').next().unwrap()).into_bytes(),
+        GateDoes::HoldRequest,
+        1,
+    );
+    let mut first_args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    first_args.extend(gate.cli_options(s));
+    let mut first = Running::start(&mut bale_cmd(&first_args));
+    gate.wait_held(1, Duration::from_secs(120));
+    signal(&mut first, libc::SIGSTOP);
+    // The other run watches the stalled lock, takes it over and commits.
+    let o = bale(s, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    let store = Store::open(&url, &options(s)).unwrap();
+    let committed = object_bytes(&store, "bale.json");
+    signal(&mut first, libc::SIGCONT);
+    gate.release(0);
+    let o = first.finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("took this prefix over"),
+        "{}",
+        text(&o)
+    );
+    // The other run's dataset is there, whole.
+    assert_eq!(object_bytes(&store, "bale.json"), committed);
+    assert_eq!(verified(s, &url).len(), 200);
+    assert_same_tars(s, &url, &local);
+}
+
+#[test]
 fn force_never_deletes_a_dali_index_named_like_bales() {
     // `shard-000000.idx` is also what DALI's tar indexer writes: text, not
     // bale's index. Beside no bale.json and no killed run's lock, --force

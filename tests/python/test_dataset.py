@@ -273,6 +273,10 @@ def test_index_errors(tar_ds: Packed) -> None:
         with pytest.raises(IndexError, match="out of range"):
             ds[bad]
     assert ds[np.int64(3)]["__index__"] == 3
+    with pytest.raises(IndexError, match="out of range"):
+        ds.__getitems__([0, 2**63])
+    with pytest.raises(TypeError):
+        ds.__getitems__([0, 1.5])
     with pytest.raises(TypeError):
         ds[1.0]  # type: ignore[index]
     with pytest.raises(IndexError):

@@ -682,8 +682,20 @@ impl PyDataset {
     fn __getitems__<'py>(
         &self,
         py: Python<'py>,
-        indices: Vec<i64>,
+        indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
+        // An integer past i64 is out of range, as for `ds[i]`.
+        let indices: Vec<i64> = indices.extract().map_err(|e: PyErr| {
+            if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
+                PyIndexError::new_err(format!(
+                    "a sample index out of range: the dataset {} holds {} samples",
+                    self.ds.dir().display(),
+                    self.ds.len()
+                ))
+            } else {
+                e
+            }
+        })?;
         let idx = indices
             .iter()
             .map(|&i| self.index(i))

@@ -870,10 +870,22 @@ impl Publisher {
     /// # Errors
     /// As [`Publisher::open_alongside`]'s checks; request errors.
     pub fn replace_alongside(&self) -> Result<()> {
-        match &self.alongside {
-            Some(names) => self.check_and_clear_names(names),
-            None => Ok(()),
+        let Some(names) = &self.alongside else {
+            return Ok(());
+        };
+        // The scan may have taken hours, and a run that stalled meanwhile
+        // (its lock's refreshes with it) may have been taken over by a
+        // --force run that has committed since: what is there is that
+        // run's dataset now, and not this one's to delete.
+        {
+            let _writing = lock(&self.lock_write);
+            self.check_not_lost()?;
+            if self.locked.load(Ordering::SeqCst) && !self.owns_lock()? {
+                self.lost.store(true, Ordering::SeqCst);
+                return Err(self.lost_error());
+            }
         }
+        self.check_and_clear_names(names)
     }
 
     fn check_and_clear_names(&self, names: &[String]) -> Result<()> {
@@ -884,6 +896,8 @@ impl Publisher {
         // The manifest first.
         present.sort_by_key(|n| n.as_str() != MANIFEST);
         for n in present {
+            // The heartbeat sees a takeover within its beat.
+            self.check_not_lost()?;
             self.delete(&n)?;
         }
         if self.opts.force {
