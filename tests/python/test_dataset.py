@@ -273,6 +273,11 @@ def test_index_errors(tar_ds: Packed) -> None:
         with pytest.raises(IndexError, match="out of range"):
             ds[bad]
     assert ds[np.int64(3)]["__index__"] == 3
+    for bad in (np.uint64(2**63), 2**63):
+        with pytest.raises(IndexError, match="out of range"):
+            ds[bad]
+        with pytest.raises(IndexError, match="out of range"):
+            ds.key(bad)
     with pytest.raises(IndexError, match="out of range"):
         ds.__getitems__([0, 2**63])
     with pytest.raises(TypeError):

@@ -384,7 +384,8 @@ def test_bad_options_are_value_errors(jpegs) -> None:
                dict(prefetch=10**9), dict(batch_size=10**9), dict(std=(0.0, 1.0, 1.0), dtype="float32"),
                dict(rank=3, world_size=2), dict(mean=(float("nan"), 0.5, 0.5), dtype="float32"),
                dict(image="png"), dict(size=(5.9, 5.9)), dict(size=16.0), dict(size=-1), dict(size=(16,)),
-               dict(size="16"), dict(size=(16, -2))):
+               dict(size="16"), dict(size=(16, -2)), dict(size=True), dict(size=(True, 16)),
+               dict(size=bytearray(b"\x10\x0c")), dict(size=2**40)):
         with pytest.raises(ValueError):
             bale.Loader(path, **kw)
     # Whole pixels are taken in any integer type.
@@ -402,8 +403,12 @@ def test_an_extreme_aspect_ratio_still_crops_every_image(jpegs) -> None:
     # Ten tries fail; the central fallback keeps a side of at least one
     # pixel, where rounding it to none made every image an error.
     for ratio in ((1e300, 1e300), (1e-300, 1e-300)):
-        got = sum(len(im) for im, _ in bale.Loader(path, batch_size=10, size=8, ratio=ratio))
+        loader = bale.Loader(path, batch_size=10, size=8, ratio=ratio)
+        got = sum(len(im) for im, _ in loader)
         assert got == n
+        for i in range(n):
+            box = loader.sample_params(i, epoch=0)
+            assert box["height"] >= 1 and box["width"] >= 1, (ratio, i, box)
 
 
 def test_rank_without_world_size_in_the_environment_is_an_error(jpegs, monkeypatch) -> None:

@@ -329,9 +329,12 @@ fn is_sample_error(e: &LoaderError) -> bool {
     use bale_reader::ReaderError as R;
     match e {
         LoaderError::Image { .. } | LoaderError::MissingField { .. } => true,
-        // A shard replaced under the loader, or a process forked from it,
-        // is no damaged sample: skipping would lose every sample after it.
-        LoaderError::Reader(R::ShardReplaced { .. } | R::Forked { .. }) => false,
+        // A shard replaced under the loader, a process forked from it, or
+        // object storage failing (unreachable, refusing, or answering with
+        // another object) is no damaged sample: skipping would lose every
+        // sample after it, and an epoch against a store that refuses every
+        // request would end at once with nothing read.
+        LoaderError::Reader(R::ShardReplaced { .. } | R::Forked { .. } | R::Storage(_)) => false,
         LoaderError::Reader(_) => true,
         _ => false,
     }
@@ -564,6 +567,28 @@ fn flip_rows(pixels: &mut [u8], width: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_samples_own_bytes_are_skippable() {
+        use bale_reader::ReaderError as R;
+        let damaged = LoaderError::Reader(R::Format(bale_format::FormatError::Corrupt {
+            path: "s.tar".into(),
+            offset: 512,
+            what: "bad".into(),
+        }));
+        assert!(is_sample_error(&damaged));
+        let refused = LoaderError::Reader(R::Storage(bale_storage::StorageError::Request {
+            url: "s3://b/ds/shard-000000.tar".into(),
+            range: Some(0..512),
+            status: Some(503),
+            what: "HTTP 503".into(),
+        }));
+        assert!(!is_sample_error(&refused));
+        let replaced = LoaderError::Reader(R::ShardReplaced {
+            path: "s.tar".into(),
+        });
+        assert!(!is_sample_error(&replaced));
+    }
 
     #[test]
     fn rows_flip_left_right() {

@@ -337,7 +337,10 @@ impl PyDataset {
     /// `i64` is out of range, as a list says (`IndexError`, not
     /// `OverflowError`); anything else keeps its `TypeError`.
     fn not_an_index(&self, i: &Bound<'_, PyAny>, e: PyErr) -> PyErr {
-        if i.is_instance_of::<pyo3::types::PyInt>() {
+        // An integer of another type (`np.uint64(2**63)`) overflows too.
+        if i.is_instance_of::<pyo3::types::PyInt>()
+            || e.is_instance_of::<pyo3::exceptions::PyOverflowError>(i.py())
+        {
             return PyIndexError::new_err(format!(
                 "sample {i} out of range: the dataset {} holds {} samples",
                 self.ds.dir().display(),
@@ -733,8 +736,11 @@ impl PyDataset {
     }
 
     /// The key of sample `i`, without reading it.
-    fn key(&self, i: i64) -> PyResult<String> {
-        let i = self.index(i)?;
+    fn key(&self, i: &Bound<'_, PyAny>) -> PyResult<String> {
+        let i = match i.extract::<i64>() {
+            Ok(i) => self.index(i)?,
+            Err(e) => return Err(self.not_an_index(i, e)),
+        };
         self.ds.key(i).map(str::to_owned).map_err(to_py)
     }
 

@@ -334,8 +334,12 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
     }
     // A stall ended by the client's own limit: say which limit, and how to
     // raise it where the store is slow rather than gone.
-    if status.is_none() && text.contains("timed out") {
-        let (key, default) = if text.to_ascii_lowercase().contains("connect") {
+    // Read from the cause alone: a bucket or key may be named "connect".
+    if status.is_none() && cause.contains("timed out") {
+        let connecting = ["(Connect)", "connect error", "tcp connect"]
+            .iter()
+            .any(|m| cause.contains(m));
+        let (key, default) = if connecting {
             ("connect_timeout", crate::options::DEFAULT_CONNECT_TIMEOUT)
         } else {
             ("timeout", crate::options::DEFAULT_TIMEOUT)
@@ -380,6 +384,13 @@ mod tests {
         );
         let connect = "Error performing GET http://10.0.0.1/b/k in 5s - HTTP error: error sending request: client error (Connect): tcp connect error: operation timed out";
         let what = plain_what(connect, None);
+        // A bucket named like the word is not a connection's timeout.
+        let named = "Error performing GET http://127.0.0.1:1/connectomics/bale.json in 2s - HTTP error: error sending request: operation timed out";
+        assert!(
+            plain_what(named, None).contains("--storage-option timeout=120s"),
+            "{}",
+            plain_what(named, None)
+        );
         assert!(
             what.contains("--storage-option connect_timeout=120s"),
             "{what}"

@@ -435,25 +435,27 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
-    """``(height, width)`` of whole pixels, at least 1 each: ``5.9`` is refused,
-    not truncated to 5; NumPy integers are taken."""
+    """``(height, width)`` of whole pixels, 1 to 2**32 - 1 each: ``5.9`` is
+    refused, not truncated to 5; NumPy integers are taken, ``True`` is not."""
     bad = ValueError(f"{name} must be a positive int or (height, width) of positive ints, not {v!r}")
-    try:
-        t = (operator.index(v),) * 2
-    except TypeError:
+
+    def side(x: object) -> int:
+        if isinstance(x, bool):
+            raise bad
         try:
-            t = tuple(v)  # type: ignore[arg-type]
+            n = operator.index(x)  # type: ignore[arg-type]
         except TypeError:
             raise bad from None
-    if len(t) != 2 or isinstance(v, (str, bytes)):
-        raise bad
-    try:
-        h, w = operator.index(t[0]), operator.index(t[1])
-    except TypeError:
-        raise bad from None
-    if h < 1 or w < 1:
-        raise bad
-    return h, w
+        if not 1 <= n <= 2**32 - 1:
+            raise bad
+        return n
+
+    if isinstance(v, (list, tuple)):
+        if len(v) != 2:
+            raise bad
+        return side(v[0]), side(v[1])
+    n = side(v)
+    return n, n
 
 
 #: Pillow's decompression-bomb limit: larger images are refused from their header.

@@ -152,7 +152,17 @@ impl Dataset {
                         .map_or(r.object.url(), |(d, _)| d),
                     &options.storage,
                 )?),
-                remote::open_cache(&options, &manifest)?,
+                // Only the shards in the bucket go through the cache.
+                remote::open_cache(
+                    &options,
+                    shards
+                        .iter()
+                        .zip(&manifest.shards)
+                        .filter(|(s, _)| s.remote.is_some())
+                        .map(|(_, e)| e.bytes)
+                        .max()
+                        .unwrap_or(0),
+                )?,
             ),
             None => (None, None),
         };

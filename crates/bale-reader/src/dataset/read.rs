@@ -423,7 +423,6 @@ impl Dataset {
         let span_len = (last.file_offset + last.file_len).saturating_sub(span_start);
         if let Some(obj) = self.remote_object(s)? {
             let bytes = obj.get_range(span_start..span_start.saturating_add(span_len))?;
-            self.check_run(s, local, count, &bytes, span_start)?;
             return Ok(self.samples_of_run(
                 s,
                 local,
@@ -431,6 +430,7 @@ impl Dataset {
                 Buf::Bytes(bytes),
                 span_start,
                 populate,
+                true,
             ));
         }
         let h = self.handle(s)?;
@@ -461,12 +461,15 @@ impl Dataset {
         };
         // Read: a later read of these bytes (the next epoch) asks for them again.
         h.ahead.read(span_start, span_len);
-        Ok(self.samples_of_run(s, local, count, buf, span_start, populate))
+        Ok(self.samples_of_run(s, local, count, buf, span_start, populate, false))
     }
 
     /// Samples `local..local + count` of shard `s` from `buf`, which holds
     /// the run's bytes from file offset `span_start` on (or the whole shard
-    /// for a map).
+    /// for a map). With `heads` (bytes read from an object in a bucket),
+    /// each sample's record is first checked to begin with the tar header
+    /// its index describes ([`Dataset::check_record`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn samples_of_run(
         &self,
         s: usize,
@@ -475,6 +478,7 @@ impl Dataset {
         buf: Buf,
         span_start: u64,
         populate: bool,
+        heads: bool,
     ) -> Vec<Result<Sample>> {
         let shard = &self.inner.shards[s];
         let compression = shard.index.compression();
@@ -511,6 +515,9 @@ impl Dataset {
             };
             let r = match (compression, at) {
                 (_, None) => Err(outside()),
+                (Compression::None, Some(at)) if heads => self
+                    .check_record(s, l, buf.get(at..).unwrap_or_default())
+                    .and_then(|()| self.build(s, l, &e, buf.clone(), at, None)),
                 (Compression::None | Compression::H5, Some(at)) => {
                     self.build(s, l, &e, buf.clone(), at, None)
                 }
@@ -519,7 +526,12 @@ impl Dataset {
                     .and_then(|end| buf.get(at..end))
                     .ok_or_else(outside)
                     .and_then(|frame| shard.decompress(&e, frame))
-                    .and_then(|d| self.build(s, l, &e, Buf::owned(d), 0, None)),
+                    .and_then(|d| {
+                        if heads {
+                            self.check_record(s, l, &d)?;
+                        }
+                        self.build(s, l, &e, Buf::owned(d), 0, None)
+                    }),
             };
             if populate && let Ok(sample) = &r {
                 sample.populate();

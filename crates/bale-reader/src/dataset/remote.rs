@@ -44,7 +44,8 @@ pub(super) fn open_remote(url: &str, options: DatasetOptions) -> Result<Dataset>
         r => r?,
     };
     let manifest = Manifest::from_slice(&bytes, &manifest_path)?;
-    let cache = open_cache(&options, &manifest)?;
+    let largest = manifest.shards.iter().map(|s| s.bytes).max().unwrap_or(0);
+    let cache = open_cache(&options, largest)?;
     let items = manifest
         .shards
         .iter()
@@ -83,13 +84,12 @@ pub(super) fn open_remote(url: &str, options: DatasetOptions) -> Result<Dataset>
 }
 
 /// The node-local cache the options ask for, when they do: refused when
-/// its limit cannot hold the dataset's largest shard.
-pub(super) fn open_cache(options: &DatasetOptions, manifest: &Manifest) -> Result<Option<Cache>> {
+/// its limit cannot hold `largest`, the largest shard it would hold.
+pub(super) fn open_cache(options: &DatasetOptions, largest: u64) -> Result<Option<Cache>> {
     let Some(c) = &options.cache else {
         return Ok(None);
     };
     let cache = Cache::open(c)?;
-    let largest = manifest.shards.iter().map(|s| s.bytes).max().unwrap_or(0);
     if largest > c.limit {
         return Err(StorageError::Cache {
             path: c.dir.clone(),
@@ -240,45 +240,13 @@ impl Dataset {
     /// the record's offset then holds another sample's data, or another
     /// member's header (512 bytes summed, against a round trip to the
     /// store).
-    fn check_record(&self, s: usize, local: usize, tar: &[u8]) -> Result<()> {
+    pub(super) fn check_record(&self, s: usize, local: usize, tar: &[u8]) -> Result<()> {
         if describes(&self.inner.shards[s].index, local, tar) {
             return Ok(());
         }
         Err(ReaderError::ShardReplaced {
             path: self.inner.shards[s].path.clone(),
         })
-    }
-
-    /// [`Dataset::check_record`] for each sample of a run read in one
-    /// request from `start` (for a `.tar.zst` shard, its first sample's
-    /// frame, which a replaced object rarely decompresses at all).
-    pub(super) fn check_run(
-        &self,
-        s: usize,
-        local: usize,
-        count: usize,
-        run: &[u8],
-        start: u64,
-    ) -> Result<()> {
-        let shard = &self.inner.shards[s];
-        let replaced = || ReaderError::ShardReplaced {
-            path: shard.path.clone(),
-        };
-        if shard.index.compression() == Compression::Zstd {
-            let e = shard.index.sample(local);
-            let frame = run.get(..e.file_len as usize).ok_or_else(replaced)?;
-            return self.check_record(s, local, &shard.decompress(&e, frame)?);
-        }
-        for l in local..local + count {
-            let e = shard.index.sample(l);
-            let at = e
-                .file_offset
-                .checked_sub(start)
-                .and_then(|a| usize::try_from(a).ok())
-                .ok_or_else(replaced)?;
-            self.check_record(s, l, run.get(at..).unwrap_or_default())?;
-        }
-        Ok(())
     }
 
     /// [`Dataset::get_batch`] for a dataset in object storage: every
@@ -378,27 +346,15 @@ impl Dataset {
                 }
                 Some(b) => {
                     let start = self.inner.shards[s].index.sample(local).file_offset;
-                    match self.check_run(s, local, count, &b, start) {
-                        Ok(()) => out.extend(self.samples_of_run(
-                            s,
-                            local,
-                            count,
-                            Buf::Bytes(b),
-                            start,
-                            false,
-                        )),
-                        // The run is from another object: the error found
-                        // (a replaced shard, or a first frame that does not
-                        // decompress), then the replaced shard for the rest.
-                        Err(e) => {
-                            out.push(Err(e));
-                            out.extend((1..count).map(|_| {
-                                Err(ReaderError::ShardReplaced {
-                                    path: self.inner.shards[s].path.clone(),
-                                })
-                            }));
-                        }
-                    }
+                    out.extend(self.samples_of_run(
+                        s,
+                        local,
+                        count,
+                        Buf::Bytes(b),
+                        start,
+                        false,
+                        true,
+                    ));
                 }
                 None => out.extend((local..local + count).map(|l| self.read_local(s, l, false))),
             }
@@ -421,7 +377,7 @@ pub(crate) struct StartedPieces {
 /// member's).
 fn describes(index: &ShardIndex, local: usize, tar: &[u8]) -> bool {
     match bale_format::tar_header_at(tar) {
-        Some((b'0' | 0, size)) => {
+        Some((b'0' | 0 | b'7', size)) => {
             let data = index.sample(local).tar_offset.saturating_add(512);
             index
                 .members(local)
