@@ -809,16 +809,7 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     let (t, tree, local) = tree_and_local(300, &["--shard-samples", "100"]);
     let b = bucket(s, "index");
     // The tars only (no index, no manifest), and a file of the user's.
-    let tars = t.path().join("tars");
-    std::fs::create_dir_all(&tars).unwrap();
-    let mut urls = Vec::new();
-    for (name, bytes) in snapshot(&local) {
-        if name.ends_with(".tar") {
-            std::fs::write(tars.join(&name), bytes).unwrap();
-            urls.push(format!("s3://{b}/wds/{name}"));
-        }
-    }
-    s.upload_dir(&tars, &b, "wds").unwrap();
+    let urls = tars_in_bucket(s, t.path(), &local, &b);
     let notes = t.path().join("notes.txt");
     std::fs::write(&notes, b"theirs").unwrap();
     s.put_file(&notes, &b, "wds/notes.txt").unwrap();
@@ -1022,6 +1013,22 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
         text(&o)
     );
     assert!(listing(s, &b, "elsewhere").0.is_empty());
+}
+
+/// The tars of the dataset `local` alone (no index, no manifest), uploaded
+/// under `s3://b/wds` (by way of `scratch/tars`): their URLs.
+fn tars_in_bucket(s: &Seaweed, scratch: &Path, local: &Path, b: &str) -> Vec<String> {
+    let tars = scratch.join("tars");
+    std::fs::create_dir_all(&tars).unwrap();
+    let mut urls = Vec::new();
+    for (name, bytes) in snapshot(local) {
+        if name.ends_with(".tar") {
+            std::fs::write(tars.join(&name), bytes).unwrap();
+            urls.push(format!("s3://{b}/wds/{name}"));
+        }
+    }
+    s.upload_dir(&tars, b, "wds").unwrap();
+    urls
 }
 
 /// Each tar of `dir` has an object of the same bytes under `url`.
@@ -1645,16 +1652,7 @@ fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
     let (t, tree, local) = tree_and_local(200, &["--shard-samples", "100"]);
     let b = bucket(s, "indexkill");
     let url = format!("s3://{b}/wds");
-    let tars = t.path().join("tars");
-    std::fs::create_dir_all(&tars).unwrap();
-    let mut urls = Vec::new();
-    for (name, bytes) in snapshot(&local) {
-        if name.ends_with(".tar") {
-            std::fs::write(tars.join(&name), bytes).unwrap();
-            urls.push(format!("s3://{b}/wds/{name}"));
-        }
-    }
-    s.upload_dir(&tars, &b, "wds").unwrap();
+    let urls = tars_in_bucket(s, t.path(), &local, &b);
     let lock = t.path().join("lock.json");
     std::fs::write(
         &lock,
@@ -1715,16 +1713,7 @@ fn an_index_run_taken_over_during_its_scan_deletes_nothing_of_the_run_that_took_
     let (t, _tree, local) = tree_and_local(200, &["--shard-samples", "100"]);
     let b = bucket(s, "indextaken");
     let url = format!("s3://{b}/wds");
-    let tars = t.path().join("tars");
-    std::fs::create_dir_all(&tars).unwrap();
-    let mut urls = Vec::new();
-    for (name, bytes) in snapshot(&local) {
-        if name.ends_with(".tar") {
-            std::fs::write(tars.join(&name), bytes).unwrap();
-            urls.push(format!("s3://{b}/wds/{name}"));
-        }
-    }
-    s.upload_dir(&tars, &b, "wds").unwrap();
+    let urls = tars_in_bucket(s, t.path(), &local, &b);
     let mut args: Vec<&str> = vec!["index", "-q", "--force", "-o", &url];
     args.extend(urls.iter().map(String::as_str));
     let o = bale(s, &args);
