@@ -165,15 +165,14 @@ pub struct RawHeader {
     pub typeflag: u8,
 }
 
-/// The type flag and size field of the tar header block that `bytes`
-/// begin with, when its checksum holds (`None` for other bytes and for an
-/// end-of-archive block of zeros). What a reader handed a sample's record
-/// by offset can check cheaply: that the index read earlier still
+/// The first entry of the tar stream that `bytes` begin with (its pax and
+/// GNU long-name headers applied), with its data offset relative to
+/// `bytes`; `None` when they do not begin with one (other bytes, a bad
+/// checksum, an end-of-archive block). What a reader handed a sample's
+/// record by offset can check cheaply: that the index read earlier still
 /// describes the bytes (a shard replaced since puts other bytes there).
-pub fn tar_header_at(bytes: &[u8]) -> Option<(u8, u64)> {
-    let block = bytes.first_chunk::<512>()?;
-    let h = parse_header(block).ok()??;
-    Some((h.typeflag, h.size))
+pub fn first_entry(bytes: &[u8]) -> Option<Entry> {
+    TarReader::new(bytes, "record").next_entry().ok()?
 }
 
 /// Decodes one header block. Returns `Ok(None)` for an all-zero block (end of archive).
@@ -748,18 +747,28 @@ mod tests {
     fn a_header_is_told_from_data_zeros_and_short_bytes() {
         let mut out = Vec::new();
         encode_member_header("k/0001.jpg", 3000, &mut out);
-        assert_eq!(tar_header_at(&out), Some((b'0', 3000)));
-        // A PAX header (a long name) is a header too: of its records.
-        let mut long = Vec::new();
-        encode_member_header(&format!("{}.jpg", "d".repeat(120)), 1, &mut long);
-        assert!(matches!(tar_header_at(&long), Some((b'x', _))));
-        assert_eq!(tar_header_at(&out[..511]), None);
-        assert_eq!(tar_header_at(&[0u8; 512]), None);
+        let e = first_entry(&out).unwrap();
+        assert_eq!(
+            (e.name.as_slice(), e.size, e.data_offset),
+            (&b"k/0001.jpg"[..], 3000, 512)
+        );
+        assert_eq!(e.kind, EntryKind::File);
+        // A long name's pax header is read through to the member's own.
+        let long = format!("{}.jpg", "d".repeat(120));
+        let mut pax = Vec::new();
+        encode_member_header(&long, 1, &mut pax);
+        let e = first_entry(&pax).unwrap();
+        assert_eq!(
+            (e.name, e.size, e.data_offset),
+            (long.into_bytes(), 1, 1536)
+        );
+        assert!(first_entry(&out[..511]).is_none());
+        assert!(first_entry(&[0u8; 512]).is_none());
         let mut flipped = out.clone();
         flipped[3] ^= 1;
-        assert_eq!(tar_header_at(&flipped), None);
+        assert!(first_entry(&flipped).is_none());
         let data: Vec<u8> = (0..512u32).map(|i| (i * 7 % 251) as u8).collect();
-        assert_eq!(tar_header_at(&data), None);
+        assert!(first_entry(&data).is_none());
     }
 
     #[test]

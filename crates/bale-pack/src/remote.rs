@@ -238,8 +238,13 @@ impl RemoteOutput {
             return Err(StorageError::Cancelled.into());
         }
         // A run beside others (`bale index -o URL`) replaces the old
-        // dataset's objects only now, with all it uploads at hand.
-        self.publisher.replace_alongside()?;
+        // dataset's objects only now, with all it uploads at hand. From
+        // then on it finishes (its indexes are small): stopping at the
+        // first Ctrl-C would leave neither the old dataset nor the new
+        // one. A second Ctrl-C still exits at once.
+        let replaced = self.publisher.replace_alongside()?;
+        let never = AtomicBool::new(false);
+        let stop: &AtomicBool = if replaced { &never } else { &self.stop };
         let mut rest: Vec<String> = std::fs::read_dir(&self.dir)
             .map_err(|e| PackError::io(&self.dir, e))?
             .filter_map(|e| e.ok())
@@ -254,10 +259,10 @@ impl RemoteOutput {
             // Ctrl-C stops an upload between parts.
             let n = self
                 .publisher
-                .upload_file(&self.dir.join(name), name, &self.stop)?;
+                .upload_file(&self.dir.join(name), name, stop)?;
             self.uploaded.fetch_add(n, Ordering::Relaxed);
         }
-        if self.stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) {
             return Err(StorageError::Cancelled.into());
         }
         let manifest_path = self.dir.join(bale_format::MANIFEST_NAME);

@@ -867,11 +867,15 @@ impl Publisher {
     /// first, and with `force` aborts open uploads of them. Nothing for
     /// other runs.
     ///
+    /// Returns whether the run writes beside others (and so replaced what
+    /// was there).
+    ///
     /// # Errors
-    /// As [`Publisher::open_alongside`]'s checks; request errors.
-    pub fn replace_alongside(&self) -> Result<()> {
+    /// As [`Publisher::open_alongside`]'s checks; request errors; another
+    /// run having taken the prefix over.
+    pub fn replace_alongside(&self) -> Result<bool> {
         let Some(names) = &self.alongside else {
-            return Ok(());
+            return Ok(false);
         };
         // The scan may have taken hours, and a run that stalled meanwhile
         // (its lock's refreshes with it) may have been taken over by a
@@ -885,7 +889,8 @@ impl Publisher {
                 return Err(self.lost_error());
             }
         }
-        self.check_and_clear_names(names)
+        self.check_and_clear_names(names)?;
+        Ok(true)
     }
 
     fn check_and_clear_names(&self, names: &[String]) -> Result<()> {

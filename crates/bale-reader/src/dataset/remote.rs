@@ -164,6 +164,9 @@ impl Dataset {
         let chunk = (self.read_chunk()).max(1 << 20);
         let ahead = self.inner.options.max_requests.clamp(1, 8);
         let path = object.path_buf();
+        // Set when the copy is not the object the index describes (its
+        // headers elsewhere): the shard was replaced since the open.
+        let replaced = std::cell::Cell::new(false);
         let got = cache.get_or_fill(&key, ext, len, |file| {
             let mut h = bale_format::hash::Xxh3::new();
             for c in Chunks::new(object, 0..len, chunk, ahead) {
@@ -175,14 +178,26 @@ impl Dataset {
                     })?;
                 h.update(&bytes);
             }
-            check_filled(file, &path, index, entry.shard_xxh3.as_deref(), h.digest()).map_err(
-                |what| StorageError::Changed {
-                    url: object.url().to_owned(),
-                    what,
-                },
-            )
-        })?;
-        Ok(got.map(|c| c.file))
+            let changed = |what| StorageError::Changed {
+                url: object.url().to_owned(),
+                what,
+            };
+            check_filled(file, &path, index, entry.shard_xxh3.as_deref(), h.digest())
+                .map_err(changed)?;
+            // With no checksum to check the copy by, its headers.
+            if entry.shard_xxh3.is_none() && !index.has_checksums() {
+                check_filled_heads(file, &path, index).map_err(|what| {
+                    replaced.set(true);
+                    changed(what)
+                })?;
+            }
+            Ok(())
+        });
+        match got {
+            Ok(got) => Ok(got.map(|c| c.file)),
+            Err(_) if replaced.get() => Err(ReaderError::ShardReplaced { path }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Sample `local` of shard `s` from its object: one ranged GET (one per
@@ -371,22 +386,38 @@ pub(crate) struct StartedPieces {
 }
 
 /// Whether `tar`, sample `local`'s record as read (and decompressed),
-/// begins with the tar header `index` describes: a valid header block and,
-/// for a plain member's header, that member's size (a long name's or a big
-/// size's extended header comes first, and its own size is not the
-/// member's).
+/// begins with the member its index describes first: a regular file
+/// whose data starts where the index says, of the size it gives, named
+/// `<key>.<ext>` (after its pax or GNU long-name records, and a leading
+/// `./`; a key that `bale index` renamed, `<key>~<n>`, is named by the
+/// tar's key). Another object of the same size holds, at that offset,
+/// another sample's data, or another sample's or member's header.
 fn describes(index: &ShardIndex, local: usize, tar: &[u8]) -> bool {
-    match bale_format::tar_header_at(tar) {
-        Some((b'0' | 0 | b'7', size)) => {
-            let data = index.sample(local).tar_offset.saturating_add(512);
-            index
-                .members(local)
-                .find(|m| m.offset == data)
-                .is_none_or(|m| m.size == size)
-        }
-        Some(_) => true,
-        None => false,
-    }
+    let Some(first) = index.members(local).min_by_key(|m| m.offset) else {
+        return true;
+    };
+    let Some(entry) = bale_format::first_entry(tar) else {
+        return false;
+    };
+    let e = index.sample(local);
+    let at = first.offset.checked_sub(e.tar_offset);
+    let Ok(name) = std::str::from_utf8(&entry.name) else {
+        return false;
+    };
+    let named = bale_format::split_member_name(bale_format::scan::normalize_member_name(name))
+        .is_some_and(|(tar_key, ext)| {
+            let key = index.key(local);
+            ext == first.ext
+                && (key == tar_key
+                    || key
+                        .strip_prefix(tar_key)
+                        .and_then(|n| n.strip_prefix('~'))
+                        .is_some_and(|n| n.parse::<u64>().is_ok()))
+        });
+    entry.kind == bale_format::EntryKind::File
+        && Some(entry.data_offset) == at
+        && entry.size == first.size
+        && named
 }
 
 /// For a shard downloaded into the cache with no checksum to check it by:
@@ -409,7 +440,6 @@ fn check_filled_heads(
     } else {
         index.len()
     };
-    let mut block = vec![0u8; 512];
     for i in 0..samples {
         let e = index.sample(i);
         let head = if zstd {
@@ -419,9 +449,19 @@ fn check_filled_heads(
             decompress_frame(path, e.file_offset, &raw, e.tar_len, index.zstd_dict())
                 .map_err(|e| e.to_string())?
         } else {
-            file.read_exact_at(&mut block, e.file_offset)
+            // The record's headers, through the first member's own (pax
+            // records and long names before it included), at most 1 MiB.
+            let through = index
+                .members(i)
+                .map(|m| m.offset)
+                .min()
+                .map_or(512, |d| d.saturating_sub(e.tar_offset))
+                .min(e.tar_len)
+                .min(1 << 20);
+            let mut head = vec![0u8; through as usize];
+            file.read_exact_at(&mut head, e.file_offset)
                 .map_err(|e| e.to_string())?;
-            block.clone()
+            head
         };
         if !describes(index, i, &head) {
             return Err(format!(
@@ -436,7 +476,8 @@ fn check_filled_heads(
 
 /// Checks a shard downloaded into the cache: against the manifest's
 /// whole-file checksum when it records one, else every member against its
-/// index checksum (when the index records them). Returns what is wrong.
+/// index checksum (when the index records them; else see
+/// [`check_filled_heads`]). Returns what is wrong.
 fn check_filled(
     file: &File,
     path: &Path,
@@ -455,7 +496,7 @@ fn check_filled(
         return Ok(());
     }
     if !index.has_checksums() {
-        return check_filled_heads(file, path, index);
+        return Ok(());
     }
     for i in 0..index.len() {
         let e = index.sample(i);
