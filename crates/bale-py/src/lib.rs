@@ -341,13 +341,18 @@ impl PyDataset {
         if i.is_instance_of::<pyo3::types::PyInt>()
             || e.is_instance_of::<pyo3::exceptions::PyOverflowError>(i.py())
         {
-            return PyIndexError::new_err(format!(
-                "sample {i} out of range: the dataset {} holds {} samples",
-                self.ds.dir().display(),
-                self.ds.len()
-            ));
+            return self.out_of_range(format_args!("sample {i}"));
         }
         e
+    }
+
+    /// The `IndexError` for `what` (`sample 12`), past the dataset's end.
+    fn out_of_range(&self, what: std::fmt::Arguments<'_>) -> PyErr {
+        PyIndexError::new_err(format!(
+            "{what} out of range: the dataset {} holds {} samples",
+            self.ds.dir().display(),
+            self.ds.len()
+        ))
     }
 
     fn index(&self, i: i64) -> PyResult<u64> {
@@ -357,12 +362,10 @@ impl PyDataset {
         } else {
             i128::from(i)
         };
-        u64::try_from(j).ok().filter(|&j| j < n).ok_or_else(|| {
-            PyIndexError::new_err(format!(
-                "sample {i} out of range: the dataset {} holds {n} samples",
-                self.ds.dir().display()
-            ))
-        })
+        u64::try_from(j)
+            .ok()
+            .filter(|&j| j < n)
+            .ok_or_else(|| self.out_of_range(format_args!("sample {i}")))
     }
 
     /// Reads sample `i`; its pages are in memory on return, so that no page
@@ -690,11 +693,7 @@ impl PyDataset {
         // An integer past i64 is out of range, as for `ds[i]`.
         let indices: Vec<i64> = indices.extract().map_err(|e: PyErr| {
             if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
-                PyIndexError::new_err(format!(
-                    "a sample index out of range: the dataset {} holds {} samples",
-                    self.ds.dir().display(),
-                    self.ds.len()
-                ))
+                self.out_of_range(format_args!("a sample index"))
             } else {
                 e
             }

@@ -246,15 +246,12 @@ impl Dataset {
     }
 
     /// Checks that sample `local`'s record, read from its shard's object
-    /// (and decompressed), begins with the tar header its index describes:
-    /// a valid header block, and for a plain member's header, that
-    /// member's size. The index was read at the open; the object is
+    /// (and decompressed), begins with the member its index describes
+    /// first ([`describes`]). The index was read at the open; the object is
     /// checked against its size at every answer, and against its version
     /// from its first answer on, but an object replaced before its first
-    /// read by another of the same size would be read with the old index:
-    /// the record's offset then holds another sample's data, or another
-    /// member's header (512 bytes summed, against a round trip to the
-    /// store).
+    /// read by another of the same size would be read with the old index
+    /// (a header or two parsed, against a round trip to the store).
     pub(super) fn check_record(&self, s: usize, local: usize, tar: &[u8]) -> Result<()> {
         if describes(&self.inner.shards[s].index, local, tar) {
             return Ok(());
@@ -399,13 +396,18 @@ fn describes(index: &ShardIndex, local: usize, tar: &[u8]) -> bool {
     let Some(entry) = bale_format::first_entry(tar) else {
         return false;
     };
-    let e = index.sample(local);
-    let at = first.offset.checked_sub(e.tar_offset);
+    let at = first.offset.checked_sub(index.sample(local).tar_offset);
+    if entry.kind != bale_format::EntryKind::File
+        || Some(entry.data_offset) != at
+        || entry.size != first.size
+    {
+        return false;
+    }
     let Ok(name) = std::str::from_utf8(&entry.name) else {
         return false;
     };
-    let named = bale_format::split_member_name(bale_format::scan::normalize_member_name(name))
-        .is_some_and(|(tar_key, ext)| {
+    bale_format::split_member_name(bale_format::scan::normalize_member_name(name)).is_some_and(
+        |(tar_key, ext)| {
             let key = index.key(local);
             ext == first.ext
                 && (key == tar_key
@@ -413,11 +415,8 @@ fn describes(index: &ShardIndex, local: usize, tar: &[u8]) -> bool {
                         .strip_prefix(tar_key)
                         .and_then(|n| n.strip_prefix('~'))
                         .is_some_and(|n| n.parse::<u64>().is_ok()))
-        });
-    entry.kind == bale_format::EntryKind::File
-        && Some(entry.data_offset) == at
-        && entry.size == first.size
-        && named
+        },
+    )
 }
 
 /// For a shard downloaded into the cache with no checksum to check it by:
