@@ -277,6 +277,109 @@ fn a_shard_replaced_at_the_same_size_before_its_first_read_is_an_error_not_other
     );
 }
 
+#[test]
+fn a_split_tar_replaced_at_the_same_size_is_refused_member_by_member() {
+    // A tar indexed with --allow-split is read member by member (a
+    // scattered index): each member's own header block comes along and is
+    // checked, from the object and in a cached copy.
+    let s = Seaweed::shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let files = tmp.path().join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    for (name, len) in [("a.txt", 5), ("b.txt", 5), ("a.bin", 3000), ("b.bin", 3000)] {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 + name.len() * 7) as u8).collect();
+        std::fs::write(files.join(name), bytes).unwrap();
+    }
+    let tar = |out: &Path, order: &[&str]| {
+        let o = Command::new("tar")
+            .args(["--format=gnu", "-cf", out.to_str().unwrap(), "-C"])
+            .arg(&files)
+            .args(order)
+            .output()
+            .unwrap();
+        assert_success(&o);
+    };
+    // `a` and `b` interleaved: split samples.
+    let split = tmp.path().join("split.tar");
+    tar(&split, &["a.txt", "b.txt", "a.bin", "b.bin"]);
+    // The same members grouped: the same size, other offsets.
+    let grouped = tmp.path().join("grouped.tar");
+    tar(&grouped, &["a.txt", "a.bin", "b.txt", "b.bin"]);
+    assert_eq!(
+        std::fs::metadata(&split).unwrap().len(),
+        std::fs::metadata(&grouped).unwrap().len()
+    );
+    let b = bucket(s, "splitreplaced");
+    s.put_file(&split, &b, "ds/split.tar").unwrap();
+    let index = tmp.path().join("index");
+    let mut args = with_options(
+        s,
+        &[
+            "index",
+            "-q",
+            "--allow-split",
+            "-o",
+            index.to_str().unwrap(),
+        ],
+    );
+    args.push(format!("s3://{b}/ds/split.tar"));
+    assert_success(&bale(&args));
+    let cache = tmp.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let open = || remote_opts(s).open(&index).unwrap();
+    let cached = || remote_opts(s).cache(&cache, 1 << 30).open(&index).unwrap();
+
+    // As it was: both samples read whole, from the object and the cache.
+    let fields = |s: &Sample| flat(s).3;
+    let want = |k: &str| {
+        vec![
+            (
+                "bin".to_owned(),
+                std::fs::read(files.join(format!("{k}.bin"))).unwrap(),
+            ),
+            (
+                "txt".to_owned(),
+                std::fs::read(files.join(format!("{k}.txt"))).unwrap(),
+            ),
+        ]
+    };
+    let (ds, before) = (open(), open());
+    for (i, k) in [(0u64, "a"), (1, "b")] {
+        assert_eq!(before.get(i).unwrap().key(), k);
+        let mut got = fields(&before.get(i).unwrap());
+        got.sort();
+        assert_eq!(got, want(k), "{k}");
+    }
+    let mut got = fields(&before.get_batch(&[1]).unwrap()[0]);
+    got.sort();
+    assert_eq!(got, want("b"));
+
+    s.put_file(&grouped, &b, "ds/split.tar").unwrap();
+    for i in 0..2 {
+        let e = ds.get(i).unwrap_err();
+        assert!(
+            matches!(&e, ReaderError::ShardReplaced { path } if path.ends_with("split.tar")),
+            "{i}: {e}"
+        );
+        assert!(ds.get_batch(&[i]).is_err(), "{i}");
+    }
+    let e = cached().get(0).unwrap_err();
+    assert!(matches!(e, ReaderError::ShardReplaced { .. }), "{e}");
+    assert!(
+        !walk_files(&cache)
+            .iter()
+            .any(|p| p.extension().is_some_and(|e| e == "tar")),
+        "a refused copy stays out of the cache"
+    );
+
+    // Put back, the cache fills and reads.
+    s.put_file(&split, &b, "ds/split.tar").unwrap();
+    let c = cached();
+    let mut got = fields(&c.get(1).unwrap());
+    got.sort();
+    assert_eq!(got, want("b"));
+}
+
 fn walk_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {

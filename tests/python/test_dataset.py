@@ -101,6 +101,18 @@ def test_getitems_reads_a_batch(tar_ds: Packed) -> None:
             else:
                 assert s[k] == v
     assert ds.__getitems__([]) == []
+    # Any iterable of integers: a NumPy array, a torch tensor (a sampler's), a range.
+    import torch
+
+    for seq in (np.array(idx), np.array(idx[:4], dtype=np.uint16), torch.tensor(idx), range(5, 8)):
+        want = [ds[int(i)]["__index__"] for i in seq]
+        assert [s["__index__"] for s in ds.__getitems__(seq)] == want, seq
+    with pytest.raises(IndexError, match=str(N)):
+        ds.__getitems__(torch.tensor([0, N]))
+    with pytest.raises(TypeError):
+        ds.__getitems__(torch.tensor([0.5]))
+    with pytest.raises(TypeError):
+        ds.__getitems__(3)
     for bad in ([0, N], [-N - 1, 3]):
         with pytest.raises(IndexError, match=str(bad[0])):
             ds.__getitems__(bad)

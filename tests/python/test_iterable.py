@@ -195,6 +195,13 @@ def test_bad_arguments(tar_ds: Packed) -> None:
         list(bale.IterableDataset(tar_ds.path, rank=2, world_size=2))
     with pytest.raises(ValueError, match="both"):
         bale.IterableDataset(tar_ds.path, rank=1)
+    for kw in (dict(seed=-1), dict(epoch=-1), dict(buffer=-1), dict(prefetch=-1), dict(rank=-1, world_size=2),
+               dict(worker=2, num_workers=2), dict(seed=2**64)):
+        name = next(iter(kw))
+        with pytest.raises(ValueError, match=f"^{name} must be from"):
+            bale.IterableDataset(tar_ds.path, **kw)
+    with pytest.raises(TypeError, match="^seed must be an int"):
+        bale.IterableDataset(tar_ds.path, seed=1.5)
     with pytest.raises(ValueError, match="num_workers"):
         list(bale.IterableDataset(tar_ds.path, worker=0, num_workers=0))
     with pytest.raises(ValueError, match="epoch"):

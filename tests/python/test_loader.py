@@ -388,6 +388,19 @@ def test_bad_options_are_value_errors(jpegs) -> None:
                dict(size=bytearray(b"\x10\x0c")), dict(size=2**40)):
         with pytest.raises(ValueError):
             bale.Loader(path, **kw)
+    # A negative or too large count names its option (not an OverflowError
+    # from the native side); a float or a bool is not a count.
+    for kw in (dict(batch_size=-1), dict(resize=-1), dict(resize=2**32), dict(threads=-1),
+               dict(prefetch=-1), dict(buffer=-1), dict(seed=-1), dict(seed=2**64),
+               dict(max_pixels=-1), dict(cache_limit=-1), dict(rank=-1, world_size=2),
+               dict(world_size=0, rank=0), dict(rank=2, world_size=2)):
+        name = next(iter(kw))
+        with pytest.raises(ValueError, match=f"^{name} must be from"):
+            bale.Loader(path, **kw)
+    for kw in (dict(batch_size=2.0), dict(threads=True), dict(resize="256"), dict(seed=None)):
+        with pytest.raises(TypeError, match=f"^{next(iter(kw))} must be an int"):
+            bale.Loader(path, **kw)
+    assert bale.Loader(path, batch_size=np.int32(3), size=16, resize=np.uint16(20)).batch_size == 3
     # Whole pixels are taken in any integer type.
     assert next(iter(bale.Loader(path, size=(np.int64(16), 12))))[0].shape[1:3] == (16, 12)
     # A typo names the member and the ones there are.

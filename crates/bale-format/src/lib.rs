@@ -75,7 +75,7 @@ pub use shard::{
     ShardSummary, ShardWriter, index_file_name, is_bale_file_name, shard_file_name,
 };
 pub use stream::{STREAM_BUFFER, SampleStream, StreamMember, StreamSample, open_shard_stream};
-pub use tar::{Entry, EntryKind, TAR_END_LEN, first_entry, tar_member_len};
+pub use tar::{Entry, EntryKind, TAR_END_LEN, first_entry, is_member_header, tar_member_len};
 
 /// A seeded xorshift64 generator for unit tests (`seed` not 0).
 #[cfg(test)]

@@ -175,6 +175,25 @@ pub fn first_entry(bytes: &[u8]) -> Option<Entry> {
     TarReader::new(bytes, "record").next_entry().ok()?
 }
 
+/// Whether `block`, the 512 bytes before a member's data, is the header of
+/// a regular file of `size` bytes (a valid checksum, a file's type flag,
+/// the size): what a reader handed a scattered index's member offsets can
+/// check cheaply, the way [`first_entry`] serves a sample's record. Its
+/// name is not compared: a pax or GNU long-name record before it may
+/// override the name the block holds, and a size of 8 GiB or more, which
+/// the block's octal field cannot hold, is not compared either.
+pub fn is_member_header(block: &[u8], size: u64) -> bool {
+    let Ok(block) = <&[u8; 512]>::try_from(block) else {
+        return false;
+    };
+    match parse_header(block) {
+        Ok(Some(h)) => {
+            matches!(h.typeflag, b'0' | 0 | b'7') && (h.size == size || size > 0o777_7777_7777)
+        }
+        _ => false,
+    }
+}
+
 /// Decodes one header block. Returns `Ok(None)` for an all-zero block (end of archive).
 ///
 /// # Errors
@@ -769,6 +788,33 @@ mod tests {
         assert!(first_entry(&flipped).is_none());
         let data: Vec<u8> = (0..512u32).map(|i| (i * 7 % 251) as u8).collect();
         assert!(first_entry(&data).is_none());
+    }
+
+    #[test]
+    fn a_member_header_is_checked_by_kind_and_size() {
+        let mut out = Vec::new();
+        encode_member_header("k/0001.jpg", 3000, &mut out);
+        assert!(is_member_header(&out, 3000));
+        assert!(!is_member_header(&out, 3001));
+        assert!(!is_member_header(&out[..511], 3000));
+        assert!(!is_member_header(&[0u8; 512], 0));
+        let mut flipped = out.clone();
+        flipped[3] ^= 1;
+        assert!(!is_member_header(&flipped, 3000));
+        // A directory's header, checksum fixed, is not a member's.
+        let mut dir = out.clone();
+        dir[156] = b'5';
+        dir[148..156].copy_from_slice(b"        ");
+        let sum: u32 = dir.iter().map(|&b| u32::from(b)).sum();
+        dir[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        assert!(parse_header(dir.as_slice().try_into().unwrap()).is_ok());
+        assert!(!is_member_header(&dir, 3000));
+        // A long name: the block before the data is the member's own.
+        let long = format!("{}.jpg", "d".repeat(120));
+        let mut pax = Vec::new();
+        let n = encode_member_header(&long, 7, &mut pax);
+        assert!(is_member_header(&pax[n - 512..n], 7));
+        assert!(!is_member_header(&pax[..512], 7));
     }
 
     #[test]

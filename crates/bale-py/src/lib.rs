@@ -691,13 +691,27 @@ impl PyDataset {
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         // An integer past i64 is out of range, as for `ds[i]`.
-        let indices: Vec<i64> = indices.extract().map_err(|e: PyErr| {
+        let range = |e: PyErr| {
             if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
                 self.out_of_range(format_args!("a sample index"))
             } else {
                 e
             }
-        })?;
+        };
+        // A list or tuple at once; any other iterable of integers (a
+        // NumPy array, a torch tensor from a sampler) one by one.
+        let indices: Vec<i64> = match indices.extract() {
+            Ok(v) => v,
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => {
+                return Err(range(e));
+            }
+            Err(e) => match indices.try_iter() {
+                Ok(items) => items
+                    .map(|i| i.and_then(|i| i.extract::<i64>()).map_err(range))
+                    .collect::<PyResult<_>>()?,
+                Err(_) => return Err(e),
+            },
+        };
         let idx = indices
             .iter()
             .map(|&i| self.index(i))

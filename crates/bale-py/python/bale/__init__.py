@@ -286,9 +286,14 @@ class IterableDataset:
             raise ValueError("give both rank and world_size, or neither")
         if (worker is None) != (num_workers is None):
             raise ValueError("give both worker and num_workers, or neither")
-        for name, v in (("seed", seed), ("epoch", epoch), ("buffer", buffer), ("prefetch", prefetch)):
-            if v < 0:
-                raise ValueError(f"{name} must be >= 0, not {v}")
+        seed, epoch = _whole(seed, "seed"), _whole(epoch, "epoch")
+        buffer, prefetch = _whole(buffer, "buffer"), _whole(prefetch, "prefetch")
+        if world_size is not None:
+            world_size = _whole(world_size, "world_size", 1)
+            rank = _whole(rank, "rank", 0, world_size - 1)
+        if num_workers is not None:
+            num_workers = _whole(num_workers, "num_workers", 1)
+            worker = _whole(worker, "worker", 0, num_workers - 1)
         self.path = os.fspath(path)
         self.plan = plan
         self.seed = seed
@@ -432,6 +437,21 @@ class IterableDataset:
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _whole(v: object, name: str, lo: int = 0, hi: int = 2**64 - 1) -> int:
+    """``v`` as an int from ``lo`` to ``hi``: ``-1`` is a ValueError naming
+    the option (not an OverflowError from the native side), and ``True``
+    or ``2.0`` a TypeError; NumPy integers are taken."""
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, not {v!r}")
+    try:
+        n = operator.index(v)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(v).__name__} {v!r}") from None
+    if not lo <= n <= hi:
+        raise ValueError(f"{name} must be from {lo} to {hi}, not {n}")
+    return n
 
 
 def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
@@ -620,6 +640,15 @@ class Loader:
         height, width = _pair(size, "size")
         if resize is None:
             resize = round(min(height, width) * 256 / 224)
+        batch_size = _whole(batch_size, "batch_size", 1)
+        resize = _whole(resize, "resize", 0, 2**32 - 1)
+        world_size = _whole(world_size, "world_size", 1)
+        rank = _whole(rank, "rank", 0, world_size - 1)
+        buffer, seed = _whole(buffer, "buffer"), _whole(seed, "seed")
+        threads, prefetch = _whole(threads, "threads"), _whole(prefetch, "prefetch")
+        max_pixels = _whole(max_pixels, "max_pixels")
+        if cache_limit is not None:
+            cache_limit = _whole(cache_limit, "cache_limit")
         self.path = path
         self.batch_size = batch_size
         self.epoch = 0

@@ -14,6 +14,9 @@ use bytes::Bytes;
 use super::shard::{RemoteShard, check_against_manifest};
 use super::*;
 
+/// A tar header block: what a scattered tar index's member is preceded by.
+const TAR_BLOCK: u64 = 512;
+
 /// Bytes of an index's fixed tables for `samples` and `members` (header,
 /// sample records, member records, lookup table, footer), and the most its
 /// key and extension strings may add: the bounds an index object's size
@@ -206,14 +209,36 @@ impl Dataset {
         let index = &self.inner.shards[s].index;
         let e = index.sample(local);
         if index.is_scattered() {
+            // In a tar, each member's own header block comes along, to be
+            // checked (an HDF5 file has none to check).
+            let head = if index.compression() == Compression::H5 {
+                0
+            } else {
+                TAR_BLOCK
+            };
             let wants: Vec<(usize, Range<u64>)> = index
                 .members(local)
-                .map(|m| (0, m.offset..m.offset.saturating_add(m.size)))
+                .map(|m| {
+                    let from = m.offset.saturating_sub(head);
+                    (0, from..m.offset.saturating_add(m.size))
+                })
                 .collect();
             let got = bale_storage::get_ranges(std::slice::from_ref(obj), &wants, self.coalesce())?;
             let mut buf = Vec::with_capacity(got.iter().map(Bytes::len).sum());
             let mut starts = Vec::with_capacity(got.len());
-            for b in &got {
+            for (b, m) in got.iter().zip(index.members(local)) {
+                let b = if head == 0 {
+                    &b[..]
+                } else if m.offset >= head
+                    && b.len() as u64 >= head
+                    && bale_format::is_member_header(&b[..head as usize], m.size)
+                {
+                    &b[head as usize..]
+                } else {
+                    return Err(ReaderError::ShardReplaced {
+                        path: self.inner.shards[s].path.clone(),
+                    });
+                };
                 starts.push(buf.len());
                 buf.extend_from_slice(b);
             }
@@ -423,14 +448,39 @@ fn describes(index: &ShardIndex, local: usize, tar: &[u8]) -> bool {
 /// each sample's record begins with the tar header its index describes
 /// (the first sample's only for a `.tar.zst`, whose frames would all have
 /// to be decompressed), as [`Dataset::check_record`] checks a record read
-/// from the object. Another object of the same size fails at its first
-/// sample whose layout differs.
+/// from the object; in a scattered tar, each member's data follows a file
+/// header of its size ([`bale_format::is_member_header`]). Another object
+/// of the same size fails at its first sample whose layout differs. An
+/// HDF5 shard has no headers to check by.
 fn check_filled_heads(
     file: &File,
     path: &Path,
     index: &ShardIndex,
 ) -> std::result::Result<(), String> {
     if index.is_scattered() {
+        if index.compression() == Compression::H5 {
+            return Ok(());
+        }
+        let mut block = [0u8; TAR_BLOCK as usize];
+        for i in 0..index.len() {
+            for m in index.members(i) {
+                let read = m
+                    .offset
+                    .checked_sub(TAR_BLOCK)
+                    .map(|at| file.read_exact_at(&mut block, at));
+                if let Some(Err(e)) = read {
+                    return Err(e.to_string());
+                }
+                if read.is_none() || !bale_format::is_member_header(&block, m.size) {
+                    return Err(format!(
+                        "at offset {} it does not hold the tar header of member {}.{} that its index describes: it was replaced or is damaged",
+                        m.offset.saturating_sub(TAR_BLOCK),
+                        index.key(i),
+                        m.ext
+                    ));
+                }
+            }
+        }
         return Ok(());
     }
     let zstd = index.compression() == Compression::Zstd;
