@@ -308,6 +308,14 @@ fn non_utf8_names_fail_or_are_skipped() {
         b"latin-1 name",
     )
     .unwrap();
+    // A hidden one is ignored, not an error, and named as an example.
+    fs::write(
+        input
+            .join("class_0")
+            .join(std::ffi::OsStr::from_bytes(b".h\xe9")),
+        b"hidden",
+    )
+    .unwrap();
     let out = t.path().join("out");
     let o = bale(&["pack", "-o"], &[&out, &input]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -355,6 +363,30 @@ fn non_utf8_names_fail_or_are_skipped() {
             .unwrap()
             .ends_with("caf\u{fffd}.jpg"),
         "{v}"
+    );
+    // So do the ignored files' examples; the summary line escapes the byte.
+    let hidden = &v["ignored"]["hidden"];
+    assert_eq!(hidden["count"], 1, "{v}");
+    let raw: Vec<u8> = hidden["examples_bytes"][0]
+        .as_array()
+        .unwrap_or_else(|| panic!("no examples_bytes: {v}"))
+        .iter()
+        .map(|b| u8::try_from(b.as_u64().unwrap()).unwrap())
+        .collect();
+    let named = std::path::Path::new(std::ffi::OsStr::from_bytes(&raw));
+    assert!(
+        named.ends_with(std::ffi::OsStr::from_bytes(b"class_0/.h\xe9")),
+        "{v}"
+    );
+    assert!(named.is_file(), "{}", named.display());
+    assert!(
+        v["ignored"]["symlinks"].get("examples_bytes").is_none(),
+        "{v}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("1 hidden, e.g. \"") && err.contains("/.h\\xe9\""),
+        "{err}"
     );
 }
 

@@ -19,20 +19,44 @@ use crate::error::{PackError, Result};
 pub const IGNORED_EXAMPLES: usize = 10;
 
 /// Files of one kind that were ignored by rule (not errors).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+///
+/// Serialized as `{"count", "examples"}`, the examples as UTF-8 (lossy), and
+/// when one of them is not UTF-8, `"examples_bytes"` beside them: every
+/// example's bytes, in the same order, as a skipped file's `path_bytes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IgnoredKind {
     /// How many.
     pub count: u64,
-    /// The first few of them (at most [`IGNORED_EXAMPLES`]), as lossy UTF-8.
-    pub examples: Vec<String>,
+    /// The first few of them (at most [`IGNORED_EXAMPLES`]).
+    pub examples: Vec<PathBuf>,
 }
 
 impl IgnoredKind {
     pub(crate) fn add(&mut self, path: &Path) {
         self.count += 1;
         if self.examples.len() < IGNORED_EXAMPLES {
-            self.examples.push(path.to_string_lossy().into_owned());
+            self.examples.push(path.to_path_buf());
         }
+    }
+}
+
+impl Serialize for IgnoredKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let raw = self.examples.iter().any(|p| p.to_str().is_none());
+        let mut st = s.serialize_struct("IgnoredKind", 2 + usize::from(raw))?;
+        st.serialize_field("count", &self.count)?;
+        let lossy: Vec<_> = self.examples.iter().map(|p| p.to_string_lossy()).collect();
+        st.serialize_field("examples", &lossy)?;
+        if raw {
+            let bytes: Vec<_> = self
+                .examples
+                .iter()
+                .map(|p| crate::progress::path_bytes(p))
+                .collect();
+            st.serialize_field("examples_bytes", &bytes)?;
+        }
+        st.end()
     }
 }
 

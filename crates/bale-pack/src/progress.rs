@@ -62,7 +62,7 @@ impl Serialize for SkippedFile {
 }
 
 /// A path's bytes (on Unix, exactly those the kernel takes).
-fn path_bytes(p: &Path) -> Vec<u8> {
+pub(crate) fn path_bytes(p: &Path) -> Vec<u8> {
     #[cfg(unix)]
     {
         use std::os::unix::ffi::OsStrExt;

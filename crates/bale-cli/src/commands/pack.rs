@@ -228,7 +228,11 @@ fn ignored_line(ig: &Ignored) -> Option<String> {
             let first = k
                 .examples
                 .first()
-                .map(|e| format!(", e.g. {}", crate::escape::quoted(e)))
+                .map(|e| match e.to_str() {
+                    Some(e) => format!(", e.g. {}", crate::escape::quoted(e)),
+                    // Bytes that are not UTF-8 as `\xNN`, not all one `\u{fffd}`.
+                    None => format!(", e.g. \"{}\"", bale_format::shown(e)),
+                })
                 .unwrap_or_default();
             parts.push(format!("{} {what}{first}", k.count));
         }
