@@ -308,6 +308,14 @@ fn non_utf8_names_fail_or_are_skipped() {
         b"latin-1 name",
     )
     .unwrap();
+    // One with no extension is ignored as any such file is, not an error.
+    fs::write(
+        input
+            .join("class_1")
+            .join(std::ffi::OsStr::from_bytes(b"README\xff")),
+        b"no extension",
+    )
+    .unwrap();
     // A hidden one is ignored, not an error, and named as an example.
     fs::write(
         input
@@ -383,6 +391,8 @@ fn non_utf8_names_fail_or_are_skipped() {
         v["ignored"]["symlinks"].get("examples_bytes").is_none(),
         "{v}"
     );
+    assert_eq!(v["ignored"]["no_extension"]["count"], 1, "{v}");
+    assert_eq!(v["skipped"].as_array().unwrap().len(), 1, "{v}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("1 hidden, e.g. \"") && err.contains("/.h\\xe9\""),

@@ -904,6 +904,17 @@ impl Rules<'_> {
             return Step::Next;
         }
         let Some(rel_str) = rel.to_str() else {
+            // A name with no extension is ignored whatever its bytes (a
+            // replacement character adds no dot); one with an extension
+            // would be a sample, whose key must be UTF-8.
+            let lossy = rel.to_string_lossy();
+            if bale_format::split_member_name(&lossy).is_none_or(|(_, ext)| ext.is_empty()) {
+                d.ignored.no_extension.add(path);
+                if self.list_ignored && ft.is_file() {
+                    d.ignored_files.push(path.to_path_buf());
+                }
+                return Step::Next;
+            }
             d.bad.push(BadFound {
                 key: None,
                 error: PackError::bad(path, "the file name is not valid UTF-8"),
