@@ -196,12 +196,19 @@ def test_bad_arguments(tar_ds: Packed) -> None:
     with pytest.raises(ValueError, match="both"):
         bale.IterableDataset(tar_ds.path, rank=1)
     for kw in (dict(seed=-1), dict(epoch=-1), dict(buffer=-1), dict(prefetch=-1), dict(rank=-1, world_size=2),
-               dict(worker=2, num_workers=2), dict(seed=2**64)):
+               dict(worker=2, num_workers=2), dict(seed=2**64), dict(prefetch=65), dict(prefetch=2**40)):
         name = next(iter(kw))
         with pytest.raises(ValueError, match=f"^{name} must be from"):
             bale.IterableDataset(tar_ds.path, **kw)
     with pytest.raises(TypeError, match="^seed must be an int"):
         bale.IterableDataset(tar_ds.path, seed=1.5)
+    # Read-ahead threads are capped: 2**40 is an error, not an abort on a
+    # failed allocation, in the native epoch too.
+    with pytest.raises(ValueError, match="^prefetch must be from 0 to 64"):
+        bale.Dataset(tar_ds.path).epoch(prefetch=2**40)
+    assert len(list(bale.Dataset(tar_ds.path).epoch(prefetch=64))) == N
+    with pytest.raises(ValueError, match="^start must be from 0"):
+        bale.IterableDataset(tar_ds.path, start=2**64)
     with pytest.raises(ValueError, match="num_workers"):
         list(bale.IterableDataset(tar_ds.path, worker=0, num_workers=0))
     with pytest.raises(ValueError, match="epoch"):

@@ -840,6 +840,12 @@ impl PyDataset {
         start: u64,
         prefetch: usize,
     ) -> PyResult<PyIter> {
+        if prefetch > bale_reader::MAX_PREFETCH_THREADS {
+            return Err(PyValueError::new_err(format!(
+                "prefetch must be from 0 to {} threads, not {prefetch}",
+                bale_reader::MAX_PREFETCH_THREADS
+            )));
+        }
         let this = slf.get();
         let part = partition(rank, world_size, worker, num_workers, even);
         let plan = parse_plan(plan, seed, epoch, buffer)?;

@@ -575,6 +575,12 @@ impl Prefetch {
     }
 }
 
+/// The most read-ahead threads [`SampleIter::prefetch`] starts: a read
+/// from memory or a disk is not sped up by more, and each holds a stack
+/// and a share of the budget (a count mistyped as `2**40` must not try to
+/// start that many).
+pub const MAX_PREFETCH_THREADS: usize = 64;
+
 /// An epoch of samples for one partition, in plan order (see [`Dataset::iter`]).
 ///
 /// Yields `Result<Sample>`: a sample that cannot be read is an error in its
@@ -647,9 +653,10 @@ impl SampleIter {
     /// job to read while the caller consumes another.
     ///
     /// Applies from the current position on (read-ahead so far is discarded).
+    /// More than [`MAX_PREFETCH_THREADS`] threads count as that many.
     pub fn prefetch(mut self, threads: usize, max_samples: usize, max_bytes: u64) -> Self {
         self.prefetch = (threads > 0).then(|| Prefetch {
-            threads,
+            threads: threads.min(MAX_PREFETCH_THREADS),
             max_samples: (max_samples as u64).max(1),
             max_bytes: max_bytes.max(1),
         });

@@ -60,6 +60,6 @@ pub mod testing;
 pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo, READ_AROUND, ReadAround};
 pub use error::{ReaderError, Result};
 pub use fork::ForkGuard;
-pub use iter::SampleIter;
+pub use iter::{MAX_PREFETCH_THREADS, SampleIter};
 pub use plan::{EpochPlan, Order, OrderIter, Partition};
 pub use sample::{Sample, parse_label};

@@ -234,3 +234,22 @@ fn iteration_over_an_empty_partition_yields_nothing() {
         .unwrap_err();
     assert!(matches!(err, ReaderError::InvalidPartition { .. }), "{err}");
 }
+
+#[test]
+fn a_huge_prefetch_count_starts_at_most_the_cap_of_threads() {
+    // A count mistyped by orders of magnitude reads the epoch on
+    // MAX_PREFETCH_THREADS threads, not a failed allocation.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TestDataset::with_shard_sizes(vec![30, 17]);
+    spec.write(dir.path()).unwrap();
+    let ds = Dataset::open(dir.path()).unwrap();
+    for threads in [bale_reader::MAX_PREFETCH_THREADS + 1, 1 << 40, usize::MAX] {
+        let got: Vec<u64> = ds
+            .iter(EpochPlan::Sequential, Partition::ALL)
+            .unwrap()
+            .prefetch(threads, 8, 1 << 20)
+            .map(|s| checked(&spec, s))
+            .collect();
+        assert_eq!(got, (0..47).collect::<Vec<_>>(), "{threads}");
+    }
+}

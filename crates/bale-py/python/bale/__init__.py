@@ -101,6 +101,8 @@ def _register_with_torch() -> None:
 
 
 _PLANS = ("sequential", "shuffled", "shard_shuffled")
+#: The most read-ahead threads an epoch starts (``prefetch=``).
+_MAX_PREFETCH_THREADS = 64
 
 
 def _env_int(name: str) -> int | None:
@@ -191,11 +193,11 @@ def _start_arg(start: Any) -> int | list[int]:
     except TypeError:
         many = [operator.index(k) for k in start]
     else:
-        if one < 0:
-            raise ValueError(f"start must be >= 0, not {one}")
+        if not 0 <= one < 2**64:
+            raise ValueError(f"start must be from 0 to 2**64 - 1, not {one}")
         return one
-    if any(k < 0 for k in many):
-        raise ValueError(f"start offsets must be >= 0, not {many!r}")
+    if any(not 0 <= k < 2**64 for k in many):
+        raise ValueError(f"start offsets must be from 0 to 2**64 - 1, not {many!r}")
     return many
 
 
@@ -238,7 +240,8 @@ class IterableDataset:
         fields, as_tuple, decode, verify_on_read, backing, read_around: as
             :class:`Dataset` (a single ``fields`` string yields that field's
             value alone; ``as_tuple`` yields tuples in the order of ``fields``).
-        prefetch: background read-ahead threads per iterator (0: none). For
+        prefetch: background read-ahead threads per iterator (0: none; at
+            most 64). For
             a dataset in object storage, requests in flight do the reading
             ahead (at most 64 MiB per iterator), threads or not.
         storage_options, cache_dir, cache_limit: as :class:`Dataset`, for a
@@ -287,7 +290,9 @@ class IterableDataset:
         if (worker is None) != (num_workers is None):
             raise ValueError("give both worker and num_workers, or neither")
         seed, epoch = _whole(seed, "seed"), _whole(epoch, "epoch")
-        buffer, prefetch = _whole(buffer, "buffer"), _whole(prefetch, "prefetch")
+        buffer = _whole(buffer, "buffer")
+        # Threads: more do not read faster (the native side caps them too).
+        prefetch = _whole(prefetch, "prefetch", 0, _MAX_PREFETCH_THREADS)
         if world_size is not None:
             world_size = _whole(world_size, "world_size", 1)
             rank = _whole(rank, "rank", 0, world_size - 1)
