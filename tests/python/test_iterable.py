@@ -213,6 +213,8 @@ def test_bad_arguments(tar_ds: Packed) -> None:
         list(bale.IterableDataset(tar_ds.path, worker=0, num_workers=0))
     with pytest.raises(ValueError, match="epoch"):
         bale.IterableDataset(tar_ds.path).set_epoch(-1)
+    with pytest.raises(TypeError, match="^epoch must be an int"):
+        bale.IterableDataset(tar_ds.path).set_epoch(1.5)
     with pytest.raises(FileNotFoundError):
         bale.IterableDataset(tar_ds.path / "nope")
     with pytest.raises(ValueError, match="start holds 1 offsets"):

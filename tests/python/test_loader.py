@@ -401,6 +401,16 @@ def test_bad_options_are_value_errors(jpegs) -> None:
         with pytest.raises(TypeError, match=f"^{next(iter(kw))} must be an int"):
             bale.Loader(path, **kw)
     assert bale.Loader(path, batch_size=np.int32(3), size=16, resize=np.uint16(20)).batch_size == 3
+    # The epoch and start of a resume, when set, not when iterated.
+    loader = bale.Loader(path, size=16)
+    with pytest.raises(TypeError, match="^epoch must be an int"):
+        loader.set_epoch(1.5)
+    with pytest.raises(ValueError, match="^epoch must be from"):
+        loader.set_epoch(2**64)
+    with pytest.raises(ValueError, match="^start must be from"):
+        loader.resume(0, -1)
+    loader.resume(np.int64(1), 2)
+    assert (loader.epoch, loader.start) == (1, 2)
     # Whole pixels are taken in any integer type.
     assert next(iter(bale.Loader(path, size=(np.int64(16), 12))))[0].shape[1:3] == (16, 12)
     # A typo names the member and the ones there are.

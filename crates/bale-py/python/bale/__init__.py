@@ -358,9 +358,7 @@ class IterableDataset:
 
         Also clears ``start``: a resumed epoch is resumed once.
         """
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, not {epoch}")
-        self.epoch = epoch
+        self.epoch = _whole(epoch, "epoch")
         self.start = 0
 
     def rank_world(self) -> tuple[int, int]:
@@ -706,17 +704,15 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iteration reads (and clears ``start``)."""
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, not {epoch}")
-        self.epoch = epoch
+        self.epoch = _whole(epoch, "epoch")
         self.start = 0
 
     def resume(self, epoch: int, start: int) -> None:
         """The next iteration reads ``epoch`` from its ``start``-th sample on
         (:attr:`position` when the checkpoint was taken; batches seen so far
         times the batch size when no image was skipped)."""
-        self.epoch = epoch
-        self.start = start
+        epoch, start = _whole(epoch, "epoch"), _whole(start, "start")
+        self.epoch, self.start = epoch, start
 
     def __len__(self) -> int:
         """Batches per epoch."""
