@@ -295,6 +295,15 @@ fn a_vanished_listed_file_fails_with_its_path_and_the_os_error() {
     assert_eq!(keys, ["class_0/00000", "class_1/00001"]);
 }
 
+/// A path's bytes as `--json` gives them (an array of numbers) in `v`.
+fn json_bytes(a: &serde_json::Value, v: &serde_json::Value) -> Vec<u8> {
+    a.as_array()
+        .unwrap_or_else(|| panic!("no byte array: {v}"))
+        .iter()
+        .map(|b| u8::try_from(b.as_u64().unwrap()).unwrap())
+        .collect()
+}
+
 #[test]
 fn non_utf8_names_fail_or_are_skipped() {
     use std::os::unix::ffi::OsStrExt;
@@ -353,12 +362,7 @@ fn non_utf8_names_fail_or_are_skipped() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let skipped = v["skipped"].as_array().unwrap();
     assert_eq!(skipped.len(), 1, "{v}");
-    let raw: Vec<u8> = skipped[0]["path_bytes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no path_bytes: {v}"))
-        .iter()
-        .map(|b| u8::try_from(b.as_u64().unwrap()).unwrap())
-        .collect();
+    let raw = json_bytes(&skipped[0]["path_bytes"], &v);
     let named = std::path::Path::new(std::ffi::OsStr::from_bytes(&raw));
     assert!(
         named.ends_with(std::ffi::OsStr::from_bytes(b"class_0/caf\xe9.jpg")),
@@ -375,12 +379,7 @@ fn non_utf8_names_fail_or_are_skipped() {
     // So do the ignored files' examples; the summary line escapes the byte.
     let hidden = &v["ignored"]["hidden"];
     assert_eq!(hidden["count"], 1, "{v}");
-    let raw: Vec<u8> = hidden["examples_bytes"][0]
-        .as_array()
-        .unwrap_or_else(|| panic!("no examples_bytes: {v}"))
-        .iter()
-        .map(|b| u8::try_from(b.as_u64().unwrap()).unwrap())
-        .collect();
+    let raw = json_bytes(&hidden["examples_bytes"][0], &v);
     let named = std::path::Path::new(std::ffi::OsStr::from_bytes(&raw));
     assert!(
         named.ends_with(std::ffi::OsStr::from_bytes(b"class_0/.h\xe9")),

@@ -188,9 +188,19 @@ pub fn is_member_header(block: &[u8], size: u64) -> bool {
     };
     match parse_header(block) {
         Ok(Some(h)) => {
-            matches!(h.typeflag, b'0' | 0 | b'7') && (h.size == size || size > 0o777_7777_7777)
+            entry_kind(h.typeflag) == EntryKind::File && (h.size == size || size > 0o777_7777_7777)
         }
         _ => false,
+    }
+}
+
+/// The kind of entry a header's type flag gives (pax, long-name and sparse
+/// flags aside, which the readers handle before).
+fn entry_kind(typeflag: u8) -> EntryKind {
+    match typeflag {
+        b'0' | 0 | b'7' => EntryKind::File,
+        b'5' => EntryKind::Directory,
+        _ => EntryKind::Other,
     }
 }
 
@@ -435,11 +445,7 @@ impl EntryHeaders {
             }
             b'S' => Err(sparse_error(path, at)),
             t => {
-                let kind = match t {
-                    b'0' | 0 | b'7' => EntryKind::File,
-                    b'5' => EntryKind::Directory,
-                    _ => EntryKind::Other,
-                };
+                let kind = entry_kind(t);
                 let ext = std::mem::take(&mut self.ext);
                 let size = ext.size.unwrap_or(h.size);
                 if size > MAX_MEMBER_SIZE {

@@ -903,28 +903,14 @@ impl Rules<'_> {
             d.ignored.excluded.add(path);
             return Step::Next;
         }
-        let Some(rel_str) = rel.to_str() else {
-            // A name with no extension is ignored whatever its bytes (a
-            // replacement character adds no dot); one with an extension
-            // would be a sample, whose key must be UTF-8.
-            let lossy = rel.to_string_lossy();
-            if bale_format::split_member_name(&lossy).is_none_or(|(_, ext)| ext.is_empty()) {
-                d.ignored.no_extension.add(path);
-                if self.list_ignored && ft.is_file() {
-                    d.ignored_files.push(path.to_path_buf());
-                }
-                return Step::Next;
-            }
-            d.bad.push(BadFound {
-                key: None,
-                error: PackError::bad(path, "the file name is not valid UTF-8"),
-            });
-            return Step::Next;
-        };
+        // A name with no extension is ignored whatever its bytes (a
+        // replacement character adds no dot); one with an extension would
+        // be a sample, whose key must be UTF-8.
+        let lossy = rel.to_string_lossy();
         let rel_str = if std::path::MAIN_SEPARATOR == '/' {
-            rel_str.to_owned()
+            lossy.into_owned()
         } else {
-            rel_str.replace(std::path::MAIN_SEPARATOR, "/")
+            lossy.replace(std::path::MAIN_SEPARATOR, "/")
         };
         let split = bale_format::split_member_name(&rel_str).filter(|(_, ext)| !ext.is_empty());
         let Some((key, ext)) = split else {
@@ -934,6 +920,13 @@ impl Rules<'_> {
             }
             return Step::Next;
         };
+        if rel.to_str().is_none() {
+            d.bad.push(BadFound {
+                key: None,
+                error: PackError::bad(path, "the file name is not valid UTF-8"),
+            });
+            return Step::Next;
+        }
         if !ft.is_file() {
             d.bad.push(BadFound {
                 key: Some(key.to_owned()),

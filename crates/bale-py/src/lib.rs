@@ -1081,6 +1081,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BaleError", py.get_type::<BaleError>())?;
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MAX_PREFETCH_THREADS", bale_reader::MAX_PREFETCH_THREADS)?;
     Ok(())
 }
 

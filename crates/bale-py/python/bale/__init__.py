@@ -102,7 +102,7 @@ def _register_with_torch() -> None:
 
 _PLANS = ("sequential", "shuffled", "shard_shuffled")
 #: The most read-ahead threads an epoch starts (``prefetch=``).
-_MAX_PREFETCH_THREADS = 64
+_MAX_PREFETCH_THREADS: int = _native.MAX_PREFETCH_THREADS
 
 
 def _env_int(name: str) -> int | None:

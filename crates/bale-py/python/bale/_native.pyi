@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 __version__: str
+MAX_PREFETCH_THREADS: int
 
 Sample = Any
 """By default a dict ``{"__key__": str, "__index__": int, "cls": int, "<ext>": bytes |
