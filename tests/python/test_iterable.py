@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 
+import numpy as np
 import pytest
 
 import bale
@@ -217,6 +218,35 @@ def test_bad_arguments(tar_ds: Packed) -> None:
         bale.IterableDataset(tar_ds.path).set_epoch(1.5)
     with pytest.raises(FileNotFoundError):
         bale.IterableDataset(tar_ds.path / "nope")
+    # The native Dataset's arguments name themselves too: a ValueError for
+    # -1 or 2**64 (not pyo3's OverflowError), a TypeError for a float, a
+    # bool where a count goes, or an int where a switch goes.
+    ds = bale.Dataset(tar_ds.path)
+    for kw in (dict(seed=-1), dict(epoch=2**64), dict(buffer=-1), dict(rank=-1), dict(world_size=-1),
+               dict(worker=-1), dict(num_workers=2**64), dict(start=-1), dict(prefetch=65)):
+        name = next(iter(kw))
+        with pytest.raises(ValueError, match=f"^{name} must be from 0 to"):
+            ds.epoch("shuffled", **kw)
+        if name not in ("start", "prefetch"):
+            with pytest.raises(ValueError, match=f"^{name} must be from 0 to"):
+                ds.order("shuffled", **kw)
+    for kw in (dict(seed=1.5), dict(rank=True), dict(buffer="8")):
+        with pytest.raises(TypeError, match=f"^{next(iter(kw))} must be an int"):
+            ds.epoch("shuffled", **kw)
+    with pytest.raises(ValueError, match="^rank must be from 0 to"):
+        ds.partition_len(rank=-1, world_size=2)
+    for f in (lambda: ds.epoch(even=1), lambda: ds.partition_len(even="yes"),
+              lambda: bale.IterableDataset(tar_ds.path, even=1), lambda: bale.IterableDataset(tar_ds.path, shuffle=2)):
+        with pytest.raises(TypeError, match="must be True or False"):
+            f()
+    for kw in (dict(as_tuple=1, fields=["cls"]), dict(verify_on_read="yes")):
+        with pytest.raises(TypeError, match=f"^{next(iter(kw))} must be True or False"):
+            bale.Dataset(tar_ds.path, **kw)
+    for limit in (-1, 2**64):
+        with pytest.raises(ValueError, match="^cache_limit must be from 0 to"):
+            bale.Dataset(tar_ds.path, cache_limit=limit)
+    assert ds.partition_len(rank=np.uint8(1), world_size=np.int64(2), even=np.bool_(True)) == (N + 1) // 2
+    assert len(list(ds.epoch("shuffled", seed=np.uint64(2**64 - 1), prefetch=np.int8(2)))) == N
     with pytest.raises(ValueError, match="start holds 1 offsets"):
         list(bale.IterableDataset(tar_ds.path, worker=1, num_workers=2, start=[0]))
 

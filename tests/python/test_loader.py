@@ -401,6 +401,22 @@ def test_bad_options_are_value_errors(jpegs) -> None:
         with pytest.raises(TypeError, match=f"^{next(iter(kw))} must be an int"):
             bale.Loader(path, **kw)
     assert bale.Loader(path, batch_size=np.int32(3), size=16, resize=np.uint16(20)).batch_size == 3
+    # Per-channel and range pairs name their option: another length is a
+    # ValueError, a string, None or a non-number a TypeError.
+    for kw in (dict(mean=(1, 2)), dict(std=(0.2,) * 4), dict(scale=(0.1, 0.5, 1.0)), dict(ratio=(1.0,))):
+        with pytest.raises(ValueError, match=f"^{next(iter(kw))} must be [23] numbers"):
+            bale.Loader(path, **kw)
+    for kw in (dict(mean="abc"), dict(std=None), dict(scale=(0.1, "1")), dict(ratio=(True, 2.0)), dict(mean={1: 2})):
+        with pytest.raises(TypeError, match=f"^{next(iter(kw))} must be [23] numbers"):
+            bale.Loader(path, **kw)
+    # A switch is True or False (a NumPy bool too), not 2 or "yes".
+    for kw in (dict(flip=2), dict(shuffle="yes"), dict(even=1), dict(drop_last=None), dict(channels_first=0),
+               dict(dct_scaling="no")):
+        with pytest.raises(TypeError, match=f"^{next(iter(kw))} must be True or False"):
+            bale.Loader(path, **kw)
+    got = bale.Loader(path, size=16, flip=np.bool_(True), mean=np.array([0.5, 0.5, 0.5]), std=[0.25] * 3,
+                      scale=np.array([0.5, 1.0]), dtype="float32")
+    assert next(iter(got))[0].dtype == np.float32
     # The epoch and start of a resume, when set, not when iterated.
     loader = bale.Loader(path, size=16)
     with pytest.raises(TypeError, match="^epoch must be an int"):

@@ -29,12 +29,15 @@ use bale_reader::{
 };
 use pyo3::IntoPyObjectExt;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyFileNotFoundError, PyIndexError, PyKeyError, PyValueError};
+use pyo3::exceptions::{
+    PyException, PyFileNotFoundError, PyIndexError, PyKeyError, PyOverflowError, PyTypeError,
+    PyValueError,
+};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
 
 create_exception!(
     bale,
@@ -561,14 +564,14 @@ impl PyDataset {
         py: Python<'_>,
         path: PathBuf,
         fields: Option<Bound<'_, PyAny>>,
-        as_tuple: bool,
+        #[pyo3(from_py_with = as_tuple_arg)] as_tuple: bool,
         decode: Option<Bound<'_, PyAny>>,
-        verify_on_read: bool,
+        #[pyo3(from_py_with = verify_on_read_arg)] verify_on_read: bool,
         backing: &str,
         read_around: &str,
         storage_options: Option<BTreeMap<String, String>>,
         cache_dir: Option<PathBuf>,
-        cache_limit: Option<u64>,
+        #[pyo3(from_py_with = cache_limit_arg)] cache_limit: Option<u64>,
     ) -> PyResult<Self> {
         let decode = match decode {
             None => Decode::Numpy,
@@ -792,14 +795,14 @@ impl PyDataset {
     fn order(
         &self,
         plan: &str,
-        seed: u64,
-        epoch: u64,
-        buffer: usize,
-        rank: u64,
-        world_size: u64,
-        worker: u64,
-        num_workers: u64,
-        even: bool,
+        #[pyo3(from_py_with = seed_arg)] seed: u64,
+        #[pyo3(from_py_with = epoch_arg)] epoch: u64,
+        #[pyo3(from_py_with = buffer_arg)] buffer: usize,
+        #[pyo3(from_py_with = rank_arg)] rank: u64,
+        #[pyo3(from_py_with = world_size_arg)] world_size: u64,
+        #[pyo3(from_py_with = worker_arg)] worker: u64,
+        #[pyo3(from_py_with = num_workers_arg)] num_workers: u64,
+        #[pyo3(from_py_with = even_arg)] even: bool,
     ) -> PyResult<Vec<u64>> {
         let part = partition(rank, world_size, worker, num_workers, even);
         Ok(self
@@ -812,11 +815,11 @@ impl PyDataset {
     #[pyo3(signature = (*, rank=0, world_size=1, worker=0, num_workers=1, even=false))]
     fn partition_len(
         &self,
-        rank: u64,
-        world_size: u64,
-        worker: u64,
-        num_workers: u64,
-        even: bool,
+        #[pyo3(from_py_with = rank_arg)] rank: u64,
+        #[pyo3(from_py_with = world_size_arg)] world_size: u64,
+        #[pyo3(from_py_with = worker_arg)] worker: u64,
+        #[pyo3(from_py_with = num_workers_arg)] num_workers: u64,
+        #[pyo3(from_py_with = even_arg)] even: bool,
     ) -> PyResult<u64> {
         let part = partition(rank, world_size, worker, num_workers, even);
         Ok(self.order_of("sequential", 0, 0, 1, part)?.len())
@@ -829,23 +832,17 @@ impl PyDataset {
     fn epoch(
         slf: Bound<'_, Self>,
         plan: &str,
-        seed: u64,
-        epoch: u64,
-        buffer: usize,
-        rank: u64,
-        world_size: u64,
-        worker: u64,
-        num_workers: u64,
-        even: bool,
-        start: u64,
-        prefetch: usize,
+        #[pyo3(from_py_with = seed_arg)] seed: u64,
+        #[pyo3(from_py_with = epoch_arg)] epoch: u64,
+        #[pyo3(from_py_with = buffer_arg)] buffer: usize,
+        #[pyo3(from_py_with = rank_arg)] rank: u64,
+        #[pyo3(from_py_with = world_size_arg)] world_size: u64,
+        #[pyo3(from_py_with = worker_arg)] worker: u64,
+        #[pyo3(from_py_with = num_workers_arg)] num_workers: u64,
+        #[pyo3(from_py_with = even_arg)] even: bool,
+        #[pyo3(from_py_with = start_arg)] start: u64,
+        #[pyo3(from_py_with = prefetch_arg)] prefetch: usize,
     ) -> PyResult<PyIter> {
-        if prefetch > bale_reader::MAX_PREFETCH_THREADS {
-            return Err(PyValueError::new_err(format!(
-                "prefetch must be from 0 to {} threads, not {prefetch}",
-                bale_reader::MAX_PREFETCH_THREADS
-            )));
-        }
         let this = slf.get();
         let part = partition(rank, world_size, worker, num_workers, even);
         let plan = parse_plan(plan, seed, epoch, buffer)?;
@@ -1083,6 +1080,97 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_PREFETCH_THREADS", bale_reader::MAX_PREFETCH_THREADS)?;
     Ok(())
+}
+
+/// An int argument from 0 to 2**64 - 1: `-1` or `2**64` is a `ValueError`
+/// naming it and `True` or `1.5` a `TypeError`, as the Python wrappers'
+/// `_whole` says (pyo3's own is an `OverflowError` whose message does not
+/// name the argument). NumPy integers are taken.
+fn whole(v: &Bound<'_, PyAny>, name: &str, hi: u64) -> PyResult<u64> {
+    if v.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, not {}",
+            shown(v)
+        )));
+    }
+    let out_of_range = || PyValueError::new_err(format!("{name} must be from 0 to {hi}, not {v}"));
+    match v.extract::<u64>() {
+        Ok(n) if n <= hi => Ok(n),
+        Ok(_) => Err(out_of_range()),
+        Err(e) if e.is_instance_of::<PyOverflowError>(v.py()) => Err(out_of_range()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{name} must be an int, not {}",
+            shown(v)
+        ))),
+    }
+}
+
+/// A wrong argument as an error message shows it: its type and repr (`int 2`).
+fn shown(v: &Bound<'_, PyAny>) -> String {
+    let ty = v
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |t| t.to_string());
+    let repr = v.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string());
+    format!("{ty} {repr}")
+}
+
+/// A bool argument: `True`/`False` (or a NumPy bool); `1` or `"yes"` is a
+/// `TypeError` naming it.
+fn flag(v: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    v.extract::<bool>().map_err(|_| {
+        PyTypeError::new_err(format!("{name} must be True or False, not {}", shown(v)))
+    })
+}
+
+fn as_tuple_arg(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    flag(v, "as_tuple")
+}
+
+fn verify_on_read_arg(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    flag(v, "verify_on_read")
+}
+
+fn even_arg(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    flag(v, "even")
+}
+
+/// One `from_py_with` function per int argument of `bale.Dataset`'s
+/// methods, so that each error names its argument ([`whole`]).
+macro_rules! whole_args {
+    ($($f:ident: $t:ty = $name:literal),* $(,)?) => {$(
+        fn $f(v: &Bound<'_, PyAny>) -> PyResult<$t> {
+            let hi = u64::try_from(<$t>::MAX).unwrap_or(u64::MAX);
+            // In range of `$t` by `hi`.
+            whole(v, $name, hi).map(|n| n as $t)
+        }
+    )*};
+}
+
+whole_args! {
+    seed_arg: u64 = "seed",
+    epoch_arg: u64 = "epoch",
+    buffer_arg: usize = "buffer",
+    rank_arg: u64 = "rank",
+    world_size_arg: u64 = "world_size",
+    worker_arg: u64 = "worker",
+    num_workers_arg: u64 = "num_workers",
+    start_arg: u64 = "start",
+}
+
+/// `prefetch`: threads, at most [`bale_reader::MAX_PREFETCH_THREADS`].
+fn prefetch_arg(v: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let hi = bale_reader::MAX_PREFETCH_THREADS as u64;
+    // At most `MAX_PREFETCH_THREADS`, a usize.
+    whole(v, "prefetch", hi).map(|n| n as usize)
+}
+
+/// `cache_limit`: None, or bytes as [`whole`] takes them.
+fn cache_limit_arg(v: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    whole(v, "cache_limit", u64::MAX).map(Some)
 }
 
 /// Rank `rank` of `world_size`, worker `worker` of `num_workers`, as the Python API names them.

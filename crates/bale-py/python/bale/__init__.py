@@ -282,7 +282,7 @@ class IterableDataset:
     ) -> None:
         _register_with_torch()
         if plan is None:
-            plan = "shuffled" if shuffle else "sequential"
+            plan = "shuffled" if _flag(shuffle, "shuffle") else "sequential"
         if plan not in _PLANS:
             raise ValueError(f"plan must be one of {_PLANS}, not {plan!r}")
         if (rank is None) != (world_size is None):
@@ -308,7 +308,7 @@ class IterableDataset:
         self.world_size = world_size
         self.worker = worker
         self.num_workers = num_workers
-        self.even = even
+        self.even = _flag(even, "even")
         self.start = _start_arg(start)
         self.fields = fields if fields is None or isinstance(fields, str) else list(fields)
         self.as_tuple = as_tuple
@@ -455,6 +455,38 @@ def _whole(v: object, name: str, lo: int = 0, hi: int = 2**64 - 1) -> int:
     if not lo <= n <= hi:
         raise ValueError(f"{name} must be from {lo} to {hi}, not {n}")
     return n
+
+
+def _flag(v: object, name: str) -> bool:
+    """``v`` as a bool: ``True``/``False`` or a NumPy bool; ``1`` or
+    ``"yes"`` is a TypeError naming the option."""
+    if isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_")):
+        return bool(v)
+    raise TypeError(f"{name} must be True or False, not {type(v).__name__} {v!r}")
+
+
+def _reals(v: object, name: str, n: int, what: str) -> tuple[float, ...]:
+    """``v`` as ``n`` numbers (``what`` says what they are): a string, a
+    mapping, another length or a value that is not a number is refused
+    naming the option."""
+    bad = f"{name} must be {n} numbers ({what}), not {v!r}"
+    if isinstance(v, (str, bytes, Mapping)):
+        raise TypeError(bad)
+    try:
+        items = tuple(v)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(bad) from None
+    if len(items) != n:
+        raise ValueError(bad)
+    out = []
+    for x in items:
+        if isinstance(x, (bool, str, bytes)):
+            raise TypeError(bad)
+        try:
+            out.append(float(x))
+        except (TypeError, ValueError):
+            raise TypeError(bad) from None
+    return tuple(out)
 
 
 def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
@@ -639,7 +671,7 @@ class Loader:
                 raise ValueError("RANK and WORLD_SIZE must be set together")
             rank, world_size = (r, w) if r is not None and w is not None else (0, 1)
         if order is None:
-            order = "shuffled" if shuffle else "sequential"
+            order = "shuffled" if _flag(shuffle, "shuffle") else "sequential"
         height, width = _pair(size, "size")
         if resize is None:
             resize = round(min(height, width) * 256 / 224)
@@ -650,6 +682,12 @@ class Loader:
         buffer, seed = _whole(buffer, "buffer"), _whole(seed, "seed")
         threads, prefetch = _whole(threads, "threads"), _whole(prefetch, "prefetch")
         max_pixels = _whole(max_pixels, "max_pixels")
+        scale = _reals(scale, "scale", 2, "the least and most of the area to crop")
+        ratio = _reals(ratio, "ratio", 2, "the least and most aspect ratio of the crop")
+        mean = _reals(mean, "mean", 3, "one per channel")
+        std = _reals(std, "std", 3, "one per channel")
+        flip, even, drop_last = _flag(flip, "flip"), _flag(even, "even"), _flag(drop_last, "drop_last")
+        channels_first, dct_scaling = _flag(channels_first, "channels_first"), _flag(dct_scaling, "dct_scaling")
         if cache_limit is not None:
             cache_limit = _whole(cache_limit, "cache_limit")
         self.path = path
@@ -669,14 +707,14 @@ class Loader:
             batch_size,
             crop,
             (height, width),
-            tuple(scale),
-            tuple(ratio),
+            scale,
+            ratio,
             resize or None,
             flip,
             channels_first,
             dtype,
-            tuple(mean),
-            tuple(std),
+            mean,
+            std,
             order,
             buffer,
             seed,
