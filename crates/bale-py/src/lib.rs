@@ -1082,7 +1082,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// An int argument from 0 to 2**64 - 1: `-1` or `2**64` is a `ValueError`
+/// An int argument from 0 to `hi`: `-1` or `hi + 1` is a `ValueError`
 /// naming it and `True` or `1.5` a `TypeError`, as the Python wrappers'
 /// `_whole` says (pyo3's own is an `OverflowError` whose message does not
 /// name the argument). NumPy integers are taken.
