@@ -307,7 +307,10 @@ impl Seaweed {
         std::fs::create_dir_all(&data)?;
         let log = std::fs::File::create(dir.join("weed.log"))?;
         let mut cmd = Command::new(weed());
-        cmd.arg("server")
+        // Its log files in its own folder (by default they go to /tmp and
+        // stay there).
+        cmd.arg(format!("-logdir={}", dir.display()))
+            .arg("server")
             .arg(format!("-dir={}", data.display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
             .arg(format!("-master.port={}", ports.master))

@@ -76,6 +76,9 @@ class Seaweed:
         self.proc = subprocess.Popen(
             [
                 weed,
+                # Its log files in its own folder (by default they go to /tmp
+                # and stay there).
+                f"-logdir={self.dir}",
                 "server",
                 f"-dir={self.dir / 'data'}",
                 "-ip=127.0.0.1",

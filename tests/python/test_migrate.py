@@ -25,6 +25,19 @@ def _keep_the_start_method():
     yield
     mp.set_start_method(before, force=True)
 
+
+@pytest.fixture(autouse=True)
+def _scratch_in_tmp_path(tmp_path, monkeypatch):
+    """litdata.optimize and its reader put their scratch (`chunks`, `data`,
+    cache lock files) in the temporary directory and leave it there: point
+    it into the test's own folder, for this process and the workers it starts."""
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
 N = 37
 
 
