@@ -1002,3 +1002,65 @@ fn a_get_whose_write_fails_leaves_no_cut_file_and_keeps_the_old_one() {
     ]));
     assert_eq!(fs::read(&notes).unwrap(), big);
 }
+
+/// `pack --force` removes the old dataset only once its input has been
+/// walked, checked, labelled and planned: a FIFO among the inputs or a
+/// label file that does not parse leaves the old dataset whole and
+/// readable. A failure past that point (a damaged source of `convert
+/// --force`, found while it is read) says that the old dataset is gone,
+/// rather than only that nothing new was written.
+#[test]
+fn a_force_run_that_fails_on_its_input_keeps_the_old_dataset() {
+    let t = tempfile::tempdir().unwrap();
+    let old = packed(t.path(), "old", 6).parent().unwrap().to_path_buf();
+    let before = snapshot(&old);
+    let input = t.path().join("new-in");
+    text_tree(&input, "b", "new", 4);
+    let fifo = input.join("b").join("zz.txt");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let o = bale(
+        &["pack", "--labels", "none", "--force", "-o"],
+        &[&old, &input],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("FIFO"), "{}", text(&o));
+    assert_eq!(
+        snapshot(&old),
+        before,
+        "a refused input cost the old dataset"
+    );
+    fs::remove_file(&fifo).unwrap();
+
+    let csv = t.path().join("labels.csv");
+    fs::write(&csv, "not a label row\n").unwrap();
+    let labels = format!("csv:{}", csv.display());
+    let o = bale(
+        &["pack", "--labels", &labels, "--force", "-o"],
+        &[&old, &input],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(
+        snapshot(&old),
+        before,
+        "a bad label file cost the old dataset"
+    );
+    ok(&bale(&["verify", "-q"], &[&old]));
+
+    // A damaged source is found only as it is read: by then the old
+    // dataset was removed, and the message says so.
+    let src = t.path().join("src");
+    let shard = packed(t.path(), "src", 4);
+    let mut bytes = fs::read(&shard).unwrap();
+    bytes[512] ^= 0xff;
+    fs::write(&shard, bytes).unwrap();
+    let o = bale(&["convert", "--force", "-o"], &[&old, &src]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("had been removed by --force before the failure"),
+        "{err}"
+    );
+    assert!(!old.join("bale.json").exists());
+}

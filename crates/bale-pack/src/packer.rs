@@ -501,7 +501,6 @@ impl Packer {
                 inputs.add(&f.path);
             }
         }
-        out.clear_victims(victims, &inputs)?;
         let mut ignored = discovered.ignored;
         let mut bad = discovered.bad;
         if o.on_error == OnError::Fail
@@ -555,6 +554,13 @@ impl Packer {
             .map(|m| m.size)
             .sum();
         progress.planned(samples.len() as u64, planned_bytes);
+        // The old dataset goes only now, once the input has been walked,
+        // checked, labelled and planned: a bad input found so far (a FIFO,
+        // a label file that does not parse) or a cancel leaves it whole.
+        if cancel.load(Ordering::Relaxed) {
+            return Err(PackError::Cancelled);
+        }
+        out.clear_victims(victims, &inputs)?;
 
         // Read and write.
         let chain = crate::image::chain(o.image.clone(), o.transform.as_ref().map(|t| t.1.clone()));

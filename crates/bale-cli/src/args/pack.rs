@@ -175,7 +175,8 @@ pub struct PackArgs {
     #[arg(long, value_name = "I/N")]
     pub part: Option<Part>,
 
-    /// Write into a non-empty output directory (removing an old dataset there).
+    /// Write into a non-empty output directory, removing an old dataset there once the input is
+    /// walked and checked (a failure after that leaves neither; docs/reliability.md).
     #[arg(long)]
     pub force: bool,
 

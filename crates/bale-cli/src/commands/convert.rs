@@ -84,6 +84,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         quiet: args.out.quiet,
         bar: std::sync::OnceLock::new(),
     };
+    let old = super::OldDataset::before(&args.output, args.force);
     let result = convert(&args.source, &out_dir, &opts, &bar, &cancel);
     if let Some(b) = bar.bar.get() {
         b.finish_and_clear();
@@ -111,8 +112,9 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         Ok(s) => s,
         Err(PackError::Cancelled) => {
             eprintln!(
-                "error: interrupted: nothing was written to {} (partial files were removed)",
-                bale_format::shown(&args.output)
+                "error: interrupted: nothing was written to {} (partial files were removed){}",
+                bale_format::shown(&args.output),
+                old.note()
             );
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
@@ -121,8 +123,9 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             return Err(anyhow!(
-                "{e}\nnothing was written to {} (no manifest; partial shards and temporary files were removed)",
-                bale_format::shown(&args.output)
+                "{e}\nnothing was written to {} (no manifest; partial shards and temporary files were removed){}",
+                bale_format::shown(&args.output),
+                old.note()
             ));
         }
     };

@@ -16,6 +16,29 @@ pub mod stage;
 pub mod stat;
 pub mod verify;
 
+/// A local output that holds a dataset before a run with `--force`: a run
+/// that fails after `--force` removed it says so, rather than only that no
+/// new one was written ([`OldDataset::note`]).
+pub(crate) struct OldDataset(Option<std::path::PathBuf>);
+
+impl OldDataset {
+    pub(crate) fn before(out: &std::path::Path, force: bool) -> Self {
+        let manifest = out.join(bale_format::MANIFEST_NAME);
+        Self((force && !bale_pack::is_remote(out) && manifest.is_file()).then_some(manifest))
+    }
+
+    /// A line to add to a failure's message when the old dataset is gone.
+    pub(crate) fn note(&self) -> String {
+        match &self.0 {
+            Some(m) if !m.exists() => format!(
+                "\nthe old dataset in {} had been removed by --force before the failure",
+                bale_format::shown(m.parent().unwrap_or(m))
+            ),
+            _ => String::new(),
+        }
+    }
+}
+
 /// Runs the command the user asked for.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {

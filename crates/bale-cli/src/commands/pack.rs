@@ -265,12 +265,13 @@ pub fn summary_line(s: &PackSummary) -> String {
     )
 }
 
-fn failure(e: PackError, out: &Path) -> anyhow::Error {
+fn failure(e: PackError, out: &Path, old: &super::OldDataset) -> anyhow::Error {
     match e {
         e if e.left_output_untouched() => anyhow!("{e}"),
         e => anyhow!(
-            "{e}\nno dataset was written to {} (no manifest; partial shards and temporary files were removed)",
-            bale_format::shown(out)
+            "{e}\nno dataset was written to {} (no manifest; partial shards and temporary files were removed){}",
+            bale_format::shown(out),
+            old.note()
         ),
     }
 }
@@ -373,6 +374,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     }
     let packer = b.build().map_err(|e| anyhow!("{e}"))?;
     let bars = Bars::new(args.out.quiet);
+    let old = super::OldDataset::before(&args.output, args.force);
     let result = packer.run(&Forward {
         bars: &bars,
         remote: remote.as_ref(),
@@ -413,12 +415,13 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         }
         (Err(PackError::Cancelled), None) => {
             eprintln!(
-                "error: interrupted: no dataset was written to {} (no manifest; partial shards and temporary files were removed)",
-                bale_format::shown(&args.output)
+                "error: interrupted: no dataset was written to {} (no manifest; partial shards and temporary files were removed){}",
+                bale_format::shown(&args.output),
+                old.note()
             );
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
-        (Err(e), None) => return Err(failure(e, &args.output)),
+        (Err(e), None) => return Err(failure(e, &args.output, &old)),
     };
 
     let mut err = std::io::stderr().lock();
