@@ -363,3 +363,23 @@ fn plot_never_replaces_a_file_unless_forced_nor_writes_through_a_symlink_or_into
     );
     assert!(out.stdout.is_empty() && !twice.exists());
 }
+
+/// A budget too large for a deadline is refused by name, not a panic
+/// converting it ("cannot convert float seconds to Duration").
+#[test]
+fn a_budget_past_a_day_is_refused_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    crate::common::text_tree(&input, "a", "b", 3);
+    let ds = t.path().join("ds");
+    bale_tests::assert_success(&bale_tests::run_bale(&["pack", "-q", "-o"], &[&ds, &input]));
+    for budget in ["1e30", "86401"] {
+        let o = bale_tests::run_bale(&["bench", "--budget", budget], &[&ds]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("--budget") && err.contains("at most 86400"),
+            "{err}"
+        );
+    }
+}

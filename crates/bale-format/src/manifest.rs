@@ -99,8 +99,9 @@ pub struct FieldStats {
 impl FieldStats {
     /// Adds another count.
     pub fn add(&mut self, other: FieldStats) {
-        self.count += other.count;
-        self.bytes += other.bytes;
+        // Saturating: a hand-edited manifest's counts may add past 2**64.
+        self.count = self.count.saturating_add(other.count);
+        self.bytes = self.bytes.saturating_add(other.bytes);
     }
 }
 

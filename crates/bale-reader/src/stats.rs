@@ -359,9 +359,16 @@ impl Dataset {
             format_version: m.format_version.clone(),
             samples: m.samples,
             shards: m.shards.len() as u64,
-            members: m.shards.iter().map(|s| s.members).sum(),
+            // Saturating: a hand-edited manifest's counts may add past 2**64.
+            members: m
+                .shards
+                .iter()
+                .fold(0u64, |a, s| a.saturating_add(s.members)),
             bytes: m.bytes,
-            tar_bytes: m.shards.iter().map(|s| s.tar_bytes).sum(),
+            tar_bytes: m
+                .shards
+                .iter()
+                .fold(0u64, |a, s| a.saturating_add(s.tar_bytes)),
             index_bytes: st.index_bytes,
             compression,
             shard_table: m

@@ -65,8 +65,9 @@ pub(super) fn looks_like_shard(name: &str) -> bool {
 /// bale's shard names are unknown, and other tars are not reported.
 pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
     let mut out = Vec::new();
-    let samples: u64 = m.shards.iter().map(|s| s.samples).sum();
-    if samples != m.samples {
+    // In u128: a hand-edited count near 2**64 is a problem reported, not an overflow.
+    let samples: u128 = m.shards.iter().map(|s| u128::from(s.samples)).sum();
+    if samples != u128::from(m.samples) {
         out.push(Problem::new(
             MANIFEST_NAME,
             format!(
@@ -75,8 +76,8 @@ pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
             ),
         ));
     }
-    let bytes: u64 = m.shards.iter().map(|s| s.bytes).sum();
-    if bytes != m.bytes {
+    let bytes: u128 = m.shards.iter().map(|s| u128::from(s.bytes)).sum();
+    if bytes != u128::from(m.bytes) {
         out.push(Problem::new(
             MANIFEST_NAME,
             format!(

@@ -175,7 +175,7 @@ impl Opened {
             let m = ds.manifest();
             let (shards, bytes) = (
                 m.shards.len() as u64,
-                m.shards.iter().map(|s| s.bytes).sum(),
+                m.shards.iter().fold(0u64, |a, s| a.saturating_add(s.bytes)),
             );
             return Ok(Opened {
                 path: path.to_owned(),
@@ -260,7 +260,7 @@ fn shard_totals(dir: &Path) -> anyhow::Result<(u64, u64)> {
     let m = Manifest::read(dir)?;
     Ok((
         m.shards.len() as u64,
-        m.shards.iter().map(|s| s.bytes).sum(),
+        m.shards.iter().fold(0u64, |a, s| a.saturating_add(s.bytes)),
     ))
 }
 

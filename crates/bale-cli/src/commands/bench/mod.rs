@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 use crate::args::bench::BenchArgs;
 
+/// The longest `--budget`, in seconds.
+const MAX_BUDGET_SECS: f64 = 86_400.0;
+
 /// Runs `bale bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
@@ -27,6 +30,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         n => n,
     };
     decode::set_resize(args.resize);
+    // A day at most: a pass's deadline is `now + budget`, which a budget of
+    // 1e30 seconds would overflow.
+    anyhow::ensure!(
+        args.budget <= MAX_BUDGET_SECS,
+        "--budget {}: at most {MAX_BUDGET_SECS} seconds (a day) per measured pass",
+        args.budget
+    );
     let settings = measure::Settings {
         budget: Duration::from_secs_f64(args.budget),
         threads,
