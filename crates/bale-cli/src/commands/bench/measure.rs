@@ -172,11 +172,7 @@ impl Opened {
                 .storage_options(storage.clone())
                 .open(path)
                 .with_context(|| format!("cannot open dataset {}", path.display()))?;
-            let m = ds.manifest();
-            let (shards, bytes) = (
-                m.shards.len() as u64,
-                m.shards.iter().fold(0u64, |a, s| a.saturating_add(s.bytes)),
-            );
+            let (shards, bytes) = shard_totals(ds.manifest());
             return Ok(Opened {
                 path: path.to_owned(),
                 samples: ds.len(),
@@ -198,7 +194,7 @@ impl Opened {
                 .storage_options(storage.clone())
                 .open(path)
                 .with_context(|| format!("cannot open dataset {}", path.display()))?;
-            let (shards, bytes) = shard_totals(path)?;
+            let (shards, bytes) = shard_totals(ds.manifest());
             let in_bucket = ds
                 .manifest()
                 .shards
@@ -256,12 +252,13 @@ fn dataset_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-fn shard_totals(dir: &Path) -> anyhow::Result<(u64, u64)> {
-    let m = Manifest::read(dir)?;
-    Ok((
+/// A manifest's shard count and shard bytes (saturating: a hand-edited
+/// manifest's sizes may add past 2**64).
+fn shard_totals(m: &Manifest) -> (u64, u64) {
+    (
         m.shards.len() as u64,
         m.shards.iter().fold(0u64, |a, s| a.saturating_add(s.bytes)),
-    ))
+    )
 }
 
 /// Walks a tree as `bale pack` would ([`bale_pack::walk_tree`]) and groups
