@@ -1848,3 +1848,202 @@ fn force_keeps_a_tar_of_bales_names_that_the_old_manifest_does_not_list() {
     assert!(o.status.success(), "{}", text(&o));
     assert_same_objects(s, &url, &local);
 }
+
+/// A run through a gate that holds its upload of `shard-000001.tar` (and
+/// never lets it go) and the first DELETE of its undo (a bulk POST, held
+/// from its request line): both get no answer within `timeout`. The run
+/// fails, keeps its lock with a note that its requests may still land, and
+/// says that a rerun waits `timeout` more. Returns the gate, holding the
+/// two requests (0 and 1).
+fn a_run_whose_requests_get_no_answer(s: &Seaweed, b: &str, tree: &Path, timeout: &str) -> Gate {
+    let gate = Gate::with_rules(
+        s,
+        vec![
+            (
+                format!("PUT /{b}/ds/shard-000001.tar ").into_bytes(),
+                GateDoes::HoldRequest,
+                1,
+                true,
+            ),
+            (
+                format!("POST /{b}?delete ").into_bytes(),
+                GateDoes::HoldRequest,
+                1,
+                true,
+            ),
+        ],
+    );
+    let opts = [
+        "--shard-size",
+        "4MiB",
+        "--storage-option",
+        &format!("timeout={timeout}"),
+        "--storage-option",
+        "max_retries=0",
+    ];
+    let url = format!("s3://{b}/ds");
+    let o = pack_through(s, &gate, tree, &url, &opts).finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    gate.wait_held(2, Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("may still land"), "{}", text(&o));
+    let wait = format!("waits {} s more", timeout.trim_end_matches('s'));
+    assert!(err.contains(&wait), "{}", text(&o));
+    gate
+}
+
+#[test]
+fn force_waits_out_the_requests_a_failed_run_left_unanswered() {
+    // A run fails against a slow store: an upload and its undo's first
+    // DELETE get no answer (6 s) and may still land. Its lock says so;
+    // --force then watches it 7 s + 6 s before it writes. A DELETE of
+    // shard-000000.tar lands 10 s after --force started, while it still
+    // waits: it removes the failed run's object, not the one --force writes
+    // under that name. (Watching only 7 s, --force would have written its
+    // shards by then, and the DELETE would take one from under its dataset.)
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(300, &[]);
+    let other = t.path().join("other");
+    random_tree(&other, 300);
+    let b = bucket(s, "late-delete");
+    let url = format!("s3://{b}/ds");
+    let gate = a_run_whose_requests_get_no_answer(s, &b, &tree, "6s");
+    let started = Instant::now();
+    let second = pack_through(s, &gate, &other, &url, &["--force", "--shard-size", "4MiB"]);
+    // The held DELETE lands (sent here by the test: a request the client
+    // gave up on may or may not reach this server's handler).
+    std::thread::sleep(Duration::from_secs(10).saturating_sub(started.elapsed()));
+    s.delete(&b, "ds/shard-000000.tar").unwrap();
+    let o = second.finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        started.elapsed() >= Duration::from_secs(13),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(verified(s, &url).len(), 300);
+}
+
+#[test]
+fn a_shard_removed_under_a_run_is_never_committed() {
+    // A request of an earlier run that lands later than anyone waits (its
+    // undo's DELETE, here sent by the test itself) removes shard-000000.tar
+    // once this run has written it. Before the manifest (the run held at its
+    // index's PUT) the check of what it wrote fails the run with no
+    // bale.json; after it (held at the manifest's PUT) the run withdraws
+    // its bale.json. Either way nothing names a missing object, and a rerun
+    // with --force writes a whole dataset.
+    let s = Seaweed::shared();
+    let (_t, tree, _local) = tree_and_local(300, &[]);
+    for (prefix, held, says) in [
+        (
+            "gone-pre",
+            "PUT /{b}/ds/shard-000000.idx ",
+            "nothing of this run is committed",
+        ),
+        (
+            "gone-post",
+            "PUT /{b}/ds/bale.json ",
+            "withdrew its bale.json",
+        ),
+    ] {
+        let b = bucket(s, prefix);
+        let url = format!("s3://{b}/ds");
+        let gate = Gate::start(
+            s,
+            held.replace("{b}", &b).into_bytes(),
+            GateDoes::HoldRequest,
+            1,
+        );
+        let run = pack_through(s, &gate, &tree, &url, &["--shard-size", "4MiB"]);
+        gate.wait_held(1, Duration::from_secs(120));
+        s.wait_object(&b, "ds/shard-000000.tar").unwrap();
+        s.delete(&b, "ds/shard-000000.tar").unwrap();
+        gate.release(0);
+        let o = run.finish_within(Duration::from_secs(120));
+        assert_eq!(o.status.code(), Some(2), "{prefix}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("shard-000000.tar"), "{prefix}: {}", text(&o));
+        assert!(err.contains("it is gone"), "{prefix}: {}", text(&o));
+        assert!(err.contains(says), "{prefix}: {}", text(&o));
+        let (objects, _) = listing(s, &b, "ds");
+        assert!(
+            !objects.contains(&"bale.json".to_owned()),
+            "{prefix}: {objects:?}"
+        );
+        let o = bale(
+            s,
+            &[
+                "pack",
+                "-q",
+                "--force",
+                "--shard-size",
+                "4MiB",
+                "-o",
+                &url,
+                tree.to_str().unwrap(),
+            ],
+        );
+        assert!(o.status.success(), "{prefix}: {}", text(&o));
+        assert_eq!(verified(s, &url).len(), 300, "{prefix}");
+    }
+}
+
+#[test]
+fn an_upload_that_lands_after_its_run_was_undone_is_cleared_by_force() {
+    // A run's upload of shard-000001.tar gets no answer (held here) and the
+    // run fails; its undo removes everything else. The upload may land
+    // after that: the run keeps its lock over it, so that --force knows the
+    // shard for a run's and clears it. (Without a lock, --force would refuse
+    // a tar of bale's names as maybe the user's, and the prefix would stay
+    // stuck.)
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(300, &[]);
+    let local = t.path().join("local4");
+    pack_quiet(&tree, &local, &["--shard-size", "4MiB"]);
+    let b = bucket(s, "late-put");
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(
+        s,
+        format!("PUT /{b}/ds/shard-000001.tar ").into_bytes(),
+        GateDoes::HoldRequest,
+        1,
+    );
+    let opts = [
+        "--shard-size",
+        "4MiB",
+        "--storage-option",
+        "timeout=6s",
+        "--storage-option",
+        "max_retries=0",
+    ];
+    let o = pack_through(s, &gate, &tree, &url, &opts).finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("may still land"), "{}", text(&o));
+    assert!(!err.contains("were removed"), "{}", text(&o));
+    // The upload lands (its bytes sent here by the test).
+    s.put_file(&local.join("shard-000001.tar"), &b, "ds/shard-000001.tar")
+        .unwrap();
+    let (objects, _) = listing(s, &b, "ds");
+    assert_eq!(
+        objects,
+        [".bale-tmp-lock", "shard-000001.tar"],
+        "{objects:?}"
+    );
+    let o = bale(
+        s,
+        &[
+            "pack",
+            "-q",
+            "--force",
+            "--shard-size",
+            "4MiB",
+            "-o",
+            &url,
+            tree.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
+}

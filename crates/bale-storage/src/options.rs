@@ -110,7 +110,15 @@ impl StorageOptions {
         self.entries.is_empty()
     }
 
-    /// The retry settings these options give.
+    /// How long one request may take (`timeout`, [`DEFAULT_TIMEOUT`] unless
+    /// set); a value bale cannot read counts as the default.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.get("timeout")
+            .and_then(parse_duration)
+            .or_else(|| parse_duration(DEFAULT_TIMEOUT))
+            .unwrap_or(Duration::from_secs(60))
+    }
+
     /// A whole number option of bale's own (`upload_part_mib`, ...), if set.
     pub(crate) fn number(&self, key: &str, min: usize, max: usize) -> Result<Option<usize>> {
         let Some(v) = self.get(key) else {
@@ -125,6 +133,7 @@ impl StorageOptions {
         }
     }
 
+    /// The retry settings these options give.
     pub(crate) fn retry(&self) -> Result<RetryConfig> {
         let max_retries = match self.get("max_retries") {
             Some(v) => v.parse().map_err(|_| StorageError::BadOption {

@@ -25,7 +25,13 @@
 //!   lock read again is not this run's last version) is withdrawn.
 //! - **Failure undoes the run.** Dropped (or [`Publisher::abort`]ed) without
 //!   a commit, the publisher aborts its open uploads and deletes every
-//!   object it wrote, markers and lock included.
+//!   object it wrote, markers and lock included; the lock stays, with a
+//!   note, when a request of the run got no answer and may still land
+//!   (`--force` then waits it out before it writes).
+//! - **What it wrote is there.** Just before and just after the manifest,
+//!   a listing checks every object the run wrote, at its size: a late
+//!   request of an earlier run that removed or replaced one fails the run,
+//!   its manifest withdrawn.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -126,6 +132,9 @@ struct Written {
     names: Vec<String>,
     /// Open multipart uploads: (name, upload id).
     open: Vec<(String, String)>,
+    /// The size of each object this run wrote, where it knows it (not the
+    /// server-side copies of `merge`).
+    sizes: std::collections::HashMap<String, u64>,
 }
 
 /// A run writing a dataset under a prefix in object storage; see the module docs.
@@ -171,6 +180,16 @@ pub struct Publisher {
     manifest: Mutex<Option<Bytes>>,
     /// No attempt to create the manifest got an answer: it may still land.
     manifest_unsure: AtomicBool,
+    /// A write of this run (a PUT, a part, a copy) failed with no definite
+    /// answer ([`may_land`]): it may still land, after the run has ended.
+    unanswered: AtomicBool,
+    /// [`Publisher::abort`] ran: it runs once (a second run would rewrite
+    /// the lock it kept, and the note in it).
+    aborted: AtomicBool,
+    /// How much longer than usual the lock this run took over asked it to
+    /// wait ([`lock_unanswered`]): the objects of the run that left it may
+    /// be dated that much later.
+    found_wait: std::time::Duration,
     /// The names of a run that writes beside others ([`Publisher::open_alongside`]),
     /// replaced only by [`Publisher::replace_alongside`].
     alongside: Option<Vec<String>>,
@@ -295,6 +314,9 @@ impl Publisher {
             heartbeat: Mutex::new(None),
             manifest: Mutex::new(None),
             manifest_unsure: AtomicBool::new(false),
+            unanswered: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+            found_wait: std::time::Duration::ZERO,
             alongside: alongside.map(<[String]>::to_vec),
         };
         // A run that writes beside objects it leaves (an index of tars in
@@ -337,6 +359,45 @@ impl Publisher {
         if !w.names.iter().any(|n| n == name) {
             w.names.push(name.to_owned());
         }
+    }
+
+    /// Records that object `name` was written whole, `len` bytes long.
+    fn record_size(&self, name: &str, len: u64) {
+        if name != LOCK_NAME && name != MANIFEST && !name.starts_with(UPLOAD_MARKER) {
+            lock(&self.written).sizes.insert(name.to_owned(), len);
+        }
+    }
+
+    /// Checks, by one listing of the prefix, that every object this run
+    /// wrote is there, at the size it wrote. A request of a run that ended
+    /// before this one took the prefix over (its undo's DELETE, a PUT of
+    /// its own shard) may land late, after this run wrote the same name.
+    fn check_written(&self) -> Result<()> {
+        let (names, sizes) = {
+            let w = lock(&self.written);
+            (w.names.clone(), w.sizes.clone())
+        };
+        let listed: std::collections::HashMap<String, u64> =
+            self.list_sized()?.into_iter().collect();
+        for n in names
+            .iter()
+            .filter(|n| *n != LOCK_NAME && *n != MANIFEST && !n.starts_with(UPLOAD_MARKER))
+        {
+            let what = match (listed.get(n), sizes.get(n)) {
+                (None, _) => "it is gone".to_owned(),
+                (Some(have), Some(want)) if have != want => {
+                    format!("it is {have} bytes, where this run wrote {want}")
+                }
+                _ => continue,
+            };
+            return Err(StorageError::Changed {
+                url: self.url_of(n),
+                what: format!(
+                    "this run wrote it, and {what}: a request of a run that ended before this one took the prefix over (its undo, or an upload) landed late"
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn url_of(&self, name: &str) -> String {
@@ -393,14 +454,22 @@ impl Publisher {
             // releasing it (SIGKILL), never that of a live run, which
             // refreshes it every LOCK_BEAT.
             let before = self.seen_lock()?;
-            std::thread::sleep(LOCK_STALE);
+            // A run that ended with requests unanswered said so in its lock:
+            // they may still land, and are waited out before this run
+            // writes anything the same names.
+            let wait = LOCK_STALE
+                + before
+                    .as_ref()
+                    .and_then(|l| lock_unanswered(&l.bytes))
+                    .unwrap_or_default();
+            std::thread::sleep(wait);
             let now = self.seen_lock()?;
             if now.as_ref().map(|l| &l.bytes) != before.as_ref().map(|l| &l.bytes) {
                 return Err(StorageError::Exists {
                     url: self.store.url().to_owned(),
                     what: format!(
                         "another bale run is writing here now (its lock object {LOCK_NAME} changed within {} s); --force clears only what a run that ended left",
-                        LOCK_STALE.as_secs()
+                        wait.as_secs()
                     ),
                 });
             }
@@ -408,6 +477,7 @@ impl Publisher {
             // marked if this run stops before it has cleared it. Its last
             // refresh dates what it can have written.
             self.found_at = now.as_ref().map(|l| l.at);
+            self.found_wait = wait - LOCK_STALE;
             self.inherit_claim(claims && now.as_ref().is_some_and(|l| lock_claimed(&l.bytes)));
             let body = lock_body(&self.run, 0, self.found_claim);
             // Over the very version watched: another --force taking it over
@@ -518,12 +588,31 @@ impl Publisher {
 
     /// Every object under the prefix, by name relative to it.
     fn list(&self) -> Result<Vec<String>> {
-        Ok(self.list_dated()?.into_iter().map(|(n, _)| n).collect())
+        Ok(self.list_meta()?.into_iter().map(|(n, _, _)| n).collect())
     }
 
     /// Every object under the prefix, by name relative to it, with when it
     /// was written (server time, ms since the epoch).
     fn list_dated(&self) -> Result<Vec<(String, i64)>> {
+        Ok(self
+            .list_meta()?
+            .into_iter()
+            .map(|(n, at, _)| (n, at))
+            .collect())
+    }
+
+    /// Every object under the prefix, by name relative to it, with its size.
+    fn list_sized(&self) -> Result<Vec<(String, u64)>> {
+        Ok(self
+            .list_meta()?
+            .into_iter()
+            .map(|(n, _, size)| (n, size))
+            .collect())
+    }
+
+    /// Every object under the prefix, by name relative to it, with when it
+    /// was written (server time, ms since the epoch) and its size.
+    fn list_meta(&self) -> Result<Vec<(String, i64, u64)>> {
         let prefix = self.store.prefix().clone();
         let client = Arc::clone(&self.client);
         let listed = runtime::block_on(async move {
@@ -537,7 +626,11 @@ impl Publisher {
                     .map(|parts| parts.map(|p| p.as_ref().to_owned()).collect())
                     .unwrap_or_default();
                 if !rel.is_empty() {
-                    names.push((rel.join("/"), meta.last_modified.timestamp_millis()));
+                    names.push((
+                        rel.join("/"),
+                        meta.last_modified.timestamp_millis(),
+                        meta.size,
+                    ));
                 }
             }
             Ok::<_, object_store::Error>(names)
@@ -594,7 +687,7 @@ impl Publisher {
             // than its last refresh, and one refresh and a margin after.
             let late: Vec<String> = dated
                 .iter()
-                .filter(|(_, t)| *t > at + LEFTOVER_MARGIN_MS)
+                .filter(|(_, t)| *t > at + LEFTOVER_MARGIN_MS + self.found_wait.as_millis() as i64)
                 .map(|(n, _)| n.clone())
                 .collect();
             self.refuse_unclaimed(&late, Some(at))?;
@@ -1033,7 +1126,10 @@ impl Publisher {
             );
         }
         match runtime::block_on(async move { client.put_opts(&path, payload, opts).await })? {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.record_size(name, bytes.len() as u64);
+                Ok(())
+            }
             // A store without conditional PUTs (the lock is then a mark
             // only): the object must still be absent, checked by a HEAD.
             Err(object_store::Error::NotImplemented { .. }) if create => {
@@ -1052,7 +1148,7 @@ impl Publisher {
                 url: self.url_of(name),
                 what: "another run wrote it meanwhile".into(),
             }),
-            Err(e) => Err(from_object_store(&self.url_of(name), None, e)),
+            Err(e) => Err(self.unanswered_if(from_object_store(&self.url_of(name), None, e))),
         }
     }
 
@@ -1105,13 +1201,16 @@ impl Publisher {
         })
         .unwrap_or_default();
         self.put(&marker, Bytes::from(record))?;
-        let parts = self.send_parts(&mut file, len, part, &path, &id, &url, local, cancel)?;
+        let parts = self
+            .send_parts(&mut file, len, part, &path, &id, &url, local, cancel)
+            .map_err(|e| self.unanswered_if(e))?;
         let mp = Arc::clone(&self.mp);
         let (p2, id2) = (path.clone(), id.clone());
         runtime::block_on(async move { mp.complete_multipart(&p2, &id2, parts).await })?
-            .map_err(|e| from_object_store(&url, None, e))?;
+            .map_err(|e| self.unanswered_if(from_object_store(&url, None, e)))?;
         lock(&self.written).open.retain(|(_, i)| *i != id);
         self.record(name);
+        self.record_size(name, len);
         self.delete(&marker)?;
         Ok(len)
     }
@@ -1191,14 +1290,23 @@ impl Publisher {
         self.record(dst);
         let client = Arc::clone(&self.client);
         runtime::block_on(async move { client.copy(&from, &to).await })?.map_err(|e| {
-            from_object_store(
+            self.unanswered_if(from_object_store(
                 &src.object(name)
                     .map(|o| o.url().to_owned())
                     .unwrap_or_default(),
                 None,
                 e,
-            )
+            ))
         })
+    }
+
+    /// Notes `e` in [`Publisher::unanswered`] when the write it ended may
+    /// still land; returns it.
+    fn unanswered_if(&self, e: StorageError) -> StorageError {
+        if may_land(&e) {
+            self.unanswered.store(true, Ordering::SeqCst);
+        }
+        e
     }
 
     /// Writes the manifest, last: the dataset exists from now on. Releases
@@ -1221,6 +1329,10 @@ impl Publisher {
             let _writing = lock(&self.lock_write);
             self.write_lock(lock_body(&self.run, 0, self.claimed.load(Ordering::SeqCst)))?;
         }
+        // Every object the manifest names must be there, as written, before
+        // it is (and again after: see below).
+        self.check_written()
+            .map_err(|e| late_request(e, self.store.url(), "nothing of this run is committed"))?;
         *lock(&self.manifest) = Some(manifest.clone());
         let created = self.create_manifest(&manifest);
         self.stop_heartbeat();
@@ -1277,6 +1389,20 @@ impl Publisher {
                 url: self.store.url().to_owned(),
                 what,
             });
+        }
+        // A request of an earlier run that lands between the check above
+        // and the manifest: the manifest would name what is gone, so it goes.
+        if let Err(e) = self.check_written() {
+            let done = match self.withdraw_manifest() {
+                Withdrawn::Yes => {
+                    format!("this run withdrew its {MANIFEST}, so nothing of it is committed")
+                }
+                _ => format!(
+                    "this run could not withdraw its {MANIFEST}; check with `bale verify {}`",
+                    self.store.url()
+                ),
+            };
+            return Err(late_request(e, self.store.url(), &done));
         }
         self.committed.store(true, Ordering::SeqCst);
         let _ = self.delete(LOCK_NAME);
@@ -1400,7 +1526,7 @@ impl Publisher {
     /// The first request that failed (the others are still tried): the
     /// object it names may remain, and `--force` on a rerun clears it.
     pub fn abort(&self) -> Result<()> {
-        if self.committed.load(Ordering::SeqCst) {
+        if self.committed.load(Ordering::SeqCst) || self.aborted.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         self.stop_heartbeat();
@@ -1410,8 +1536,10 @@ impl Publisher {
         };
         let mut first = None;
         // The upload ids are this run's alone: abort them in any case.
+        let mut aborts_unanswered = false;
         for (name, id) in &open {
             if let Err(e) = self.abort_upload(name, id) {
+                aborts_unanswered |= may_land(&e);
                 first.get_or_insert(e);
             }
         }
@@ -1450,6 +1578,8 @@ impl Publisher {
         // this run's: the objects it may name stay with it, and the lock
         // over them.
         let mut keep = false;
+        // A request that failed without a definite answer may still land.
+        let mut unanswered = false;
         if self.manifest_unsure.load(Ordering::SeqCst) && owner {
             keep = true;
             first.get_or_insert(StorageError::Exists {
@@ -1483,10 +1613,19 @@ impl Publisher {
             // The lock stays over objects that could not be deleted, or
             // that an earlier run left and this one did not clear: it tells
             // a rerun with --force that they are a run's.
-            if n == LOCK_NAME && (first.is_some() || self.marks_leftovers.load(Ordering::SeqCst)) {
+            // So does it over a write of this run that got no answer: it
+            // may land after the run ended, and is then still a run's.
+            let late = unanswered || aborts_unanswered || self.unanswered.load(Ordering::SeqCst);
+            if n == LOCK_NAME
+                && (first.is_some() || late || self.marks_leftovers.load(Ordering::SeqCst))
+            {
+                if late && owner && self.locked.load(Ordering::SeqCst) {
+                    first = Some(self.note_unanswered(first));
+                }
                 continue;
             }
             if let Err(e) = self.delete(n) {
+                unanswered |= may_land(&e);
                 first.get_or_insert(e);
                 // A manifest that stays keeps what it names.
                 keep |= n == MANIFEST;
@@ -1495,6 +1634,59 @@ impl Publisher {
         first.map_or(Ok(()), Err)
     }
 }
+
+impl Publisher {
+    /// Says in the lock that this run's undo sent requests that got no
+    /// answer and may still land: `--force` then waits one request timeout
+    /// more before it takes the prefix over, so that they land before it
+    /// writes, not over what it wrote. Returns `first`, the undo's error,
+    /// with what a rerun does.
+    fn note_unanswered(&self, first: Option<StorageError>) -> StorageError {
+        let wait = self
+            .store
+            .options()
+            .request_timeout()
+            .min(MAX_UNANSWERED_WAIT);
+        let body = lock_note(
+            &self.run,
+            self.claimed.load(Ordering::SeqCst),
+            wait.as_millis() as u64,
+        );
+        let noted = {
+            let _writing = lock(&self.lock_write);
+            self.write_lock(body).is_ok()
+        };
+        let e = first.unwrap_or_else(|| StorageError::Exists {
+            url: self.url_of(LOCK_NAME),
+            what: "a write of this run got no answer and may still land, so the run kept its lock object over what it wrote".into(),
+        });
+        if !noted {
+            return e;
+        }
+        StorageError::Exists {
+            url: self.store.url().to_owned(),
+            what: format!(
+                "{e}; a request of this run got no answer and may still land, so a rerun with --force waits {} s more than usual before it takes the prefix over",
+                wait.as_secs()
+            ),
+        }
+    }
+}
+
+/// Whether a failed request may still land on the server: it got no answer
+/// (a timeout, a dropped connection) or a server error, not a refusal.
+fn may_land(e: &StorageError) -> bool {
+    matches!(
+        e,
+        StorageError::Request {
+            status: None | Some(500..=599),
+            ..
+        }
+    )
+}
+
+/// The longest wait a lock's note of unanswered requests makes `--force` take.
+const MAX_UNANSWERED_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Drop for Publisher {
     fn drop(&mut self) {
@@ -1525,6 +1717,23 @@ fn lock_body(run: &str, beat: u64, claimed: bool) -> String {
         "claimed": claimed,
     })
     .to_string()
+}
+
+/// The body of a lock whose run ended with requests that got no answer
+/// ([`Publisher::note_unanswered`]): `--force` waits `wait_ms` more.
+fn lock_note(run: &str, claimed: bool, wait_ms: u64) -> String {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&lock_body(run, 0, claimed)).unwrap_or_default();
+    v["unanswered_wait_ms"] = wait_ms.into();
+    v.to_string()
+}
+
+/// How much longer than usual a lock's note asks `--force` to wait (at most
+/// [`MAX_UNANSWERED_WAIT`]); `None` when it has no such note.
+fn lock_unanswered(bytes: &[u8]) -> Option<std::time::Duration> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let ms = v.get("unanswered_wait_ms")?.as_u64()?;
+    Some(std::time::Duration::from_millis(ms).min(MAX_UNANSWERED_WAIT))
 }
 
 /// Whether a lock object's body says its run had claimed the prefix.
@@ -1777,6 +1986,23 @@ fn read_seen(
     }
 }
 
+/// A failure of [`Publisher::check_written`], with what the run did about
+/// it and what the user can do.
+fn late_request(e: StorageError, prefix: &str, done: &str) -> StorageError {
+    match e {
+        StorageError::Changed { url, what } => StorageError::Changed {
+            url,
+            what: format!("{what}; {done}; run it again with --force"),
+        },
+        other => StorageError::Exists {
+            url: prefix.to_owned(),
+            what: format!(
+                "this run could not list the prefix to check the objects it wrote ({other}); {done}; run it again"
+            ),
+        },
+    }
+}
+
 /// A failure of the runtime around a lock request, as a store error (the
 /// lock's requests answer in those).
 fn runtime_failure(e: &StorageError) -> object_store::Error {
@@ -1820,5 +2046,41 @@ mod tests {
         let p = part_size(8 << 20, huge);
         assert!(huge.div_ceil(p as u64) <= MAX_PARTS);
         assert!(p > 8 << 20);
+    }
+
+    #[test]
+    fn a_locks_note_of_unanswered_requests_is_read_back_and_capped() {
+        let note = lock_note("run-1", true, 6_000);
+        assert_eq!(lock_owner(note.as_bytes()).as_deref(), Some("run-1"));
+        assert!(lock_claimed(note.as_bytes()));
+        assert_eq!(
+            lock_unanswered(note.as_bytes()),
+            Some(std::time::Duration::from_secs(6))
+        );
+        // Another run's lock is read, not trusted: no wait past the cap.
+        let huge = lock_note("run-2", false, u64::MAX);
+        assert_eq!(lock_unanswered(huge.as_bytes()), Some(MAX_UNANSWERED_WAIT));
+        for plain in [
+            lock_body("run-3", 4, false),
+            r#"{"unanswered_wait_ms": -1}"#.to_owned(),
+            r#"{"unanswered_wait_ms": "60000"}"#.to_owned(),
+            "not json".to_owned(),
+        ] {
+            assert_eq!(lock_unanswered(plain.as_bytes()), None, "{plain}");
+        }
+    }
+
+    #[test]
+    fn only_requests_without_a_definite_answer_may_land() {
+        let req = |status| StorageError::Request {
+            url: "s3://b/k".into(),
+            range: None,
+            status,
+            what: String::new(),
+        };
+        assert!(may_land(&req(None)));
+        assert!(may_land(&req(Some(503))));
+        assert!(!may_land(&req(Some(403))));
+        assert!(!may_land(&StorageError::Cancelled));
     }
 }
