@@ -2047,3 +2047,40 @@ fn an_upload_that_lands_after_its_run_was_undone_is_cleared_by_force() {
     assert!(o.status.success(), "{}", text(&o));
     assert_same_objects(s, &url, &local);
 }
+
+#[test]
+fn a_force_pack_refused_on_its_input_keeps_the_old_dataset_in_the_bucket() {
+    // --force replaces a dataset only once the new run has something to
+    // upload: an input refused while it is walked and planned (a FIFO, a
+    // label file that does not parse) leaves the old dataset whole, and
+    // the message says so. A failure after the first upload still leaves
+    // neither (the old one was cleared to make room for the new shards).
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(200, &[]);
+    let b = bucket(s, "keep-old");
+    let url = format!("s3://{b}/ds");
+    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let bad = t.path().join("bad");
+    random_tree(&bad, 50);
+    let fifo = bad.join("pipe.bin");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let labels = t.path().join("labels.csv");
+    std::fs::write(&labels, "not a label row\n").unwrap();
+    let labels = format!("csv:{}", labels.display());
+    for (what, extra) in [
+        ("fifo", vec![bad.to_str().unwrap()]),
+        ("labels", vec!["--labels", &labels, tree.to_str().unwrap()]),
+    ] {
+        let mut args = vec!["pack", "-q", "--force", "-o", &url];
+        args.extend(extra);
+        let o = bale(s, &args);
+        assert_eq!(o.status.code(), Some(2), "{what}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("is as it was"), "{what}: {}", text(&o));
+        assert_same_objects(s, &url, &local);
+        assert_eq!(verified(s, &url).len(), 200, "{what}");
+    }
+}

@@ -283,6 +283,13 @@ impl RemoteOutput {
         Ok(self.publisher.abort()?)
     }
 
+    /// Whether what `--force` would replace under the prefix is still
+    /// there, untouched: the run has not written anything yet
+    /// ([`Publisher::kept_old`]).
+    pub fn kept_old(&self) -> bool {
+        self.publisher.kept_old()
+    }
+
     /// Undoes the run in the bucket now, as [`RemoteOutput::abort`], and
     /// says whether another run had taken the prefix over (what this run
     /// uploaded is then that run's, and stays): known only once undone.

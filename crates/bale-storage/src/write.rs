@@ -190,6 +190,12 @@ pub struct Publisher {
     /// wait ([`lock_unanswered`]): the objects of the run that left it may
     /// be dated that much later.
     found_wait: std::time::Duration,
+    /// What `--force` replaces under the prefix, found when the run opened
+    /// it: the listing and the objects of bale's names in it, cleared by
+    /// [`Publisher::ensure_cleared`] before the run's first write.
+    pending_clear: Mutex<Option<(Vec<String>, Vec<String>)>>,
+    /// Clearing them failed: the run may not write.
+    clear_failed: AtomicBool,
     /// The names of a run that writes beside others ([`Publisher::open_alongside`]),
     /// replaced only by [`Publisher::replace_alongside`].
     alongside: Option<Vec<String>>,
@@ -317,6 +323,8 @@ impl Publisher {
             unanswered: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
             found_wait: std::time::Duration::ZERO,
+            pending_clear: Mutex::new(None),
+            clear_failed: AtomicBool::new(false),
             alongside: alongside.map(<[String]>::to_vec),
         };
         // A run that writes beside objects it leaves (an index of tars in
@@ -692,6 +700,50 @@ impl Publisher {
                 .collect();
             self.refuse_unclaimed(&late, Some(at))?;
         }
+        // What is there goes only when the run writes its first object
+        // ([`Publisher::ensure_cleared`]): a run that fails before (a bad
+        // input, Ctrl-C while it walks the input) leaves it whole.
+        *lock(&self.pending_clear) = Some((names, doomed));
+        Ok(())
+    }
+
+    /// Clears what [`Publisher::check_and_clear`] found, once, before the
+    /// run's first write; a second caller waits for the first.
+    ///
+    /// # Errors
+    /// The clear's (every later call fails too: the prefix is not clear).
+    fn ensure_cleared(&self) -> Result<()> {
+        let mut pending = lock(&self.pending_clear);
+        if self.clear_failed.load(Ordering::SeqCst) {
+            return Err(StorageError::Exists {
+                url: self.store.url().to_owned(),
+                what: "clearing what was there before this run failed".into(),
+            });
+        }
+        let Some((names, doomed)) = pending.as_ref() else {
+            return Ok(());
+        };
+        let cleared = self.clear(names, doomed);
+        match cleared {
+            Ok(()) => *pending = None,
+            Err(_) => self.clear_failed.store(true, Ordering::SeqCst),
+        }
+        cleared
+    }
+
+    /// Whether this run found objects of a dataset or a killed run under
+    /// the prefix that `--force` would replace, and has not removed them
+    /// (it fails or stops before its first write): they are as they were.
+    pub fn kept_old(&self) -> bool {
+        !self.clear_failed.load(Ordering::SeqCst)
+            && lock(&self.pending_clear)
+                .as_ref()
+                .is_some_and(|(_, doomed)| !doomed.is_empty())
+    }
+
+    /// Deletes what `--force` replaces under the prefix: `names` is the
+    /// listing, `doomed` the objects of bale's names in it.
+    fn clear(&self, names: &[String], doomed: &[String]) -> Result<()> {
         // Claimed before anything is deleted: a run killed while it clears
         // leaves what remains marked as a run's.
         self.claim()?;
@@ -1112,6 +1164,7 @@ impl Publisher {
     fn put_mode(&self, name: &str, bytes: Bytes, mode: PutMode) -> Result<()> {
         if name != LOCK_NAME {
             self.check_not_lost()?;
+            self.ensure_cleared()?;
         }
         let path = self.path(name)?;
         self.record(name);
@@ -1167,6 +1220,7 @@ impl Publisher {
         };
         let mut file = File::open(local).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
+        self.ensure_cleared()?;
         let part = part_size(self.opts.part_size, len);
         if len <= part as u64 {
             let mut buf = Vec::with_capacity(len as usize);
@@ -1285,6 +1339,7 @@ impl Publisher {
                 ),
             });
         }
+        self.ensure_cleared()?;
         let from = src.object(name)?.obj_path().clone();
         let to = self.path(dst)?;
         self.record(dst);
@@ -1317,6 +1372,7 @@ impl Publisher {
     /// meanwhile (another run without the lock). On error, nothing is
     /// committed and [`Publisher::abort`] still undoes the run.
     pub fn commit(&self, manifest: Bytes) -> Result<()> {
+        self.ensure_cleared()?;
         // The lock is refreshed until the manifest's outcome is known: a
         // slow PUT of it must not make this live run look killed to --force.
         if self.locked.load(Ordering::SeqCst) && !self.owns_lock()? {

@@ -175,8 +175,9 @@ pub struct PackArgs {
     #[arg(long, value_name = "I/N")]
     pub part: Option<Part>,
 
-    /// Write into a non-empty output directory, removing an old dataset there once the input is
-    /// walked and checked (a failure after that leaves neither; docs/reliability.md).
+    /// Write into a non-empty output directory or prefix, removing an old dataset there once the
+    /// input is walked and checked (in a bucket: just before the first upload); a failure after
+    /// that leaves neither (docs/reliability.md).
     #[arg(long)]
     pub force: bool,
 

@@ -99,10 +99,15 @@ pub fn open_remote(
 /// Undoes a run into object storage and says what it left.
 pub fn undo_remote(r: RemoteOut) -> String {
     let url = r.url().to_owned();
+    // Taken before the undo, which replaces nothing.
+    let kept_old = r.kept_old();
     let (undone, taken_over) = r.undo();
     match undone {
         Ok(()) if taken_over => format!(
             "nothing of this run was committed to {url}: another run took it over, and what this run uploaded is that run's now"
+        ),
+        Ok(()) if kept_old => format!(
+            "nothing of this run was written to {url}, and what was there before it is as it was (--force replaces it only when the run has its first object to upload)"
         ),
         Ok(()) => remote_undone(&url),
         Err(e) => format!(
