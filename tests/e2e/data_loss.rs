@@ -1028,6 +1028,7 @@ fn a_force_run_that_fails_on_its_input_keeps_the_old_dataset() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("FIFO"), "{}", text(&o));
+    assert!(text(&o).contains("is as it was"), "{}", text(&o));
     assert_eq!(
         snapshot(&old),
         before,
@@ -1043,6 +1044,7 @@ fn a_force_run_that_fails_on_its_input_keeps_the_old_dataset() {
         &[&old, &input],
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("is as it was"), "{}", text(&o));
     assert_eq!(
         snapshot(&old),
         before,

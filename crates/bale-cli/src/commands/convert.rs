@@ -112,9 +112,8 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         Ok(s) => s,
         Err(PackError::Cancelled) => {
             eprintln!(
-                "error: interrupted: nothing was written to {} (partial files were removed){}",
-                bale_format::shown(&args.output),
-                old.note()
+                "error: interrupted: {}",
+                old.left(&args.output, "partial files were removed")
             );
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
@@ -123,9 +122,11 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             return Err(anyhow!(
-                "{e}\nnothing was written to {} (no manifest; partial shards and temporary files were removed){}",
-                bale_format::shown(&args.output),
-                old.note()
+                "{e}\n{}",
+                old.left(
+                    &args.output,
+                    "partial shards and temporary files were removed"
+                )
             ));
         }
     };

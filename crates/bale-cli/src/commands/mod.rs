@@ -27,14 +27,20 @@ impl OldDataset {
         Self((force && !bale_pack::is_remote(out) && manifest.is_file()).then_some(manifest))
     }
 
-    /// A line to add to a failure's message when the old dataset is gone.
-    pub(crate) fn note(&self) -> String {
+    /// What a failed or interrupted local run left in `out`, for its
+    /// message: no dataset of its own (`removed` says what it cleaned up),
+    /// and whether the old dataset that `--force` would replace is there
+    /// as it was or had been removed.
+    pub(crate) fn left(&self, out: &std::path::Path, removed: &str) -> String {
+        let out = bale_format::shown(out);
         match &self.0 {
-            Some(m) if !m.exists() => format!(
-                "\nthe old dataset in {} had been removed by --force before the failure",
-                bale_format::shown(m.parent().unwrap_or(m))
+            Some(m) if m.exists() => format!(
+                "no dataset was written to {out} by this run ({removed}); the old dataset there is as it was"
             ),
-            _ => String::new(),
+            Some(_) => format!(
+                "no dataset was written to {out} (no manifest; {removed})\nthe old dataset in {out} had been removed by --force before the failure"
+            ),
+            None => format!("no dataset was written to {out} (no manifest; {removed})"),
         }
     }
 }

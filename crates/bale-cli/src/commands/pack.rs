@@ -274,9 +274,8 @@ fn failure(e: PackError, out: &Path, old: &super::OldDataset) -> anyhow::Error {
     match e {
         e if e.left_output_untouched() => anyhow!("{e}"),
         e => anyhow!(
-            "{e}\nno dataset was written to {} (no manifest; partial shards and temporary files were removed){}",
-            bale_format::shown(out),
-            old.note()
+            "{e}\n{}",
+            old.left(out, "partial shards and temporary files were removed")
         ),
     }
 }
@@ -420,9 +419,11 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         }
         (Err(PackError::Cancelled), None) => {
             eprintln!(
-                "error: interrupted: no dataset was written to {} (no manifest; partial shards and temporary files were removed){}",
-                bale_format::shown(&args.output),
-                old.note()
+                "error: interrupted: {}",
+                old.left(
+                    &args.output,
+                    "partial shards and temporary files were removed"
+                )
             );
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
