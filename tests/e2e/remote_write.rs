@@ -744,6 +744,32 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
         text(&o)
     );
     assert_same_objects(s, &url, &merged);
+    // `s3a://` is `s3://`: the same bucket, copied on the server too; and
+    // never a part, however spelled.
+    let o = bale(
+        s,
+        &["merge", "-o", &format!("s3a://{b}/merged-a"), &p2, &p0, &p1],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &format!("s3://{b}/merged-a"), &merged);
+    let o = bale(
+        s,
+        &[
+            "merge",
+            "--force",
+            "-o",
+            &format!("s3a://{b}/parts/p0"),
+            &p0,
+            &p1,
+            &p2,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        listing(s, &b, "parts/p0")
+            .0
+            .contains(&"bale.json".to_owned())
+    );
     // The parts are left whole, and the merged dataset holds a single pack's samples.
     assert!(
         listing(s, &b, "parts/p1")

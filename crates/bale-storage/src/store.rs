@@ -166,9 +166,15 @@ impl Store {
         if matches!(scheme, ObjectStoreScheme::Local | ObjectStoreScheme::Memory) {
             return Err(bad("not an object-storage URL".into()));
         }
+        // `s3a://` is `s3://` (Hadoop's spelling): one bucket, one client,
+        // and server-side copies between the two.
+        let scheme_name = match parsed.scheme() {
+            "s3a" => "s3",
+            other => other,
+        };
         let authority = format!(
             "{}://{}{}",
-            parsed.scheme(),
+            scheme_name,
             parsed.host_str().unwrap_or(""),
             parsed.port().map(|p| format!(":{p}")).unwrap_or_default()
         );
