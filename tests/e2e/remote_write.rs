@@ -632,8 +632,11 @@ fn a_run_whose_lock_another_wrote_never_commits_even_under_its_own_name() {
     signal(&mut run, libc::SIGCONT);
     let o = run.finish_within(Duration::from_secs(300));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // Said first, before whatever request failed because of it.
+    let err = String::from_utf8_lossy(&o.stderr);
+    let first = err.lines().next().unwrap_or_default();
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("took this prefix over"),
+        first.contains("took this prefix over") || first.contains("took it over"),
         "{}",
         text(&o)
     );
@@ -2109,4 +2112,47 @@ fn a_force_pack_refused_on_its_input_keeps_the_old_dataset_in_the_bucket() {
         assert_same_objects(s, &url, &local);
         assert_eq!(verified(s, &url).len(), 200, "{what}");
     }
+}
+
+#[test]
+fn a_run_taken_over_during_an_upload_says_so_first() {
+    // A run stalls (SIGSTOP) with a part of a multipart upload in flight;
+    // a --force run takes the prefix over, aborts that upload and commits.
+    // When the stalled run resumes, its part fails (the upload is gone):
+    // the message leads with the takeover, the cause, not with the
+    // store's NoSuchUpload.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(1500, SHARDS);
+    let other = t.path().join("other");
+    random_tree(&other, 200);
+    let b = bucket(s, "taken-part");
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(
+        s,
+        format!("PUT /{b}/ds/shard-000001.tar?partNumber=2&").into_bytes(),
+        GateDoes::HoldRequest,
+        1,
+    );
+    let mut extra: Vec<&str> = SHARDS.to_vec();
+    extra.extend(UPLOAD);
+    let mut first = pack_through(s, &gate, &tree, &url, &extra);
+    gate.wait_held(1, Duration::from_secs(120));
+    signal(&mut first, libc::SIGSTOP);
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, other.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    gate.release(0);
+    signal(&mut first, libc::SIGCONT);
+    let o = first.finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lead = err.lines().next().unwrap_or_default();
+    assert!(
+        lead.contains("took this prefix over") || lead.contains("took it over"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(verified(s, &url).len(), 200);
 }

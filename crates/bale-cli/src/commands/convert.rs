@@ -94,7 +94,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         (Ok(mut s), Some(r)) => {
             let url = r.url().to_owned();
             if let Err(u) = r.finish() {
-                anyhow::bail!("{}\n{}", u.error, undo_remote(u.output));
+                anyhow::bail!("{}", undo_remote(u.output).after(u.error));
             }
             s.output = url.into();
             Ok(s)
@@ -102,10 +102,10 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         (Err(e), Some(r)) => {
             let undone = undo_remote(r);
             if matches!(e, PackError::Cancelled) {
-                eprintln!("error: interrupted: {undone}");
+                eprintln!("error: interrupted: {}", undone.text);
                 return Ok(ExitCode::from(EXIT_INTERRUPTED));
             }
-            anyhow::bail!("{e}\n{undone}");
+            anyhow::bail!("{}", undone.after(e));
         }
     };
     let s = match result {

@@ -80,14 +80,13 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
             }
             std::fs::write(&path, m.to_bytes())?;
             if let Err(u) = r.finish() {
-                anyhow::bail!("{}\n{}", u.error, undo_remote(u.output));
+                anyhow::bail!("{}", undo_remote(u.output).after(u.error));
             }
             s.output = url;
             s
         }
         (Err(e), Some((r, _))) => {
-            let undone = undo_remote(r);
-            anyhow::bail!("{e}\n{undone}");
+            anyhow::bail!("{}", undo_remote(r).after(e));
         }
         (Err(e), None) => return Err(with_hint(e)),
     };

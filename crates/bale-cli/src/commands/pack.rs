@@ -96,13 +96,36 @@ pub fn open_remote(
     )?))
 }
 
-/// Undoes a run into object storage and says what it left.
-pub fn undo_remote(r: RemoteOut) -> String {
+/// What undoing a run into object storage left, as told to the user.
+pub struct Undone {
+    /// What the undo left.
+    pub text: String,
+    /// Another run had taken the prefix over.
+    pub taken_over: bool,
+}
+
+impl Undone {
+    /// The message of a run that failed with `e`: the error, then what the
+    /// undo left. When another run took the prefix over, that comes first:
+    /// the error was most likely its doing (an upload of this run it
+    /// aborted, an object it removed).
+    pub fn after(&self, e: impl std::fmt::Display) -> String {
+        if self.taken_over {
+            format!("{}\n(the error this run stopped on: {e})", self.text)
+        } else {
+            format!("{e}\n{}", self.text)
+        }
+    }
+}
+
+/// Undoes a run into object storage: what it left, and whether another run
+/// had taken the prefix over.
+pub fn undo_remote(r: RemoteOut) -> Undone {
     let url = r.url().to_owned();
     // Taken before the undo, which replaces nothing.
     let kept_old = r.kept_old();
     let (undone, taken_over) = r.undo();
-    match undone {
+    let told = match undone {
         Ok(()) if taken_over => format!(
             "nothing of this run was committed to {url}: another run took it over, and what this run uploaded is that run's now"
         ),
@@ -113,6 +136,10 @@ pub fn undo_remote(r: RemoteOut) -> String {
         Err(e) => format!(
             "nothing of this run was committed to {url}, but undoing it did not finish: {e}\nhint: `bale verify {url}` says whether a whole dataset is there; a rerun with --force replaces what remains"
         ),
+    };
+    Undone {
+        text: told,
+        taken_over,
     }
 }
 
@@ -396,10 +423,10 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
                         PackError::Cancelled | PackError::Storage(StorageError::Cancelled)
                     )
                 {
-                    eprintln!("error: interrupted: {undone}");
+                    eprintln!("error: interrupted: {}", undone.text);
                     return Ok(ExitCode::from(EXIT_INTERRUPTED));
                 }
-                return Err(anyhow!("{}\n{undone}", u.error));
+                return Err(anyhow!("{}", undone.after(u.error)));
             }
             s.output = url.into();
             s
@@ -408,15 +435,12 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             let upload = r.take_error();
             let undone = undo_remote(r);
             if let Some(e) = upload {
-                return Err(anyhow!("{e}\n{undone}"));
+                return Err(anyhow!("{}", undone.after(e)));
             }
-            eprintln!("error: interrupted: {undone}");
+            eprintln!("error: interrupted: {}", undone.text);
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
-        (Err(e), Some(r)) => {
-            let undone = undo_remote(r);
-            return Err(anyhow!("{e}\n{undone}"));
-        }
+        (Err(e), Some(r)) => return Err(anyhow!("{}", undo_remote(r).after(e))),
         (Err(PackError::Cancelled), None) => {
             eprintln!(
                 "error: interrupted: {}",
