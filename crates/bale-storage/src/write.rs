@@ -391,9 +391,19 @@ impl Publisher {
             .iter()
             .filter(|n| *n != LOCK_NAME && *n != MANIFEST && !n.starts_with(UPLOAD_MARKER))
         {
-            let what = match (listed.get(n), sizes.get(n)) {
+            // A listing may lag behind a write on some stores: what it
+            // misses or shows at another size is asked for by name.
+            let have = match listed.get(n) {
+                Some(have) if sizes.get(n).is_none_or(|want| want == have) => continue,
+                _ => match self.store.object(n)?.head() {
+                    Ok(size) => Some(size),
+                    Err(StorageError::NotFound { .. }) => None,
+                    Err(e) => return Err(e),
+                },
+            };
+            let what = match (have, sizes.get(n)) {
                 (None, _) => "it is gone".to_owned(),
-                (Some(have), Some(want)) if have != want => {
+                (Some(have), Some(want)) if have != *want => {
                     format!("it is {have} bytes, where this run wrote {want}")
                 }
                 _ => continue,
@@ -2053,7 +2063,7 @@ fn late_request(e: StorageError, prefix: &str, done: &str) -> StorageError {
         other => StorageError::Exists {
             url: prefix.to_owned(),
             what: format!(
-                "this run could not list the prefix to check the objects it wrote ({other}); {done}; run it again"
+                "this run could not check that the objects it wrote are there ({other}); {done}; run it again"
             ),
         },
     }
