@@ -2082,8 +2082,7 @@ fn a_force_pack_refused_on_its_input_keeps_the_old_dataset_in_the_bucket() {
     // --force replaces a dataset only once the new run has something to
     // upload: an input refused while it is walked and planned (a FIFO, a
     // label file that does not parse) leaves the old dataset whole, and
-    // the message says so. A failure after the first upload still leaves
-    // neither (the old one was cleared to make room for the new shards).
+    // the message says so.
     let s = Seaweed::shared();
     let (t, tree, local) = tree_and_local(200, &[]);
     let b = bucket(s, "keep-old");
