@@ -2155,3 +2155,55 @@ fn a_run_taken_over_during_an_upload_says_so_first() {
     );
     assert_eq!(verified(s, &url).len(), 200);
 }
+
+#[test]
+fn a_clearing_delete_without_an_answer_makes_the_next_force_wait() {
+    // --force clears the old dataset before its first upload; the DELETE of
+    // the old bale.json gets no answer (6 s) and may still land. The run
+    // fails, says that the old dataset is gone or partly, keeps its lock
+    // with a note, and the next --force says how long it watches that lock
+    // (7 s + 6 s) before it writes a whole dataset.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(200, &[]);
+    let other = t.path().join("other");
+    random_tree(&other, 100);
+    let b = bucket(s, "clear-held");
+    let url = format!("s3://{b}/ds");
+    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gate = Gate::start(
+        s,
+        b"<Key>ds/bale.json</Key>".to_vec(),
+        GateDoes::HoldRequest,
+        1,
+    );
+    let opts = [
+        "--force",
+        "--storage-option",
+        "timeout=6s",
+        "--storage-option",
+        "max_retries=0",
+    ];
+    let o = pack_through(s, &gate, &other, &url, &opts).finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("waits 6 s more"), "{}", text(&o));
+    assert!(
+        err.contains("--force had begun to remove it"),
+        "{}",
+        text(&o)
+    );
+    let store = Store::open(&url, &options(s)).unwrap();
+    let lock = String::from_utf8(object_bytes(&store, ".bale-tmp-lock")).unwrap();
+    assert!(lock.contains("\"unanswered_wait_ms\":6000"), "{lock}");
+    let started = Instant::now();
+    let o = bale(s, &["pack", "--force", "-o", &url, other.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("watching it for 13 s"),
+        "{}",
+        text(&o)
+    );
+    assert!(started.elapsed() >= Duration::from_secs(13));
+    assert_eq!(verified(s, &url).len(), 100);
+}

@@ -290,6 +290,12 @@ impl RemoteOutput {
         self.publisher.kept_old()
     }
 
+    /// Whether the run began to remove what `--force` replaces under the
+    /// prefix ([`Publisher::removed_old`]).
+    pub fn removed_old(&self) -> bool {
+        self.publisher.removed_old()
+    }
+
     /// Undoes the run in the bucket now, as [`RemoteOutput::abort`], and
     /// says whether another run had taken the prefix over (what this run
     /// uploaded is then that run's, and stays): known only once undone.
@@ -342,7 +348,12 @@ fn upload_loop(
                 let cancelled =
                     matches!(e, StorageError::Cancelled) || cancel.load(Ordering::SeqCst);
                 if !cancelled {
-                    *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    // The first error is the cause; a second uploader's
+                    // is most likely a consequence.
+                    error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
                 }
                 // Stop the command: it would write for nothing.
                 cancel.store(true, Ordering::SeqCst);

@@ -73,6 +73,22 @@ pub use runtime::Pending;
 pub use store::{Object, Store, may_name_object};
 pub use write::{Publisher, WriteOptions};
 
+static NOTICE: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Sets where this crate tells of a long wait the user should know of
+/// (`--force` watching another run's lock before it takes a prefix over):
+/// the CLI prints it to stderr. Unset, nothing is said. The first call wins.
+pub fn set_notice(f: fn(&str)) {
+    let _ = NOTICE.set(f);
+}
+
+/// Tells `message` through [`set_notice`]'s function, if one was set.
+pub(crate) fn notice(message: &str) {
+    if let Some(f) = NOTICE.get() {
+        f(message);
+    }
+}
+
 /// The object at `url` (`s3://bucket/prefix/name`).
 ///
 /// # Errors

@@ -196,6 +196,8 @@ pub struct Publisher {
     pending_clear: Mutex<Option<(Vec<String>, Vec<String>)>>,
     /// Clearing them failed: the run may not write.
     clear_failed: AtomicBool,
+    /// Clearing them began: what `--force` replaces is gone, or partly.
+    removed_old: AtomicBool,
     /// The names of a run that writes beside others ([`Publisher::open_alongside`]),
     /// replaced only by [`Publisher::replace_alongside`].
     alongside: Option<Vec<String>>,
@@ -325,6 +327,7 @@ impl Publisher {
             found_wait: std::time::Duration::ZERO,
             pending_clear: Mutex::new(None),
             clear_failed: AtomicBool::new(false),
+            removed_old: AtomicBool::new(false),
             alongside: alongside.map(<[String]>::to_vec),
         };
         // A run that writes beside objects it leaves (an index of tars in
@@ -475,11 +478,18 @@ impl Publisher {
             // A run that ended with requests unanswered said so in its lock:
             // they may still land, and are waited out before this run
             // writes anything the same names.
-            let wait = LOCK_STALE
-                + before
-                    .as_ref()
-                    .and_then(|l| lock_unanswered(&l.bytes))
-                    .unwrap_or_default();
+            let unanswered = before.as_ref().and_then(|l| lock_unanswered(&l.bytes));
+            let wait = LOCK_STALE + unanswered.unwrap_or_default();
+            crate::notice(&format!(
+                "{}: another bale run's lock object ({LOCK_NAME}) is there; watching it for {} s before --force takes the prefix over{}",
+                self.store.url(),
+                wait.as_secs(),
+                if unanswered.is_some() {
+                    " (that run said requests of it may still land)"
+                } else {
+                    ""
+                }
+            ));
             std::thread::sleep(wait);
             let now = self.seen_lock()?;
             if now.as_ref().map(|l| &l.bytes) != before.as_ref().map(|l| &l.bytes) {
@@ -727,7 +737,8 @@ impl Publisher {
         if self.clear_failed.load(Ordering::SeqCst) {
             return Err(StorageError::Exists {
                 url: self.store.url().to_owned(),
-                what: "clearing what was there before this run failed".into(),
+                what: "clearing what was there before this run failed (the first error says why)"
+                    .into(),
             });
         }
         let Some((names, doomed)) = pending.as_ref() else {
@@ -751,9 +762,19 @@ impl Publisher {
                 .is_some_and(|(_, doomed)| !doomed.is_empty())
     }
 
+    /// Whether this run began to remove what `--force` replaces under the
+    /// prefix (a dataset, or what a killed run left): after a failure, it
+    /// is gone, or partly.
+    pub fn removed_old(&self) -> bool {
+        self.removed_old.load(Ordering::SeqCst)
+    }
+
     /// Deletes what `--force` replaces under the prefix: `names` is the
     /// listing, `doomed` the objects of bale's names in it.
     fn clear(&self, names: &[String], doomed: &[String]) -> Result<()> {
+        if !doomed.is_empty() {
+            self.removed_old.store(true, Ordering::SeqCst);
+        }
         // Claimed before anything is deleted: a run killed while it clears
         // leaves what remains marked as a run's.
         self.claim()?;
@@ -1145,7 +1166,9 @@ impl Publisher {
         let client = Arc::clone(&self.client);
         match runtime::block_on(async move { client.delete(&path).await })? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(from_object_store(&self.url_of(name), None, e)),
+            // Unanswered, it may still land: on what a later run writes
+            // under that name, unless that run waits it out.
+            Err(e) => Err(self.unanswered_if(from_object_store(&self.url_of(name), None, e))),
         }
     }
 
@@ -1155,7 +1178,7 @@ impl Publisher {
         let id = id.to_owned();
         match runtime::block_on(async move { mp.abort_multipart(&path, &id).await })? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(from_object_store(&self.url_of(name), None, e)),
+            Err(e) => Err(self.unanswered_if(from_object_store(&self.url_of(name), None, e))),
         }
     }
 
@@ -1722,10 +1745,21 @@ impl Publisher {
             let _writing = lock(&self.lock_write);
             self.write_lock(body).is_ok()
         };
-        let e = first.unwrap_or_else(|| StorageError::Exists {
-            url: self.url_of(LOCK_NAME),
-            what: "a write of this run got no answer and may still land, so the run kept its lock object over what it wrote".into(),
-        });
+        let kept = "the run kept its lock object over what it wrote";
+        let Some(e) = first else {
+            let then = if noted {
+                format!(
+                    "; a rerun with --force waits {} s more than usual before it takes the prefix over",
+                    wait.as_secs()
+                )
+            } else {
+                String::new()
+            };
+            return StorageError::Exists {
+                url: self.url_of(LOCK_NAME),
+                what: format!("a write of this run got no answer and may still land: {kept}{then}"),
+            };
+        };
         if !noted {
             return e;
         }

@@ -36,6 +36,7 @@ impl ConvertProgress for Bar {
 
 /// Runs `bale convert`.
 pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
+    super::notices(args.out.quiet);
     let format = match args.format {
         ConvertFormatArg::Tar => ConvertFormat::Tar,
         ConvertFormatArg::TarZst => {

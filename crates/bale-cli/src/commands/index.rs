@@ -30,6 +30,7 @@ impl IndexProgress for Bar {
 
 /// Runs `bale index`.
 pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
+    super::notices(args.out.quiet);
     // Tars at URLs are read through the storage layer (headers by ranged GETs).
     let storage = args.storage.options()?;
     super::export_index::precheck(args.dali_index.as_deref(), &args.output)?;

@@ -16,6 +16,7 @@ use crate::args::merge::MergeArgs;
 
 /// Runs `bale merge`.
 pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
+    super::notices(args.out.quiet);
     let remote_parts = args.parts.iter().filter(|p| is_url(p)).count();
     if is_url(&args.output) || remote_parts > 0 {
         anyhow::ensure!(

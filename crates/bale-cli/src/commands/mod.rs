@@ -45,6 +45,14 @@ impl OldDataset {
     }
 }
 
+/// Prints on stderr what the object-storage layer tells of a long wait
+/// (`--force` watching another run's lock), unless `quiet`.
+pub(crate) fn notices(quiet: bool) {
+    if !quiet {
+        bale_storage::set_notice(|m| eprintln!("{}", crate::escape::message(m)));
+    }
+}
+
 /// Runs the command the user asked for.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {

@@ -123,8 +123,15 @@ impl Undone {
 pub fn undo_remote(r: RemoteOut) -> Undone {
     let url = r.url().to_owned();
     // Taken before the undo, which replaces nothing.
-    let kept_old = r.kept_old();
+    let (kept_old, removed_old) = (r.kept_old(), r.removed_old());
     let (undone, taken_over) = r.undo();
+    let removed = if removed_old && !taken_over {
+        format!(
+            "\nthe old dataset under {url} is gone, or partly: --force had begun to remove it before the failure"
+        )
+    } else {
+        String::new()
+    };
     let told = match undone {
         Ok(()) if taken_over => format!(
             "nothing of this run was committed to {url}: another run took it over, and what this run uploaded is that run's now"
@@ -138,7 +145,7 @@ pub fn undo_remote(r: RemoteOut) -> Undone {
         ),
     };
     Undone {
-        text: told,
+        text: format!("{told}{removed}"),
         taken_over,
     }
 }
@@ -350,6 +357,7 @@ fn image_options(args: &PackArgs) -> anyhow::Result<ImageOptions> {
 
 /// Runs `bale pack`.
 pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
+    super::notices(args.out.quiet);
     let (compression, level) = shard_compression(&args)?;
     if args.dali_index.is_some() && compression != bale_format::Compression::None {
         anyhow::bail!(
