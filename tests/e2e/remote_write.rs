@@ -830,6 +830,22 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
         text(&o)
     );
     assert_eq!(listing(s, &b2, "ds").0, there);
+
+    // A part with a shard gone is refused before the output is touched:
+    // with --force over a dataset, that dataset is as it was, and the
+    // message says so (not that the objects of the merge were removed).
+    let tar = listing(s, &b, "parts/p1")
+        .0
+        .into_iter()
+        .find(|n| n.ends_with(".tar"))
+        .unwrap();
+    s.delete(&b, &format!("parts/p1/{tar}")).unwrap();
+    let o = bale(s, &["merge", "--force", "-o", &url, &p0, &p1, &p2]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("is as it was"), "{}", text(&o));
+    assert!(!err.contains("were removed"), "{}", text(&o));
+    assert_same_objects(s, &url, &merged);
 }
 
 #[test]

@@ -479,29 +479,46 @@ pub fn merge_remote(
         })
         .collect();
     let publisher = Publisher::open(output, storage, write)?;
-    for f in &plan.files {
-        if cancel.load(Ordering::Relaxed) {
-            return Err(PackError::Cancelled);
+    let copied = (|| -> Result<()> {
+        for f in &plan.files {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(PackError::Cancelled);
+            }
+            publisher.copy_from(&stores[order[f.part]], &f.from, &f.to)?;
         }
-        publisher.copy_from(&stores[order[f.part]], &f.from, &f.to)?;
-    }
-    if let Err(e) = publisher.commit(plan.manifest.to_bytes().into()) {
+        Ok(publisher.commit(plan.manifest.to_bytes().into())?)
+    })();
+    if let Err(e) = copied {
+        if matches!(e, PackError::Cancelled) {
+            return Err(e);
+        }
+        // What the undo left, and what became of the old dataset: taken
+        // before the undo, which replaces nothing.
+        let (kept, removed) = (publisher.kept_old(), publisher.removed_old());
         let undone = publisher.abort();
         let taken_over = publisher.taken_over();
-        return Err(match undone {
-            Ok(()) if !taken_over => e.into(),
-            Ok(()) => PackError::Undone {
-                error: Box::new(e.into()),
-                left: format!(
-                    "nothing of this merge was committed to {output}: another run took it over, and what this run copied is that run's now"
-                ),
-            },
-            Err(a) => PackError::Undone {
-                error: Box::new(e.into()),
-                left: format!(
-                    "nothing of this merge was committed to {output}, but undoing it did not finish: {a}\nhint: `bale verify {output}` says whether a whole dataset is there; a rerun with --force replaces what remains"
-                ),
-            },
+        let mut left = match undone {
+            Ok(()) if taken_over => format!(
+                "nothing of this merge was committed to {output}: another run took it over, and what this run copied is that run's now"
+            ),
+            Ok(()) if kept => format!(
+                "nothing of this merge was written to {output}, and what was there before it is as it was (--force replaces it only when the merge has its first object to copy)"
+            ),
+            Ok(()) => format!(
+                "no dataset was written to {output} (no manifest; the objects this merge copied were removed)"
+            ),
+            Err(a) => format!(
+                "nothing of this merge was committed to {output}, but undoing it did not finish: {a}\nhint: `bale verify {output}` says whether a whole dataset is there; a rerun with --force replaces what remains"
+            ),
+        };
+        if removed && !taken_over {
+            left.push_str(&format!(
+                "\nthe old dataset under {output} is gone, or partly: --force had begun to remove it before the failure"
+            ));
+        }
+        return Err(PackError::Undone {
+            error: Box::new(e),
+            left,
         });
     }
     let m = &plan.manifest;

@@ -104,7 +104,9 @@ fn run_remote(args: &MergeArgs) -> anyhow::Result<ExitCode> {
         Err(e) if e.left_output_untouched() || matches!(e, PackError::Merge { .. }) => {
             bail!("{e}\nnothing was merged")
         }
-        Err(e) => bail!("{e}\n{}", remote_undone(&out_url)),
+        // Any failure after the output was taken is `Undone`: this one
+        // came before, and the output is as it was.
+        Err(e) => bail!("{e}\nnothing was merged; what is under {out_url} is as it was"),
     };
     args.out.summary(&s, || {
         format!(
