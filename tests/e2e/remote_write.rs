@@ -2223,3 +2223,41 @@ fn a_clearing_delete_without_an_answer_makes_the_next_force_wait() {
     assert!(started.elapsed() >= Duration::from_secs(13));
     assert_eq!(verified(s, &url).len(), 100);
 }
+
+#[test]
+fn ctrl_c_while_force_watches_a_lock_stops_at_once() {
+    // --force watches another run's lock before it takes the prefix over:
+    // 7 s, plus up to 600 s when that run said requests of it may still
+    // land. A Ctrl-C then stops it at once, with nothing written and the
+    // prefix as it was.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(50, &[]);
+    let b = bucket(s, "watch-int");
+    let url = format!("s3://{b}/ds");
+    let lock = r#"{"run":"1-dead","pid":1,"host":"elsewhere","tool":"bale","beat":3,"claimed":false,"unanswered_wait_ms":600000}"#;
+    let lock_file = t.path().join("lock.json");
+    std::fs::write(&lock_file, lock).unwrap();
+    s.put_file(&lock_file, &b, "ds/.bale-tmp-lock").unwrap();
+    let mut args: Vec<String> = ["pack", "--force", "-o", &url, tree.to_str().unwrap()]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    args.extend(s.cli_options());
+    let mut run = Running::start(&mut bale_cmd(&args));
+    std::thread::sleep(Duration::from_secs(2));
+    signal(&mut run, libc::SIGINT);
+    let stopped = Instant::now();
+    let o = run.finish_within(Duration::from_secs(60));
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("watching it for 607 s"), "{}", text(&o));
+    assert!(err.contains("is as it was"), "{}", text(&o));
+    let store = Store::open(&url, &options(s)).unwrap();
+    assert_eq!(object_bytes(&store, ".bale-tmp-lock"), lock.as_bytes());
+    assert_eq!(listing(s, &b, "ds").0, [".bale-tmp-lock"]);
+}

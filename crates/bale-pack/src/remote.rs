@@ -142,6 +142,7 @@ impl RemoteOutput {
             .ok_or_else(|| PackError::Option(format!("{}: not a UTF-8 URL", url.display())))?;
         let mut opts = WriteOptions::from_options(storage, force)?;
         opts.inputs = inputs;
+        opts.cancel = Some(Arc::clone(&cancel));
         // What killed runs left in the spool goes whatever this run's fate
         // (a refused rerun included).
         clean_stale_spools(&std::env::temp_dir());
@@ -381,7 +382,7 @@ pub fn merge_remote(
     output: &str,
     storage: &StorageOptions,
     opts: &crate::MergeOptions,
-    cancel: &AtomicBool,
+    cancel: &Arc<AtomicBool>,
 ) -> Result<crate::MergeSummary> {
     use bale_format::{Manifest, ShardIndex, parse_hex64};
     use bale_storage::Store;
@@ -469,6 +470,7 @@ pub fn merge_remote(
         ));
     }
     let mut write = WriteOptions::from_options(storage, opts.force)?;
+    write.cancel = Some(Arc::clone(cancel));
     write.inputs = stores
         .iter()
         .zip(&manifests)

@@ -74,6 +74,9 @@ pub struct WriteOptions {
     /// indexes): `--force` refuses to delete any of them, however the
     /// output's URL spells the same object.
     pub inputs: Vec<String>,
+    /// Set to stop the run (Ctrl-C): `--force` stops watching a lock at
+    /// once, with [`StorageError::Cancelled`].
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Default for WriteOptions {
@@ -83,6 +86,7 @@ impl Default for WriteOptions {
             part_size: DEFAULT_PART_SIZE,
             parts_in_flight: DEFAULT_PARTS_IN_FLIGHT,
             inputs: Vec::new(),
+            cancel: None,
         }
     }
 }
@@ -490,7 +494,7 @@ impl Publisher {
                     ""
                 }
             ));
-            std::thread::sleep(wait);
+            self.watch(wait)?;
             let now = self.seen_lock()?;
             if now.as_ref().map(|l| &l.bytes) != before.as_ref().map(|l| &l.bytes) {
                 return Err(StorageError::Exists {
@@ -524,6 +528,27 @@ impl Publisher {
         self.locked.store(true, Ordering::SeqCst);
         self.start_heartbeat()?;
         Ok(())
+    }
+
+    /// Sleeps `wait` (the watch of another run's lock), in steps that see a
+    /// cancel at once.
+    fn watch(&self, wait: std::time::Duration) -> Result<()> {
+        let end = std::time::Instant::now() + wait;
+        loop {
+            if self
+                .opts
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::SeqCst))
+            {
+                return Err(StorageError::Cancelled);
+            }
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            std::thread::sleep(left.min(std::time::Duration::from_millis(50)));
+        }
     }
 
     /// Writes this run's lock body through [`LockWriter`]: over the version

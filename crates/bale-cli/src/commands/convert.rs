@@ -71,7 +71,12 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
     } else {
         Vec::new()
     };
-    let remote = open_remote(&args.output, &args.storage, args.force, &cancel, inputs)?;
+    let remote = match open_remote(&args.output, &args.storage, args.force, &cancel, inputs) {
+        Err(_) if cancel.load(std::sync::atomic::Ordering::SeqCst) => {
+            return Ok(crate::commands::pack::interrupted_opening(&args.output));
+        }
+        r => r?,
+    };
     let out_dir = remote
         .as_ref()
         .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());

@@ -96,7 +96,7 @@ fn run_remote(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     };
     let s = match merge_remote(&parts, &out_url, &storage, &opts, &cancel) {
         Ok(s) => s,
-        Err(PackError::Cancelled) => {
+        Err(PackError::Cancelled | PackError::Storage(bale_storage::StorageError::Cancelled)) => {
             eprintln!("error: interrupted: {}", remote_undone(&out_url));
             return Ok(ExitCode::from(crate::commands::pack::EXIT_INTERRUPTED));
         }

@@ -118,6 +118,16 @@ impl Undone {
     }
 }
 
+/// A Ctrl-C while the output in object storage was being opened (`--force`
+/// watching another run's lock): nothing of the run was written there.
+pub fn interrupted_opening(output: &Path) -> ExitCode {
+    eprintln!(
+        "error: interrupted: nothing was written to {}; what is there is as it was",
+        bale_format::shown(output)
+    );
+    ExitCode::from(EXIT_INTERRUPTED)
+}
+
 /// Undoes a run into object storage: what it left, and whether another run
 /// had taken the prefix over.
 pub fn undo_remote(r: RemoteOut) -> Undone {
@@ -372,7 +382,10 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         args.dali_index.is_none() || !is_remote(&args.output),
         "--dali-index writes DALI's index files from local shards; with an output in object storage, pack to a local directory for DALI"
     );
-    let remote = open_remote(&args.output, &args.storage, args.force, &cancel, Vec::new())?;
+    let remote = match open_remote(&args.output, &args.storage, args.force, &cancel, Vec::new()) {
+        Err(_) if cancel.load(Ordering::SeqCst) => return Ok(interrupted_opening(&args.output)),
+        r => r?,
+    };
     let local_out = remote
         .as_ref()
         .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());
