@@ -418,7 +418,7 @@ impl Publisher {
             return Err(StorageError::Changed {
                 url: self.url_of(n),
                 what: format!(
-                    "this run wrote it, and {what}: a request of a run that ended before this one took the prefix over (its undo, or an upload) landed late"
+                    "this run wrote it, and {what}: something removed or replaced it since, most likely a request that got no answer and landed late (an earlier run's undo or upload, or a resent DELETE of this run's clear)"
                 ),
             });
         }
