@@ -194,17 +194,26 @@ pub struct Publisher {
     /// wait ([`lock_unanswered`]): the objects of the run that left it may
     /// be dated that much later.
     found_wait: std::time::Duration,
-    /// What `--force` replaces under the prefix, found when the run opened
-    /// it: the listing and the objects of bale's names in it, cleared by
-    /// [`Publisher::ensure_cleared`] before the run's first write.
-    pending_clear: Mutex<Option<(Vec<String>, Vec<String>)>>,
-    /// Clearing them failed: the run may not write.
-    clear_failed: AtomicBool,
-    /// Clearing them began: what `--force` replaces is gone, or partly.
-    removed_old: AtomicBool,
+    /// What `--force` replaces under the prefix, and how far clearing it
+    /// went ([`Publisher::ensure_cleared`]).
+    clear: Mutex<Clear>,
     /// The names of a run that writes beside others ([`Publisher::open_alongside`]),
     /// replaced only by [`Publisher::replace_alongside`].
     alongside: Option<Vec<String>>,
+}
+
+/// What `--force` replaces under a prefix, and how far clearing it went.
+enum Clear {
+    /// Nothing to clear.
+    Nothing,
+    /// Found when the run opened the prefix, to clear before its first
+    /// write: the listing, and the objects of bale's names in it.
+    Pending(Vec<String>, Vec<String>),
+    /// Clearing failed: the run may not write. `removed`: it had begun to
+    /// delete objects of bale's names.
+    Failed { removed: bool },
+    /// Cleared. `removed`: there were objects of bale's names to delete.
+    Done { removed: bool },
 }
 
 /// Whether a run still holds its lock ([`Publisher::lock_hold`]).
@@ -329,9 +338,7 @@ impl Publisher {
             unanswered: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
             found_wait: std::time::Duration::ZERO,
-            pending_clear: Mutex::new(None),
-            clear_failed: AtomicBool::new(false),
-            removed_old: AtomicBool::new(false),
+            clear: Mutex::new(Clear::Nothing),
             alongside: alongside.map(<[String]>::to_vec),
         };
         // A run that writes beside objects it leaves (an index of tars in
@@ -392,8 +399,11 @@ impl Publisher {
             let w = lock(&self.written);
             (w.names.clone(), w.sizes.clone())
         };
-        let listed: std::collections::HashMap<String, u64> =
-            self.list_sized()?.into_iter().collect();
+        let listed: std::collections::HashMap<String, u64> = self
+            .list_meta()?
+            .into_iter()
+            .map(|(n, _, size)| (n, size))
+            .collect();
         for n in names
             .iter()
             .filter(|n| *n != LOCK_NAME && *n != MANIFEST && !n.starts_with(UPLOAD_MARKER))
@@ -654,15 +664,6 @@ impl Publisher {
             .collect())
     }
 
-    /// Every object under the prefix, by name relative to it, with its size.
-    fn list_sized(&self) -> Result<Vec<(String, u64)>> {
-        Ok(self
-            .list_meta()?
-            .into_iter()
-            .map(|(n, _, size)| (n, size))
-            .collect())
-    }
-
     /// Every object under the prefix, by name relative to it, with when it
     /// was written (server time, ms since the epoch) and its size.
     fn list_meta(&self) -> Result<Vec<(String, i64, u64)>> {
@@ -748,7 +749,7 @@ impl Publisher {
         // What is there goes only when the run writes its first object
         // ([`Publisher::ensure_cleared`]): a run that fails before (a bad
         // input, Ctrl-C while it walks the input) leaves it whole.
-        *lock(&self.pending_clear) = Some((names, doomed));
+        *lock(&self.clear) = Clear::Pending(names, doomed);
         Ok(())
     }
 
@@ -758,22 +759,25 @@ impl Publisher {
     /// # Errors
     /// The clear's (every later call fails too: the prefix is not clear).
     fn ensure_cleared(&self) -> Result<()> {
-        let mut pending = lock(&self.pending_clear);
-        if self.clear_failed.load(Ordering::SeqCst) {
-            return Err(StorageError::Exists {
-                url: self.store.url().to_owned(),
-                what: "clearing what was there before this run failed (the first error says why)"
-                    .into(),
-            });
-        }
-        let Some((names, doomed)) = pending.as_ref() else {
-            return Ok(());
+        let mut state = lock(&self.clear);
+        let (names, doomed) = match &*state {
+            Clear::Nothing | Clear::Done { .. } => return Ok(()),
+            Clear::Failed { .. } => {
+                return Err(StorageError::Exists {
+                    url: self.store.url().to_owned(),
+                    what:
+                        "clearing what was there before this run failed (the first error says why)"
+                            .into(),
+                });
+            }
+            Clear::Pending(names, doomed) => (names, doomed),
         };
+        let removed = !doomed.is_empty();
         let cleared = self.clear(names, doomed);
-        match cleared {
-            Ok(()) => *pending = None,
-            Err(_) => self.clear_failed.store(true, Ordering::SeqCst),
-        }
+        *state = match cleared {
+            Ok(()) => Clear::Done { removed },
+            Err(_) => Clear::Failed { removed },
+        };
         cleared
     }
 
@@ -781,25 +785,22 @@ impl Publisher {
     /// the prefix that `--force` would replace, and has not removed them
     /// (it fails or stops before its first write): they are as they were.
     pub fn kept_old(&self) -> bool {
-        !self.clear_failed.load(Ordering::SeqCst)
-            && lock(&self.pending_clear)
-                .as_ref()
-                .is_some_and(|(_, doomed)| !doomed.is_empty())
+        matches!(&*lock(&self.clear), Clear::Pending(_, doomed) if !doomed.is_empty())
     }
 
     /// Whether this run began to remove what `--force` replaces under the
     /// prefix (a dataset, or what a killed run left): after a failure, it
     /// is gone, or partly.
     pub fn removed_old(&self) -> bool {
-        self.removed_old.load(Ordering::SeqCst)
+        matches!(
+            *lock(&self.clear),
+            Clear::Failed { removed: true } | Clear::Done { removed: true }
+        )
     }
 
     /// Deletes what `--force` replaces under the prefix: `names` is the
     /// listing, `doomed` the objects of bale's names in it.
     fn clear(&self, names: &[String], doomed: &[String]) -> Result<()> {
-        if !doomed.is_empty() {
-            self.removed_old.store(true, Ordering::SeqCst);
-        }
         // Claimed before anything is deleted: a run killed while it clears
         // leaves what remains marked as a run's.
         self.claim()?;
@@ -1833,6 +1834,11 @@ const LOCK_STALE: std::time::Duration = std::time::Duration::from_secs(7);
 /// The lock object's content: the run, where it runs, and a beat count
 /// that changes at each refresh.
 fn lock_body(run: &str, beat: u64, claimed: bool) -> String {
+    lock_value(run, beat, claimed).to_string()
+}
+
+/// [`lock_body`], as JSON to add to.
+fn lock_value(run: &str, beat: u64, claimed: bool) -> serde_json::Value {
     serde_json::json!({
         "run": run,
         "pid": std::process::id(),
@@ -1841,14 +1847,12 @@ fn lock_body(run: &str, beat: u64, claimed: bool) -> String {
         "beat": beat,
         "claimed": claimed,
     })
-    .to_string()
 }
 
 /// The body of a lock whose run ended with requests that got no answer
 /// ([`Publisher::note_unanswered`]): `--force` waits `wait_ms` more.
 fn lock_note(run: &str, claimed: bool, wait_ms: u64) -> String {
-    let mut v: serde_json::Value =
-        serde_json::from_str(&lock_body(run, 0, claimed)).unwrap_or_default();
+    let mut v = lock_value(run, 0, claimed);
     v["unanswered_wait_ms"] = wait_ms.into();
     v.to_string()
 }
