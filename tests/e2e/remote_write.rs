@@ -313,7 +313,11 @@ fn a_store_without_conditional_puts_still_gets_a_whole_dataset_and_a_mark() {
     // A lock there (a run writing, or killed) is found by a GET: refused
     // without --force; taken over with it once it has not changed for 7 s.
     let lock = t.path().join("lock.json");
-    std::fs::write(&lock, br#"{"run": "elsewhere", "beat": 1}"#).unwrap();
+    std::fs::write(
+        &lock,
+        br#"{"run": "elsewhere", "beat": 1, "request_timeout_ms": 0}"#,
+    )
+    .unwrap();
     s.put_file(&lock, &b, "ds/.bale-tmp-lock").unwrap();
     let o = pack(false);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -447,6 +451,7 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     signal(&mut run, libc::SIGKILL);
     let o = run.finish_within(Duration::from_secs(60));
     assert_eq!(o.status.code(), None, "killed: {}", text(&o));
+    understate_timeout(s, &b, "ds");
     let (objects, _) = listing(s, &b, "ds");
     assert!(!objects.contains(&"bale.json".to_owned()), "{objects:?}");
     assert!(
@@ -492,7 +497,7 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
 
     // The killed run's lock covers what it can have written, not a tar of
     // bale's names uploaded once it had stopped (the user's, maybe): --force
-    // refuses it. Its lock was refreshed at most 2 s before the kill.
+    // refuses it. Its lock was last written just after the kill (above).
     std::thread::sleep(Duration::from_secs(9));
     s.put_file(&notes, &b, "ds/shard-000777.tar").unwrap();
     let rerun = [
@@ -658,7 +663,7 @@ fn force_never_takes_over_the_lock_of_a_live_run() {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 beat += 1;
                 s.boto(
-                    "s3.put_object(Bucket=sys.argv[1], Key='ds/.bale-tmp-lock', Body=('{\"run\": \"elsewhere\", \"beat\": %s}' % sys.argv[2]).encode())\n",
+                    "s3.put_object(Bucket=sys.argv[1], Key='ds/.bale-tmp-lock', Body=('{\"run\": \"elsewhere\", \"beat\": %s, \"request_timeout_ms\": 0}' % sys.argv[2]).encode())\n",
                     &[&b, &beat.to_string()],
                 )
                 .unwrap();
@@ -876,7 +881,7 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     let lock = t.path().join("lock.json");
     std::fs::write(
         &lock,
-        br#"{"run": "killed-while-listing", "beat": 3, "claimed": false}"#,
+        br#"{"run": "killed-while-listing", "beat": 3, "claimed": false, "request_timeout_ms": 0}"#,
     )
     .unwrap();
     s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
@@ -898,7 +903,7 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     assert!(o.status.success(), "{}", text(&o));
     std::fs::write(
         &lock,
-        br#"{"run": "killed-after-its-checks", "beat": 9, "claimed": true}"#,
+        br#"{"run": "killed-after-its-checks", "beat": 9, "claimed": true, "request_timeout_ms": 0}"#,
     )
     .unwrap();
     s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
@@ -1098,6 +1103,11 @@ enum GateDoes {
     /// Forwards the request (it lands), then answers 503 in the server's
     /// stead and closes the connection: an answer lost after the fact.
     LoseAnswer,
+    /// Reads the whole request, closes the client's connection with no
+    /// answer (the client may send it again on another) and holds the
+    /// request until the test releases it: the first attempt lands after a
+    /// later one was answered.
+    CutAndHold,
     /// Forwards the request and its answer: a match counted, nothing done
     /// (so that a later rule acts on a later request).
     Pass,
@@ -1196,11 +1206,29 @@ impl Gate {
                         });
                         if let Some(r) = matched {
                             acted.fetch_add(1, Ordering::SeqCst);
+                            if let GateDoes::CutAndHold = r.does {
+                                // The rest of the request follows at once.
+                                let mut whole = buf[..n].to_vec();
+                                let _ = c_in.set_read_timeout(Some(Duration::from_millis(300)));
+                                while let Ok(m) = c_in.read(&mut buf) {
+                                    if m == 0 {
+                                        break;
+                                    }
+                                    whole.extend_from_slice(&buf[..m]);
+                                }
+                                let _ = c_in.shutdown(std::net::Shutdown::Both);
+                                hold(&held);
+                                // Left open for writing: a server may drop
+                                // a request whose client has gone. The
+                                // other half reads the answer, then closes.
+                                let _ = s_out.write_all(&whole);
+                                return;
+                            }
                             match r.does {
                                 GateDoes::HoldRequest => hold(&held),
                                 GateDoes::HoldAnswer => answer_in.store(1, Ordering::SeqCst),
                                 GateDoes::LoseAnswer => answer_in.store(2, Ordering::SeqCst),
-                                GateDoes::Pass => {}
+                                GateDoes::Pass | GateDoes::CutAndHold => {}
                             }
                         }
                         if s_out.write_all(&buf[..n]).is_err() {
@@ -1279,6 +1307,24 @@ impl Gate {
     }
 }
 
+/// Makes the lock under `s3://b/PREFIX` say that its run's requests never
+/// take long (`request_timeout_ms` 0), as if its run had stalled or been
+/// killed with a request that lands later than its timeout (a store that
+/// stalls longer than the client waits, which no wait can foresee).
+/// `--force` then takes the prefix over after its 7 s watch alone, and the
+/// test sees what the later defences do when such a request lands.
+fn understate_timeout(s: &Seaweed, b: &str, prefix: &str) {
+    s.boto(
+        "import json\n\
+         k = sys.argv[2]\n\
+         body = json.loads(s3.get_object(Bucket=sys.argv[1], Key=k)['Body'].read())\n\
+         body['request_timeout_ms'] = 0\n\
+         s3.put_object(Bucket=sys.argv[1], Key=k, Body=json.dumps(body).encode())\n",
+        &[b, &format!("{prefix}/.bale-tmp-lock")],
+    )
+    .unwrap();
+}
+
 /// The request line of a PUT of `bale.json` under `s3://b/ds`, for a [`Gate`].
 fn manifest_put(b: &str) -> Vec<u8> {
     format!("PUT /{b}/ds/bale.json ").into_bytes()
@@ -1328,6 +1374,7 @@ fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
     // The run stalls whole (its lock's refreshes with it): a slow manifest
     // alone keeps the lock fresh, and --force would refuse.
     signal(&mut first, libc::SIGSTOP);
+    understate_timeout(s, &b, "ds");
     let second = pack_through(s, &gate, &other, &url, &["--force"]);
     gate.wait_held(2, Duration::from_secs(120));
     gate.release(0);
@@ -1494,6 +1541,7 @@ fn a_run_never_withdraws_the_same_bytes_another_run_committed() {
     gate.wait_held(1, Duration::from_secs(120));
     // The run stalls whole, its lock's refreshes with it.
     signal(&mut first, libc::SIGSTOP);
+    understate_timeout(s, &b, "ds");
     let o = bale(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
@@ -1659,6 +1707,7 @@ fn a_run_that_cannot_check_its_lock_replaces_and_deletes_nothing() {
     let mut first = pack_through(s, &gate, &tree, &url, &[]);
     gate.wait_held(1, Duration::from_secs(120));
     signal(&mut first, libc::SIGSTOP);
+    understate_timeout(s, &b, "ds");
     let o = bale(
         s,
         &["pack", "-q", "--force", "-o", &url, other.to_str().unwrap()],
@@ -1701,7 +1750,7 @@ fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
     let lock = t.path().join("lock.json");
     std::fs::write(
         &lock,
-        br#"{"run": "killed-after-its-checks", "beat": 9, "claimed": true}"#,
+        br#"{"run": "killed-after-its-checks", "beat": 9, "claimed": true, "request_timeout_ms": 0}"#,
     )
     .unwrap();
     s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
@@ -1736,6 +1785,7 @@ fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
     assert_eq!(body["claimed"], false, "{body}");
     signal(&mut run, libc::SIGKILL);
     let _ = run.finish_within(Duration::from_secs(60));
+    understate_timeout(s, &b, "wds");
     // The killed index's lock marks nothing: a pack with --force (after
     // watching it for 7 s) refuses the tars, naming one, and deletes none.
     refused(
@@ -1776,6 +1826,7 @@ fn an_index_run_taken_over_during_its_scan_deletes_nothing_of_the_run_that_took_
     let mut first = Running::start(&mut bale_cmd(&first_args));
     gate.wait_held(1, Duration::from_secs(120));
     signal(&mut first, libc::SIGSTOP);
+    understate_timeout(s, &b, "wds");
     // The other run watches the stalled lock, takes it over and commits.
     let o = bale(s, &args);
     assert!(o.status.success(), "{}", text(&o));
@@ -1970,6 +2021,167 @@ fn force_waits_out_the_requests_a_failed_run_left_unanswered() {
 }
 
 #[test]
+fn force_waits_out_what_a_killed_run_had_in_flight() {
+    // A run killed with SIGKILL writes no note, but its lock says its
+    // request timeout (10 s here). A PUT it had sent may land up to that
+    // long after: here its shard-000000.tar, 9 s after the kill (sent by
+    // the test: a request whose client died may or may not reach the
+    // server's handler). --force takes the prefix over after its 7 s watch
+    // and then waits until the killed run's requests have landed or timed
+    // out, so that the late PUT lands before it looks at what is there, is
+    // dated as the killed run's and cleared, and never replaces the shard
+    // --force writes under that name. (Without the wait, --force has
+    // written its shards by then, and the late PUT takes one's place.)
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(1500, SHARDS);
+    let other = t.path().join("other");
+    random_tree(&other, 300);
+    let local = t.path().join("other-local");
+    pack_quiet(&other, &local, &[]);
+    let b = bucket(s, "in-flight");
+    let url = format!("s3://{b}/ds");
+    let mut extra: Vec<&str> = SHARDS.to_vec();
+    extra.extend(["--storage-option", "timeout=10s"]);
+    // Killed once it has claimed the prefix and written a shard.
+    let mut run = pack_until(s, &tree, &url, &extra, "shard-000000.tar")
+        .expect("the pack ended before it could be killed");
+    signal(&mut run, libc::SIGKILL);
+    let killed = Instant::now();
+    let _ = run.finish_within(Duration::from_secs(60));
+    let lock = object_bytes(&Store::open(&url, &options(s)).unwrap(), ".bale-tmp-lock");
+    let lock: serde_json::Value = serde_json::from_slice(&lock).unwrap();
+    assert_eq!(lock["request_timeout_ms"], 10_000, "{lock}");
+    let forced = bale_cmd(
+        &["pack", "--force", "-o", &url, other.to_str().unwrap()]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(s.cli_options())
+            .collect::<Vec<_>>(),
+    );
+    let mut forced = forced;
+    let second = Running::start(&mut forced);
+    std::thread::sleep(Duration::from_secs(9).saturating_sub(killed.elapsed()));
+    let late = t.path().join("late.tar");
+    std::fs::write(&late, vec![7u8; 12345]).unwrap();
+    s.put_file(&late, &b, "ds/shard-000000.tar").unwrap();
+    let o = second.finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(verified(s, &url).len(), 300);
+    assert_same_objects(s, &url, &local);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("waiting") && err.contains("the request timeout its lock records"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        killed.elapsed() >= Duration::from_secs(11),
+        "{:?}",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn a_delete_of_the_clear_sent_twice_lands_before_the_run_writes() {
+    // --force clears the old dataset, its bale.json first. That DELETE's
+    // connection is cut once the request went out (the relay holds it):
+    // the run sends it again, and the second attempt is answered. The first
+    // lands 4 s later. The run must not write before it may have landed
+    // (one request timeout, 6 s here, from its start): a DELETE of
+    // bale.json that lands after the run committed would leave its dataset
+    // without a manifest.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(300, &[]);
+    let other = t.path().join("other");
+    random_tree(&other, 300);
+    let local = t.path().join("other-local");
+    pack_quiet(&other, &local, &[]);
+    let b = bucket(s, "twice");
+    let url = format!("s3://{b}/ds");
+    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gate = Gate::start(
+        s,
+        format!("POST /{b}?delete ").into_bytes(),
+        GateDoes::CutAndHold,
+        1,
+    );
+    let run = Running::start(&mut bale_cmd(
+        &[
+            "pack",
+            "--force",
+            "--storage-option",
+            "timeout=6s",
+            "-o",
+            &url,
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .chain([other.to_str().unwrap().to_owned()])
+        .chain(gate.cli_options(s))
+        .collect::<Vec<_>>(),
+    ));
+    gate.wait_held(1, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(4));
+    gate.release(0);
+    let o = run.finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(verified(s, &url).len(), 300, "{}", text(&o));
+    assert_same_objects(s, &url, &local);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("may still land: waiting"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn an_undo_whose_delete_was_sent_twice_keeps_its_lock_with_a_note() {
+    // A run is interrupted (SIGINT) once it has uploaded a shard. The first
+    // DELETE of its undo is cut off once it went out (the relay holds it):
+    // sent again, it is answered, but the first attempt may still land. The
+    // run keeps its lock with a note, so that the next --force waits it
+    // out, and says so.
+    let s = Seaweed::shared();
+    let (_t, tree, _local) = tree_and_local(1500, SHARDS);
+    let b = bucket(s, "undo-twice");
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(
+        s,
+        format!("POST /{b}?delete ").into_bytes(),
+        GateDoes::CutAndHold,
+        1,
+    );
+    let mut extra: Vec<&str> = SHARDS.to_vec();
+    extra.extend(["--storage-option", "timeout=6s"]);
+    let mut run = pack_through(s, &gate, &tree, &url, &extra);
+    let start = Instant::now();
+    while !listing(s, &b, "ds")
+        .0
+        .contains(&"shard-000000.tar".to_owned())
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no shard uploaded"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&mut run, libc::SIGINT);
+    gate.wait_held(1, Duration::from_secs(60));
+    let o = run.finish_within(Duration::from_secs(120));
+    gate.release(0);
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("may still land"), "{}", text(&o));
+    assert!(err.contains("waits 6 s more"), "{}", text(&o));
+    let store = Store::open(&url, &options(s)).unwrap();
+    let lock: serde_json::Value =
+        serde_json::from_slice(&object_bytes(&store, ".bale-tmp-lock")).unwrap();
+    assert_eq!(lock["unanswered_wait_ms"], 6_000, "{lock}");
+    assert!(!listing(s, &b, "ds").0.contains(&"bale.json".to_owned()));
+}
+
+#[test]
 fn a_shard_removed_under_a_run_is_never_committed() {
     // A request of an earlier run that lands later than anyone waits (its
     // undo's DELETE, here sent by the test itself) removes shard-000000.tar
@@ -1977,19 +2189,29 @@ fn a_shard_removed_under_a_run_is_never_committed() {
     // index's PUT) the check of what it wrote fails the run with no
     // bale.json; after it (held at the manifest's PUT) the run withdraws
     // its bale.json. Either way nothing names a missing object, and a rerun
-    // with --force writes a whole dataset.
+    // with --force writes a whole dataset. The same holds for a late PUT
+    // that replaces the shard with other bytes of the same size (the ETag
+    // the run's upload was answered with tells them apart).
     let s = Seaweed::shared();
-    let (_t, tree, _local) = tree_and_local(300, &[]);
-    for (prefix, held, says) in [
+    let (t, tree, _local) = tree_and_local(300, &[]);
+    for (prefix, held, says, replaced) in [
         (
             "gone-pre",
             "PUT /{b}/ds/shard-000000.idx ",
             "nothing of this run is committed",
+            false,
         ),
         (
             "gone-post",
             "PUT /{b}/ds/bale.json ",
             "withdrew its bale.json",
+            false,
+        ),
+        (
+            "same-size-post",
+            "PUT /{b}/ds/bale.json ",
+            "withdrew its bale.json",
+            true,
         ),
     ] {
         let b = bucket(s, prefix);
@@ -2003,13 +2225,26 @@ fn a_shard_removed_under_a_run_is_never_committed() {
         let run = pack_through(s, &gate, &tree, &url, &["--shard-size", "4MiB"]);
         gate.wait_held(1, Duration::from_secs(120));
         s.wait_object(&b, "ds/shard-000000.tar").unwrap();
-        s.delete(&b, "ds/shard-000000.tar").unwrap();
+        if replaced {
+            let store = Store::open(&url, &options(s)).unwrap();
+            let size = store.object("shard-000000.tar").unwrap().head().unwrap();
+            let other = t.path().join("same-size.tar");
+            std::fs::write(&other, vec![0x55u8; size as usize]).unwrap();
+            s.put_file(&other, &b, "ds/shard-000000.tar").unwrap();
+        } else {
+            s.delete(&b, "ds/shard-000000.tar").unwrap();
+        }
         gate.release(0);
         let o = run.finish_within(Duration::from_secs(120));
         assert_eq!(o.status.code(), Some(2), "{prefix}: {}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("shard-000000.tar"), "{prefix}: {}", text(&o));
-        assert!(err.contains("it is gone"), "{prefix}: {}", text(&o));
+        let what = if replaced {
+            "its ETag is"
+        } else {
+            "it is gone"
+        };
+        assert!(err.contains(what), "{prefix}: {}", text(&o));
         assert!(err.contains(says), "{prefix}: {}", text(&o));
         let (objects, _) = listing(s, &b, "ds");
         assert!(
@@ -2153,6 +2388,7 @@ fn a_run_taken_over_during_an_upload_says_so_first() {
     let mut first = pack_through(s, &gate, &tree, &url, &extra);
     gate.wait_held(1, Duration::from_secs(120));
     signal(&mut first, libc::SIGSTOP);
+    understate_timeout(s, &b, "ds");
     let o = bale(
         s,
         &["pack", "-q", "--force", "-o", &url, other.to_str().unwrap()],
@@ -2260,4 +2496,60 @@ fn ctrl_c_while_force_watches_a_lock_stops_at_once() {
     let store = Store::open(&url, &options(s)).unwrap();
     assert_eq!(object_bytes(&store, ".bale-tmp-lock"), lock.as_bytes());
     assert_eq!(listing(s, &b, "ds").0, [".bale-tmp-lock"]);
+}
+
+#[test]
+fn ctrl_c_while_force_waits_out_a_killed_runs_requests_stops_at_once() {
+    // A killed run's lock says its requests may take up to 600 s: once
+    // --force has taken the prefix over (after its 7 s watch), it waits
+    // that out before it looks at what is there. A Ctrl-C then stops it at
+    // once, with nothing of its own written; what the killed run left
+    // stays marked as a run's leftovers, so a later --force still clears it.
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(50, &[]);
+    let b = bucket(s, "wait-int");
+    let url = format!("s3://{b}/ds");
+    let lock = r#"{"run":"1-dead","pid":1,"host":"elsewhere","tool":"bale","beat":3,"claimed":true,"request_timeout_ms":600000}"#;
+    let lock_file = t.path().join("lock.json");
+    std::fs::write(&lock_file, lock).unwrap();
+    s.put_file(&lock_file, &b, "ds/.bale-tmp-lock").unwrap();
+    s.put_file(&lock_file, &b, "ds/shard-000003.tar").unwrap();
+    let mut args: Vec<String> = ["pack", "--force", "-o", &url, tree.to_str().unwrap()]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    args.extend(s.cli_options());
+    let mut run = Running::start(&mut bale_cmd(&args));
+    std::thread::sleep(Duration::from_secs(10));
+    signal(&mut run, libc::SIGINT);
+    let stopped = Instant::now();
+    let o = run.finish_within(Duration::from_secs(60));
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("watching it for 7 s"), "{}", text(&o));
+    assert!(
+        err.contains("up to 600 s after it was sent"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        listing(s, &b, "ds").0,
+        [".bale-tmp-lock", "shard-000003.tar"],
+        "{}",
+        text(&o)
+    );
+    // The lock left marks the leftover: --force (the wait long over for a
+    // lock that says 0 s) clears it and writes the dataset.
+    understate_timeout(s, &b, "ds");
+    let o = bale(
+        s,
+        &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
 }

@@ -174,7 +174,7 @@ impl StorageOptions {
 }
 
 /// `30s`, `500ms`, `2m`, or a number of seconds.
-fn parse_duration(v: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(v: &str) -> Option<Duration> {
     let v = v.trim();
     let (num, unit) = v
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

@@ -212,6 +212,18 @@ impl Store {
         })
     }
 
+    /// A client that never sends a request again by itself: for requests
+    /// whose every attempt the caller must know of (a DELETE whose first
+    /// attempt, cut off, may still land after a second one was answered).
+    pub(crate) fn client_without_retries(&self) -> Result<Arc<dyn ObjectStore>> {
+        let inner = &self.inner;
+        let mut options = inner.options.clone();
+        options.set("max_retries", "0");
+        runtime::client(&format!("{}\u{3}once", inner.key), || {
+            build_client(&inner.parsed, inner.scheme.clone(), &options)
+        })
+    }
+
     /// The client for multipart uploads (made anew: a writer makes one per
     /// run); `None` for `https://`, which takes no multipart uploads.
     pub(crate) fn multipart_client(&self) -> Result<Option<crate::options::Writer>> {

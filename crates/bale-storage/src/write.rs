@@ -137,14 +137,18 @@ struct Written {
     /// Open multipart uploads: (name, upload id).
     open: Vec<(String, String)>,
     /// The size of each object this run wrote, where it knows it (not the
-    /// server-side copies of `merge`).
-    sizes: std::collections::HashMap<String, u64>,
+    /// server-side copies of `merge`), and the ETag the store answered its
+    /// write with, where it gave one.
+    sizes: std::collections::HashMap<String, (u64, Option<String>)>,
 }
 
 /// A run writing a dataset under a prefix in object storage; see the module docs.
 pub struct Publisher {
     store: Store,
     client: Arc<dyn ObjectStore>,
+    /// The client for DELETEs ([`Store::client_without_retries`]): this
+    /// run sends each attempt itself, and knows which may still land.
+    once: Arc<dyn ObjectStore>,
     mp: Arc<dyn MultipartStore>,
     lister: Option<crate::uploads::S3Lister>,
     run: String,
@@ -187,6 +191,9 @@ pub struct Publisher {
     /// A write of this run (a PUT, a part, a copy) failed with no definite
     /// answer ([`may_land`]): it may still land, after the run has ended.
     unanswered: AtomicBool,
+    /// Until when a DELETE of this run that got no answer may still land
+    /// (its attempt's start plus one request timeout), when one did.
+    deletes_land_by: Mutex<Option<std::time::Instant>>,
     /// [`Publisher::abort`] ran: it runs once (a second run would rewrite
     /// the lock it kept, and the note in it).
     aborted: AtomicBool,
@@ -311,12 +318,15 @@ impl Publisher {
             });
         };
         let client = store.client()?;
+        let once = store.client_without_retries()?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let mut p = Publisher {
             store,
             client,
+            once,
+            deletes_land_by: Mutex::new(None),
             mp,
             lister,
             run: format!("{:x}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff),
@@ -383,46 +393,53 @@ impl Publisher {
         }
     }
 
-    /// Records that object `name` was written whole, `len` bytes long.
-    fn record_size(&self, name: &str, len: u64) {
+    /// Records that object `name` was written whole, `len` bytes long, and
+    /// the ETag the store answered with.
+    fn record_size(&self, name: &str, len: u64, e_tag: Option<String>) {
         if name != LOCK_NAME && name != MANIFEST && !name.starts_with(UPLOAD_MARKER) {
-            lock(&self.written).sizes.insert(name.to_owned(), len);
+            lock(&self.written)
+                .sizes
+                .insert(name.to_owned(), (len, e_tag));
         }
     }
 
     /// Checks, by one listing of the prefix, that every object this run
-    /// wrote is there, at the size it wrote. A request of a run that ended
-    /// before this one took the prefix over (its undo's DELETE, a PUT of
-    /// its own shard) may land late, after this run wrote the same name.
+    /// wrote is there, at the size it wrote and with the ETag its write was
+    /// answered with. A request of a run that ended before this one took
+    /// the prefix over (its undo's DELETE, a PUT of its own shard) may land
+    /// late, after this run wrote the same name.
     fn check_written(&self) -> Result<()> {
         let (names, sizes) = {
             let w = lock(&self.written);
             (w.names.clone(), w.sizes.clone())
         };
-        let listed: std::collections::HashMap<String, u64> = self
+        let listed: std::collections::HashMap<String, (u64, Option<String>)> = self
             .list_meta()?
             .into_iter()
-            .map(|(n, _, size)| (n, size))
+            .map(|(n, _, size, e_tag)| (n, (size, e_tag)))
             .collect();
         for n in names
             .iter()
             .filter(|n| *n != LOCK_NAME && *n != MANIFEST && !n.starts_with(UPLOAD_MARKER))
         {
-            // A listing may lag behind a write on some stores: what it
-            // misses or shows at another size is asked for by name.
+            let want = sizes.get(n);
+            // A listing may lag behind a write on some stores, and some
+            // spell an ETag there otherwise than in a write's answer: what
+            // it misses or shows otherwise is asked for by name.
             let have = match listed.get(n) {
-                Some(have) if sizes.get(n).is_none_or(|want| want == have) => continue,
-                _ => match self.store.object(n)?.head() {
-                    Ok(size) => Some(size),
-                    Err(StorageError::NotFound { .. }) => None,
-                    Err(e) => return Err(e),
-                },
+                Some(have) if want.is_none_or(|want| same_object(want, have)) => continue,
+                _ => self.head_meta(n)?,
             };
-            let what = match (have, sizes.get(n)) {
+            let what = match (have, want) {
                 (None, _) => "it is gone".to_owned(),
-                (Some(have), Some(want)) if have != *want => {
+                (Some((have, _)), Some((want, _))) if have != *want => {
                     format!("it is {have} bytes, where this run wrote {want}")
                 }
+                (Some(have), Some(want)) if !same_object(want, &have) => format!(
+                    "its ETag is {}, where this run's write was answered with {}",
+                    have.1.as_deref().unwrap_or_default(),
+                    want.1.as_deref().unwrap_or_default()
+                ),
                 _ => continue,
             };
             return Err(StorageError::Changed {
@@ -435,6 +452,17 @@ impl Publisher {
         Ok(())
     }
 
+    /// The size and ETag of object `name` by a HEAD; `None` when it is gone.
+    fn head_meta(&self, name: &str) -> Result<Option<(u64, Option<String>)>> {
+        let path = self.path(name)?;
+        let client = Arc::clone(&self.client);
+        match runtime::block_on(async move { client.head(&path).await })? {
+            Ok(meta) => Ok(Some((meta.size, meta.e_tag))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(from_object_store(&self.url_of(name), None, e)),
+        }
+    }
+
     fn url_of(&self, name: &str) -> String {
         format!("{}/{name}", self.store.url())
     }
@@ -445,7 +473,7 @@ impl Publisher {
     fn take_lock(&mut self, claims: bool) -> Result<()> {
         let path = self.path(LOCK_NAME)?;
         let client = Arc::clone(&self.client);
-        let first = lock_body(&self.run, 0, false);
+        let first = lock_body(&self.run, 0, false, self.timeout_ms());
         let payload = PutPayload::from(first.clone());
         let created = runtime::block_on(async move {
             client
@@ -519,9 +547,15 @@ impl Publisher {
             // marked if this run stops before it has cleared it. Its last
             // refresh dates what it can have written.
             self.found_at = now.as_ref().map(|l| l.at);
-            self.found_wait = wait - LOCK_STALE;
+            // Its requests may land up to its request timeout after it
+            // sent them, and it sent none later than one beat after that
+            // refresh: objects dated so late are still its own.
+            let in_flight = now
+                .as_ref()
+                .map_or(std::time::Duration::ZERO, |l| lock_timeout(&l.bytes));
+            self.found_wait = (wait - LOCK_STALE).max(in_flight);
             self.inherit_claim(claims && now.as_ref().is_some_and(|l| lock_claimed(&l.bytes)));
-            let body = lock_body(&self.run, 0, self.found_claim);
+            let body = lock_body(&self.run, 0, self.found_claim, self.timeout_ms());
             // Over the very version watched: another --force taking it over
             // at the same time makes one of the two fail here.
             if let Some(l) = now.filter(|l| conditional && l.version.e_tag.is_some()) {
@@ -532,12 +566,55 @@ impl Publisher {
                 what: "another bale run took this prefix over at the same time; it is writing here now".into(),
             })?;
         } else if !conditional {
-            self.write_lock(lock_body(&self.run, 0, false))?;
+            self.write_lock(lock_body(&self.run, 0, false, self.timeout_ms()))?;
         }
         self.record(LOCK_NAME);
         self.locked.store(true, Ordering::SeqCst);
         self.start_heartbeat()?;
+        if existed {
+            self.wait_out_in_flight()?;
+        }
         Ok(())
+    }
+
+    /// This run's request timeout, as its lock records it.
+    fn timeout_ms(&self) -> u64 {
+        run_timeout_ms(&self.store)
+    }
+
+    /// Once this run has taken over the lock of a run that ended without
+    /// releasing it (killed, or stalled past [`LOCK_STALE`]): waits until
+    /// a request that run sent before it ended has landed, or timed out,
+    /// before this run looks at what is there and writes. A killed run
+    /// leaves no note of what it had in flight; its lock's last refresh
+    /// and request timeout bound it. Both ends are dated by the store's
+    /// clock (the old lock's last write and this run's), so a lock left
+    /// long ago costs no wait.
+    fn wait_out_in_flight(&self) -> Result<()> {
+        let Some(old_at) = self.found_at else {
+            return Ok(());
+        };
+        let Some(mine) = self.seen_lock()? else {
+            return Ok(());
+        };
+        // One beat after its last refresh (it may have sent a request
+        // just before its next), its timeout, and the second to which
+        // a store may round the time of a write.
+        let until =
+            old_at + LOCK_BEAT.as_millis() as i64 + self.found_wait.as_millis() as i64 + 1_000;
+        let left = until.saturating_sub(mine.at);
+        if left <= 0 {
+            return Ok(());
+        }
+        let left = std::time::Duration::from_millis(left as u64);
+        crate::notice(&format!(
+            "{}: waiting {} s before this run looks at what is there: the run that left the lock last refreshed it {} s ago, and a request of that run may land up to {} s after it was sent (the request timeout its lock records)",
+            self.store.url(),
+            left.as_secs().max(1),
+            ((mine.at - old_at).max(0) / 1000),
+            self.found_wait.as_secs()
+        ));
+        self.watch(left)
     }
 
     /// Sleeps `wait` (the watch of another run's lock), in steps that see a
@@ -651,7 +728,7 @@ impl Publisher {
 
     /// Every object under the prefix, by name relative to it.
     fn list(&self) -> Result<Vec<String>> {
-        Ok(self.list_meta()?.into_iter().map(|(n, _, _)| n).collect())
+        Ok(self.list_meta()?.into_iter().map(|(n, ..)| n).collect())
     }
 
     /// Every object under the prefix, by name relative to it, with when it
@@ -660,13 +737,13 @@ impl Publisher {
         Ok(self
             .list_meta()?
             .into_iter()
-            .map(|(n, at, _)| (n, at))
+            .map(|(n, at, ..)| (n, at))
             .collect())
     }
 
     /// Every object under the prefix, by name relative to it, with when it
-    /// was written (server time, ms since the epoch) and its size.
-    fn list_meta(&self) -> Result<Vec<(String, i64, u64)>> {
+    /// was written (server time, ms since the epoch), its size and ETag.
+    fn list_meta(&self) -> Result<Vec<Listed>> {
         let prefix = self.store.prefix().clone();
         let client = Arc::clone(&self.client);
         let listed = runtime::block_on(async move {
@@ -684,6 +761,7 @@ impl Publisher {
                         rel.join("/"),
                         meta.last_modified.timestamp_millis(),
                         meta.size,
+                        meta.e_tag,
                     ));
                 }
             }
@@ -840,6 +918,9 @@ impl Publisher {
         {
             self.delete(n)?;
         }
+        // An attempt of a DELETE above that got no answer lands before this
+        // run writes, not over what it writes.
+        self.wait_out_own_deletes()?;
         // Cleared: from here, undoing the run deletes what it wrote itself.
         self.marks_leftovers.store(false, Ordering::SeqCst);
         Ok(())
@@ -889,7 +970,7 @@ impl Publisher {
         }
         self.claimed.store(true, Ordering::SeqCst);
         self.marks_leftovers.store(true, Ordering::SeqCst);
-        self.write_lock(lock_body(&self.run, 0, true))
+        self.write_lock(lock_body(&self.run, 0, true, self.timeout_ms()))
     }
 
     /// Takes over the claim of the lock this run replaced (`found`).
@@ -1187,15 +1268,77 @@ impl Publisher {
         self.store.object(name)?.get_sized(0, 1 << 20, "marker")
     }
 
+    /// Deletes object `name`, sending each attempt itself (up to the
+    /// options' `max_retries` more, within `retry_timeout`, with their
+    /// backoff). An attempt that got no answer (a timeout, a connection
+    /// cut off after the request went out) may still land after a later one
+    /// was answered: over what this run or a later one writes under that
+    /// name. Such an attempt is remembered ([`Publisher::deletes_land_by`],
+    /// waited out before the run's first write after its clear) and makes
+    /// an undone run keep its lock with a note, as a failed DELETE does.
     fn delete(&self, name: &str) -> Result<()> {
         let path = self.path(name)?;
-        let client = Arc::clone(&self.client);
-        match runtime::block_on(async move { client.delete(&path).await })? {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            // Unanswered, it may still land: on what a later run writes
-            // under that name, unless that run waits it out.
-            Err(e) => Err(self.unanswered_if(from_object_store(&self.url_of(name), None, e))),
+        let retry = self.store.options().retry()?;
+        let timeout = self.store.options().request_timeout();
+        let first = std::time::Instant::now();
+        let mut backoff = retry.backoff.init_backoff;
+        let mut tries = 0;
+        loop {
+            let (client, p) = (Arc::clone(&self.once), path.clone());
+            let sent = std::time::Instant::now();
+            let e = match runtime::block_on(async move { client.delete(&p).await })? {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(()),
+                Err(e) => from_object_store(&self.url_of(name), None, e),
+            };
+            // An answer, even an error, says the store is done with it.
+            if matches!(e, StorageError::Request { status: None, .. }) {
+                self.unanswered.store(true, Ordering::SeqCst);
+                let by = sent + timeout;
+                let mut until = lock(&self.deletes_land_by);
+                *until = Some(until.map_or(by, |u| u.max(by)));
+            }
+            // Sent again as the client would: no answer, a server error,
+            // or a store that asks for it (408, 429).
+            let again = (may_land(&e)
+                || matches!(
+                    e,
+                    StorageError::Request {
+                        status: Some(408 | 429),
+                        ..
+                    }
+                ))
+                && tries < retry.max_retries
+                && first.elapsed() + backoff <= retry.retry_timeout;
+            if !again {
+                // Unanswered, it may still land: on what a later run writes
+                // under that name, unless that run waits it out.
+                return Err(self.unanswered_if(e));
+            }
+            tries += 1;
+            std::thread::sleep(backoff);
+            backoff = backoff
+                .mul_f64(retry.backoff.base)
+                .min(retry.backoff.max_backoff);
         }
+    }
+
+    /// Waits until every DELETE of this run that got no answer has landed or
+    /// timed out ([`Publisher::delete`]): after the clear, before the run
+    /// writes under the names it cleared.
+    fn wait_out_own_deletes(&self) -> Result<()> {
+        let Some(by) = *lock(&self.deletes_land_by) else {
+            return Ok(());
+        };
+        let left = by.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        crate::notice(&format!(
+            "{}: a DELETE of what --force clears got no answer at first and may still land: waiting {} s (one request timeout from it) before this run writes",
+            self.store.url(),
+            left.as_secs().max(1)
+        ));
+        self.watch(left)
     }
 
     fn abort_upload(&self, name: &str, id: &str) -> Result<()> {
@@ -1238,8 +1381,8 @@ impl Publisher {
             );
         }
         match runtime::block_on(async move { client.put_opts(&path, payload, opts).await })? {
-            Ok(_) => {
-                self.record_size(name, bytes.len() as u64);
+            Ok(r) => {
+                self.record_size(name, bytes.len() as u64, r.e_tag);
                 Ok(())
             }
             // A store without conditional PUTs (the lock is then a mark
@@ -1319,11 +1462,11 @@ impl Publisher {
             .map_err(|e| self.unanswered_if(e))?;
         let mp = Arc::clone(&self.mp);
         let (p2, id2) = (path.clone(), id.clone());
-        runtime::block_on(async move { mp.complete_multipart(&p2, &id2, parts).await })?
+        let done = runtime::block_on(async move { mp.complete_multipart(&p2, &id2, parts).await })?
             .map_err(|e| self.unanswered_if(from_object_store(&url, None, e)))?;
         lock(&self.written).open.retain(|(_, i)| *i != id);
         self.record(name);
-        self.record_size(name, len);
+        self.record_size(name, len, done.e_tag);
         self.delete(&marker)?;
         Ok(len)
     }
@@ -1442,7 +1585,12 @@ impl Publisher {
         // wrote meanwhile (even one putting this run's name back) fails it.
         if self.locked.load(Ordering::SeqCst) {
             let _writing = lock(&self.lock_write);
-            self.write_lock(lock_body(&self.run, 0, self.claimed.load(Ordering::SeqCst)))?;
+            self.write_lock(lock_body(
+                &self.run,
+                0,
+                self.claimed.load(Ordering::SeqCst),
+                self.timeout_ms(),
+            ))?;
         }
         // Every object the manifest names must be there, as written, before
         // it is (and again after: see below).
@@ -1799,6 +1947,27 @@ impl Publisher {
     }
 }
 
+/// An object as [`Publisher::list_meta`] lists it: its name under the
+/// prefix, when it was written (server time, ms since the epoch), its size
+/// and its ETag.
+type Listed = (String, i64, u64, Option<String>);
+
+/// Whether an object seen (`have`: size, ETag) is the one written (`want`):
+/// the same size, and the same ETag where both have one (quotes and case
+/// aside).
+fn same_object(want: &(u64, Option<String>), have: &(u64, Option<String>)) -> bool {
+    let tag = |t: &str| {
+        t.trim_start_matches("W/")
+            .trim_matches('"')
+            .to_ascii_lowercase()
+    };
+    want.0 == have.0
+        && match (&want.1, &have.1) {
+            (Some(w), Some(h)) => tag(w) == tag(h),
+            _ => true,
+        }
+}
+
 /// Whether a failed request may still land on the server: it got no answer
 /// (a timeout, a dropped connection) or a server error, not a refusal.
 fn may_land(e: &StorageError) -> bool {
@@ -1833,12 +2002,14 @@ const LOCK_STALE: std::time::Duration = std::time::Duration::from_secs(7);
 
 /// The lock object's content: the run, where it runs, and a beat count
 /// that changes at each refresh.
-fn lock_body(run: &str, beat: u64, claimed: bool) -> String {
-    lock_value(run, beat, claimed).to_string()
+/// `timeout_ms` is the run's request timeout: a request it sent may land
+/// that long after, even once the run is killed ([`lock_timeout`]).
+fn lock_body(run: &str, beat: u64, claimed: bool, timeout_ms: u64) -> String {
+    lock_value(run, beat, claimed, timeout_ms).to_string()
 }
 
 /// [`lock_body`], as JSON to add to.
-fn lock_value(run: &str, beat: u64, claimed: bool) -> serde_json::Value {
+fn lock_value(run: &str, beat: u64, claimed: bool, timeout_ms: u64) -> serde_json::Value {
     serde_json::json!({
         "run": run,
         "pid": std::process::id(),
@@ -1846,13 +2017,37 @@ fn lock_value(run: &str, beat: u64, claimed: bool) -> serde_json::Value {
         "tool": "bale",
         "beat": beat,
         "claimed": claimed,
+        "request_timeout_ms": timeout_ms,
     })
+}
+
+/// A run's request timeout as its lock records it (at most
+/// [`MAX_UNANSWERED_WAIT`]).
+fn run_timeout_ms(store: &Store) -> u64 {
+    store
+        .options()
+        .request_timeout()
+        .min(MAX_UNANSWERED_WAIT)
+        .as_millis() as u64
+}
+
+/// How long after a lock's last write a request of its run may still land
+/// (its `request_timeout_ms`, at most [`MAX_UNANSWERED_WAIT`]). A lock that
+/// does not say (a bale from before it did) counts as the default timeout.
+fn lock_timeout(bytes: &[u8]) -> std::time::Duration {
+    let said = serde_json::from_slice::<serde_json::Value>(bytes)
+        .ok()
+        .and_then(|v| v.get("request_timeout_ms")?.as_u64())
+        .map(std::time::Duration::from_millis);
+    said.or_else(|| crate::options::parse_duration(crate::options::DEFAULT_TIMEOUT))
+        .unwrap_or(std::time::Duration::from_secs(60))
+        .min(MAX_UNANSWERED_WAIT)
 }
 
 /// The body of a lock whose run ended with requests that got no answer
 /// ([`Publisher::note_unanswered`]): `--force` waits `wait_ms` more.
 fn lock_note(run: &str, claimed: bool, wait_ms: u64) -> String {
-    let mut v = lock_value(run, 0, claimed);
+    let mut v = lock_value(run, 0, claimed, wait_ms);
     v["unanswered_wait_ms"] = wait_ms.into();
     v.to_string()
 }
@@ -1958,7 +2153,12 @@ impl LockRef<'_> {
             Hold::Lost
         } else {
             let _writing = lock(self.lock_write);
-            let body = lock_body(self.run, beat, self.claimed.load(Ordering::SeqCst));
+            let body = lock_body(
+                self.run,
+                beat,
+                self.claimed.load(Ordering::SeqCst),
+                run_timeout_ms(self.store),
+            );
             match self.lock_writer.write(self.client, self.path, body) {
                 Ok(()) => Hold::Held,
                 Err(LockWriteError::Lost) => Hold::Lost,
@@ -2190,13 +2390,60 @@ mod tests {
         let huge = lock_note("run-2", false, u64::MAX);
         assert_eq!(lock_unanswered(huge.as_bytes()), Some(MAX_UNANSWERED_WAIT));
         for plain in [
-            lock_body("run-3", 4, false),
+            lock_body("run-3", 4, false, 6_000),
             r#"{"unanswered_wait_ms": -1}"#.to_owned(),
             r#"{"unanswered_wait_ms": "60000"}"#.to_owned(),
             "not json".to_owned(),
         ] {
             assert_eq!(lock_unanswered(plain.as_bytes()), None, "{plain}");
         }
+    }
+
+    #[test]
+    fn a_lock_says_how_long_its_runs_requests_may_take() {
+        let secs = std::time::Duration::from_secs;
+        let body = lock_body("run-1", 3, true, 6_000);
+        assert_eq!(lock_timeout(body.as_bytes()), secs(6));
+        // A note says the same timeout.
+        assert_eq!(
+            lock_timeout(lock_note("run-1", false, 9_000).as_bytes()),
+            secs(9)
+        );
+        // Read, not trusted: capped; a lock that does not say (or cannot be
+        // read) counts as the default timeout, not as none.
+        let huge = lock_body("run-2", 0, false, u64::MAX);
+        assert_eq!(lock_timeout(huge.as_bytes()), MAX_UNANSWERED_WAIT);
+        for silent in [
+            r#"{"run": "old", "beat": 1}"#,
+            r#"{"request_timeout_ms": -5}"#,
+            "not json",
+        ] {
+            assert_eq!(lock_timeout(silent.as_bytes()), secs(60), "{silent}");
+        }
+    }
+
+    #[test]
+    fn an_object_is_the_one_written_by_size_and_etag() {
+        let o = |size, tag: Option<&str>| (size, tag.map(str::to_owned));
+        let want = o(100, Some("\"9b2cf535f27731c974343645a3985328\""));
+        // Quotes, case and a weak mark aside, as stores spell them.
+        assert!(same_object(
+            &want,
+            &o(100, Some("9B2CF535F27731C974343645A3985328"))
+        ));
+        assert!(same_object(
+            &want,
+            &o(100, Some("W/\"9b2cf535f27731c974343645a3985328\""))
+        ));
+        // Without an ETag on one side, the size alone.
+        assert!(same_object(&want, &o(100, None)));
+        assert!(same_object(&o(100, None), &o(100, Some("x"))));
+        assert!(!same_object(&want, &o(101, None)));
+        // The same size, another ETag: replaced.
+        assert!(!same_object(
+            &want,
+            &o(100, Some("\"0cc175b9c0f1b6a831c399e269772661\""))
+        ));
     }
 
     #[test]

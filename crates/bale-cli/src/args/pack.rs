@@ -177,7 +177,9 @@ pub struct PackArgs {
 
     /// Write into a non-empty output directory or prefix, removing an old dataset there once the
     /// input is walked and checked (in a bucket: just before the first upload); a failure after
-    /// that leaves neither (docs/reliability.md).
+    /// that leaves neither (docs/reliability.md). In a bucket, the lock of a killed run is taken
+    /// over once it has not changed for 7 s, and that run's requests in flight are waited out
+    /// (up to its request timeout since it last refreshed its lock; docs/remote.md).
     #[arg(long)]
     pub force: bool,
 
