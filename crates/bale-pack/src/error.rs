@@ -200,12 +200,12 @@ pub enum PackError {
     /// A run into object storage that did not commit, and what undoing it
     /// left that the usual message would not say (another run took the
     /// prefix over; objects kept).
-    #[error("{error}\n{left}")]
+    #[error("{}", undone.after(error))]
     Undone {
         /// Why the run stopped.
         error: Box<PackError>,
         /// What undoing it left, and what to do.
-        left: String,
+        undone: crate::remote::Undone,
     },
 }
 

@@ -82,4 +82,4 @@ pub use options::{
 pub use packer::{PackSummary, Packer, PackerBuilder, ShapingOptions, default_jobs};
 pub use patterns::{MAX_EXPANSION, expand_all as expand_patterns, expand_braces};
 pub use progress::{NoProgress, PackProgress, SkippedFile};
-pub use remote::{RemoteOutput, Unfinished, is_remote, merge_remote};
+pub use remote::{RemoteOutput, Undone, Unfinished, is_remote, merge_remote};

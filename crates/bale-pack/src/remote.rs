@@ -298,18 +298,91 @@ impl RemoteOutput {
     }
 
     /// Undoes the run in the bucket now, as [`RemoteOutput::abort`], and
-    /// says whether another run had taken the prefix over (what this run
-    /// uploaded is then that run's, and stays): known only once undone.
-    pub fn undo(mut self) -> (Result<()>, bool) {
+    /// says what that left ([`Undone`]).
+    pub fn undo(mut self) -> Undone {
         self.join();
-        let undone = self.publisher.abort().map_err(PackError::from);
-        (undone, self.publisher.taken_over())
+        Undone::of(&self.publisher, Undoing::Run)
     }
 
     fn join(&mut self) {
         self.tx = None;
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+    }
+}
+
+/// What undoing a run into object storage left, as told to the user.
+#[derive(Debug, Clone)]
+pub struct Undone {
+    /// What the undo left.
+    pub text: String,
+    /// Another run had taken the prefix over: what this run wrote is that
+    /// run's now, and stays (known only once undone).
+    pub taken_over: bool,
+}
+
+/// The run an [`Undone`] speaks of.
+#[derive(Debug, Clone, Copy)]
+enum Undoing {
+    /// `pack`, `convert` or `index`: it uploads.
+    Run,
+    /// `merge`: it copies on the server.
+    Merge,
+}
+
+impl Undone {
+    /// Undoes `publisher`'s run and says what that left: the old dataset
+    /// as it was, gone or partly, a lock kept, or another run's objects.
+    fn of(publisher: &Publisher, kind: Undoing) -> Undone {
+        let url = publisher.url().to_owned();
+        // Taken before the undo, which replaces nothing.
+        let (kept_old, removed_old) = (publisher.kept_old(), publisher.removed_old());
+        let undone = publisher.abort();
+        let taken_over = publisher.taken_over();
+        let (what, wrote, first, removed) = match kind {
+            Undoing::Run => (
+                "run",
+                "uploaded",
+                "the run has its first object to upload",
+                "open uploads were aborted and the objects this run wrote were removed",
+            ),
+            Undoing::Merge => (
+                "merge",
+                "copied",
+                "the merge has its first object to copy",
+                "the objects this merge copied were removed",
+            ),
+        };
+        let mut text = match undone {
+            Ok(()) if taken_over => format!(
+                "nothing of this {what} was committed to {url}: another run took it over, and what this {what} {wrote} is that run's now"
+            ),
+            Ok(()) if kept_old => format!(
+                "nothing of this {what} was written to {url}, and what was there before it is as it was (--force replaces it only when {first})"
+            ),
+            Ok(()) => format!("no dataset was written to {url} (no manifest; {removed})"),
+            Err(e) => format!(
+                "nothing of this {what} was committed to {url}, but undoing it did not finish: {e}\nhint: `bale verify {url}` says whether a whole dataset is there; a rerun with --force replaces what remains"
+            ),
+        };
+        if removed_old && !taken_over {
+            text.push_str(&format!(
+                "\nthe old dataset under {url} is gone, or partly: --force had begun to remove it before the failure"
+            ));
+        }
+        Undone { text, taken_over }
+    }
+
+    /// The message of a run that failed with `e`: the error, then what the
+    /// undo left. When another run took the prefix over, that comes first:
+    /// the error was most likely its doing (an upload of this run it
+    /// aborted, an object it removed).
+    pub fn after(&self, e: impl std::fmt::Display) -> String {
+        if self.taken_over {
+            format!("{}\n(the error this run stopped on: {e})", self.text)
+        } else {
+            format!("{e}\n{}", self.text)
         }
     }
 }
@@ -491,36 +564,10 @@ pub fn merge_remote(
         Ok(publisher.commit(plan.manifest.to_bytes().into())?)
     })();
     if let Err(e) = copied {
-        if matches!(e, PackError::Cancelled) {
-            return Err(e);
-        }
-        // What the undo left, and what became of the old dataset: taken
-        // before the undo, which replaces nothing.
-        let (kept, removed) = (publisher.kept_old(), publisher.removed_old());
-        let undone = publisher.abort();
-        let taken_over = publisher.taken_over();
-        let mut left = match undone {
-            Ok(()) if taken_over => format!(
-                "nothing of this merge was committed to {output}: another run took it over, and what this run copied is that run's now"
-            ),
-            Ok(()) if kept => format!(
-                "nothing of this merge was written to {output}, and what was there before it is as it was (--force replaces it only when the merge has its first object to copy)"
-            ),
-            Ok(()) => format!(
-                "no dataset was written to {output} (no manifest; the objects this merge copied were removed)"
-            ),
-            Err(a) => format!(
-                "nothing of this merge was committed to {output}, but undoing it did not finish: {a}\nhint: `bale verify {output}` says whether a whole dataset is there; a rerun with --force replaces what remains"
-            ),
-        };
-        if removed && !taken_over {
-            left.push_str(&format!(
-                "\nthe old dataset under {output} is gone, or partly: --force had begun to remove it before the failure"
-            ));
-        }
+        // A Ctrl-C too: what the undo left is said after "interrupted".
         return Err(PackError::Undone {
             error: Box::new(e),
-            left,
+            undone: Undone::of(&publisher, Undoing::Merge),
         });
     }
     let m = &plan.manifest;

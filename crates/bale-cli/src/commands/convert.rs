@@ -9,8 +9,8 @@ use bale_pack::{ConvertFormat, ConvertOptions, ConvertProgress, PackError, conve
 use indicatif::ProgressBar;
 
 use crate::args::convert::{ConvertArgs, ConvertFormatArg};
+use crate::commands::pack::open_remote;
 use crate::commands::pack::{EXIT_INTERRUPTED, install_ctrlc};
-use crate::commands::pack::{open_remote, undo_remote};
 use crate::progress;
 use bale_pack::is_remote;
 
@@ -100,13 +100,13 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         (Ok(mut s), Some(r)) => {
             let url = r.url().to_owned();
             if let Err(u) = r.finish() {
-                anyhow::bail!("{}", undo_remote(u.output).after(u.error));
+                anyhow::bail!("{}", u.output.undo().after(u.error));
             }
             s.output = url.into();
             Ok(s)
         }
         (Err(e), Some(r)) => {
-            let undone = undo_remote(r);
+            let undone = r.undo();
             if matches!(e, PackError::Cancelled) {
                 eprintln!("error: interrupted: {}", undone.text);
                 return Ok(ExitCode::from(EXIT_INTERRUPTED));

@@ -13,7 +13,6 @@ use indicatif::ProgressBar;
 
 use crate::args::index::IndexArgs;
 use crate::commands::pack::install_ctrlc;
-use crate::commands::pack::undo_remote;
 use crate::progress;
 use bale_pack::{RemoteOutput as RemoteOut, is_remote};
 
@@ -81,13 +80,13 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
             }
             std::fs::write(&path, m.to_bytes())?;
             if let Err(u) = r.finish() {
-                anyhow::bail!("{}", undo_remote(u.output).after(u.error));
+                anyhow::bail!("{}", u.output.undo().after(u.error));
             }
             s.output = url;
             s
         }
         (Err(e), Some((r, _))) => {
-            anyhow::bail!("{}", undo_remote(r).after(e));
+            anyhow::bail!("{}", r.undo().after(e));
         }
         (Err(e), None) => return Err(with_hint(e)),
     };

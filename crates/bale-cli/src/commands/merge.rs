@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail};
 use bale_pack::{JOURNAL_NAME, MergeOptions, PackError, merge_cancellable, merge_remote};
 use bale_storage::is_url;
 
-use crate::commands::pack::{install_ctrlc, remote_undone};
+use crate::commands::pack::install_ctrlc;
 
 use crate::args::merge::MergeArgs;
 
@@ -96,8 +96,18 @@ fn run_remote(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     };
     let s = match merge_remote(&parts, &out_url, &storage, &opts, &cancel) {
         Ok(s) => s,
+        // Before the output was taken (--force watching a lock): nothing
+        // was written there.
         Err(PackError::Cancelled | PackError::Storage(bale_storage::StorageError::Cancelled)) => {
-            eprintln!("error: interrupted: {}", remote_undone(&out_url));
+            return Ok(crate::commands::pack::interrupted_opening(&args.output));
+        }
+        Err(PackError::Undone { error, undone })
+            if matches!(
+                *error,
+                PackError::Cancelled | PackError::Storage(bale_storage::StorageError::Cancelled)
+            ) =>
+        {
+            eprintln!("error: interrupted: {}", undone.text);
             return Ok(ExitCode::from(crate::commands::pack::EXIT_INTERRUPTED));
         }
         Err(e @ PackError::Undone { .. }) => bail!("{e}"),

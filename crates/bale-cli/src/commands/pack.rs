@@ -96,28 +96,6 @@ pub fn open_remote(
     )?))
 }
 
-/// What undoing a run into object storage left, as told to the user.
-pub struct Undone {
-    /// What the undo left.
-    pub text: String,
-    /// Another run had taken the prefix over.
-    pub taken_over: bool,
-}
-
-impl Undone {
-    /// The message of a run that failed with `e`: the error, then what the
-    /// undo left. When another run took the prefix over, that comes first:
-    /// the error was most likely its doing (an upload of this run it
-    /// aborted, an object it removed).
-    pub fn after(&self, e: impl std::fmt::Display) -> String {
-        if self.taken_over {
-            format!("{}\n(the error this run stopped on: {e})", self.text)
-        } else {
-            format!("{e}\n{}", self.text)
-        }
-    }
-}
-
 /// A Ctrl-C while the output in object storage was being opened (`--force`
 /// watching another run's lock): nothing of the run was written there.
 pub fn interrupted_opening(output: &Path) -> ExitCode {
@@ -126,45 +104,6 @@ pub fn interrupted_opening(output: &Path) -> ExitCode {
         bale_format::shown(output)
     );
     ExitCode::from(EXIT_INTERRUPTED)
-}
-
-/// Undoes a run into object storage: what it left, and whether another run
-/// had taken the prefix over.
-pub fn undo_remote(r: RemoteOut) -> Undone {
-    let url = r.url().to_owned();
-    // Taken before the undo, which replaces nothing.
-    let (kept_old, removed_old) = (r.kept_old(), r.removed_old());
-    let (undone, taken_over) = r.undo();
-    let removed = if removed_old && !taken_over {
-        format!(
-            "\nthe old dataset under {url} is gone, or partly: --force had begun to remove it before the failure"
-        )
-    } else {
-        String::new()
-    };
-    let told = match undone {
-        Ok(()) if taken_over => format!(
-            "nothing of this run was committed to {url}: another run took it over, and what this run uploaded is that run's now"
-        ),
-        Ok(()) if kept_old => format!(
-            "nothing of this run was written to {url}, and what was there before it is as it was (--force replaces it only when the run has its first object to upload)"
-        ),
-        Ok(()) => remote_undone(&url),
-        Err(e) => format!(
-            "nothing of this run was committed to {url}, but undoing it did not finish: {e}\nhint: `bale verify {url}` says whether a whole dataset is there; a rerun with --force replaces what remains"
-        ),
-    };
-    Undone {
-        text: format!("{told}{removed}"),
-        taken_over,
-    }
-}
-
-/// What a failed or interrupted pack to object storage left.
-pub fn remote_undone(url: &str) -> String {
-    format!(
-        "no dataset was written to {url} (no manifest; open uploads were aborted and the objects this run wrote were removed)"
-    )
 }
 
 /// Progress bars for a pack: a spinner while discovering, then a byte bar
@@ -437,7 +376,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         (Ok(mut s), Some(r)) => {
             let url = r.url().to_owned();
             if let Err(u) = r.finish() {
-                let undone = undo_remote(u.output);
+                let undone = u.output.undo();
                 if cancel.load(Ordering::SeqCst)
                     && matches!(
                         u.error,
@@ -454,14 +393,14 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         }
         (Err(PackError::Cancelled), Some(r)) => {
             let upload = r.take_error();
-            let undone = undo_remote(r);
+            let undone = r.undo();
             if let Some(e) = upload {
                 return Err(anyhow!("{}", undone.after(e)));
             }
             eprintln!("error: interrupted: {}", undone.text);
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
-        (Err(e), Some(r)) => return Err(anyhow!("{}", undo_remote(r).after(e))),
+        (Err(e), Some(r)) => return Err(anyhow!("{}", r.undo().after(e))),
         (Err(PackError::Cancelled), None) => {
             eprintln!(
                 "error: interrupted: {}",
