@@ -2460,6 +2460,40 @@ fn a_clearing_delete_without_an_answer_makes_the_next_force_wait() {
     assert_eq!(verified(s, &url).len(), 100);
 }
 
+/// Puts `lock` as the lock object under `s3://b/ds`, starts `bale pack
+/// --force` of `tree` there, interrupts it (SIGINT) `after` that, and checks
+/// that it stopped at once (within 5 s) with exit 130. Returns its stderr.
+fn force_pack_interrupted(
+    s: &Seaweed,
+    b: &str,
+    tmp: &Path,
+    tree: &Path,
+    lock: &str,
+    after: Duration,
+) -> String {
+    let lock_file = tmp.join("lock.json");
+    std::fs::write(&lock_file, lock).unwrap();
+    s.put_file(&lock_file, b, "ds/.bale-tmp-lock").unwrap();
+    let url = format!("s3://{b}/ds");
+    let mut args: Vec<String> = ["pack", "--force", "-o", &url, tree.to_str().unwrap()]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    args.extend(s.cli_options());
+    let mut run = Running::start(&mut bale_cmd(&args));
+    std::thread::sleep(after);
+    signal(&mut run, libc::SIGINT);
+    let stopped = Instant::now();
+    let o = run.finish_within(Duration::from_secs(60));
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 #[test]
 fn ctrl_c_while_force_watches_a_lock_stops_at_once() {
     // --force watches another run's lock before it takes the prefix over:
@@ -2471,28 +2505,9 @@ fn ctrl_c_while_force_watches_a_lock_stops_at_once() {
     let b = bucket(s, "watch-int");
     let url = format!("s3://{b}/ds");
     let lock = r#"{"run":"1-dead","pid":1,"host":"elsewhere","tool":"bale","beat":3,"claimed":false,"unanswered_wait_ms":600000}"#;
-    let lock_file = t.path().join("lock.json");
-    std::fs::write(&lock_file, lock).unwrap();
-    s.put_file(&lock_file, &b, "ds/.bale-tmp-lock").unwrap();
-    let mut args: Vec<String> = ["pack", "--force", "-o", &url, tree.to_str().unwrap()]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect();
-    args.extend(s.cli_options());
-    let mut run = Running::start(&mut bale_cmd(&args));
-    std::thread::sleep(Duration::from_secs(2));
-    signal(&mut run, libc::SIGINT);
-    let stopped = Instant::now();
-    let o = run.finish_within(Duration::from_secs(60));
-    assert!(
-        stopped.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        stopped.elapsed()
-    );
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("watching it for 607 s"), "{}", text(&o));
-    assert!(err.contains("is as it was"), "{}", text(&o));
+    let err = force_pack_interrupted(s, &b, t.path(), &tree, lock, Duration::from_secs(2));
+    assert!(err.contains("watching it for 607 s"), "{err}");
+    assert!(err.contains("is as it was"), "{err}");
     let store = Store::open(&url, &options(s)).unwrap();
     assert_eq!(object_bytes(&store, ".bale-tmp-lock"), lock.as_bytes());
     assert_eq!(listing(s, &b, "ds").0, [".bale-tmp-lock"]);
@@ -2510,38 +2525,16 @@ fn ctrl_c_while_force_waits_out_a_killed_runs_requests_stops_at_once() {
     let b = bucket(s, "wait-int");
     let url = format!("s3://{b}/ds");
     let lock = r#"{"run":"1-dead","pid":1,"host":"elsewhere","tool":"bale","beat":3,"claimed":true,"request_timeout_ms":600000}"#;
-    let lock_file = t.path().join("lock.json");
-    std::fs::write(&lock_file, lock).unwrap();
-    s.put_file(&lock_file, &b, "ds/.bale-tmp-lock").unwrap();
-    s.put_file(&lock_file, &b, "ds/shard-000003.tar").unwrap();
-    let mut args: Vec<String> = ["pack", "--force", "-o", &url, tree.to_str().unwrap()]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect();
-    args.extend(s.cli_options());
-    let mut run = Running::start(&mut bale_cmd(&args));
-    std::thread::sleep(Duration::from_secs(10));
-    signal(&mut run, libc::SIGINT);
-    let stopped = Instant::now();
-    let o = run.finish_within(Duration::from_secs(60));
-    assert!(
-        stopped.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        stopped.elapsed()
-    );
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("watching it for 7 s"), "{}", text(&o));
-    assert!(
-        err.contains("up to 600 s after it was sent"),
-        "{}",
-        text(&o)
-    );
+    let leftover = t.path().join("leftover.tar");
+    std::fs::write(&leftover, b"a killed run's shard").unwrap();
+    s.put_file(&leftover, &b, "ds/shard-000003.tar").unwrap();
+    let err = force_pack_interrupted(s, &b, t.path(), &tree, lock, Duration::from_secs(10));
+    assert!(err.contains("watching it for 7 s"), "{err}");
+    assert!(err.contains("up to 600 s after it was sent"), "{err}");
     assert_eq!(
         listing(s, &b, "ds").0,
         [".bale-tmp-lock", "shard-000003.tar"],
-        "{}",
-        text(&o)
+        "{err}"
     );
     // The lock left marks the leftover: --force (the wait long over for a
     // lock that says 0 s) clears it and writes the dataset.
