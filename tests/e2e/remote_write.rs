@@ -510,15 +510,24 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
         &url,
         tree_s,
     ];
-    refused(s, &rerun, &["shard-000777.tar", "written after"]);
-    let mut with_theirs = objects.clone();
-    with_theirs.push("shard-000777.tar".into());
-    with_theirs.sort();
-    assert_eq!(
-        listing(s, &b, "ds").0,
-        with_theirs,
-        "the refusal removed nothing, lock included"
-    );
+    // Refused again by a second --force: the first, refused, left its own
+    // lock over the killed run's leftovers, written later than the killed
+    // run's, and that lock carries the killed run's bound for them, so the
+    // user's tar is never dated as a leftover. (A short timeout for these
+    // runs, which upload nothing: the next waits out their requests.)
+    let mut refused_run = rerun.to_vec();
+    refused_run.extend(["--storage-option", "timeout=2s"]);
+    for attempt in ["first", "second"] {
+        refused(s, &refused_run, &["shard-000777.tar", "written after"]);
+        let mut with_theirs = objects.clone();
+        with_theirs.push("shard-000777.tar".into());
+        with_theirs.sort();
+        assert_eq!(
+            listing(s, &b, "ds").0,
+            with_theirs,
+            "{attempt} refusal: it removed nothing, lock included"
+        );
+    }
     s.delete(&b, "ds/shard-000777.tar").unwrap();
 
     // An upload started but not yet recorded when the kill landed (bale's
@@ -1319,6 +1328,7 @@ fn understate_timeout(s: &Seaweed, b: &str, prefix: &str) {
          k = sys.argv[2]\n\
          body = json.loads(s3.get_object(Bucket=sys.argv[1], Key=k)['Body'].read())\n\
          body['request_timeout_ms'] = 0\n\
+         body.pop('in_flight_until_ms', None)\n\
          s3.put_object(Bucket=sys.argv[1], Key=k, Body=json.dumps(body).encode())\n",
         &[b, &format!("{prefix}/.bale-tmp-lock")],
     )
@@ -2070,7 +2080,7 @@ fn force_waits_out_what_a_killed_run_had_in_flight() {
     assert_same_objects(s, &url, &local);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("waiting") && err.contains("the request timeout its lock records"),
+        err.contains("waiting") && err.contains("records a request timeout of 10 s"),
         "{}",
         text(&o)
     );
@@ -2179,6 +2189,48 @@ fn an_undo_whose_delete_was_sent_twice_keeps_its_lock_with_a_note() {
         serde_json::from_slice(&object_bytes(&store, ".bale-tmp-lock")).unwrap();
     assert_eq!(lock["unanswered_wait_ms"], 6_000, "{lock}");
     assert!(!listing(s, &b, "ds").0.contains(&"bale.json".to_owned()));
+}
+
+#[test]
+fn the_locks_delete_sent_twice_lands_before_the_run_ends() {
+    // A run commits and deletes its lock; that DELETE's connection is cut
+    // once it went out (the relay holds it), the run sends it again and is
+    // answered. The first attempt lands 3 s later. Had the run ended at
+    // once, it would land on the lock of a run that starts next (created
+    // here by the test as soon as the run ends): the run waits it out (one
+    // request timeout, 6 s) before it ends.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(50, &[]);
+    let b = bucket(s, "lock-twice");
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(
+        s,
+        format!("POST /{b}?delete ").into_bytes(),
+        GateDoes::CutAndHold,
+        1,
+    );
+    let run = pack_through(s, &gate, &tree, &url, &["--storage-option", "timeout=6s"]);
+    gate.wait_held(1, Duration::from_secs(60));
+    let held = Instant::now();
+    let next_lock = t.path().join("next-lock.json");
+    std::fs::write(&next_lock, br#"{"run": "next", "beat": 0}"#).unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_secs(3));
+            gate.release(0);
+        });
+        let o = run.finish_within(Duration::from_secs(60));
+        assert!(o.status.success(), "{}", text(&o));
+        // The next run's lock, as soon as this run has ended.
+        s.put_file(&next_lock, &b, "ds/.bale-tmp-lock").unwrap();
+    });
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(held.elapsed()));
+    let (objects, _) = listing(s, &b, "ds");
+    assert!(
+        objects.contains(&".bale-tmp-lock".to_owned()),
+        "the next run's lock was deleted: {objects:?}"
+    );
+    assert!(objects.contains(&"bale.json".to_owned()), "{objects:?}");
 }
 
 #[test]
@@ -2460,20 +2512,23 @@ fn a_clearing_delete_without_an_answer_makes_the_next_force_wait() {
     assert_eq!(verified(s, &url).len(), 100);
 }
 
-/// Puts `lock` as the lock object under `s3://b/ds`, starts `bale pack
-/// --force` of `tree` there, interrupts it (SIGINT) `after` that, and checks
-/// that it stopped at once (within 5 s) with exit 130. Returns its stderr.
+/// Puts `lock` (if any) as the lock object under `s3://b/ds`, starts `bale
+/// pack --force` of `tree` there, interrupts it (SIGINT) `after` that, and
+/// checks that it stopped at once (within 5 s) with exit 130. Returns its
+/// stderr.
 fn force_pack_interrupted(
     s: &Seaweed,
     b: &str,
     tmp: &Path,
     tree: &Path,
-    lock: &str,
+    lock: Option<&str>,
     after: Duration,
 ) -> String {
-    let lock_file = tmp.join("lock.json");
-    std::fs::write(&lock_file, lock).unwrap();
-    s.put_file(&lock_file, b, "ds/.bale-tmp-lock").unwrap();
+    if let Some(lock) = lock {
+        let lock_file = tmp.join("lock.json");
+        std::fs::write(&lock_file, lock).unwrap();
+        s.put_file(&lock_file, b, "ds/.bale-tmp-lock").unwrap();
+    }
     let url = format!("s3://{b}/ds");
     let mut args: Vec<String> = ["pack", "--force", "-o", &url, tree.to_str().unwrap()]
         .iter()
@@ -2505,7 +2560,7 @@ fn ctrl_c_while_force_watches_a_lock_stops_at_once() {
     let b = bucket(s, "watch-int");
     let url = format!("s3://{b}/ds");
     let lock = r#"{"run":"1-dead","pid":1,"host":"elsewhere","tool":"bale","beat":3,"claimed":false,"unanswered_wait_ms":600000}"#;
-    let err = force_pack_interrupted(s, &b, t.path(), &tree, lock, Duration::from_secs(2));
+    let err = force_pack_interrupted(s, &b, t.path(), &tree, Some(lock), Duration::from_secs(2));
     assert!(err.contains("watching it for 607 s"), "{err}");
     assert!(err.contains("is as it was"), "{err}");
     let store = Store::open(&url, &options(s)).unwrap();
@@ -2528,14 +2583,25 @@ fn ctrl_c_while_force_waits_out_a_killed_runs_requests_stops_at_once() {
     let leftover = t.path().join("leftover.tar");
     std::fs::write(&leftover, b"a killed run's shard").unwrap();
     s.put_file(&leftover, &b, "ds/shard-000003.tar").unwrap();
-    let err = force_pack_interrupted(s, &b, t.path(), &tree, lock, Duration::from_secs(10));
+    let err = force_pack_interrupted(s, &b, t.path(), &tree, Some(lock), Duration::from_secs(10));
     assert!(err.contains("watching it for 7 s"), "{err}");
-    assert!(err.contains("up to 600 s after it was sent"), "{err}");
+    assert!(err.contains("records a request timeout of 600 s"), "{err}");
     assert_eq!(
         listing(s, &b, "ds").0,
         [".bale-tmp-lock", "shard-000003.tar"],
         "{err}"
     );
+    // The lock is the interrupted run's now, with its own 60 s timeout, but
+    // it carries the killed run's wait: the next --force still waits that
+    // out (most of 600 s), not the interrupted run's.
+    let err = force_pack_interrupted(s, &b, t.path(), &tree, None, Duration::from_secs(10));
+    let waits: u64 = err
+        .split("waiting ")
+        .nth(1)
+        .and_then(|w| w.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no wait said: {err}"));
+    assert!(waits > 500, "{err}");
     // The lock left marks the leftover: --force (the wait long over for a
     // lock that says 0 s) clears it and writes the dataset.
     understate_timeout(s, &b, "ds");

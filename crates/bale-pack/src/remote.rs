@@ -362,6 +362,9 @@ impl Undone {
                 "nothing of this {what} was written to {url}, and what was there before it is as it was (--force replaces it only when {first})"
             ),
             Ok(()) => format!("no dataset was written to {url} (no manifest; {removed})"),
+            Err(e) if publisher.kept_for_late() => {
+                format!("nothing of this {what} was committed to {url}: {e}")
+            }
             Err(e) => format!(
                 "nothing of this {what} was committed to {url}, but undoing it did not finish: {e}\nhint: `bale verify {url}` says whether a whole dataset is there; a rerun with --force replaces what remains"
             ),

@@ -113,7 +113,10 @@ impl StorageOptions {
     /// How long one request may take (`timeout`, [`DEFAULT_TIMEOUT`] unless
     /// set); a value bale cannot read counts as the default.
     pub(crate) fn request_timeout(&self) -> Duration {
-        self.get("timeout")
+        // Spelled as the client reads it: with or without its scheme's prefix.
+        ["timeout", "aws_timeout", "google_timeout", "azure_timeout"]
+            .iter()
+            .find_map(|k| self.get(k))
             .and_then(parse_duration)
             .or_else(|| parse_duration(DEFAULT_TIMEOUT))
             .unwrap_or(Duration::from_secs(60))
@@ -343,6 +346,13 @@ mod tests {
         assert!(o.set_pair("=v").is_err());
         o.set_pair("Max_Retries=2").unwrap();
         assert_eq!(o.retry().unwrap().max_retries, 2);
+        // The request timeout, however the client's key is spelled.
+        assert_eq!(o.request_timeout(), Duration::from_secs(60));
+        for key in ["timeout", "AWS_TIMEOUT", "google_timeout", "azure_timeout"] {
+            let mut t = StorageOptions::default();
+            t.set(key, "7s");
+            assert_eq!(t.request_timeout(), Duration::from_secs(7), "{key}");
+        }
         o.set("retry_timeout", "soon");
         assert!(o.retry().unwrap_err().to_string().contains("retry_timeout"));
         o.set("AWS_SECRET_ACCESS_KEY", "hunter2")

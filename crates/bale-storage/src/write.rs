@@ -194,6 +194,9 @@ pub struct Publisher {
     /// Until when a DELETE of this run that got no answer may still land
     /// (its attempt's start plus one request timeout), when one did.
     deletes_land_by: Mutex<Option<std::time::Instant>>,
+    /// The undo removed everything but the lock, kept only because a
+    /// request of the run may still land ([`Publisher::kept_for_late`]).
+    kept_for_late: AtomicBool,
     /// [`Publisher::abort`] ran: it runs once (a second run would rewrite
     /// the lock it kept, and the note in it).
     aborted: AtomicBool,
@@ -201,6 +204,9 @@ pub struct Publisher {
     /// wait ([`lock_unanswered`]): the objects of the run that left it may
     /// be dated that much later.
     found_wait: std::time::Duration,
+    /// What this run's lock carries over from the lock it took over
+    /// ([`Carry`]); every write of the lock says it.
+    carry: Arc<Mutex<Carry>>,
     /// What `--force` replaces under the prefix, and how far clearing it
     /// went ([`Publisher::ensure_cleared`]).
     clear: Mutex<Clear>,
@@ -347,7 +353,9 @@ impl Publisher {
             manifest_unsure: AtomicBool::new(false),
             unanswered: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
+            kept_for_late: AtomicBool::new(false),
             found_wait: std::time::Duration::ZERO,
+            carry: Arc::default(),
             clear: Mutex::new(Clear::Nothing),
             alongside: alongside.map(<[String]>::to_vec),
         };
@@ -473,7 +481,7 @@ impl Publisher {
     fn take_lock(&mut self, claims: bool) -> Result<()> {
         let path = self.path(LOCK_NAME)?;
         let client = Arc::clone(&self.client);
-        let first = lock_body(&self.run, 0, false, self.timeout_ms());
+        let first = lock_body(&self.run, 0, false, self.timeout_ms(), self.carried());
         let payload = PutPayload::from(first.clone());
         let created = runtime::block_on(async move {
             client
@@ -555,7 +563,32 @@ impl Publisher {
                 .map_or(std::time::Duration::ZERO, |l| lock_timeout(&l.bytes));
             self.found_wait = (wait - LOCK_STALE).max(in_flight);
             self.inherit_claim(claims && now.as_ref().is_some_and(|l| lock_claimed(&l.bytes)));
-            let body = lock_body(&self.run, 0, self.found_claim, self.timeout_ms());
+            if let Some(l) = &now {
+                // What that run's lock carried from one it took over in
+                // turn (a run stopped before it cleared anything) holds.
+                let old = lock_carry(&l.bytes);
+                let wait_ms = self.found_wait.as_millis() as i64;
+                // One beat after its last refresh (it may have sent a
+                // request just before its next), its timeout, and the
+                // second to which a store may round the time of a write.
+                let in_flight = l.at + LOCK_BEAT.as_millis() as i64 + wait_ms + 1_000;
+                *lock(&self.carry) = Carry {
+                    leftovers_until: self.found_claim.then(|| {
+                        old.leftovers_until
+                            .unwrap_or(l.at + LEFTOVER_MARGIN_MS + wait_ms)
+                    }),
+                    in_flight_until: Some(
+                        old.in_flight_until.map_or(in_flight, |o| o.max(in_flight)),
+                    ),
+                };
+            }
+            let body = lock_body(
+                &self.run,
+                0,
+                self.found_claim,
+                self.timeout_ms(),
+                self.carried(),
+            );
             // Over the very version watched: another --force taking it over
             // at the same time makes one of the two fail here.
             if let Some(l) = now.filter(|l| conditional && l.version.e_tag.is_some()) {
@@ -566,7 +599,13 @@ impl Publisher {
                 what: "another bale run took this prefix over at the same time; it is writing here now".into(),
             })?;
         } else if !conditional {
-            self.write_lock(lock_body(&self.run, 0, false, self.timeout_ms()))?;
+            self.write_lock(lock_body(
+                &self.run,
+                0,
+                false,
+                self.timeout_ms(),
+                self.carried(),
+            ))?;
         }
         self.record(LOCK_NAME);
         self.locked.store(true, Ordering::SeqCst);
@@ -582,6 +621,11 @@ impl Publisher {
         run_timeout_ms(&self.store)
     }
 
+    /// What this run's lock carries over ([`Carry`]).
+    fn carried(&self) -> Carry {
+        *lock(&self.carry)
+    }
+
     /// Once this run has taken over the lock of a run that ended without
     /// releasing it (killed, or stalled past [`LOCK_STALE`]): waits until
     /// a request that run sent before it ended has landed, or timed out,
@@ -594,21 +638,19 @@ impl Publisher {
         let Some(old_at) = self.found_at else {
             return Ok(());
         };
+        let Some(until) = self.carried().in_flight_until else {
+            return Ok(());
+        };
         let Some(mine) = self.seen_lock()? else {
             return Ok(());
         };
-        // One beat after its last refresh (it may have sent a request
-        // just before its next), its timeout, and the second to which
-        // a store may round the time of a write.
-        let until =
-            old_at + LOCK_BEAT.as_millis() as i64 + self.found_wait.as_millis() as i64 + 1_000;
         let left = until.saturating_sub(mine.at);
         if left <= 0 {
             return Ok(());
         }
         let left = std::time::Duration::from_millis(left as u64);
         crate::notice(&format!(
-            "{}: waiting {} s before this run looks at what is there: the run that left the lock last refreshed it {} s ago, and a request of that run may land up to {} s after it was sent (the request timeout its lock records)",
+            "{}: waiting {} s before this run looks at what is there: a request of the run that left the lock, or of a killed run before it, may land until then (that lock was last refreshed {} s ago and records a request timeout of {} s)",
             self.store.url(),
             left.as_secs().max(1),
             ((mine.at - old_at).max(0) / 1000),
@@ -693,6 +735,7 @@ impl Publisher {
             lost: Arc::clone(&self.lost),
             stop: Arc::clone(&stop),
             path: self.path(LOCK_NAME)?,
+            carry: Arc::clone(&self.carry),
         };
         let handle = std::thread::Builder::new()
             .name("bale-lock".into())
@@ -814,12 +857,13 @@ impl Publisher {
             self.refuse_adopted(&names)?;
         } else if !self.found_claim {
             self.refuse_unclaimed(&names, None)?;
-        } else if let Some(at) = self.found_at {
+        } else if let (Some(at), Some(until)) = (self.found_at, self.carried().leftovers_until) {
             // A claim covers what its run can have written: nothing later
-            // than its last refresh, and one refresh and a margin after.
+            // than its last refresh, one refresh, its request timeout and a
+            // margin after (or what its lock carried from a run before).
             let late: Vec<String> = dated
                 .iter()
-                .filter(|(_, t)| *t > at + LEFTOVER_MARGIN_MS + self.found_wait.as_millis() as i64)
+                .filter(|(_, t)| *t > until)
                 .map(|(n, _)| n.clone())
                 .collect();
             self.refuse_unclaimed(&late, Some(at))?;
@@ -857,6 +901,13 @@ impl Publisher {
             Err(_) => Clear::Failed { removed },
         };
         cleared
+    }
+
+    /// Whether the undo removed everything this run wrote but its lock,
+    /// kept (with a note) only because a request of the run may still land:
+    /// the undo's error then says so, and nothing else went wrong.
+    pub fn kept_for_late(&self) -> bool {
+        self.kept_for_late.load(Ordering::SeqCst)
     }
 
     /// Whether this run found objects of a dataset or a killed run under
@@ -920,9 +971,11 @@ impl Publisher {
         }
         // An attempt of a DELETE above that got no answer lands before this
         // run writes, not over what it writes.
-        self.wait_out_own_deletes()?;
-        // Cleared: from here, undoing the run deletes what it wrote itself.
+        self.wait_out_own_deletes("it writes")?;
+        // Cleared: from here, undoing the run deletes what it wrote itself,
+        // and the lock covers what this run writes, dated by its refreshes.
         self.marks_leftovers.store(false, Ordering::SeqCst);
+        lock(&self.carry).leftovers_until = None;
         Ok(())
     }
 
@@ -970,7 +1023,13 @@ impl Publisher {
         }
         self.claimed.store(true, Ordering::SeqCst);
         self.marks_leftovers.store(true, Ordering::SeqCst);
-        self.write_lock(lock_body(&self.run, 0, true, self.timeout_ms()))
+        self.write_lock(lock_body(
+            &self.run,
+            0,
+            true,
+            self.timeout_ms(),
+            self.carried(),
+        ))
     }
 
     /// Takes over the claim of the lock this run replaced (`found`).
@@ -1324,8 +1383,10 @@ impl Publisher {
 
     /// Waits until every DELETE of this run that got no answer has landed or
     /// timed out ([`Publisher::delete`]): after the clear, before the run
-    /// writes under the names it cleared.
-    fn wait_out_own_deletes(&self) -> Result<()> {
+    /// writes under the names it cleared (`before`: "it writes"), and after
+    /// the lock's DELETE, before the run ends (then a Ctrl-C that began an
+    /// undo does not end the wait: a second one ends the process).
+    fn wait_out_own_deletes(&self, before: &str) -> Result<()> {
         let Some(by) = *lock(&self.deletes_land_by) else {
             return Ok(());
         };
@@ -1334,10 +1395,14 @@ impl Publisher {
             return Ok(());
         }
         crate::notice(&format!(
-            "{}: a DELETE of what --force clears got no answer at first and may still land: waiting {} s (one request timeout from it) before this run writes",
+            "{}: a DELETE of this run got no answer at first and may still land: waiting {} s (one request timeout from it) before {before}",
             self.store.url(),
             left.as_secs().max(1)
         ));
+        if before == ENDS {
+            std::thread::sleep(left);
+            return Ok(());
+        }
         self.watch(left)
     }
 
@@ -1590,6 +1655,7 @@ impl Publisher {
                 0,
                 self.claimed.load(Ordering::SeqCst),
                 self.timeout_ms(),
+                self.carried(),
             ))?;
         }
         // Every object the manifest names must be there, as written, before
@@ -1668,7 +1734,12 @@ impl Publisher {
             return Err(late_request(e, self.store.url(), &done));
         }
         self.committed.store(true, Ordering::SeqCst);
-        let _ = self.delete(LOCK_NAME);
+        // Committed whatever befalls the lock: its DELETE sent twice is
+        // waited out, so that the first attempt lands before the run ends,
+        // not on the lock of a run that starts next.
+        if self.delete(LOCK_NAME).is_ok() {
+            let _ = self.wait_out_own_deletes(ENDS);
+        }
         Ok(())
     }
 
@@ -1736,6 +1807,7 @@ impl Publisher {
                 lock_write: &self.lock_write,
                 lock_writer: &self.lock_writer,
                 lost: &self.lost,
+                carry: &self.carry,
             }
             .hold(0),
             Err(_) => Hold::Unknown,
@@ -1892,6 +1964,13 @@ impl Publisher {
                 first.get_or_insert(e);
                 // A manifest that stays keeps what it names.
                 keep |= n == MANIFEST;
+            } else if n == LOCK_NAME {
+                // The lock's DELETE sent twice: its first attempt lands
+                // before the run ends, not on a lock a next run created.
+                // A Ctrl-C ends the wait, with the error it gives.
+                if let Err(e) = self.wait_out_own_deletes(ENDS) {
+                    first.get_or_insert(e);
+                }
             }
         }
         first.map_or(Ok(()), Err)
@@ -1914,13 +1993,14 @@ impl Publisher {
             &self.run,
             self.claimed.load(Ordering::SeqCst),
             wait.as_millis() as u64,
+            self.carried(),
         );
         let noted = {
             let _writing = lock(&self.lock_write);
             self.write_lock(body).is_ok()
         };
-        let kept = "the run kept its lock object over what it wrote";
         let Some(e) = first else {
+            self.kept_for_late.store(true, Ordering::SeqCst);
             let then = if noted {
                 format!(
                     "; a rerun with --force waits {} s more than usual before it takes the prefix over",
@@ -1931,7 +2011,9 @@ impl Publisher {
             };
             return StorageError::Exists {
                 url: self.url_of(LOCK_NAME),
-                what: format!("a write of this run got no answer and may still land: {kept}{then}"),
+                what: format!(
+                    "a request of this run (an upload or a DELETE) got no answer and may still land: the run removed what it wrote but kept its lock object{then}"
+                ),
             };
         };
         if !noted {
@@ -1946,6 +2028,10 @@ impl Publisher {
         }
     }
 }
+
+/// What [`Publisher::wait_out_own_deletes`] waits before at the end of a
+/// run.
+const ENDS: &str = "it ends";
 
 /// An object as [`Publisher::list_meta`] lists it: its name under the
 /// prefix, when it was written (server time, ms since the epoch), its size
@@ -2004,13 +2090,19 @@ const LOCK_STALE: std::time::Duration = std::time::Duration::from_secs(7);
 /// that changes at each refresh.
 /// `timeout_ms` is the run's request timeout: a request it sent may land
 /// that long after, even once the run is killed ([`lock_timeout`]).
-fn lock_body(run: &str, beat: u64, claimed: bool, timeout_ms: u64) -> String {
-    lock_value(run, beat, claimed, timeout_ms).to_string()
+fn lock_body(run: &str, beat: u64, claimed: bool, timeout_ms: u64, carry: Carry) -> String {
+    lock_value(run, beat, claimed, timeout_ms, carry).to_string()
 }
 
 /// [`lock_body`], as JSON to add to.
-fn lock_value(run: &str, beat: u64, claimed: bool, timeout_ms: u64) -> serde_json::Value {
-    serde_json::json!({
+fn lock_value(
+    run: &str,
+    beat: u64,
+    claimed: bool,
+    timeout_ms: u64,
+    carry: Carry,
+) -> serde_json::Value {
+    let mut v = serde_json::json!({
         "run": run,
         "pid": std::process::id(),
         "host": hostname(),
@@ -2018,7 +2110,42 @@ fn lock_value(run: &str, beat: u64, claimed: bool, timeout_ms: u64) -> serde_jso
         "beat": beat,
         "claimed": claimed,
         "request_timeout_ms": timeout_ms,
-    })
+    });
+    if let Some(t) = carry.leftovers_until {
+        v["leftovers_until_ms"] = t.into();
+    }
+    if let Some(t) = carry.in_flight_until {
+        v["in_flight_until_ms"] = t.into();
+    }
+    v
+}
+
+/// What a run's lock carries over from the lock of a killed run it took
+/// over (server times, ms since the epoch), so that a run taking this one's
+/// over in turn still knows them: this run may stop (refused, Ctrl-C,
+/// killed) before it cleared anything, and its lock, written later than
+/// the killed run's, would otherwise date the user's objects put there
+/// since as leftovers, and shorten the wait for the killed run's requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Carry {
+    /// Objects of bale's names dated up to this are the killed run's
+    /// leftovers; carried until this run has cleared them.
+    leftovers_until: Option<i64>,
+    /// A request of the killed run may land until then.
+    in_flight_until: Option<i64>,
+}
+
+/// What a lock object's body carries over ([`Carry`]).
+fn lock_carry(bytes: &[u8]) -> Carry {
+    let v: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
+    Carry {
+        leftovers_until: v
+            .get("leftovers_until_ms")
+            .and_then(serde_json::Value::as_i64),
+        in_flight_until: v
+            .get("in_flight_until_ms")
+            .and_then(serde_json::Value::as_i64),
+    }
 }
 
 /// A run's request timeout as its lock records it (at most
@@ -2035,10 +2162,12 @@ fn run_timeout_ms(store: &Store) -> u64 {
 /// (its `request_timeout_ms`, at most [`MAX_UNANSWERED_WAIT`]). A lock that
 /// does not say (a bale from before it did) counts as the default timeout.
 fn lock_timeout(bytes: &[u8]) -> std::time::Duration {
+    // Any number that is not negative: one too large for a u64 is capped.
     let said = serde_json::from_slice::<serde_json::Value>(bytes)
         .ok()
-        .and_then(|v| v.get("request_timeout_ms")?.as_u64())
-        .map(std::time::Duration::from_millis);
+        .and_then(|v| v.get("request_timeout_ms")?.as_f64())
+        .filter(|ms| *ms >= 0.0)
+        .map(|ms| std::time::Duration::from_millis(ms.min(u64::MAX as f64) as u64));
     said.or_else(|| crate::options::parse_duration(crate::options::DEFAULT_TIMEOUT))
         .unwrap_or(std::time::Duration::from_secs(60))
         .min(MAX_UNANSWERED_WAIT)
@@ -2046,8 +2175,8 @@ fn lock_timeout(bytes: &[u8]) -> std::time::Duration {
 
 /// The body of a lock whose run ended with requests that got no answer
 /// ([`Publisher::note_unanswered`]): `--force` waits `wait_ms` more.
-fn lock_note(run: &str, claimed: bool, wait_ms: u64) -> String {
-    let mut v = lock_value(run, 0, claimed, wait_ms);
+fn lock_note(run: &str, claimed: bool, wait_ms: u64, carry: Carry) -> String {
+    let mut v = lock_value(run, 0, claimed, wait_ms, carry);
     v["unanswered_wait_ms"] = wait_ms.into();
     v.to_string()
 }
@@ -2082,6 +2211,7 @@ struct HeartbeatCtx {
     lost: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     path: ObjPath,
+    carry: Arc<Mutex<Carry>>,
 }
 
 impl HeartbeatCtx {
@@ -2107,6 +2237,7 @@ impl HeartbeatCtx {
                 lock_write: &self.lock_write,
                 lock_writer: &self.lock_writer,
                 lost: &self.lost,
+                carry: &self.carry,
             };
             if mine.hold(beat) == Hold::Lost {
                 return;
@@ -2126,6 +2257,7 @@ struct LockRef<'a> {
     lock_write: &'a Mutex<()>,
     lock_writer: &'a LockWriter,
     lost: &'a AtomicBool,
+    carry: &'a Mutex<Carry>,
 }
 
 impl LockRef<'_> {
@@ -2158,6 +2290,7 @@ impl LockRef<'_> {
                 beat,
                 self.claimed.load(Ordering::SeqCst),
                 run_timeout_ms(self.store),
+                *lock(self.carry),
             );
             match self.lock_writer.write(self.client, self.path, body) {
                 Ok(()) => Hold::Held,
@@ -2379,7 +2512,7 @@ mod tests {
 
     #[test]
     fn a_locks_note_of_unanswered_requests_is_read_back_and_capped() {
-        let note = lock_note("run-1", true, 6_000);
+        let note = lock_note("run-1", true, 6_000, Carry::default());
         assert_eq!(lock_owner(note.as_bytes()).as_deref(), Some("run-1"));
         assert!(lock_claimed(note.as_bytes()));
         assert_eq!(
@@ -2387,10 +2520,10 @@ mod tests {
             Some(std::time::Duration::from_secs(6))
         );
         // Another run's lock is read, not trusted: no wait past the cap.
-        let huge = lock_note("run-2", false, u64::MAX);
+        let huge = lock_note("run-2", false, u64::MAX, Carry::default());
         assert_eq!(lock_unanswered(huge.as_bytes()), Some(MAX_UNANSWERED_WAIT));
         for plain in [
-            lock_body("run-3", 4, false, 6_000),
+            lock_body("run-3", 4, false, 6_000, Carry::default()),
             r#"{"unanswered_wait_ms": -1}"#.to_owned(),
             r#"{"unanswered_wait_ms": "60000"}"#.to_owned(),
             "not json".to_owned(),
@@ -2402,17 +2535,23 @@ mod tests {
     #[test]
     fn a_lock_says_how_long_its_runs_requests_may_take() {
         let secs = std::time::Duration::from_secs;
-        let body = lock_body("run-1", 3, true, 6_000);
+        let body = lock_body("run-1", 3, true, 6_000, Carry::default());
         assert_eq!(lock_timeout(body.as_bytes()), secs(6));
         // A note says the same timeout.
         assert_eq!(
-            lock_timeout(lock_note("run-1", false, 9_000).as_bytes()),
+            lock_timeout(lock_note("run-1", false, 9_000, Carry::default()).as_bytes()),
             secs(9)
         );
         // Read, not trusted: capped; a lock that does not say (or cannot be
         // read) counts as the default timeout, not as none.
-        let huge = lock_body("run-2", 0, false, u64::MAX);
+        let huge = lock_body("run-2", 0, false, u64::MAX, Carry::default());
         assert_eq!(lock_timeout(huge.as_bytes()), MAX_UNANSWERED_WAIT);
+        for huge in [
+            r#"{"request_timeout_ms": 1e300}"#,
+            r#"{"request_timeout_ms": 18446744073709551617}"#,
+        ] {
+            assert_eq!(lock_timeout(huge.as_bytes()), MAX_UNANSWERED_WAIT, "{huge}");
+        }
         for silent in [
             r#"{"run": "old", "beat": 1}"#,
             r#"{"request_timeout_ms": -5}"#,
@@ -2420,6 +2559,23 @@ mod tests {
         ] {
             assert_eq!(lock_timeout(silent.as_bytes()), secs(60), "{silent}");
         }
+    }
+
+    #[test]
+    fn a_lock_carries_over_what_it_took_over() {
+        let carry = Carry {
+            leftovers_until: Some(1_700_000_000_123),
+            in_flight_until: Some(1_700_000_060_456),
+        };
+        let body = lock_body("run-1", 2, true, 6_000, carry);
+        assert_eq!(lock_carry(body.as_bytes()), carry);
+        let note = lock_note("run-1", true, 6_000, carry);
+        assert_eq!(lock_carry(note.as_bytes()), carry);
+        // Nothing carried: nothing said, and nothing read back.
+        let plain = lock_body("run-2", 0, false, 6_000, Carry::default());
+        assert!(!plain.contains("until"), "{plain}");
+        assert_eq!(lock_carry(plain.as_bytes()), Carry::default());
+        assert_eq!(lock_carry(b"not json"), Carry::default());
     }
 
     #[test]

@@ -9,8 +9,8 @@ use bale_pack::{ConvertFormat, ConvertOptions, ConvertProgress, PackError, conve
 use indicatif::ProgressBar;
 
 use crate::args::convert::{ConvertArgs, ConvertFormatArg};
-use crate::commands::pack::open_remote;
 use crate::commands::pack::{EXIT_INTERRUPTED, install_ctrlc};
+use crate::commands::pack::{is_cancel, open_remote};
 use crate::progress;
 use bale_pack::is_remote;
 
@@ -100,14 +100,19 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         (Ok(mut s), Some(r)) => {
             let url = r.url().to_owned();
             if let Err(u) = r.finish() {
-                anyhow::bail!("{}", u.output.undo().after(u.error));
+                let undone = u.output.undo();
+                if cancel.load(std::sync::atomic::Ordering::SeqCst) && is_cancel(&u.error) {
+                    eprintln!("error: interrupted: {}", undone.text);
+                    return Ok(ExitCode::from(EXIT_INTERRUPTED));
+                }
+                anyhow::bail!("{}", undone.after(u.error));
             }
             s.output = url.into();
             Ok(s)
         }
         (Err(e), Some(r)) => {
             let undone = r.undo();
-            if matches!(e, PackError::Cancelled) {
+            if is_cancel(&e) {
                 eprintln!("error: interrupted: {}", undone.text);
                 return Ok(ExitCode::from(EXIT_INTERRUPTED));
             }

@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail};
 use bale_pack::{JOURNAL_NAME, MergeOptions, PackError, merge_cancellable, merge_remote};
 use bale_storage::is_url;
 
-use crate::commands::pack::install_ctrlc;
+use crate::commands::pack::{install_ctrlc, is_cancel};
 
 use crate::args::merge::MergeArgs;
 
@@ -101,12 +101,7 @@ fn run_remote(args: &MergeArgs) -> anyhow::Result<ExitCode> {
         Err(PackError::Cancelled | PackError::Storage(bale_storage::StorageError::Cancelled)) => {
             return Ok(crate::commands::pack::interrupted_opening(&args.output));
         }
-        Err(PackError::Undone { error, undone })
-            if matches!(
-                *error,
-                PackError::Cancelled | PackError::Storage(bale_storage::StorageError::Cancelled)
-            ) =>
-        {
+        Err(PackError::Undone { error, undone }) if is_cancel(&error) => {
             eprintln!("error: interrupted: {}", undone.text);
             return Ok(ExitCode::from(crate::commands::pack::EXIT_INTERRUPTED));
         }

@@ -96,6 +96,15 @@ pub fn open_remote(
     )?))
 }
 
+/// Whether `e` is a stop asked for by Ctrl-C (or SIGTERM), from the run or
+/// from its uploads.
+pub fn is_cancel(e: &PackError) -> bool {
+    matches!(
+        e,
+        PackError::Cancelled | PackError::Storage(StorageError::Cancelled)
+    )
+}
+
 /// A Ctrl-C while the output in object storage was being opened (`--force`
 /// watching another run's lock): nothing of the run was written there.
 pub fn interrupted_opening(output: &Path) -> ExitCode {
@@ -377,12 +386,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             let url = r.url().to_owned();
             if let Err(u) = r.finish() {
                 let undone = u.output.undo();
-                if cancel.load(Ordering::SeqCst)
-                    && matches!(
-                        u.error,
-                        PackError::Cancelled | PackError::Storage(StorageError::Cancelled)
-                    )
-                {
+                if cancel.load(Ordering::SeqCst) && is_cancel(&u.error) {
                     eprintln!("error: interrupted: {}", undone.text);
                     return Ok(ExitCode::from(EXIT_INTERRUPTED));
                 }
@@ -391,7 +395,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             s.output = url.into();
             s
         }
-        (Err(PackError::Cancelled), Some(r)) => {
+        (Err(e), Some(r)) if is_cancel(&e) => {
             let upload = r.take_error();
             let undone = r.undo();
             if let Some(e) = upload {
