@@ -2234,6 +2234,49 @@ fn the_locks_delete_sent_twice_lands_before_the_run_ends() {
 }
 
 #[test]
+fn ctrl_c_of_a_convert_into_a_bucket_after_the_clear_exits_130() {
+    // `convert --force` over a dataset in a bucket: the clear is done and a
+    // shard's upload is in flight (held) when Ctrl-C comes. The run stops as
+    // interrupted (exit 130, as pack and merge do), and says the old
+    // dataset is gone, or partly.
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(300, &["--shard-size", "4MiB"]);
+    let b = bucket(s, "convert-int");
+    let url = format!("s3://{b}/ds");
+    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gate = Gate::start(
+        s,
+        format!("PUT /{b}/ds/shard-000001.tar").into_bytes(),
+        GateDoes::HoldRequest,
+        1,
+    );
+    let mut args: Vec<String> = ["convert", "-q", "--force", "--format", "tar"]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    args.extend([
+        "--shard-size".into(),
+        "2MiB".into(),
+        "-o".into(),
+        url.clone(),
+    ]);
+    args.push(local.to_str().unwrap().to_owned());
+    args.extend(gate.cli_options(s));
+    let mut run = Running::start(&mut bale_cmd(&args));
+    gate.wait_held(1, Duration::from_secs(120));
+    signal(&mut run, libc::SIGINT);
+    gate.release(0);
+    let o = run.finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("error: interrupted: "), "{}", text(&o));
+    assert!(err.contains("gone, or partly"), "{}", text(&o));
+    assert!(!listing(s, &b, "ds").0.contains(&"bale.json".to_owned()));
+    drop(t);
+}
+
+#[test]
 fn a_shard_removed_under_a_run_is_never_committed() {
     // A request of an earlier run that lands later than anyone waits (its
     // undo's DELETE, here sent by the test itself) removes shard-000000.tar
