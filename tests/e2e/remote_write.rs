@@ -2277,6 +2277,49 @@ fn ctrl_c_of_a_convert_into_a_bucket_after_the_clear_exits_130() {
 }
 
 #[test]
+fn a_force_run_killed_after_its_clear_leaves_its_own_shards_to_clear() {
+    // A killed run's claimed lock (a hand-made one here, with a leftover
+    // shard) is taken over by --force, which clears it and uploads a shard
+    // of its own; then it is killed too. Its lock must date what it wrote
+    // by its own refreshes, not carry the first run's bound for leftovers:
+    // a third --force clears its shard and writes a whole dataset.
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(1500, SHARDS);
+    let b = bucket(s, "killed-twice");
+    let url = format!("s3://{b}/ds");
+    let leftover = t.path().join("leftover.tar");
+    std::fs::write(&leftover, b"a killed run's shard").unwrap();
+    s.put_file(&leftover, &b, "ds/shard-000005.tar").unwrap();
+    let lock = t.path().join("lock.json");
+    std::fs::write(
+        &lock,
+        br#"{"run": "killed-first", "beat": 4, "claimed": true, "request_timeout_ms": 0}"#,
+    )
+    .unwrap();
+    s.put_file(&lock, &b, "ds/.bale-tmp-lock").unwrap();
+    // The second run's shard is dated well past the first run's bound.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut extra: Vec<&str> = SHARDS.to_vec();
+    extra.extend(["--force", "--storage-option", "timeout=2s"]);
+    let mut run = pack_until(s, &tree, &url, &extra, "shard-000000.tar")
+        .expect("the pack ended before it could be killed");
+    signal(&mut run, libc::SIGKILL);
+    let _ = run.finish_within(Duration::from_secs(60));
+    let objects = listing(s, &b, "ds").0;
+    assert!(
+        !objects.contains(&"shard-000005.tar".to_owned()),
+        "{objects:?}"
+    );
+    let tree_s = tree.to_str().unwrap();
+    let mut rerun = vec!["pack", "-q", "--force"];
+    rerun.extend(SHARDS);
+    rerun.extend(["-o", &url, tree_s]);
+    let o = bale(s, &rerun);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same_objects(s, &url, &local);
+}
+
+#[test]
 fn a_shard_removed_under_a_run_is_never_committed() {
     // A request of an earlier run that lands later than anyone waits (its
     // undo's DELETE, here sent by the test itself) removes shard-000000.tar

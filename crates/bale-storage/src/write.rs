@@ -822,6 +822,9 @@ impl Publisher {
         dated.sort();
         let names: Vec<String> = dated.iter().map(|(n, _)| n.clone()).collect();
         if names.is_empty() {
+            // Nothing a killed run left: the lock dates what this run
+            // writes by its own refreshes.
+            lock(&self.carry).leftovers_until = None;
             self.claim()?;
             self.marks_leftovers.store(false, Ordering::SeqCst);
             return Ok(());
@@ -973,9 +976,14 @@ impl Publisher {
         // run writes, not over what it writes.
         self.wait_out_own_deletes("it writes")?;
         // Cleared: from here, undoing the run deletes what it wrote itself,
-        // and the lock covers what this run writes, dated by its refreshes.
+        // and the lock dates what this run writes by its own refreshes. Said
+        // in the lock at once, before this run writes: killed after its first
+        // shard, the killed run's older bound would refuse that shard as the
+        // user's.
+        if lock(&self.carry).leftovers_until.take().is_some() {
+            self.claim()?;
+        }
         self.marks_leftovers.store(false, Ordering::SeqCst);
-        lock(&self.carry).leftovers_until = None;
         Ok(())
     }
 
