@@ -2192,6 +2192,44 @@ fn an_undo_whose_delete_was_sent_twice_keeps_its_lock_with_a_note() {
 }
 
 #[test]
+fn an_index_whose_delete_was_sent_twice_waits_before_it_writes() {
+    // `bale index -o URL --force` beside tars in a bucket deletes the old
+    // bale.json and indexes first. That DELETE's connection is cut once it
+    // went out, sent again and answered; the first attempt lands 4 s later.
+    // The run waits it out before it writes its own bale.json, which would
+    // otherwise be the one removed.
+    let s = Seaweed::shared();
+    let (t, _tree, local) = tree_and_local(200, &["--shard-samples", "100"]);
+    let b = bucket(s, "index-twice");
+    let url = format!("s3://{b}/wds");
+    let urls = tars_in_bucket(s, t.path(), &local, &b);
+    let mut args: Vec<String> = ["index", "-q", "--force", "--storage-option", "timeout=6s"]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    args.extend(["-o".to_owned(), url.clone()]);
+    args.extend(urls.iter().cloned());
+    let mut direct = args.clone();
+    direct.extend(s.cli_options());
+    let o = Running::start(&mut bale_cmd(&direct)).finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    let gate = Gate::start(
+        s,
+        format!("POST /{b}?delete ").into_bytes(),
+        GateDoes::CutAndHold,
+        1,
+    );
+    args.extend(gate.cli_options(s));
+    let run = Running::start(&mut bale_cmd(&args));
+    gate.wait_held(1, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(4));
+    gate.release(0);
+    let o = run.finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(verified(s, &url).len(), 200, "{}", text(&o));
+}
+
+#[test]
 fn the_locks_delete_sent_twice_lands_before_the_run_ends() {
     // A run commits and deletes its lock; that DELETE's connection is cut
     // once it went out (the relay holds it), the run sends it again and is

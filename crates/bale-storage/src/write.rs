@@ -1262,7 +1262,9 @@ impl Publisher {
                 }
             }
         }
-        Ok(())
+        // A DELETE above sent twice lands before the run writes the same
+        // names, not over them.
+        self.wait_out_own_deletes("it writes")
     }
 
     /// Which of `names` are there, each one that `force` may replace;
