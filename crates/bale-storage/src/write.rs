@@ -200,9 +200,10 @@ pub struct Publisher {
     /// [`Publisher::abort`] ran: it runs once (a second run would rewrite
     /// the lock it kept, and the note in it).
     aborted: AtomicBool,
-    /// How much longer than usual the lock this run took over asked it to
-    /// wait ([`lock_unanswered`]): the objects of the run that left it may
-    /// be dated that much later.
+    /// How long after its lock's last refresh a request of the run whose
+    /// lock this run took over may land: its request timeout
+    /// ([`lock_timeout`]), or the longer wait its note asked for
+    /// ([`lock_unanswered`]).
     found_wait: std::time::Duration,
     /// What this run's lock carries over from the lock it took over
     /// ([`Carry`]); every write of the lock says it.
@@ -558,10 +559,10 @@ impl Publisher {
             // Its requests may land up to its request timeout after it
             // sent them, and it sent none later than one beat after that
             // refresh: objects dated so late are still its own.
-            let in_flight = now
+            let its_timeout = now
                 .as_ref()
                 .map_or(std::time::Duration::ZERO, |l| lock_timeout(&l.bytes));
-            self.found_wait = (wait - LOCK_STALE).max(in_flight);
+            self.found_wait = (wait - LOCK_STALE).max(its_timeout);
             self.inherit_claim(claims && now.as_ref().is_some_and(|l| lock_claimed(&l.bytes)));
             if let Some(l) = &now {
                 // What that run's lock carried from one it took over in
@@ -1994,11 +1995,7 @@ impl Publisher {
     /// writes, not over what it wrote. Returns `first`, the undo's error,
     /// with what a rerun does.
     fn note_unanswered(&self, first: Option<StorageError>) -> StorageError {
-        let wait = self
-            .store
-            .options()
-            .request_timeout()
-            .min(MAX_UNANSWERED_WAIT);
+        let wait = std::time::Duration::from_millis(self.timeout_ms());
         let body = lock_note(
             &self.run,
             self.claimed.load(Ordering::SeqCst),
