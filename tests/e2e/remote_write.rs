@@ -5,7 +5,7 @@
 //! dataset, nor (after the clean-up path) an open multipart upload; objects
 //! bale did not write are never deleted.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -2143,6 +2143,146 @@ fn a_delete_of_the_clear_sent_twice_lands_before_the_run_writes() {
         "{}",
         text(&o)
     );
+}
+
+/// A dataset of many small shards under `s3://b/ds` (from a tree of 100
+/// samples, 160 KiB shards) and another tree to pack over it, with that
+/// tree's local pack: `(tempdir, other tree, its local pack, shards there)`.
+fn many_shards_and_another(s: &Seaweed, b: &str) -> (tempfile::TempDir, PathBuf, PathBuf, usize) {
+    let t = tempfile::tempdir().unwrap();
+    let tree = t.path().join("tree");
+    random_tree(&tree, 100);
+    let other = t.path().join("other");
+    random_tree(&other, 30);
+    let local = t.path().join("other-local");
+    pack_quiet(&other, &local, &[]);
+    let url = format!("s3://{b}/ds");
+    let o = bale(
+        s,
+        &[
+            "pack",
+            "-q",
+            "--shard-size",
+            "160KiB",
+            "-o",
+            &url,
+            tree.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let (objects, _) = listing(s, b, "ds/");
+    let shards = objects.iter().filter(|n| n.ends_with(".tar")).count();
+    assert!(shards >= 20, "{objects:?}");
+    (t, other, local, shards)
+}
+
+#[test]
+fn force_clears_a_dataset_of_many_shards_in_few_requests() {
+    // --force over a dataset of 20+ shards and their indexes: the old
+    // bale.json goes first, alone, then every shard and index in one bulk
+    // request (S3 takes 1,000 keys to one), and the lock's at the end. One
+    // DELETE per object was 2 x shards + 2 requests.
+    let s = Seaweed::shared();
+    let b = bucket(s, "bulk-clear");
+    let (_t, other, local, shards) = many_shards_and_another(s, &b);
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(
+        s,
+        format!("POST /{b}?delete ").into_bytes(),
+        GateDoes::Pass,
+        usize::MAX,
+    );
+    let o =
+        pack_through(s, &gate, &other, &url, &["--force"]).finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(verified(s, &url).len(), 30);
+    assert_same_objects(s, &url, &local);
+    let requests = gate.acted.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        requests <= 4,
+        "{requests} DELETE requests to clear {shards} shards and their indexes"
+    );
+    // A store without the bulk request: the client sends a DELETE per
+    // object, and each is answered for its own name.
+    let b = bucket(s, "single-clear");
+    let (_t, other, local, shards) = many_shards_and_another(s, &b);
+    let url = format!("s3://{b}/ds");
+    let gate = Gate::start(
+        s,
+        format!("DELETE /{b}/ds/").into_bytes(),
+        GateDoes::Pass,
+        usize::MAX,
+    );
+    let o = pack_through(
+        s,
+        &gate,
+        &other,
+        &url,
+        &[
+            "--force",
+            "--storage-option",
+            "aws_disable_bulk_delete=true",
+        ],
+    )
+    .finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(verified(s, &url).len(), 30);
+    assert_same_objects(s, &url, &local);
+    let requests = gate.acted.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        requests > 2 * shards,
+        "{requests} DELETEs for {shards} shards"
+    );
+}
+
+#[test]
+fn a_bulk_delete_of_the_clear_sent_twice_lands_before_the_run_writes() {
+    // The clear's bulk request for the old shards and indexes is cut once
+    // it went out and lands 4 s later; the run sends it again for all of
+    // its keys. The old shards have the names the run writes: it waits one
+    // request timeout (6 s) from the first attempt before it writes, or the
+    // late request deletes its new shards.
+    let s = Seaweed::shared();
+    let b = bucket(s, "bulk-twice");
+    let (_t, other, local, _) = many_shards_and_another(s, &b);
+    let url = format!("s3://{b}/ds");
+    let delete = format!("POST /{b}?delete ").into_bytes();
+    // The first (the old bale.json's) passes; the second is cut.
+    let gate = Gate::with_rules(
+        s,
+        vec![
+            (delete.clone(), GateDoes::Pass, 1, true),
+            (delete, GateDoes::CutAndHold, 1, true),
+        ],
+    );
+    // Not quiet: the wait is told on stderr.
+    let run = Running::start(&mut bale_cmd(
+        &[
+            "pack",
+            "--force",
+            "--storage-option",
+            "timeout=6s",
+            "-o",
+            &url,
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .chain([other.to_str().unwrap().to_owned()])
+        .chain(gate.cli_options(s))
+        .collect::<Vec<_>>(),
+    ));
+    gate.wait_held(1, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(4));
+    gate.release(0);
+    let o = run.finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("may still land: waiting"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(verified(s, &url).len(), 30, "{}", text(&o));
+    assert_same_objects(s, &url, &local);
 }
 
 #[test]

@@ -261,6 +261,23 @@ pub(crate) fn shown_text(text: &str) -> String {
     }
 }
 
+/// How long a request ran before it gave up, as an `object_store` message
+/// says it ("Error performing GET <url> in 2.0034s"): seconds to a tenth,
+/// shorter spans as written.
+fn waited_text(text: &str) -> Option<String> {
+    let at = text.find("Error performing ")?;
+    let rest = &text[at..];
+    let from = rest.find(" in ")? + 4;
+    let span = rest[from..].split([',', ' ']).next()?;
+    match span.strip_suffix('s') {
+        Some(secs) if secs.ends_with(|c: char| c.is_ascii_digit()) => {
+            secs.parse::<f64>().ok().map(|v| format!("{v:.1}s"))
+        }
+        _ if span.ends_with('s') => Some(span.to_owned()),
+        _ => None,
+    }
+}
+
 /// The HTTP status an `object_store` message names (`status code: 403 Forbidden`).
 fn status_in(text: &str) -> Option<u16> {
     let at = text.find("status code: ")? + "status code: ".len();
@@ -344,9 +361,14 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
         } else {
             ("timeout", crate::options::DEFAULT_TIMEOUT)
         };
+        // The limit in force is the one the request ran under: what it
+        // waited says it, where a default would mislead a user who set it.
+        let waited = waited_text(text)
+            .map(|w| format!("the request gave up after {w}; "))
+            .unwrap_or_default();
         what.push_str(&format!(
-            "; no answer within the storage option {key} ({default} by default); raise it with \
-             --storage-option {key}=120s, or storage_options={{\"{key}\": \"120s\"}} in Python"
+            "; no answer within the storage option {key} ({waited}{default} unless set); raise it \
+             with --storage-option {key}=120s, or storage_options={{\"{key}\": \"120s\"}} in Python"
         ));
     }
     what
@@ -378,6 +400,23 @@ mod tests {
         let what = plain_what(stalled, None);
         assert!(what.contains("operation timed out"), "{what}");
         assert!(what.contains("--storage-option timeout=120s"), "{what}");
+        // The limit in force, not a default the user may have changed.
+        assert!(
+            what.contains("gave up after 2.0s; 60s unless set"),
+            "{what}"
+        );
+        let precise = stalled.replace(" in 2s,", " in 6.00213s,");
+        assert!(
+            plain_what(&precise, None).contains("gave up after 6.0s;"),
+            "{}",
+            plain_what(&precise, None)
+        );
+        let short = stalled.replace(" in 2s,", " in 950ms,");
+        assert!(
+            plain_what(&short, None).contains("gave up after 950ms;"),
+            "{}",
+            plain_what(&short, None)
+        );
         assert!(
             what.contains(r#"storage_options={"timeout": "120s"}"#),
             "{what}"

@@ -967,12 +967,19 @@ impl Publisher {
             }
             self.delete(n)?;
         }
-        for n in doomed
+        let rest: Vec<&str> = doomed
             .iter()
             .filter(|n| *n != MANIFEST && !n.starts_with(UPLOAD_MARKER))
-        {
-            self.delete(n)?;
+            .map(String::as_str)
+            .collect();
+        if rest.len() > DELETES_PER_REQUEST {
+            crate::notice(&format!(
+                "{}: removing the {} objects --force replaces there ({DELETES_PER_REQUEST} to a request)",
+                self.store.url(),
+                rest.len()
+            ));
         }
+        self.delete_all(&rest)?;
         // An attempt of a DELETE above that got no answer lands before this
         // run writes, not over what it writes.
         self.wait_out_own_deletes("it writes")?;
@@ -1249,12 +1256,19 @@ impl Publisher {
         // Never what this run wrote itself.
         let written = lock(&self.written).names.clone();
         present.retain(|n| !written.contains(n));
-        // The manifest first.
-        present.sort_by_key(|n| n.as_str() != MANIFEST);
-        for n in present {
+        // The manifest first, then the rest, as few requests as the store
+        // takes.
+        let (manifest, rest): (Vec<&str>, Vec<&str>) = present
+            .iter()
+            .map(String::as_str)
+            .partition(|n| *n == MANIFEST);
+        for group in [manifest, rest] {
+            if group.is_empty() {
+                continue;
+            }
             // The heartbeat sees a takeover within its beat.
             self.check_not_lost()?;
-            self.delete(&n)?;
+            self.delete_all(&group)?;
         }
         if self.opts.force {
             for (name, id) in self.open_uploads()? {
@@ -1338,30 +1352,61 @@ impl Publisher {
         self.store.object(name)?.get_sized(0, 1 << 20, "marker")
     }
 
-    /// Deletes object `name`, sending each attempt itself (up to the
-    /// options' `max_retries` more, within `retry_timeout`, with their
-    /// backoff). An attempt that got no answer (a timeout, a connection
-    /// cut off after the request went out) may still land after a later one
-    /// was answered: over what this run or a later one writes under that
-    /// name. Such an attempt is remembered ([`Publisher::deletes_land_by`],
+    /// Deletes object `name` ([`Publisher::delete_all`]).
+    fn delete(&self, name: &str) -> Result<()> {
+        self.delete_all(&[name])
+    }
+
+    /// Deletes the objects `names`, up to [`DELETES_PER_REQUEST`] to a
+    /// request: one bulk DeleteObjects on S3 (`--force` over 100,000
+    /// objects is 100 requests, not 100,000); stores without one get a
+    /// DELETE per object from the client, several at once. Every chunk is
+    /// tried; returns the first error.
+    fn delete_all(&self, names: &[&str]) -> Result<()> {
+        let mut first = None;
+        for chunk in names.chunks(DELETES_PER_REQUEST) {
+            if let Err(e) = self.delete_chunk(chunk) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Deletes `names` (at most [`DELETES_PER_REQUEST`]), sending each
+    /// attempt itself: the names not yet deleted are sent again, up to the
+    /// options' `max_retries` more times within `retry_timeout`, with their
+    /// backoff. An attempt that got no answer (a timeout, a connection cut
+    /// off after the request went out) may still land after a later one was
+    /// answered: over what this run or a later one writes under those
+    /// names. Such an attempt is remembered ([`Publisher::deletes_land_by`],
     /// waited out before the run's first write after its clear) and makes
     /// an undone run keep its lock with a note, as a failed DELETE does.
-    fn delete(&self, name: &str) -> Result<()> {
-        let path = self.path(name)?;
+    fn delete_chunk(&self, names: &[&str]) -> Result<()> {
         let retry = self.store.options().retry()?;
         let timeout = self.store.options().request_timeout();
         let first = std::time::Instant::now();
         let mut backoff = retry.backoff.init_backoff;
         let mut tries = 0;
+        let mut left: Vec<&str> = names.to_vec();
         loop {
-            let (client, p) = (Arc::clone(&self.once), path.clone());
+            let paths = left
+                .iter()
+                .map(|n| self.path(n))
+                .collect::<Result<Vec<_>>>()?;
+            let client = Arc::clone(&self.once);
             let sent = std::time::Instant::now();
-            let e = match runtime::block_on(async move { client.delete(&p).await })? {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(()),
-                Err(e) => from_object_store(&self.url_of(name), None, e),
+            let answers: Vec<object_store::Result<ObjPath>> = runtime::block_on(async move {
+                client
+                    .delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed())
+                    .collect()
+                    .await
+            })?;
+            let (failed, e, unanswered) = self.delete_failures(&left, answers);
+            let Some(e) = e else {
+                return Ok(());
             };
             // An answer, even an error, says the store is done with it.
-            if matches!(e, StorageError::Request { status: None, .. }) {
+            if unanswered {
                 self.unanswered.store(true, Ordering::SeqCst);
                 let by = sent + timeout;
                 let mut until = lock(&self.deletes_land_by);
@@ -1384,11 +1429,87 @@ impl Publisher {
                 // under that name, unless that run waits it out.
                 return Err(self.unanswered_if(e));
             }
+            left = failed;
             tries += 1;
             std::thread::sleep(backoff);
             backoff = backoff
                 .mul_f64(retry.backoff.base)
                 .min(retry.backoff.max_backoff);
+        }
+    }
+
+    /// Which of `sent` a delete request's `answers` left undeleted, the
+    /// error that stands for them (the first that no attempt can mend, a
+    /// refusal; else one with no answer, which may land; else the first),
+    /// and whether any of them got no answer.
+    /// The client answers once per name, in order, or once for a request
+    /// that failed as a whole (then for all of its names).
+    fn delete_failures<'a>(
+        &self,
+        sent: &[&'a str],
+        answers: Vec<object_store::Result<ObjPath>>,
+    ) -> (Vec<&'a str>, Option<StorageError>, bool) {
+        let whole = answers.len() != sent.len();
+        let mut failed = Vec::new();
+        let mut errors = Vec::new();
+        for (i, a) in answers.into_iter().enumerate() {
+            match a {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    let url = if whole {
+                        self.many_url(sent)
+                    } else {
+                        failed.push(sent[i]);
+                        self.url_of(sent[i])
+                    };
+                    errors.push(from_object_store(&url, None, e));
+                }
+            }
+        }
+        if whole {
+            failed = sent.to_vec();
+            if errors.is_empty() {
+                errors.push(StorageError::Request {
+                    url: self.many_url(sent),
+                    range: None,
+                    status: None,
+                    what: "the store answered for fewer objects than the DELETE named".into(),
+                });
+            }
+        }
+        let unanswered = errors
+            .iter()
+            .any(|e| matches!(e, StorageError::Request { status: None, .. }));
+        let pick = errors
+            .iter()
+            .position(|e| {
+                !may_land(e)
+                    && !matches!(
+                        e,
+                        StorageError::Request {
+                            status: Some(408 | 429),
+                            ..
+                        }
+                    )
+            })
+            .or_else(|| {
+                errors
+                    .iter()
+                    .position(|e| matches!(e, StorageError::Request { status: None, .. }))
+            });
+        let e = match pick {
+            Some(i) => Some(errors.swap_remove(i)),
+            None => errors.into_iter().next(),
+        };
+        (failed, e, unanswered)
+    }
+
+    /// The URL of a request for `names`: the first object's, and how many
+    /// more it named.
+    fn many_url(&self, names: &[&str]) -> String {
+        match names.len() {
+            0 | 1 => self.url_of(names.first().copied().unwrap_or_default()),
+            n => format!("{} (and {} more objects)", self.url_of(names[0]), n - 1),
         }
     }
 
@@ -1911,15 +2032,28 @@ impl Publisher {
         }
         // The manifest first (a PUT whose answer was lost may have landed:
         // it must never outlive a shard it names), then the objects, then
-        // the markers, the lock last.
-        let mut order: Vec<&String> = names.iter().filter(|n| *n == MANIFEST).collect();
-        order.extend(
-            names
-                .iter()
-                .filter(|n| !n.starts_with(UPLOAD_MARKER) && *n != LOCK_NAME && *n != MANIFEST),
-        );
-        order.extend(names.iter().filter(|n| n.starts_with(UPLOAD_MARKER)));
-        order.extend(names.iter().filter(|n| *n == LOCK_NAME));
+        // the markers (each group in as few requests as the store takes),
+        // the lock last.
+        let manifest: Vec<&str> = names
+            .iter()
+            .filter(|n| *n == MANIFEST)
+            .map(String::as_str)
+            .collect();
+        let objects: Vec<&str> = names
+            .iter()
+            .filter(|n| !n.starts_with(UPLOAD_MARKER) && *n != LOCK_NAME && *n != MANIFEST)
+            .map(String::as_str)
+            .collect();
+        let markers: Vec<&str> = names
+            .iter()
+            .filter(|n| n.starts_with(UPLOAD_MARKER))
+            .map(String::as_str)
+            .collect();
+        let locks: Vec<&str> = names
+            .iter()
+            .filter(|n| *n == LOCK_NAME)
+            .map(String::as_str)
+            .collect();
         // Set when a bale.json is there, or may still land, that may be
         // this run's: the objects it may name stay with it, and the lock
         // over them.
@@ -1933,7 +2067,10 @@ impl Publisher {
                 what: "no attempt to write it got an answer, and it may still land: this run kept the objects it wrote, and its lock over them, so that it never names missing ones; check the prefix with `bale verify`, and clear it with --force if it is not whole".into(),
             });
         }
-        for n in order {
+        for group in [manifest, objects, markers, locks] {
+            let Some(&n) = group.first() else {
+                continue;
+            };
             if keep && !n.starts_with(UPLOAD_MARKER) {
                 continue;
             }
@@ -1970,7 +2107,7 @@ impl Publisher {
                 }
                 continue;
             }
-            if let Err(e) = self.delete(n) {
+            if let Err(e) = self.delete_all(&group) {
                 unanswered |= may_land(&e);
                 first.get_or_insert(e);
                 // A manifest that stays keeps what it names.
@@ -2072,6 +2209,10 @@ fn may_land(e: &StorageError) -> bool {
         }
     )
 }
+
+/// The most objects one DELETE request names: S3's bulk DeleteObjects
+/// takes 1,000 keys.
+const DELETES_PER_REQUEST: usize = 1000;
 
 /// The longest wait a lock's note of unanswered requests makes `--force` take.
 const MAX_UNANSWERED_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
