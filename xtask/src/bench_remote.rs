@@ -15,7 +15,10 @@
 //!    dataset; `-- --skip mds,litdata` leaves peers out;
 //! 5. the pack row: `bale pack TREE -o s3://...` against packing to disk then a
 //!    parallel boto3 upload (`-- --tree DIR` packs another tree, `-- --pack-only`
-//!    measures only this row, `-- --pack-runs N` keeps the best of N).
+//!    measures only this row and the next, `-- --pack-runs N` keeps the best of N);
+//! 6. the clear row: `bale pack --force` over a dataset of `-- --clear N` objects
+//!    (2,000 unless set; 0 leaves it out) against a boto3 clear of the prefix
+//!    (`delete_objects`, 1,000 keys a request) followed by the same pack.
 
 use std::path::Path;
 use std::process::Command;

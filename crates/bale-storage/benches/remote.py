@@ -136,6 +136,53 @@ def pack_row(args, bale_bin: Path, server, s3, bucket: str, work: Path) -> tuple
     return pack, base
 
 
+def clear_row(args, bale_bin: Path, server, s3, bucket: str, work: Path) -> tuple[Timed, Timed]:  # type: ignore[no-untyped-def]
+    """`bale pack --force` of a 10-file tree over a dataset of `--clear`
+    objects (1 KB shards of one sample each, and their indexes), against a
+    boto3 clear of the same prefix (a listing, then `delete_objects` of
+    1,000 keys a request: the fewest requests S3 takes) followed by the same
+    pack. Each side gets a dataset of its own, packed untimed before."""
+    storage = [a for k, v in server.options().items() for a in ("--storage-option", f"{k}={v}")]
+    rng = random.Random(7)
+    big, small = work / "clear-tree", work / "clear-small"
+    for root, count in ((big, max(1, args.clear // 2)), (small, 10)):
+        root.mkdir()
+        for i in range(count):
+            (root / f"{i:06}.bin").write_bytes(rng.randbytes(1024))
+    base = Timed("boto3 delete_objects, then bale pack", "clear")
+    bale_t = Timed("bale pack --force over the dataset", "clear")
+    for run in range(args.pack_runs):
+        prefixes = (f"clear-bale{run}", f"clear-boto{run}")
+        for prefix in prefixes:
+            subprocess.run(
+                [str(bale_bin), "pack", "-q", "--shard-samples", "1", str(big), "-o", f"s3://{bucket}/{prefix}", *storage],
+                check=True,
+            )
+        start = time.perf_counter()
+        keys = [
+            o["Key"]
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefixes[1]}/")
+            for o in page.get("Contents", [])
+        ]
+        for at in range(0, len(keys), 1000):
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[at : at + 1000]]})
+        subprocess.run(
+            [str(bale_bin), "pack", "-q", str(small), "-o", f"s3://{bucket}/{prefixes[1]}", *storage], check=True
+        )
+        secs = time.perf_counter() - start
+        if base.secs == 0 or secs < base.secs:
+            base.secs, base.samples = secs, len(keys)
+        start = time.perf_counter()
+        subprocess.run(
+            [str(bale_bin), "pack", "-q", "--force", str(small), "-o", f"s3://{bucket}/{prefixes[0]}", *storage],
+            check=True,
+        )
+        secs = time.perf_counter() - start
+        if bale_t.secs == 0 or secs < bale_t.secs:
+            bale_t.secs, bale_t.samples = secs, len(keys)
+    return bale_t, base
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", required=True, type=Path)
@@ -147,6 +194,12 @@ def main() -> None:
     ap.add_argument("--tree", type=Path, default=None, help="the tree of files for the pack row (no pack row without it)")
     ap.add_argument("--pack-only", action="store_true", help="measure the pack row only")
     ap.add_argument("--pack-runs", type=int, default=1, help="runs of each pack subject (the best is kept)")
+    ap.add_argument(
+        "--clear",
+        type=int,
+        default=2000,
+        help="objects of the dataset `bale pack --force` replaces in the clear row (0: no clear row)",
+    )
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     bale_bin = args.bale or Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release/bale"
@@ -154,6 +207,7 @@ def main() -> None:
     n = len(local)
     results: list[Timed] = []
     failed: list[str] = []
+    clear = clear_base = None
     server = _seaweed.Seaweed()
     work = Path(tempfile.mkdtemp(prefix="bale-bench-remote-"))
     try:
@@ -170,6 +224,9 @@ def main() -> None:
         if args.tree is not None:
             pack, base = pack_row(args, bale_bin, server, s3, bucket, work)
             results += [base, pack]
+        if args.clear > 0:
+            clear, clear_base = clear_row(args, bale_bin, server, s3, bucket, work)
+            results += [clear_base, clear]
         if args.pack_only:
             raise _Done()
         print(f"bench remote: uploading {args.dataset} ({n} samples) to s3://{bucket}/bale", file=sys.stderr)
@@ -347,13 +404,17 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     if args.pack_only:
-        total_bytes = sum(r.bytes for r in results[:1])
+        total_bytes = next((r.bytes for r in results if r.kind == "pack"), 0)
     print(f"\nbench remote: {n} samples, {total_bytes / 1e6:.1f} MB, one SeaweedFS server on 127.0.0.1")
     for r in results:
         print(r.row())
     ratios = {}
     if pack is not None and base is not None:
         ratios["pack: bale pack -o s3:// / pack then parallel boto3 upload (target >= 1.3)"] = base.secs / pack.secs
+    if clear is not None and clear_base is not None:
+        ratios["clear: bale pack --force / boto3 delete_objects then pack (target >= 1)"] = (
+            clear_base.secs / clear.secs
+        )
     if not args.pack_only:
         ratios["sequential: bale / raw parallel GET (target >= 0.8)"] = bale_seq.rate() / raw.rate()
         ratios["random: bale / one GET per sample (target >= 10)"] = bale_rand.rate() / per_get.rate()
