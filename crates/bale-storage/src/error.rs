@@ -191,6 +191,34 @@ pub(crate) fn from_object_store(
             url: url.to_owned(),
         };
     }
+    // A bulk delete's answer for one key: the store answered for it, with
+    // an S3 error code in place of a status.
+    if let Some((code, message)) = bulk_key_error(&text) {
+        let detail = format!("{code}: {message}");
+        return match code {
+            "NoSuchKey" => StorageError::NotFound {
+                url: url.to_owned(),
+                detail,
+            },
+            "AccessDenied" | "AllAccessDisabled" => StorageError::Denied {
+                url: url.to_owned(),
+                detail,
+            },
+            _ => {
+                let status = match code {
+                    "InternalError" => 500,
+                    "ServiceUnavailable" | "SlowDown" => 503,
+                    _ => 400,
+                };
+                StorageError::Request {
+                    url: url.to_owned(),
+                    range,
+                    status: Some(status),
+                    what: format!("the store refused to delete it ({detail})"),
+                }
+            }
+        };
+    }
     match e {
         E::NotFound { .. } => StorageError::NotFound {
             url: url.to_owned(),
@@ -259,6 +287,19 @@ pub(crate) fn shown_text(text: &str) -> String {
     } else {
         text.to_owned()
     }
+}
+
+/// The S3 error code and message of one key in a bulk delete's answer, as
+/// `object_store` says it ("DeleteObjects request failed for key K: M
+/// (code: C)").
+fn bulk_key_error(text: &str) -> Option<(&str, &str)> {
+    const FAILED: &str = "DeleteObjects request failed for key ";
+    let rest = &text[text.find(FAILED)? + FAILED.len()..];
+    let open = rest.rfind(" (code: ")?;
+    let code = rest[open + 8..].strip_suffix(')')?;
+    // The key may hold ": " too; the message is what follows the last.
+    let message = rest[..open].rsplit_once(": ").map_or("", |(_, m)| m);
+    Some((code, message))
 }
 
 /// How long a request ran before it gave up, as an `object_store` message
@@ -392,6 +433,57 @@ mod tests {
         assert!(what.contains("error sending request"), "{what}");
         assert!(what.contains("3 retries"), "{what}");
         assert!(!what.contains("storage option"), "{what}");
+    }
+
+    #[test]
+    fn a_bulk_deletes_answer_for_one_key_is_an_answer() {
+        let failed = |code: &str| {
+            let e = object_store::Error::Generic {
+                store: "S3",
+                source: format!(
+                    "DeleteObjects request failed for key ds/shard-000001.tar: it is not yours (code: {code})"
+                )
+                .into(),
+            };
+            from_object_store("s3://b/ds/shard-000001.tar", None, e)
+        };
+        // A refusal is no request that may still land, and is not sent again.
+        match failed("AccessDenied") {
+            StorageError::Denied { url, detail } => {
+                assert_eq!(url, "s3://b/ds/shard-000001.tar");
+                assert_eq!(detail, "AccessDenied: it is not yours");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(failed("NoSuchKey"), StorageError::NotFound { .. }));
+        for (code, want) in [
+            ("InternalError", 500),
+            ("SlowDown", 503),
+            ("ServiceUnavailable", 503),
+            ("InvalidArgument", 400),
+        ] {
+            match failed(code) {
+                StorageError::Request {
+                    status: Some(s),
+                    what,
+                    ..
+                } => {
+                    assert_eq!(s, want, "{code}");
+                    assert!(what.contains(code), "{what}");
+                }
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        // A request that failed as a whole is not one key's answer.
+        let whole = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing POST http://127.0.0.1:1/b?delete in 6s - operation timed out"
+                .into(),
+        };
+        assert!(matches!(
+            from_object_store("s3://b/ds/x", None, whole),
+            StorageError::Request { status: None, .. }
+        ));
     }
 
     #[test]
