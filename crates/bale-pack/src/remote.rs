@@ -338,6 +338,7 @@ impl Undone {
         let url = publisher.url().to_owned();
         // Taken before the undo, which replaces nothing.
         let (kept_old, removed_old) = (publisher.kept_old(), publisher.removed_old());
+        let untouched_old = publisher.kept_old_after_failed_clear();
         let undone = publisher.abort();
         let taken_over = publisher.taken_over();
         let (what, wrote, first, removed) = match kind {
@@ -372,6 +373,11 @@ impl Undone {
         if removed_old && !taken_over {
             text.push_str(&format!(
                 "\nthe old dataset under {url} is gone, or partly: --force had begun to remove it before the failure"
+            ));
+        }
+        if untouched_old && !taken_over {
+            text.push_str(&format!(
+                "\nthe old dataset under {url} is as it was: --force's clear failed before it removed any of it"
             ));
         }
         Undone { text, taken_over }

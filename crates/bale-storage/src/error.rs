@@ -183,7 +183,12 @@ pub(crate) fn from_object_store(
     use object_store::Error as E;
     let url = &shown_text(url);
     let text = chain_text(&e);
-    let status = status_in(&text);
+    // A 200 whose body says InternalError or SlowDown is a server error
+    // (the client says "Server returned error response"): an answer.
+    let status = status_in(&text).or_else(|| {
+        text.contains("Server returned error response: ")
+            .then_some(if text.contains("SlowDown") { 503 } else { 500 })
+    });
     let detail = server_detail(&text);
     // The credential chain's last step failed: nothing was configured.
     if text.contains("169.254.169.254") {
@@ -374,6 +379,11 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
             .map(|b| &text[a + 2..a + 2 + b])
     });
     let cause = if tail.is_empty() { text } else { &tail };
+    // `object_store`'s "Generic S3 error: " says nothing to a user.
+    let cause = match cause.strip_prefix("Generic ") {
+        Some(rest) => rest.split_once(" error: ").map_or(cause, |(_, c)| c),
+        None => cause,
+    };
     if status.is_none() || detail.is_empty() {
         if !what.is_empty() {
             what.push_str(": ");
@@ -405,11 +415,12 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
         // The limit in force is the one the request ran under: what it
         // waited says it, where a default would mislead a user who set it.
         let waited = waited_text(text)
-            .map(|w| format!("the request gave up after {w}; "))
+            .map(|w| format!("; the request gave up after {w} in all"))
             .unwrap_or_default();
         what.push_str(&format!(
-            "; no answer within the storage option {key} ({waited}{default} unless set); raise it \
-             with --storage-option {key}=120s, or storage_options={{\"{key}\": \"120s\"}} in Python"
+            "; no answer within the storage option {key} (each attempt's limit, {default} unless \
+             set{waited}); raise it with --storage-option {key}=120s, or \
+             storage_options={{\"{key}\": \"120s\"}} in Python"
         ));
     }
     what
@@ -474,6 +485,17 @@ mod tests {
                 other => panic!("{code}: {other:?}"),
             }
         }
+        // A 200 whose body says SlowDown or InternalError: a server's answer.
+        for (code, want) in [("SlowDown", 503), ("InternalError", 500)] {
+            let body = object_store::Error::Generic {
+                store: "S3",
+                source: format!("Error performing POST http://127.0.0.1:1/b?delete in 5ms - Server returned error response: <Error><Code>{code}</Code></Error>").into(),
+            };
+            assert!(matches!(
+                from_object_store("s3://b/ds/x", None, body),
+                StorageError::Request { status: Some(s), .. } if s == want
+            ));
+        }
         // A request that failed as a whole is not one key's answer.
         let whole = object_store::Error::Generic {
             store: "S3",
@@ -494,18 +516,20 @@ mod tests {
         assert!(what.contains("--storage-option timeout=120s"), "{what}");
         // The limit in force, not a default the user may have changed.
         assert!(
-            what.contains("gave up after 2.0s; 60s unless set"),
+            what.contains(
+                "each attempt's limit, 60s unless set; the request gave up after 2.0s in all"
+            ),
             "{what}"
         );
         let precise = stalled.replace(" in 2s,", " in 6.00213s,");
         assert!(
-            plain_what(&precise, None).contains("gave up after 6.0s;"),
+            plain_what(&precise, None).contains("gave up after 6.0s in all"),
             "{}",
             plain_what(&precise, None)
         );
         let short = stalled.replace(" in 2s,", " in 950ms,");
         assert!(
-            plain_what(&short, None).contains("gave up after 950ms;"),
+            plain_what(&short, None).contains("gave up after 950ms in all"),
             "{}",
             plain_what(&short, None)
         );

@@ -100,6 +100,14 @@ pub fn object_at(url: &str, options: &StorageOptions) -> Result<Object> {
             what: "no object name in the URL".into(),
         });
     };
+    if let Ok(parsed) = url::Url::parse(url)
+        && let Some(what) = store::empty_segment(&parsed)
+    {
+        return Err(StorageError::BadUrl {
+            url: error::shown_text(url),
+            what,
+        });
+    }
     if parent.ends_with(':') || parent.ends_with(":/") {
         return Err(StorageError::BadUrl {
             url: url.to_owned(),

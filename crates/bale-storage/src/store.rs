@@ -36,6 +36,15 @@ struct StoreInner {
     key: String,
 }
 
+/// Why `parsed` cannot name objects, when its path has an empty segment
+/// (`s3://b/ds//x.tar`): object stores keep `ds//x.tar` and `ds/x.tar`
+/// apart, where the client would read or write the second.
+pub(crate) fn empty_segment(parsed: &url::Url) -> Option<String> {
+    parsed.path().contains("//").then(|| {
+        "an empty path segment ('//') in the URL: bale would reach another object than the one named; write single slashes".to_owned()
+    })
+}
+
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
@@ -158,6 +167,21 @@ impl Store {
                 "no bucket (or host) in the URL: write scheme://bucket/prefix".into(),
             ));
         }
+        // `s3://minio:9000/bucket` would be bucket `minio`.
+        if matches!(parsed.scheme(), "s3" | "s3a" | "gs")
+            && (parsed.port().is_some()
+                || !parsed.username().is_empty()
+                || parsed.password().is_some())
+        {
+            return Err(bad(format!(
+                "a {}:// URL names a bucket, not a server: no port or user in it; write {}://BUCKET/PREFIX, and name a server of your own with --storage-option aws_endpoint_url=http://HOST:PORT (storage_options in Python)",
+                parsed.scheme(),
+                parsed.scheme()
+            )));
+        }
+        if let Some(what) = empty_segment(&parsed) {
+            return Err(bad(what));
+        }
         let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|e| {
             bad(format!(
                 "not an object-storage URL bale can read ({e}); it reads s3://, gs://, az:// and https:// URLs"
@@ -203,6 +227,24 @@ impl Store {
     /// The options it was opened with.
     pub fn options(&self) -> &StorageOptions {
         &self.inner.options
+    }
+
+    /// Whether the client sends a DELETE of many objects as one request
+    /// (S3's DeleteObjects, unless `aws_disable_bulk_delete` turns it off
+    /// in the options or the environment), not one request per object.
+    pub(crate) fn deletes_in_one_request(&self) -> bool {
+        let off = |v: &str| {
+            !matches!(
+                v.to_ascii_lowercase().as_str(),
+                "0" | "false" | "off" | "no" | "n"
+            )
+        };
+        let inner = &self.inner;
+        matches!(inner.scheme, ObjectStoreScheme::AmazonS3)
+            && !["aws_disable_bulk_delete", "disable_bulk_delete"]
+                .iter()
+                .any(|k| inner.options.get(k).is_some_and(off))
+            && !std::env::var("AWS_DISABLE_BULK_DELETE").is_ok_and(|v| off(&v))
     }
 
     pub(crate) fn client(&self) -> Result<Arc<dyn ObjectStore>> {
@@ -523,6 +565,32 @@ mod tests {
         ] {
             assert!(check_url_text(good).is_ok(), "{good:?}");
         }
+    }
+
+    #[test]
+    fn a_bucket_url_with_a_server_or_an_empty_segment_is_refused() {
+        for (bad, says) in [
+            ("s3://minio:9000/bucket/ds", "names a bucket, not a server"),
+            ("s3://user@bkt/ds", "names a bucket, not a server"),
+            ("gs://bkt:80/ds", "names a bucket, not a server"),
+            ("s3://bkt//ds", "empty path segment"),
+            ("s3://bkt/ds//part", "empty path segment"),
+            ("https://host/data//ds", "empty path segment"),
+        ] {
+            match Store::open(bad, &StorageOptions::default()) {
+                Err(StorageError::BadUrl { url, what }) => {
+                    assert_eq!(url, bad);
+                    assert!(what.contains(says), "{bad}: {what}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // An object's URL too: `ds//x.tar` is not `ds/x.tar`.
+        match crate::object_at("s3://bkt/ds//shard-000000.tar", &StorageOptions::default()) {
+            Err(StorageError::BadUrl { what, .. }) => assert!(what.contains("empty path segment")),
+            other => panic!("{other:?}"),
+        }
+        assert!(Store::open("s3://bkt/ds/", &StorageOptions::default()).is_ok());
     }
 
     #[test]

@@ -191,6 +191,9 @@ pub struct Publisher {
     /// A write of this run (a PUT, a part, a copy) failed with no definite
     /// answer ([`may_land`]): it may still land, after the run has ended.
     unanswered: AtomicBool,
+    /// A DELETE of this run removed an object, or got no answer and may
+    /// have ([`Publisher::delete_chunk`]).
+    deleted_any: AtomicBool,
     /// Until when a DELETE of this run that got no answer may still land
     /// (its attempt's start plus one request timeout), when one did.
     deletes_land_by: Mutex<Option<std::time::Instant>>,
@@ -223,9 +226,15 @@ enum Clear {
     /// Found when the run opened the prefix, to clear before its first
     /// write: the listing, and the objects of bale's names in it.
     Pending(Vec<String>, Vec<String>),
-    /// Clearing failed: the run may not write. `removed`: it had begun to
-    /// delete objects of bale's names.
-    Failed { removed: bool },
+    /// Clearing failed: the run may not write. `had`: there were objects of
+    /// bale's names to delete; `removed`: a DELETE of the clear removed
+    /// one, or got no answer and may have; `why`: the error, for every
+    /// later caller (`None`: the run was interrupted).
+    Failed {
+        had: bool,
+        removed: bool,
+        why: Option<String>,
+    },
     /// Cleared. `removed`: there were objects of bale's names to delete.
     Done { removed: bool },
 }
@@ -334,6 +343,7 @@ impl Publisher {
             client,
             once,
             deletes_land_by: Mutex::new(None),
+            deleted_any: AtomicBool::new(false),
             mp,
             lister,
             run: format!("{:x}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff),
@@ -534,7 +544,7 @@ impl Publisher {
             crate::notice(&format!(
                 "{}: another bale run's lock object ({LOCK_NAME}) is there; watching it for {} s before --force takes the prefix over{}",
                 self.store.url(),
-                wait.as_secs(),
+                secs_text(wait),
                 if unanswered.is_some() {
                     " (that run said requests of it may still land)"
                 } else {
@@ -548,7 +558,7 @@ impl Publisher {
                     url: self.store.url().to_owned(),
                     what: format!(
                         "another bale run is writing here now (its lock object {LOCK_NAME} changed within {} s); --force clears only what a run that ended left",
-                        wait.as_secs()
+                        secs_text(wait)
                     ),
                 });
             }
@@ -888,21 +898,24 @@ impl Publisher {
         let mut state = lock(&self.clear);
         let (names, doomed) = match &*state {
             Clear::Nothing | Clear::Done { .. } => return Ok(()),
-            Clear::Failed { .. } => {
+            Clear::Failed { why: None, .. } => return Err(StorageError::Cancelled),
+            Clear::Failed { why: Some(why), .. } => {
                 return Err(StorageError::Exists {
                     url: self.store.url().to_owned(),
-                    what:
-                        "clearing what was there before this run failed (the first error says why)"
-                            .into(),
+                    what: format!("clearing what was there before this run failed: {why}"),
                 });
             }
             Clear::Pending(names, doomed) => (names, doomed),
         };
-        let removed = !doomed.is_empty();
+        let had = !doomed.is_empty();
         let cleared = self.clear(names, doomed);
-        *state = match cleared {
-            Ok(()) => Clear::Done { removed },
-            Err(_) => Clear::Failed { removed },
+        *state = match &cleared {
+            Ok(()) => Clear::Done { removed: had },
+            Err(e) => Clear::Failed {
+                had,
+                removed: had && self.deleted_any.load(Ordering::SeqCst),
+                why: (!matches!(e, StorageError::Cancelled)).then(|| e.to_string()),
+            },
         };
         cleared
     }
@@ -921,13 +934,26 @@ impl Publisher {
         matches!(&*lock(&self.clear), Clear::Pending(_, doomed) if !doomed.is_empty())
     }
 
+    /// Whether this run's clear of what `--force` replaces under the prefix
+    /// failed before it removed any of it: what was there is as it was.
+    pub fn kept_old_after_failed_clear(&self) -> bool {
+        matches!(
+            *lock(&self.clear),
+            Clear::Failed {
+                had: true,
+                removed: false,
+                ..
+            }
+        )
+    }
+
     /// Whether this run began to remove what `--force` replaces under the
     /// prefix (a dataset, or what a killed run left): after a failure, it
     /// is gone, or partly.
     pub fn removed_old(&self) -> bool {
         matches!(
             *lock(&self.clear),
-            Clear::Failed { removed: true } | Clear::Done { removed: true }
+            Clear::Failed { removed: true, .. } | Clear::Done { removed: true }
         )
     }
 
@@ -979,7 +1005,7 @@ impl Publisher {
                 rest.len()
             ));
         }
-        self.delete_all(&rest)?;
+        self.delete_all(&rest, true)?;
         // An attempt of a DELETE above that got no answer lands before this
         // run writes, not over what it writes.
         self.wait_out_own_deletes("it writes")?;
@@ -1268,7 +1294,7 @@ impl Publisher {
             }
             // The heartbeat sees a takeover within its beat.
             self.check_not_lost()?;
-            self.delete_all(&group)?;
+            self.delete_all(&group, true)?;
         }
         if self.opts.force {
             for (name, id) in self.open_uploads()? {
@@ -1354,17 +1380,28 @@ impl Publisher {
 
     /// Deletes object `name` ([`Publisher::delete_all`]).
     fn delete(&self, name: &str) -> Result<()> {
-        self.delete_all(&[name])
+        self.delete_all(&[name], false)
     }
 
     /// Deletes the objects `names`, up to [`DELETES_PER_REQUEST`] to a
     /// request: one bulk DeleteObjects on S3 (`--force` over 100,000
     /// objects is 100 requests, not 100,000); stores without one get a
     /// DELETE per object from the client, several at once. Every chunk is
-    /// tried; returns the first error.
-    fn delete_all(&self, names: &[&str]) -> Result<()> {
+    /// tried (an `interruptible` call stops before the next chunk once the
+    /// run is interrupted: a clear; an undo goes on); returns the first
+    /// error.
+    fn delete_all(&self, names: &[&str], interruptible: bool) -> Result<()> {
         let mut first = None;
         for chunk in names.chunks(DELETES_PER_REQUEST) {
+            if interruptible
+                && self
+                    .opts
+                    .cancel
+                    .as_ref()
+                    .is_some_and(|c| c.load(Ordering::SeqCst))
+            {
+                return Err(first.unwrap_or(StorageError::Cancelled));
+            }
             if let Err(e) = self.delete_chunk(chunk) {
                 first.get_or_insert(e);
             }
@@ -1395,20 +1432,52 @@ impl Publisher {
                 .collect::<Result<Vec<_>>>()?;
             let client = Arc::clone(&self.once);
             let sent = std::time::Instant::now();
-            let answers: Vec<object_store::Result<ObjPath>> = runtime::block_on(async move {
-                client
-                    .delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed())
-                    .collect()
-                    .await
+            // In a task of its own: the S3 client panics on a bulk answer
+            // that names a key the request did not, which is then this
+            // request's error, not the end of the process.
+            let answers = runtime::block_on(async move {
+                tokio::spawn(async move {
+                    client
+                        .delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed())
+                        .collect::<Vec<object_store::Result<ObjPath>>>()
+                        .await
+                })
+                .await
             })?;
-            let (failed, e, unanswered) = self.delete_failures(&left, answers);
+            let (failed, e, unanswered) = match answers {
+                Ok(answers) => self.delete_failures(&left, answers),
+                // Answered, but not so that it tells what was deleted: as
+                // a server error, sent again.
+                Err(_) => (
+                    left.clone(),
+                    Some(StorageError::Request {
+                        url: self.many_url(&left),
+                        range: None,
+                        status: Some(502),
+                        what: "the store's answer to the DELETE could not be read (it named an object the request did not)".into(),
+                    }),
+                    false,
+                ),
+            };
+            if unanswered || failed.len() < left.len() {
+                self.deleted_any.store(true, Ordering::SeqCst);
+            }
             let Some(e) = e else {
                 return Ok(());
             };
             // An answer, even an error, says the store is done with it.
             if unanswered {
                 self.unanswered.store(true, Ordering::SeqCst);
-                let by = sent + timeout;
+                // One request timeout from when the attempt went out: for
+                // a client that sends one DELETE per object (several at
+                // once), the last may have gone out just before the answers
+                // were in, not when the chunk began.
+                let out = if left.len() == 1 || self.store.deletes_in_one_request() {
+                    sent
+                } else {
+                    std::time::Instant::now()
+                };
+                let by = out + timeout;
                 let mut until = lock(&self.deletes_land_by);
                 *until = Some(until.map_or(by, |u| u.max(by)));
             }
@@ -2107,7 +2176,7 @@ impl Publisher {
                 }
                 continue;
             }
-            if let Err(e) = self.delete_all(&group) {
+            if let Err(e) = self.delete_all(&group, false) {
                 unanswered |= may_land(&e);
                 first.get_or_insert(e);
                 // A manifest that stays keeps what it names.
@@ -2148,7 +2217,7 @@ impl Publisher {
             let then = if noted {
                 format!(
                     "; a rerun with --force waits {} s more than usual before it takes the prefix over",
-                    wait.as_secs()
+                    secs_text(wait)
                 )
             } else {
                 String::new()
@@ -2156,7 +2225,7 @@ impl Publisher {
             return StorageError::Exists {
                 url: self.url_of(LOCK_NAME),
                 what: format!(
-                    "a request of this run (an upload or a DELETE) got no answer and may still land: the run removed what it wrote but kept its lock object{then}"
+                    "a request of this run (an upload or a DELETE) got no answer, or a server error, and may still land: the run removed what it wrote but kept its lock object{then}"
                 ),
             };
         };
@@ -2166,8 +2235,8 @@ impl Publisher {
         StorageError::Exists {
             url: self.store.url().to_owned(),
             what: format!(
-                "{e}; a request of this run got no answer and may still land, so a rerun with --force waits {} s more than usual before it takes the prefix over",
-                wait.as_secs()
+                "{e}; a request of this run got no answer, or a server error, and may still land, so a rerun with --force waits {} s more than usual before it takes the prefix over",
+                secs_text(wait)
             ),
         }
     }
@@ -2208,6 +2277,16 @@ fn may_land(e: &StorageError) -> bool {
             ..
         }
     )
+}
+
+/// `d` in seconds as a message says it: whole seconds as they are, others
+/// to a tenth (a lock's 2,500 ms are "2.5 s", not "2 s").
+fn secs_text(d: std::time::Duration) -> String {
+    if d.subsec_millis() == 0 {
+        d.as_secs().to_string()
+    } else {
+        format!("{:.1}", d.as_secs_f64())
+    }
 }
 
 /// The most objects one DELETE request names: S3's bulk DeleteObjects
@@ -2724,6 +2803,14 @@ mod tests {
         assert!(!plain.contains("until"), "{plain}");
         assert_eq!(lock_carry(plain.as_bytes()), Carry::default());
         assert_eq!(lock_carry(b"not json"), Carry::default());
+    }
+
+    #[test]
+    fn waits_are_said_to_a_tenth_of_a_second() {
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(secs_text(ms(6000)), "6");
+        assert_eq!(secs_text(ms(9500)), "9.5");
+        assert_eq!(secs_text(ms(2500)), "2.5");
     }
 
     #[test]
