@@ -112,6 +112,24 @@ impl Output {
                 });
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // `x/../ds` with no `x`: making the path would make `x`,
+                // which nothing removes (the output is `ds`).
+                let mut walked = PathBuf::new();
+                for c in dir.components() {
+                    if c == std::path::Component::ParentDir
+                        && !walked.as_os_str().is_empty()
+                        && !walked.is_dir()
+                    {
+                        return Err(PackError::Refused {
+                            path: dir.to_path_buf(),
+                            what: format!(
+                                "the path steps back out of {} with '..', and that directory does not exist: name the output without it",
+                                bale_format::shown(&walked)
+                            ),
+                        });
+                    }
+                    walked.push(c);
+                }
                 // The topmost directory this run creates: on failure, it and
                 // the ones below it go (when empty), not only the last.
                 let mut top = dir.to_path_buf();
@@ -769,5 +787,20 @@ mod tests {
         drop(o);
         assert!(!dir.path().join("new").exists());
         assert!(dir.path().exists());
+    }
+
+    #[test]
+    fn an_output_that_steps_out_of_a_missing_directory_is_refused_and_makes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        for out in ["x/../ds", "x/y/../../ds", "ds/x/../y"] {
+            let e = Output::open(&dir.path().join(out), true).err().unwrap();
+            assert!(e.to_string().contains("steps back out of"), "{out}: {e}");
+            assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "{out}");
+        }
+        // Through a directory that exists, `..` is the kernel's to resolve.
+        fs::create_dir(dir.path().join("x")).unwrap();
+        let o = Output::open(&dir.path().join("x/../ds"), false).unwrap();
+        assert!(dir.path().join("ds").is_dir());
+        drop(o);
     }
 }
