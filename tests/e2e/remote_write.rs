@@ -2270,6 +2270,89 @@ fn force_clears_a_dataset_of_many_shards_in_few_requests() {
 }
 
 #[test]
+fn a_late_delete_of_a_fanned_out_clear_is_waited_out_from_when_it_went_out() {
+    // Without the bulk request the client sends one DELETE per object, 20
+    // at once, in order: the answer to the first is held 4 s, so the 21st
+    // and later go out only then. The DELETE of shard-000014.tar (one of
+    // those) is cut once it went out, sent again, and its first attempt
+    // lands 5 s later, over the new shard of that name unless the run waits
+    // one request timeout (6 s) from when that DELETE went out, not from
+    // when the clear began.
+    let s = Seaweed::shared();
+    let t = tempfile::tempdir().unwrap();
+    let tree = t.path().join("tree");
+    random_tree(&tree, 100);
+    let local = t.path().join("local");
+    let shards = ["--shard-size", "160KiB"];
+    pack_quiet(&tree, &local, &shards);
+    let b = bucket(s, "fanned");
+    let url = format!("s3://{b}/ds");
+    let o = bale(
+        s,
+        &[
+            "pack",
+            "-q",
+            shards[0],
+            shards[1],
+            "-o",
+            &url,
+            tree.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        listing(s, &b, "ds")
+            .0
+            .iter()
+            .any(|n| n == "shard-000020.tar")
+    );
+    let gate = Gate::with_rules(
+        s,
+        vec![
+            (
+                format!("DELETE /{b}/ds/shard-000000.idx ").into_bytes(),
+                GateDoes::HoldAnswer,
+                1,
+                true,
+            ),
+            (
+                format!("DELETE /{b}/ds/shard-000014.tar ").into_bytes(),
+                GateDoes::CutAndHold,
+                1,
+                true,
+            ),
+        ],
+    );
+    let run = pack_through(
+        s,
+        &gate,
+        &tree,
+        &url,
+        &[
+            "--force",
+            shards[0],
+            shards[1],
+            "--storage-option",
+            "timeout=6s",
+            "--storage-option",
+            "aws_disable_bulk_delete=true",
+        ],
+    );
+    gate.wait_held(1, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(4));
+    gate.release(0);
+    gate.wait_held(2, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(5));
+    gate.release(1);
+    let o = run.finish_within(Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o));
+    // The late DELETE has landed by now (the relay sent it on release).
+    std::thread::sleep(Duration::from_secs(1));
+    verified(s, &url);
+    assert_same_objects(s, &url, &local);
+}
+
+#[test]
 fn ctrl_c_stops_a_clear_of_many_objects_between_two_requests() {
     // --force over 2,201 objects deletes them in three requests after the
     // old bale.json (1,000, 1,000, 200). A Ctrl-C while the first is
