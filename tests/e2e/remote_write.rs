@@ -2270,6 +2270,53 @@ fn force_clears_a_dataset_of_many_shards_in_few_requests() {
 }
 
 #[test]
+fn an_endpoint_that_would_reach_another_bucket_is_refused_before_any_request() {
+    // With a bucket in the endpoint's path (path style), or an endpoint of
+    // another bucket (virtual-hosted style), requests for s3://other/ds went
+    // to that bucket: its lock stayed there, and every later run was
+    // refused. Both are refused before anything is written.
+    let s = Seaweed::shared();
+    let (_t, tree, _local) = tree_and_local(5, &[]);
+    let b = bucket(s, "endpoint-path");
+    let other = bucket(s, "endpoint-other");
+    for (extra, says) in [
+        (vec![], "has a path (/"),
+        (
+            vec!["aws_virtual_hosted_style_request=true"],
+            "not that of the URL's bucket",
+        ),
+    ] {
+        let mut args: Vec<String> = vec![
+            "pack".into(),
+            "-q".into(),
+            "-o".into(),
+            format!("s3://{other}/ds"),
+            tree.to_str().unwrap().into(),
+        ];
+        for a in s.cli_options() {
+            args.push(if a.starts_with("aws_endpoint_url=") {
+                format!("{}/{b}", a.trim_end_matches('/'))
+            } else {
+                a
+            });
+        }
+        for e in extra {
+            args.extend(["--storage-option".into(), e.to_owned()]);
+        }
+        let o = bale_cmd(&args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(says),
+            "{}",
+            text(&o)
+        );
+        assert!(listing(s, &b, "ds").0.is_empty());
+        assert!(listing(s, &b, &format!("{other}/ds")).0.is_empty());
+        assert!(listing(s, &other, "ds").0.is_empty());
+    }
+}
+
+#[test]
 fn a_late_delete_of_a_fanned_out_clear_is_waited_out_from_when_it_went_out() {
     // Without the bulk request the client sends one DELETE per object, 20
     // at once, in order: the answer to the first is held 4 s, so the 21st

@@ -284,6 +284,22 @@ fn build(url: &url::Url, scheme: ObjectStoreScheme, options: &StorageOptions) ->
                 let key = AmazonS3ConfigKey::from_str(k).map_err(|e| bad_key(k, "s3", e))?;
                 b = b.with_config(key, v);
             }
+            // The bucket is the URL's host (the builder parses its URL only
+            // when it builds).
+            if let (Some(endpoint), Some(bucket)) = (
+                b.get_config_value(&AmazonS3ConfigKey::Endpoint),
+                url.host_str(),
+            ) {
+                let virtual_hosted = b
+                    .get_config_value(&AmazonS3ConfigKey::VirtualHostedStyleRequest)
+                    .is_some_and(|v| v == "true");
+                endpoint_for(&endpoint, bucket, virtual_hosted).map_err(|what| {
+                    StorageError::BadOption {
+                        key: "aws_endpoint_url".into(),
+                        what,
+                    }
+                })?;
+            }
             let lister = crate::uploads::S3Lister::from_builder(&b, url);
             let client = b.with_retry(retry).build().map_err(built)?;
             let lister = lister.with_credentials(client.credentials().clone());
@@ -330,9 +346,54 @@ fn build(url: &url::Url, scheme: ObjectStoreScheme, options: &StorageOptions) ->
     })
 }
 
+/// Checks that requests to `endpoint` reach `bucket`, the URL's: path
+/// style sends them to ENDPOINT/BUCKET/KEY, so a path in the endpoint
+/// (`http://host:9000/other`) would be taken for the bucket, and objects,
+/// the lock among them, would land in another bucket than the one named;
+/// virtual-hosted style takes the endpoint as the bucket's own, which must
+/// then be that of `bucket`.
+fn endpoint_for(
+    endpoint: &str,
+    bucket: &str,
+    virtual_hosted: bool,
+) -> std::result::Result<(), String> {
+    let Ok(url) = url::Url::parse(endpoint) else {
+        // The client says what is wrong with it.
+        return Ok(());
+    };
+    let path = url.path().trim_end_matches('/');
+    if !virtual_hosted {
+        if path.is_empty() {
+            return Ok(());
+        }
+        return Err(format!(
+            "{endpoint} has a path ({path}), which requests would take for the bucket (they go to ENDPOINT/BUCKET/KEY): give the server alone (http://HOST:PORT) and the bucket in the URL (s3://BUCKET/PREFIX)"
+        ));
+    }
+    let host = url.host_str().unwrap_or("");
+    if host.starts_with(&format!("{bucket}.")) || path == format!("/{bucket}") {
+        return Ok(());
+    }
+    Err(format!(
+        "with aws_virtual_hosted_style_request the endpoint is the bucket's own (http://{bucket}.HOST), and {endpoint} is not that of the URL's bucket {bucket}: objects would go to another bucket"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endpoint_must_reach_the_urls_bucket() {
+        assert!(endpoint_for("http://127.0.0.1:9000", "bkt", false).is_ok());
+        assert!(endpoint_for("http://127.0.0.1:9000/", "bkt", false).is_ok());
+        let e = endpoint_for("http://127.0.0.1:9000/other", "bkt", false).unwrap_err();
+        assert!(e.contains("has a path (/other)"), "{e}");
+        assert!(endpoint_for("https://bkt.s3.amazonaws.com", "bkt", true).is_ok());
+        let e = endpoint_for("http://127.0.0.1:9000/other", "bkt", true).unwrap_err();
+        assert!(e.contains("not that of the URL's bucket bkt"), "{e}");
+        assert!(endpoint_for("https://other.s3.amazonaws.com", "bkt", true).is_err());
+    }
 
     #[test]
     fn durations_and_pairs() {
