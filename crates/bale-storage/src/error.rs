@@ -400,6 +400,11 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
         let rest = &text[at + 17..];
         what.push_str(&format!("; request: {}", &rest[..end]));
     }
+    if text.contains("InvalidBucketName") {
+        what.push_str(
+            "; a bucket's name is 3-63 lower-case letters, digits, '-' and '.' (s3://my-bucket/prefix)",
+        );
+    }
     // A stall ended by the client's own limit: say which limit, and how to
     // raise it where the store is slow rather than gone.
     // Read from the cause alone: a bucket or key may be named "connect".
@@ -506,6 +511,14 @@ mod tests {
             from_object_store("s3://b/ds/x", None, whole),
             StorageError::Request { status: None, .. }
         ));
+    }
+
+    #[test]
+    fn a_bad_bucket_name_says_what_a_name_is() {
+        let body = "Error performing PUT http://127.0.0.1:1/BKT/ds/.bale-tmp-lock in 3ms - Server returned non-2xx status code: 400 Bad Request: <Error><Code>InvalidBucketName</Code><Message>The specified bucket is not valid.</Message></Error>";
+        let what = plain_what(body, Some(400));
+        assert!(what.contains("InvalidBucketName"), "{what}");
+        assert!(what.contains("lower-case letters, digits"), "{what}");
     }
 
     #[test]
