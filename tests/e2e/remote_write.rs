@@ -2444,8 +2444,11 @@ fn ctrl_c_stops_a_clear_of_many_objects_between_two_requests() {
     gate.release(0);
     let o = run.finish_within(Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("gone, or partly"), "{}", text(&o));
+    // Its lock stays, marking what is left as a run's, and it says so.
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("gone, or partly"),
+        err.contains("/.bale-tmp-lock stays over what is left of the old dataset"),
         "{}",
         text(&o)
     );
@@ -2538,8 +2541,67 @@ fn a_bulk_delete_refused_for_a_key_fails_the_run_at_once() {
         "{:?}",
         started.elapsed()
     );
-    // The old dataset is whole: its bale.json was never deleted.
+    // The old dataset is whole: its bale.json was never deleted; and this
+    // run's lock went, so a rerun is not kept waiting.
     assert_eq!(verified(s, &url).len(), 20);
+    assert!(!err.contains("stays over"), "{}", text(&o));
+    assert!(
+        !listing(s, &b, "ds")
+            .0
+            .contains(&".bale-tmp-lock".to_owned())
+    );
+}
+
+#[test]
+fn a_clear_answered_with_a_server_error_says_the_old_dataset_may_be_gone() {
+    // The DELETE of the old bale.json lands, and its answer (and every
+    // resend's) is a 503: the run cannot tell that nothing went, and must
+    // not say the old dataset is as it was (it has no bale.json any more).
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(20, &[]);
+    let b = bucket(s, "clear-503");
+    let url = format!("s3://{b}/ds");
+    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gate = Gate::start(
+        s,
+        format!("POST /{b}?delete ").into_bytes(),
+        GateDoes::LoseAnswer,
+        usize::MAX,
+    );
+    let o = pack_through(s, &gate, &t.path().join("tree"), &url, &["--force"])
+        .finish_within(Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("gone, or partly"), "{}", text(&o));
+    assert!(!err.contains("is as it was"), "{}", text(&o));
+    assert!(!listing(s, &b, "ds").0.contains(&"bale.json".to_owned()));
+}
+
+#[test]
+fn a_prefix_named_like_a_server_error_is_replaced() {
+    // A bulk delete's answer lists the keys it deleted; the S3 client takes
+    // any answer that holds "SlowDown" or "InternalError" for a server
+    // error. Under such a prefix bale deletes one object per request.
+    let s = Seaweed::shared();
+    let (t, tree, _local) = tree_and_local(20, &[]);
+    let other = t.path().join("other");
+    random_tree(&other, 30);
+    let local = t.path().join("other-local");
+    pack_quiet(&other, &local, &[]);
+    let b = bucket(s, "server-words");
+    for prefix in ["SlowDown", "runs/InternalError-7"] {
+        let url = format!("s3://{b}/{prefix}");
+        let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o));
+        let o = bale(
+            s,
+            &["pack", "-q", "--force", "-o", &url, other.to_str().unwrap()],
+        );
+        assert!(o.status.success(), "{prefix}: {}", text(&o));
+        assert_eq!(verified(s, &url).len(), 30);
+        assert_same_objects(s, &url, &local);
+    }
 }
 
 #[test]

@@ -362,6 +362,10 @@ impl Undone {
             Ok(()) if kept_old => format!(
                 "nothing of this {what} was written to {url}, and what was there before it is as it was (--force replaces it only when {first})"
             ),
+            Ok(()) if publisher.kept_lock() => format!(
+                "no dataset was written to {url} (no manifest; {removed}); its lock object {url}/{} stays over what is left of the old dataset there, so that a rerun with --force clears it",
+                bale_storage::LOCK_NAME
+            ),
             Ok(()) => format!("no dataset was written to {url} (no manifest; {removed})"),
             Err(e) if publisher.kept_for_late() => {
                 format!("nothing of this {what} was committed to {url}: {e}")

@@ -384,6 +384,20 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
         Some(rest) => rest.split_once(" error: ").map_or(cause, |(_, c)| c),
         None => cause,
     };
+    // A server's whole answer (a bulk delete's lists a thousand keys) is
+    // cut to its start.
+    const CAUSE_MAX: usize = 400;
+    let cut;
+    let cause = if cause.len() > CAUSE_MAX {
+        let mut end = CAUSE_MAX;
+        while !cause.is_char_boundary(end) {
+            end -= 1;
+        }
+        cut = format!("{}... ({} bytes in all)", &cause[..end], cause.len());
+        cut.as_str()
+    } else {
+        cause
+    };
     if status.is_none() || detail.is_empty() {
         if !what.is_empty() {
             what.push_str(": ");
@@ -511,6 +525,17 @@ mod tests {
             from_object_store("s3://b/ds/x", None, whole),
             StorageError::Request { status: None, .. }
         ));
+    }
+
+    #[test]
+    fn a_long_answer_is_cut_in_the_message() {
+        let body = format!(
+            "Error performing POST http://127.0.0.1:1/b?delete in 3ms - Server returned error response: <DeleteResult>{}</DeleteResult>",
+            "<Deleted><Key>ds/shard-000000.tar</Key></Deleted>".repeat(1000)
+        );
+        let what = plain_what(&body, None);
+        assert!(what.len() < 600, "{}", what.len());
+        assert!(what.contains("bytes in all)"), "{what}");
     }
 
     #[test]

@@ -357,10 +357,9 @@ fn endpoint_for(
     bucket: &str,
     virtual_hosted: bool,
 ) -> std::result::Result<(), String> {
-    let Ok(url) = url::Url::parse(endpoint) else {
-        // The client says what is wrong with it.
-        return Ok(());
-    };
+    // (The client panics on some, such as a port that is no number.)
+    let url = url::Url::parse(endpoint)
+        .map_err(|e| format!("{endpoint} is not a URL ({e}): write http://HOST:PORT"))?;
     let path = url.path().trim_end_matches('/');
     if !virtual_hosted {
         if path.is_empty() {
@@ -386,6 +385,8 @@ mod tests {
     #[test]
     fn an_endpoint_must_reach_the_urls_bucket() {
         assert!(endpoint_for("http://127.0.0.1:9000", "bkt", false).is_ok());
+        let e = endpoint_for("http://127.0.0.1:abc", "bkt", false).unwrap_err();
+        assert!(e.contains("is not a URL"), "{e}");
         assert!(endpoint_for("http://127.0.0.1:9000/", "bkt", false).is_ok());
         let e = endpoint_for("http://127.0.0.1:9000/other", "bkt", false).unwrap_err();
         assert!(e.contains("has a path (/other)"), "{e}");

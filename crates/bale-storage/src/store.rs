@@ -173,13 +173,20 @@ impl Store {
                 || !parsed.username().is_empty()
                 || parsed.password().is_some())
         {
+            let server = if parsed.scheme() == "gs" {
+                ""
+            } else {
+                ", and name a server of your own with --storage-option aws_endpoint_url=http://HOST:PORT (storage_options in Python)"
+            };
             return Err(bad(format!(
-                "a {}:// URL names a bucket, not a server: no port or user in it; write {}://BUCKET/PREFIX, and name a server of your own with --storage-option aws_endpoint_url=http://HOST:PORT (storage_options in Python)",
+                "a {}:// URL names a bucket, not a server: no port or user in it; write {}://BUCKET/PREFIX{server}",
                 parsed.scheme(),
                 parsed.scheme()
             )));
         }
-        if let Some(what) = empty_segment(&parsed) {
+        // Before the trailing slashes go: `s3://b/ds//` is refused as
+        // `s3://b/ds//x` is, by every command alike.
+        if let Some(what) = url::Url::parse(url).ok().as_ref().and_then(empty_segment) {
             return Err(bad(what));
         }
         let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|e| {
@@ -262,6 +269,18 @@ impl Store {
         let mut options = inner.options.clone();
         options.set("max_retries", "0");
         runtime::client(&format!("{}\u{3}once", inner.key), || {
+            build_client(&inner.parsed, inner.scheme.clone(), &options)
+        })
+    }
+
+    /// The same as [`Store::client_without_retries`], sending one DELETE
+    /// per object (S3 only: `aws_disable_bulk_delete`).
+    pub(crate) fn client_single_deletes(&self) -> Result<Arc<dyn ObjectStore>> {
+        let inner = &self.inner;
+        let mut options = inner.options.clone();
+        options.set("max_retries", "0");
+        options.set("aws_disable_bulk_delete", "true");
+        runtime::client(&format!("{}\u{3}once-single", inner.key), || {
             build_client(&inner.parsed, inner.scheme.clone(), &options)
         })
     }
@@ -575,6 +594,7 @@ mod tests {
             ("gs://bkt:80/ds", "names a bucket, not a server"),
             ("s3://bkt//ds", "empty path segment"),
             ("s3://bkt/ds//part", "empty path segment"),
+            ("s3://bkt/ds//", "empty path segment"),
             ("https://host/data//ds", "empty path segment"),
         ] {
             match Store::open(bad, &StorageOptions::default()) {

@@ -149,6 +149,10 @@ pub struct Publisher {
     /// The client for DELETEs ([`Store::client_without_retries`]): this
     /// run sends each attempt itself, and knows which may still land.
     once: Arc<dyn ObjectStore>,
+    /// The same, sending a DELETE per object, for S3 when a key holds a
+    /// word the S3 client takes, anywhere in a bulk answer, for a server
+    /// error ([`SERVER_ERROR_WORDS`]).
+    once_single: Option<Arc<dyn ObjectStore>>,
     mp: Arc<dyn MultipartStore>,
     lister: Option<crate::uploads::S3Lister>,
     run: String,
@@ -191,6 +195,8 @@ pub struct Publisher {
     /// A write of this run (a PUT, a part, a copy) failed with no definite
     /// answer ([`may_land`]): it may still land, after the run has ended.
     unanswered: AtomicBool,
+    /// The undo kept this run's lock over what it left ([`Publisher::kept_lock`]).
+    kept_lock: AtomicBool,
     /// A DELETE of this run removed an object, or got no answer and may
     /// have ([`Publisher::delete_chunk`]).
     deleted_any: AtomicBool,
@@ -335,6 +341,11 @@ impl Publisher {
         };
         let client = store.client()?;
         let once = store.client_without_retries()?;
+        let once_single = if store.deletes_in_one_request() {
+            Some(store.client_single_deletes()?)
+        } else {
+            None
+        };
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -342,8 +353,10 @@ impl Publisher {
             store,
             client,
             once,
+            once_single,
             deletes_land_by: Mutex::new(None),
             deleted_any: AtomicBool::new(false),
+            kept_lock: AtomicBool::new(false),
             mp,
             lister,
             run: format!("{:x}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff),
@@ -908,14 +921,23 @@ impl Publisher {
             Clear::Pending(names, doomed) => (names, doomed),
         };
         let had = !doomed.is_empty();
+        let dataset = names.iter().any(|n| n == MANIFEST);
         let cleared = self.clear(names, doomed);
         *state = match &cleared {
             Ok(()) => Clear::Done { removed: had },
-            Err(e) => Clear::Failed {
-                had,
-                removed: had && self.deleted_any.load(Ordering::SeqCst),
-                why: (!matches!(e, StorageError::Cancelled)).then(|| e.to_string()),
-            },
+            Err(e) => {
+                let removed = had && self.deleted_any.load(Ordering::SeqCst);
+                // A whole dataset the clear never touched is its manifest's:
+                // this run's lock need not stay over it.
+                if dataset && !removed && !self.found_claim {
+                    self.marks_leftovers.store(false, Ordering::SeqCst);
+                }
+                Clear::Failed {
+                    had,
+                    removed,
+                    why: (!matches!(e, StorageError::Cancelled)).then(|| e.to_string()),
+                }
+            }
         };
         cleared
     }
@@ -932,6 +954,13 @@ impl Publisher {
     /// (it fails or stops before its first write): they are as they were.
     pub fn kept_old(&self) -> bool {
         matches!(&*lock(&self.clear), Clear::Pending(_, doomed) if !doomed.is_empty())
+    }
+
+    /// Whether the undo kept this run's lock object under the prefix, over
+    /// objects it could not delete or that a clear left (they stay a run's,
+    /// which `--force` clears).
+    pub fn kept_lock(&self) -> bool {
+        self.kept_lock.load(Ordering::SeqCst)
     }
 
     /// Whether this run's clear of what `--force` replaces under the prefix
@@ -1430,7 +1459,15 @@ impl Publisher {
                 .iter()
                 .map(|n| self.path(n))
                 .collect::<Result<Vec<_>>>()?;
-            let client = Arc::clone(&self.once);
+            // A successful bulk answer lists every key it deleted: one that
+            // holds such a word would read as a server error.
+            let single = self.once_single.as_ref().filter(|_| {
+                paths
+                    .iter()
+                    .any(|p| SERVER_ERROR_WORDS.iter().any(|w| p.as_ref().contains(w)))
+            });
+            let one_request = single.is_none() && self.store.deletes_in_one_request();
+            let client = Arc::clone(single.unwrap_or(&self.once));
             let sent = std::time::Instant::now();
             // In a task of its own: the S3 client panics on a bulk answer
             // that names a key the request did not, which is then this
@@ -1459,7 +1496,8 @@ impl Publisher {
                     false,
                 ),
             };
-            if unanswered || failed.len() < left.len() {
+            // Anything but a definite refusal may have deleted some.
+            if unanswered || failed.len() < left.len() || e.as_ref().is_some_and(may_land) {
                 self.deleted_any.store(true, Ordering::SeqCst);
             }
             let Some(e) = e else {
@@ -1472,7 +1510,7 @@ impl Publisher {
                 // a client that sends one DELETE per object (several at
                 // once), the last may have gone out just before the answers
                 // were in, not when the chunk began.
-                let out = if left.len() == 1 || self.store.deletes_in_one_request() {
+                let out = if left.len() == 1 || one_request {
                     sent
                 } else {
                     std::time::Instant::now()
@@ -2174,6 +2212,7 @@ impl Publisher {
                 if late && owner && self.locked.load(Ordering::SeqCst) {
                     first = Some(self.note_unanswered(first));
                 }
+                self.kept_lock.store(owner, Ordering::SeqCst);
                 continue;
             }
             if let Err(e) = self.delete_all(&group, false) {
@@ -2288,6 +2327,10 @@ fn secs_text(d: std::time::Duration) -> String {
         format!("{:.1}", d.as_secs_f64())
     }
 }
+
+/// The words whose presence anywhere in a 200 answer makes the S3 client
+/// take it for a server error (S3 answers some failures so).
+const SERVER_ERROR_WORDS: [&str; 2] = ["InternalError", "SlowDown"];
 
 /// The most objects one DELETE request names: S3's bulk DeleteObjects
 /// takes 1,000 keys.
