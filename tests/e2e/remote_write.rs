@@ -2657,30 +2657,35 @@ fn an_undo_whose_delete_was_sent_twice_keeps_its_lock_with_a_note() {
     let (_t, tree, _local) = tree_and_local(1500, SHARDS);
     let b = bucket(s, "undo-twice");
     let url = format!("s3://{b}/ds");
-    let gate = Gate::start(
+    // The answer to the second shard's PUT is held until the run was
+    // interrupted: the run cannot have finished before.
+    let gate = Gate::with_rules(
         s,
-        format!("POST /{b}?delete ").into_bytes(),
-        GateDoes::CutAndHold,
-        1,
+        vec![
+            (
+                format!("PUT /{b}/ds/shard-000001.tar ").into_bytes(),
+                GateDoes::HoldAnswer,
+                1,
+                true,
+            ),
+            (
+                format!("POST /{b}?delete ").into_bytes(),
+                GateDoes::CutAndHold,
+                1,
+                true,
+            ),
+        ],
     );
     let mut extra: Vec<&str> = SHARDS.to_vec();
     extra.extend(["--storage-option", "timeout=6s"]);
     let mut run = pack_through(s, &gate, &tree, &url, &extra);
-    let start = Instant::now();
-    while !listing(s, &b, "ds")
-        .0
-        .contains(&"shard-000000.tar".to_owned())
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "no shard uploaded"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    gate.wait_held(1, Duration::from_secs(120));
     signal(&mut run, libc::SIGINT);
-    gate.wait_held(1, Duration::from_secs(60));
-    let o = run.finish_within(Duration::from_secs(120));
+    std::thread::sleep(Duration::from_millis(300));
     gate.release(0);
+    gate.wait_held(2, Duration::from_secs(60));
+    let o = run.finish_within(Duration::from_secs(120));
+    gate.release(1);
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("may still land"), "{}", text(&o));

@@ -65,6 +65,17 @@ impl Location {
             return Ok(Location::Local(p.to_path_buf()));
         };
         let Some(scheme) = url_scheme(s) else {
+            // `s3:/bkt/ds` (a slash missing) would be a local folder `s3:`.
+            if let Some((first, _)) = s.split_once(':')
+                && SCHEMES.iter().any(|(k, _)| k.eq_ignore_ascii_case(first))
+            {
+                return Err(StorageError::BadUrl {
+                    url: s.to_owned(),
+                    what: format!(
+                        "a URL is written {first}://BUCKET/PREFIX (two slashes); a local folder named {first}: is reached as ./{s}"
+                    ),
+                });
+            }
             return Ok(Location::Local(p.to_path_buf()));
         };
         let lower = scheme.to_ascii_lowercase();
@@ -98,4 +109,31 @@ impl Location {
 /// Whether `p` is written as a URL bale reads (see [`Location::parse`]).
 pub fn is_url(p: &Path) -> bool {
     matches!(Location::parse(p), Ok(Location::Url(_)) | Err(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_with_a_slash_missing_is_refused_and_a_dotted_path_is_local() {
+        for typo in ["s3:/bkt/ds", "S3:/bkt/ds", "gs:bkt/ds", "https:/host/x"] {
+            match Location::parse(Path::new(typo)) {
+                Err(StorageError::BadUrl { what, .. }) => {
+                    assert!(what.contains("two slashes"), "{typo}: {what}")
+                }
+                other => panic!("{typo}: {other:?}"),
+            }
+        }
+        for local in ["./s3:/bkt/ds", "data/s3:/x", "notes:2024", "ds"] {
+            assert!(
+                matches!(Location::parse(Path::new(local)), Ok(Location::Local(_))),
+                "{local}"
+            );
+        }
+        assert!(matches!(
+            Location::parse(Path::new("s3://bkt/ds")),
+            Ok(Location::Url(_))
+        ));
+    }
 }
