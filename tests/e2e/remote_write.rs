@@ -2070,10 +2070,7 @@ fn force_waits_out_what_a_killed_run_had_in_flight() {
     // written its shards by then, and the late PUT takes one's place.)
     let s = Seaweed::shared();
     let (t, tree, _local) = tree_and_local(1500, SHARDS);
-    let other = t.path().join("other");
-    random_tree(&other, 300);
-    let local = t.path().join("other-local");
-    pack_quiet(&other, &local, &[]);
+    let (other, local) = another_tree(t.path(), 300);
     let b = bucket(s, "in-flight");
     let url = format!("s3://{b}/ds");
     let mut extra: Vec<&str> = SHARDS.to_vec();
@@ -2128,10 +2125,7 @@ fn a_delete_of_the_clear_sent_twice_lands_before_the_run_writes() {
     // without a manifest.
     let s = Seaweed::shared();
     let (t, tree, _local) = tree_and_local(300, &[]);
-    let other = t.path().join("other");
-    random_tree(&other, 300);
-    let local = t.path().join("other-local");
-    pack_quiet(&other, &local, &[]);
+    let (other, local) = another_tree(t.path(), 300);
     let b = bucket(s, "twice");
     let url = format!("s3://{b}/ds");
     let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
@@ -2179,6 +2173,34 @@ fn force_through_a_cut_delete(s: &Seaweed, gate: &Gate, src: &Path, url: &str) {
     );
 }
 
+/// A tree of `n` samples in `dir/other` to pack over a dataset, and its
+/// local pack `dir/other-local`, to compare with: `(tree, pack)`.
+fn another_tree(dir: &Path, n: usize) -> (PathBuf, PathBuf) {
+    let other = dir.join("other");
+    random_tree(&other, n);
+    let local = dir.join("other-local");
+    pack_quiet(&other, &local, &[]);
+    (other, local)
+}
+
+/// A dataset of 20 samples at `s3://B/ds` in a new bucket `name`, packed
+/// from `T/tree`, and a relay that does `does` to the first `times` bulk
+/// DELETEs of that bucket: `(T, url, B, relay)`.
+fn dataset_behind_a_delete_relay(
+    s: &Seaweed,
+    name: &str,
+    does: GateDoes,
+    times: usize,
+) -> (tempfile::TempDir, String, String, Gate) {
+    let (t, tree, _local) = tree_and_local(20, &[]);
+    let b = bucket(s, name);
+    let url = format!("s3://{b}/ds");
+    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gate = Gate::start(s, format!("POST /{b}?delete ").into_bytes(), does, times);
+    (t, url, b, gate)
+}
+
 /// A dataset of many small shards under `s3://b/ds` (from a tree of 100
 /// samples, 160 KiB shards) and another tree to pack over it, with that
 /// tree's local pack: `(tempdir, other tree, its local pack, shards there)`.
@@ -2186,10 +2208,7 @@ fn many_shards_and_another(s: &Seaweed, b: &str) -> (tempfile::TempDir, PathBuf,
     let t = tempfile::tempdir().unwrap();
     let tree = t.path().join("tree");
     random_tree(&tree, 100);
-    let other = t.path().join("other");
-    random_tree(&other, 30);
-    let local = t.path().join("other-local");
-    pack_quiet(&other, &local, &[]);
+    let (other, local) = another_tree(t.path(), 30);
     let url = format!("s3://{b}/ds");
     let o = bale(
         s,
@@ -2508,14 +2527,9 @@ fn a_bulk_delete_refused_for_a_key_fails_the_run_at_once() {
     // nothing to land (the default resends, up to 10 within 180 s, and the
     // wait after them would take minutes).
     let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(20, &[]);
-    let b = bucket(s, "bulk-denied");
-    let url = format!("s3://{b}/ds");
-    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let gate = Gate::start(
+    let (t, url, b, gate) = dataset_behind_a_delete_relay(
         s,
-        format!("POST /{b}?delete ").into_bytes(),
+        "bulk-denied",
         GateDoes::Answer(bulk_delete_error("ds/bale.json", "AccessDenied")),
         1,
     );
@@ -2558,17 +2572,8 @@ fn a_clear_answered_with_a_server_error_says_the_old_dataset_may_be_gone() {
     // resend's) is a 503: the run cannot tell that nothing went, and must
     // not say the old dataset is as it was (it has no bale.json any more).
     let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(20, &[]);
-    let b = bucket(s, "clear-503");
-    let url = format!("s3://{b}/ds");
-    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let gate = Gate::start(
-        s,
-        format!("POST /{b}?delete ").into_bytes(),
-        GateDoes::LoseAnswer,
-        usize::MAX,
-    );
+    let (t, url, b, gate) =
+        dataset_behind_a_delete_relay(s, "clear-503", GateDoes::LoseAnswer, usize::MAX);
     let o = pack_through(s, &gate, &t.path().join("tree"), &url, &["--force"])
         .finish_within(Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -2585,10 +2590,7 @@ fn a_prefix_named_like_a_server_error_is_replaced() {
     // error. Under such a prefix bale deletes one object per request.
     let s = Seaweed::shared();
     let (t, tree, _local) = tree_and_local(20, &[]);
-    let other = t.path().join("other");
-    random_tree(&other, 30);
-    let local = t.path().join("other-local");
-    pack_quiet(&other, &local, &[]);
+    let (other, local) = another_tree(t.path(), 30);
     let b = bucket(s, "server-words");
     for prefix in ["SlowDown", "runs/InternalError-7"] {
         let url = format!("s3://{b}/{prefix}");
@@ -2613,25 +2615,17 @@ fn a_bulk_delete_answered_oddly_is_sent_again_at_once() {
     // request again at once, never waits for it to land (one request
     // timeout, 60 s by default), never crashes, and replaces the dataset.
     let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(20, &[]);
-    let other = t.path().join("other");
-    random_tree(&other, 30);
-    let local = t.path().join("other-local");
-    pack_quiet(&other, &local, &[]);
     for (case, key, code) in [
         ("unasked", "ds/nothing-asked", "AccessDenied"),
         ("internal", "ds/bale.json", "InternalError"),
     ] {
-        let b = bucket(s, &format!("bulk-{case}"));
-        let url = format!("s3://{b}/ds");
-        let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-        assert!(o.status.success(), "{}", text(&o));
-        let gate = Gate::start(
+        let (t, url, _b, gate) = dataset_behind_a_delete_relay(
             s,
-            format!("POST /{b}?delete ").into_bytes(),
+            &format!("bulk-{case}"),
             GateDoes::Answer(bulk_delete_error(key, code)),
             1,
         );
+        let (other, local) = another_tree(t.path(), 30);
         let started = Instant::now();
         let o = pack_through(s, &gate, &other, &url, &["--force"])
             .finish_within(Duration::from_secs(120));
