@@ -240,7 +240,9 @@ impl Store {
     /// (S3's DeleteObjects, unless `aws_disable_bulk_delete` turns it off
     /// in the options or the environment), not one request per object.
     pub(crate) fn deletes_in_one_request(&self) -> bool {
-        let off = |v: &str| {
+        // Any value but a false one turns them off (read as the client
+        // reads a flag; one it cannot read counts as on, to be safe).
+        let set = |v: &str| {
             !matches!(
                 v.to_ascii_lowercase().as_str(),
                 "0" | "false" | "off" | "no" | "n"
@@ -250,8 +252,8 @@ impl Store {
         matches!(inner.scheme, ObjectStoreScheme::AmazonS3)
             && !["aws_disable_bulk_delete", "disable_bulk_delete"]
                 .iter()
-                .any(|k| inner.options.get(k).is_some_and(off))
-            && !std::env::var("AWS_DISABLE_BULK_DELETE").is_ok_and(|v| off(&v))
+                .any(|k| inner.options.get(k).is_some_and(set))
+            && !std::env::var("AWS_DISABLE_BULK_DELETE").is_ok_and(|v| set(&v))
     }
 
     pub(crate) fn client(&self) -> Result<Arc<dyn ObjectStore>> {
@@ -265,22 +267,26 @@ impl Store {
     /// whose every attempt the caller must know of (a DELETE whose first
     /// attempt, cut off, may still land after a second one was answered).
     pub(crate) fn client_without_retries(&self) -> Result<Arc<dyn ObjectStore>> {
-        let inner = &self.inner;
-        let mut options = inner.options.clone();
-        options.set("max_retries", "0");
-        runtime::client(&format!("{}\u{3}once", inner.key), || {
-            build_client(&inner.parsed, inner.scheme.clone(), &options)
-        })
+        self.client_once(false)
     }
 
     /// The same as [`Store::client_without_retries`], sending one DELETE
     /// per object (S3 only: `aws_disable_bulk_delete`).
     pub(crate) fn client_single_deletes(&self) -> Result<Arc<dyn ObjectStore>> {
+        self.client_once(true)
+    }
+
+    /// A client with `max_retries` 0 (and, `single`, bulk deletes off),
+    /// made once per configuration.
+    fn client_once(&self, single: bool) -> Result<Arc<dyn ObjectStore>> {
         let inner = &self.inner;
         let mut options = inner.options.clone();
         options.set("max_retries", "0");
-        options.set("aws_disable_bulk_delete", "true");
-        runtime::client(&format!("{}\u{3}once-single", inner.key), || {
+        if single {
+            options.set("aws_disable_bulk_delete", "true");
+        }
+        let tag = if single { "once-single" } else { "once" };
+        runtime::client(&format!("{}\u{3}{tag}", inner.key), || {
             build_client(&inner.parsed, inner.scheme.clone(), &options)
         })
     }

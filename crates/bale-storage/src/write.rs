@@ -505,7 +505,7 @@ impl Publisher {
     fn take_lock(&mut self, claims: bool) -> Result<()> {
         let path = self.path(LOCK_NAME)?;
         let client = Arc::clone(&self.client);
-        let first = lock_body(&self.run, 0, false, self.timeout_ms(), self.carried());
+        let first = self.own_lock_body(false);
         let payload = PutPayload::from(first.clone());
         let created = runtime::block_on(async move {
             client
@@ -606,13 +606,7 @@ impl Publisher {
                     ),
                 };
             }
-            let body = lock_body(
-                &self.run,
-                0,
-                self.found_claim,
-                self.timeout_ms(),
-                self.carried(),
-            );
+            let body = self.own_lock_body(self.found_claim);
             // Over the very version watched: another --force taking it over
             // at the same time makes one of the two fail here.
             if let Some(l) = now.filter(|l| conditional && l.version.e_tag.is_some()) {
@@ -623,13 +617,7 @@ impl Publisher {
                 what: "another bale run took this prefix over at the same time; it is writing here now".into(),
             })?;
         } else if !conditional {
-            self.write_lock(lock_body(
-                &self.run,
-                0,
-                false,
-                self.timeout_ms(),
-                self.carried(),
-            ))?;
+            self.write_lock(self.own_lock_body(false))?;
         }
         self.record(LOCK_NAME);
         self.locked.store(true, Ordering::SeqCst);
@@ -648,6 +636,19 @@ impl Publisher {
     /// What this run's lock carries over ([`Carry`]).
     fn carried(&self) -> Carry {
         *lock(&self.carry)
+    }
+
+    /// This run's lock body, at beat 0 ([`lock_body`]), `claimed` or not.
+    fn own_lock_body(&self, claimed: bool) -> String {
+        lock_body(&self.run, 0, claimed, self.timeout_ms(), self.carried())
+    }
+
+    /// Whether the run was interrupted ([`WriteOptions::cancel`]).
+    fn cancelled(&self) -> bool {
+        self.opts
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::SeqCst))
     }
 
     /// Once this run has taken over the lock of a run that ended without
@@ -688,12 +689,7 @@ impl Publisher {
     fn watch(&self, wait: std::time::Duration) -> Result<()> {
         let end = std::time::Instant::now() + wait;
         loop {
-            if self
-                .opts
-                .cancel
-                .as_ref()
-                .is_some_and(|c| c.load(Ordering::SeqCst))
-            {
+            if self.cancelled() {
                 return Err(StorageError::Cancelled);
             }
             let left = end.saturating_duration_since(std::time::Instant::now());
@@ -1094,13 +1090,7 @@ impl Publisher {
         }
         self.claimed.store(true, Ordering::SeqCst);
         self.marks_leftovers.store(true, Ordering::SeqCst);
-        self.write_lock(lock_body(
-            &self.run,
-            0,
-            true,
-            self.timeout_ms(),
-            self.carried(),
-        ))
+        self.write_lock(self.own_lock_body(true))
     }
 
     /// Takes over the claim of the lock this run replaced (`found`).
@@ -1422,13 +1412,7 @@ impl Publisher {
     fn delete_all(&self, names: &[&str], interruptible: bool) -> Result<()> {
         let mut first = None;
         for chunk in names.chunks(DELETES_PER_REQUEST) {
-            if interruptible
-                && self
-                    .opts
-                    .cancel
-                    .as_ref()
-                    .is_some_and(|c| c.load(Ordering::SeqCst))
-            {
+            if interruptible && self.cancelled() {
                 return Err(first.unwrap_or(StorageError::Cancelled));
             }
             if let Err(e) = self.delete_chunk(chunk) {
@@ -1466,7 +1450,8 @@ impl Publisher {
                     .iter()
                     .any(|p| SERVER_ERROR_WORDS.iter().any(|w| p.as_ref().contains(w)))
             });
-            let one_request = single.is_none() && self.store.deletes_in_one_request();
+            // `once_single` is there exactly when `once` deletes in bulk.
+            let one_request = single.is_none() && self.once_single.is_some();
             let client = Arc::clone(single.unwrap_or(&self.once));
             let sent = std::time::Instant::now();
             // In a task of its own: the S3 client panics on a bulk answer
@@ -1519,16 +1504,7 @@ impl Publisher {
                 let mut until = lock(&self.deletes_land_by);
                 *until = Some(until.map_or(by, |u| u.max(by)));
             }
-            // Sent again as the client would: no answer, a server error,
-            // or a store that asks for it (408, 429).
-            let again = (may_land(&e)
-                || matches!(
-                    e,
-                    StorageError::Request {
-                        status: Some(408 | 429),
-                        ..
-                    }
-                ))
+            let again = resendable(&e)
                 && tries < retry.max_retries
                 && first.elapsed() + backoff <= retry.retry_timeout;
             if !again {
@@ -1584,26 +1560,11 @@ impl Publisher {
                 });
             }
         }
-        let unanswered = errors
-            .iter()
-            .any(|e| matches!(e, StorageError::Request { status: None, .. }));
+        let unanswered = errors.iter().any(no_answer);
         let pick = errors
             .iter()
-            .position(|e| {
-                !may_land(e)
-                    && !matches!(
-                        e,
-                        StorageError::Request {
-                            status: Some(408 | 429),
-                            ..
-                        }
-                    )
-            })
-            .or_else(|| {
-                errors
-                    .iter()
-                    .position(|e| matches!(e, StorageError::Request { status: None, .. }))
-            });
+            .position(|e| !resendable(e))
+            .or_else(|| errors.iter().position(no_answer));
         let e = match pick {
             Some(i) => Some(errors.swap_remove(i)),
             None => errors.into_iter().next(),
@@ -1889,13 +1850,7 @@ impl Publisher {
         // wrote meanwhile (even one putting this run's name back) fails it.
         if self.locked.load(Ordering::SeqCst) {
             let _writing = lock(&self.lock_write);
-            self.write_lock(lock_body(
-                &self.run,
-                0,
-                self.claimed.load(Ordering::SeqCst),
-                self.timeout_ms(),
-                self.carried(),
-            ))?;
+            self.write_lock(self.own_lock_body(self.claimed.load(Ordering::SeqCst)))?;
         }
         // Every object the manifest names must be there, as written, before
         // it is (and again after: see below).
@@ -2141,26 +2096,19 @@ impl Publisher {
         // it must never outlive a shard it names), then the objects, then
         // the markers (each group in as few requests as the store takes),
         // the lock last.
-        let manifest: Vec<&str> = names
-            .iter()
-            .filter(|n| *n == MANIFEST)
-            .map(String::as_str)
-            .collect();
-        let objects: Vec<&str> = names
-            .iter()
-            .filter(|n| !n.starts_with(UPLOAD_MARKER) && *n != LOCK_NAME && *n != MANIFEST)
-            .map(String::as_str)
-            .collect();
-        let markers: Vec<&str> = names
-            .iter()
-            .filter(|n| n.starts_with(UPLOAD_MARKER))
-            .map(String::as_str)
-            .collect();
-        let locks: Vec<&str> = names
-            .iter()
-            .filter(|n| *n == LOCK_NAME)
-            .map(String::as_str)
-            .collect();
+        let mut groups: [Vec<&str>; 4] = Default::default();
+        for n in &names {
+            let at = if n == MANIFEST {
+                0
+            } else if n == LOCK_NAME {
+                3
+            } else if n.starts_with(UPLOAD_MARKER) {
+                2
+            } else {
+                1
+            };
+            groups[at].push(n);
+        }
         // Set when a bale.json is there, or may still land, that may be
         // this run's: the objects it may name stay with it, and the lock
         // over them.
@@ -2174,7 +2122,7 @@ impl Publisher {
                 what: "no attempt to write it got an answer, and it may still land: this run kept the objects it wrote, and its lock over them, so that it never names missing ones; check the prefix with `bale verify`, and clear it with --force if it is not whole".into(),
             });
         }
-        for group in [manifest, objects, markers, locks] {
+        for group in groups {
             let Some(&n) = group.first() else {
                 continue;
             };
@@ -2316,6 +2264,26 @@ fn may_land(e: &StorageError) -> bool {
             ..
         }
     )
+}
+
+/// Whether a request got no answer at all (a timeout, a connection cut):
+/// it may land later than one sent after it.
+fn no_answer(e: &StorageError) -> bool {
+    matches!(e, StorageError::Request { status: None, .. })
+}
+
+/// Whether a failed request is sent again, as the client would: no
+/// answer, a server error ([`may_land`]), or a store that asks for it (408,
+/// 429).
+fn resendable(e: &StorageError) -> bool {
+    may_land(e)
+        || matches!(
+            e,
+            StorageError::Request {
+                status: Some(408 | 429),
+                ..
+            }
+        )
 }
 
 /// `d` in seconds as a message says it: whole seconds as they are, others
