@@ -6,44 +6,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bale_reader::{Dataset, DatasetOptions, EpochPlan, Partition, ReaderError, Sample};
+use bale_reader::{Dataset, EpochPlan, Partition, ReaderError, Sample};
 use bale_storage::StorageOptions;
 use bale_tests::seaweed::Seaweed;
 use bale_tests::{assert_success, describe};
 
-use crate::common::{pack_quiet, random_tree};
-
-/// A bucket of its own for each test.
-pub(crate) fn bucket(s: &Seaweed, tag: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let name = format!(
-        "bale-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    );
-    s.create_bucket(&name).unwrap();
-    name
-}
-
-/// Storage options that reach the server `s`.
-pub(crate) fn options(s: &Seaweed) -> StorageOptions {
-    let mut o = StorageOptions::new();
-    for (k, v) in s.options() {
-        o.set(&k, &v);
-    }
-    o
-}
-
-fn remote_opts(s: &Seaweed) -> DatasetOptions {
-    Dataset::options().storage_options(options(s))
-}
-
-fn open_at(s: &Seaweed, url: &str) -> Dataset {
-    remote_opts(s).open(url).unwrap()
-}
+use crate::common::{pack_quiet, random_tree, snapshot};
+use crate::store::{bucket, bucket_and_prefix, open_at, options, remote_opts, with_options};
 
 /// A packed dataset of `n` files in several shards, uploaded to `s3://bucket/ds`.
 fn packed(
@@ -174,7 +145,7 @@ fn a_shard_replaced_at_the_same_size_before_its_first_read_is_an_error_not_other
         other.resize(first.len(), 0);
         let f = tmp.path().join("other");
         std::fs::write(&f, &other).unwrap();
-        let b = url["s3://".len()..].split('/').next().unwrap();
+        let b = bucket_and_prefix(&url).0;
         s.put_file(&f, b, &format!("ds/shard-000000.{ext}"))
             .unwrap();
 
@@ -230,7 +201,7 @@ fn a_shard_replaced_at_the_same_size_before_its_first_read_is_an_error_not_other
     );
     assert_eq!(a.len(), b2.len());
     assert_ne!(a, b2);
-    let b = url["s3://".len()..].split('/').next().unwrap().to_owned();
+    let b = bucket_and_prefix(&url).0.to_owned();
     s.put_file(&other.join("shard-000000.tar"), &b, "ds/shard-000000.tar")
         .unwrap();
     for i in [0, 1, 39] {
@@ -242,7 +213,7 @@ fn a_shard_replaced_at_the_same_size_before_its_first_read_is_an_error_not_other
     // cached copy by), read through the cache: the copy of a replaced
     // object is refused as it is filled in.
     let (tmp, ds, url) = packed(s, "replacedcache", 80, &[]);
-    let b = url["s3://".len()..].split('/').next().unwrap().to_owned();
+    let b = bucket_and_prefix(&url).0.to_owned();
     let index = tmp.path().join("in-place");
     let mut args = with_options(s, &["index", "-q", "-o", index.to_str().unwrap()]);
     args.extend((0..2).map(|k| format!("{url}/shard-{k:06}.tar")));
@@ -380,17 +351,13 @@ fn a_split_tar_replaced_at_the_same_size_is_refused_member_by_member() {
     assert_eq!(got, want("b"));
 }
 
+/// The files under `dir`, recursively (relative paths).
 fn walk_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk_files(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
+    snapshot(dir)
+        .into_keys()
+        .filter(|k| !k.ends_with('/'))
+        .map(PathBuf::from)
+        .collect()
 }
 
 #[test]
@@ -450,7 +417,7 @@ fn flip_one_byte(s: &Seaweed, ds: &Path, url: &str) -> String {
     bytes[512 + 10] ^= 0x40;
     let damaged = ds.parent().unwrap().join("damaged.tar");
     std::fs::write(&damaged, &bytes).unwrap();
-    let (bucket, prefix) = url.trim_start_matches("s3://").split_once('/').unwrap();
+    let (bucket, prefix) = bucket_and_prefix(url);
     s.put_file(&damaged, bucket, &format!("{prefix}/{}", entry.file))
         .unwrap();
     key
@@ -471,12 +438,7 @@ fn a_flipped_byte_is_named_by_verify_on_read_and_by_verify() {
         .collect();
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert!(errs[0].contains(&key), "{errs:?}");
-    let mut args = vec!["verify".to_owned(), url.clone()];
-    args.extend(s.cli_options());
-    let o = Command::new(bale_tests::bale_bin())
-        .args(&args)
-        .output()
-        .unwrap();
+    let o = bale(&with_options(s, &["verify", &url]));
     assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -490,7 +452,7 @@ fn a_flipped_byte_is_named_by_verify_on_read_and_by_verify() {
 fn missing_objects_wrong_credentials_and_bad_urls_are_clear_errors() {
     let s = Seaweed::shared();
     let (_tmp, _ds, url) = packed(s, "faults", 80, &[]);
-    let (bucket, _) = url.trim_start_matches("s3://").split_once('/').unwrap();
+    let (bucket, _) = bucket_and_prefix(&url);
     // No manifest under the prefix: not a dataset.
     let err = remote_opts(s)
         .open(format!("s3://{bucket}/nothing-here"))
@@ -548,7 +510,7 @@ fn missing_objects_wrong_credentials_and_bad_urls_are_clear_errors() {
 fn garbage_manifests_and_indexes_of_the_wrong_size_are_refused_cheaply() {
     let s = Seaweed::shared();
     let (tmp, ds, url) = packed(s, "garbage", 80, &[]);
-    let (bucket, _) = url.trim_start_matches("s3://").split_once('/').unwrap();
+    let (bucket, _) = bucket_and_prefix(&url);
     // An index object of the wrong size.
     let idx = tmp.path().join("short.idx");
     let bytes = std::fs::read(ds.join("shard-000000.idx")).unwrap();
@@ -608,12 +570,6 @@ fn bale(args: &[String]) -> std::process::Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn with_options(s: &Seaweed, args: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    v.extend(s.cli_options());
-    v
 }
 
 #[test]

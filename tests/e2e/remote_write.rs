@@ -9,12 +9,17 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use bale_reader::{Dataset, EpochPlan, Partition};
+use bale_reader::Dataset;
 use bale_storage::Store;
 use bale_tests::seaweed::Seaweed;
+use bale_tests::{assert_success as ok, describe as text};
 
 use crate::common::{Running, bale_cmd, pack_quiet, random_tree, snapshot};
-use crate::remote::{bucket, options};
+use crate::relay::{Gate, GateDoes, bulk_delete_in, put_of};
+use crate::store::{
+    assert_same_objects, assert_same_tars, bucket, failed, holds, listing, local_samples, lock_at,
+    object, object_in, objects, open_at, options, put, remote_opts, samples_of, with_options,
+};
 
 /// `bale ARGS... --storage-option ...` (quiet), bounded in time.
 fn bale(s: &Seaweed, args: &[&str]) -> Output {
@@ -36,81 +41,11 @@ fn bale_in(s: &Seaweed, tmp: Option<&Path>, args: &[&str]) -> Output {
 /// Runs `bale ARGS` (as [`bale`]) and checks it is refused (exit 2) with
 /// a message holding each of `says`.
 fn refused(s: &Seaweed, args: &[&str], says: &[&str]) {
-    let o = bale(s, args);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    for w in says {
-        assert!(err.contains(w), "{w:?} not in: {}", text(&o));
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Every object under `s3://bucket/prefix/` (relative names, sorted) and
-/// the keys of the open multipart uploads there.
-fn listing(s: &Seaweed, bucket: &str, prefix: &str) -> (Vec<String>, Vec<String>) {
-    let out = s
-        .boto(
-            "p = sys.argv[2] + '/'\n\
-             keys = []\n\
-             for page in s3.get_paginator('list_objects_v2').paginate(Bucket=sys.argv[1], Prefix=p):\n\
-             \x20   keys += [o['Key'][len(p):] for o in page.get('Contents', [])]\n\
-             ups = [u['Key'][len(p):] for u in s3.list_multipart_uploads(Bucket=sys.argv[1], Prefix=p).get('Uploads', [])]\n\
-             print('|'.join(sorted(keys)))\n\
-             print('|'.join(sorted(ups)))\n",
-            &[bucket, prefix],
-        )
-        .unwrap();
-    let mut lines = out.lines();
-    let split = |l: Option<&str>| -> Vec<String> {
-        l.unwrap_or("")
-            .split('|')
-            .filter(|x| !x.is_empty())
-            .map(str::to_owned)
-            .collect()
-    };
-    let objects = split(lines.next());
-    let uploads = split(lines.next());
-    (objects, uploads)
-}
-
-/// The whole object `name` under `url`.
-fn object_bytes(store: &Store, name: &str) -> Vec<u8> {
-    let o = store.object(name).unwrap();
-    let len = o.head().unwrap();
-    o.get_range(0..len).unwrap().to_vec()
-}
-
-/// The objects under `url` equal the files of the local dataset `dir`, byte for byte.
-fn assert_same_objects(s: &Seaweed, url: &str, dir: &Path) {
-    let store = Store::open(url, &options(s)).unwrap();
-    let (bucket, prefix) = url.strip_prefix("s3://").unwrap().split_once('/').unwrap();
-    let (objects, uploads) = listing(s, bucket, prefix);
-    let local = snapshot(dir);
-    let names: Vec<String> = local.keys().cloned().collect();
-    assert_eq!(objects, names, "the objects are the local dataset's files");
-    assert!(uploads.is_empty(), "open uploads: {uploads:?}");
-    for (name, bytes) in &local {
-        assert!(
-            object_bytes(&store, name) == *bytes,
-            "{url}/{name} differs from {}",
-            dir.join(name).display()
-        );
-    }
+    failed(&bale(s, args), 2, says);
 }
 
 /// A tree of `n` files of 16-64 KiB, and its local pack with `args`.
-fn tree_and_local(
-    n: usize,
-    args: &[&str],
-) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+fn tree_and_local(n: usize, args: &[&str]) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let tree = t.path().join("tree");
     random_tree(&tree, n);
@@ -119,23 +54,27 @@ fn tree_and_local(
     (t, tree, local)
 }
 
-/// A sample as (key, [(ext, bytes)]).
-type Flat = (String, Vec<(String, Vec<u8>)>);
+/// What most tests here start from: the shared server `s`, a scratch
+/// folder `t` with a tree of files of 16-64 KiB (`tree`) and its local pack
+/// (`local`), to compare with, and a bucket `b` of the test's own with
+/// `url` = `s3://b/ds`. Bind `t` (to `_t` if unused): the folder goes with it.
+type Setup = (
+    &'static Seaweed,
+    tempfile::TempDir,
+    PathBuf,
+    PathBuf,
+    String,
+    String,
+);
 
-/// Every sample of `ds`, in order.
-fn samples_of(ds: &Dataset) -> Vec<Flat> {
-    ds.iter(EpochPlan::sequential(), Partition::ALL)
-        .unwrap()
-        .map(|s| {
-            let s = s.unwrap();
-            (
-                s.key().to_owned(),
-                s.fields()
-                    .map(|(e, b)| (e.to_owned(), b.to_vec()))
-                    .collect(),
-            )
-        })
-        .collect()
+/// `(s, t, tree, local, b, url)`: a [`Setup`] with a bucket tagged `tag`
+/// and a tree of `n` files, packed locally with `pack`.
+fn setup(tag: &str, n: usize, pack: &[&str]) -> Setup {
+    let s = Seaweed::shared();
+    let (t, tree, local) = tree_and_local(n, pack);
+    let b = bucket(s, tag);
+    let url = format!("s3://{b}/ds");
+    (s, t, tree, local, b, url)
 }
 
 /// Shards of 12 MiB: with [`UPLOAD`]'s 5 MiB parts, each goes up as a
@@ -152,13 +91,10 @@ const UPLOAD: &[&str] = &[
 
 #[test]
 fn pack_to_a_bucket_writes_the_local_packs_bytes_and_every_reader_reads_them() {
-    let s = Seaweed::shared();
-    let (_t, tree, local) = tree_and_local(900, SHARDS);
-    let b = bucket(s, "pack");
-    let url = format!("s3://{b}/ds");
+    let (s, _t, tree, local, b, url) = setup("pack", 900, SHARDS);
     // Another --jobs than the local pack: the same bytes.
     let tree_s = tree.to_str().unwrap();
-    let o = bale(
+    ok(&bale(
         s,
         &[
             "pack",
@@ -171,25 +107,20 @@ fn pack_to_a_bucket_writes_the_local_packs_bytes_and_every_reader_reads_them() {
             &url,
             tree_s,
         ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    ));
     assert!(snapshot(&local).len() >= 6, "several shards and indexes");
     assert_same_objects(s, &url, &local);
 
     // The CLI verifies it; the Rust reader reads the local dataset's samples.
-    let o = bale(s, &["verify", &url]);
-    assert!(o.status.success(), "{}", text(&o));
-    let remote = Dataset::options()
-        .storage_options(options(s))
-        .open(&url)
-        .unwrap();
+    ok(&bale(s, &["verify", &url]));
+    let remote = open_at(s, &url);
     let here = Dataset::open(&local).unwrap();
     assert_eq!(remote.manifest(), here.manifest());
     assert_eq!(samples_of(&remote), samples_of(&here));
 
     // bale convert to a bucket: the same bytes as a local convert.
     let conv_local = local.with_file_name("conv");
-    let o = bale(
+    ok(&bale(
         s,
         &[
             "convert",
@@ -200,10 +131,9 @@ fn pack_to_a_bucket_writes_the_local_packs_bytes_and_every_reader_reads_them() {
             conv_local.to_str().unwrap(),
             local.to_str().unwrap(),
         ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    ));
     let conv_url = format!("s3://{b}/conv");
-    let o = bale(
+    ok(&bale(
         s,
         &[
             "convert",
@@ -214,35 +144,28 @@ fn pack_to_a_bucket_writes_the_local_packs_bytes_and_every_reader_reads_them() {
             &conv_url,
             local.to_str().unwrap(),
         ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    ));
     assert_same_objects(s, &conv_url, &conv_local);
 }
 
 #[test]
 fn a_prefix_with_objects_is_refused_and_force_never_deletes_foreign_objects() {
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(300, &[]);
-    let b = bucket(s, "force");
-    let url = format!("s3://{b}/ds");
-    let notes = t.path().join("notes.txt");
-    std::fs::write(&notes, b"the user's own notes").unwrap();
-    s.put_file(&notes, &b, "ds/notes.txt").unwrap();
-    s.put_file(&notes, &b, "ds/sub/shard-000000.tar").unwrap();
-    s.put_file(&notes, &b, "ds-other/bale.json").unwrap();
+    let (s, t, tree, local, b, url) = setup("force", 300, &[]);
+    for key in [
+        "ds/notes.txt",
+        "ds/sub/shard-000000.tar",
+        "ds-other/bale.json",
+    ] {
+        put(s, t.path(), &b, key, b"the user's own notes");
+    }
     let tree_s = tree.to_str().unwrap();
 
-    let o = bale(s, &["pack", "-q", "-o", &url, tree_s]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("already holds") && err.contains("--force"),
-        "{err}"
+    refused(
+        s,
+        &["pack", "-q", "-o", &url, tree_s],
+        &["already holds", "--force"],
     );
-    assert_eq!(
-        listing(s, &b, "ds").0,
-        ["notes.txt", "sub/shard-000000.tar"]
-    );
+    assert_eq!(objects(s, &b, "ds"), ["notes.txt", "sub/shard-000000.tar"]);
 
     // An upload of the user's going on there, of one of bale's names.
     s.boto(
@@ -252,8 +175,7 @@ fn a_prefix_with_objects_is_refused_and_force_never_deletes_foreign_objects() {
     .unwrap();
     for round in 0..2 {
         // Into the foreign objects, then over bale's own dataset.
-        let o = bale(s, &["pack", "-q", "--force", "-o", &url, tree_s]);
-        assert!(o.status.success(), "{}", text(&o));
+        ok(&bale(s, &["pack", "-q", "--force", "-o", &url, tree_s]));
         let (objects, uploads) = listing(s, &b, "ds");
         // Beside neither a dataset nor a killed run's lock, the upload is
         // left alone; beside bale's dataset, it is one of bale's, aborted.
@@ -270,20 +192,17 @@ fn a_prefix_with_objects_is_refused_and_force_never_deletes_foreign_objects() {
         assert_eq!(objects, want);
     }
     let store = Store::open(&url, &options(s)).unwrap();
-    assert_eq!(object_bytes(&store, "notes.txt"), b"the user's own notes");
+    assert_eq!(object_in(&store, "notes.txt"), b"the user's own notes");
     assert_eq!(
-        object_bytes(&store, "sub/shard-000000.tar"),
+        object_in(&store, "sub/shard-000000.tar"),
         b"the user's own notes"
     );
-    assert_eq!(listing(s, &b, "ds-other").0, ["bale.json"]);
+    assert_eq!(objects(s, &b, "ds-other"), ["bale.json"]);
 }
 
 #[test]
 fn a_store_without_conditional_puts_still_gets_a_whole_dataset_and_a_mark() {
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(200, &[]);
-    let b = bucket(s, "noconditional");
-    let url = format!("s3://{b}/ds");
+    let (s, t, tree, local, b, url) = setup("noconditional", 200, &[]);
     let tree_s = tree.to_str().unwrap();
     let off = ["--storage-option", "aws_conditional_put=disabled"];
     let pack = |force: bool| {
@@ -298,41 +217,29 @@ fn a_store_without_conditional_puts_still_gets_a_whole_dataset_and_a_mark() {
     // where none is (checked by a HEAD), and the lock object, a mark only
     // there, is gone once the run ends.
     let o = pack(false);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert_same_objects(s, &url, &local);
-    assert!(
-        !listing(s, &b, "ds")
-            .0
-            .contains(&".bale-tmp-lock".to_owned())
-    );
+    assert!(!holds(s, &b, "ds", ".bale-tmp-lock"));
     let o = pack(false);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let o = pack(true);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert_same_objects(s, &url, &local);
     // A lock there (a run writing, or killed) is found by a GET: refused
     // without --force; taken over with it once it has not changed for 7 s.
-    let lock = t.path().join("lock.json");
-    std::fs::write(
-        &lock,
+    put(
+        s,
+        t.path(),
+        &b,
+        "ds/.bale-tmp-lock",
         br#"{"run": "elsewhere", "beat": 1, "request_timeout_ms": 0}"#,
-    )
-    .unwrap();
-    s.put_file(&lock, &b, "ds/.bale-tmp-lock").unwrap();
+    );
     let o = pack(false);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("another bale run is writing here"),
-        "{}",
-        text(&o)
-    );
-    assert!(
-        listing(s, &b, "ds")
-            .0
-            .contains(&".bale-tmp-lock".to_owned())
-    );
+
+    failed(&o, 2, &["another bale run is writing here"]);
+    assert!(holds(s, &b, "ds", ".bale-tmp-lock"));
     let o = pack(true);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert_same_objects(s, &url, &local);
 }
 
@@ -429,13 +336,8 @@ fn interrupted_packs_leave_no_manifest_and_no_open_uploads() {
 
 #[test]
 fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(1500, SHARDS);
-    let b = bucket(s, "kill");
-    let url = format!("s3://{b}/ds");
-    let notes = t.path().join("notes.txt");
-    std::fs::write(&notes, b"keep me").unwrap();
-    s.put_file(&notes, &b, "ds/notes.txt").unwrap();
+    let (s, t, tree, local, b, url) = setup("kill", 1500, SHARDS);
+    put(s, t.path(), &b, "ds/notes.txt", b"keep me");
     // A part of shard 1 is up while shard 1 is still uploading: SIGKILL then.
     let spools = t.path().join("tmp");
     std::fs::create_dir_all(&spools).unwrap();
@@ -452,29 +354,15 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     let o = run.finish_within(Duration::from_secs(60));
     assert_eq!(o.status.code(), None, "killed: {}", text(&o));
     understate_timeout(s, &b, "ds");
-    let (objects, _) = listing(s, &b, "ds");
-    assert!(!objects.contains(&"bale.json".to_owned()), "{objects:?}");
-    assert!(
-        objects.contains(&".bale-tmp-lock".to_owned()),
-        "{objects:?}"
-    );
+    let left = objects(s, &b, "ds");
+    assert!(!left.contains(&"bale.json".to_owned()), "{left:?}");
+    assert!(left.contains(&".bale-tmp-lock".to_owned()), "{left:?}");
     let spool_count = || std::fs::read_dir(&spools).unwrap().count();
     assert_eq!(spool_count(), 1, "the killed run's spool is left");
 
     // Never mistaken for a dataset.
-    let o = bale(s, &["verify", &url]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("no bale.json"),
-        "{}",
-        text(&o)
-    );
-    assert!(
-        Dataset::options()
-            .storage_options(options(s))
-            .open(&url)
-            .is_err()
-    );
+    refused(s, &["verify", &url], &["no bale.json"]);
+    assert!(remote_opts(s).open(&url).is_err());
     // A rerun without --force is refused, naming the lock; the killed
     // run's local spool goes all the same.
     let tree_s = tree.to_str().unwrap();
@@ -483,12 +371,7 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
         Some(&spools),
         &["pack", "-q", "--shard-size", "12MiB", "-o", &url, tree_s],
     );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--force"),
-        "{}",
-        text(&o)
-    );
+    failed(&o, 2, &["--force"]);
     assert_eq!(
         spool_count(),
         0,
@@ -499,7 +382,7 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     // bale's names uploaded once it had stopped (the user's, maybe): --force
     // refuses it. Its lock was last written just after the kill (above).
     std::thread::sleep(Duration::from_secs(9));
-    s.put_file(&notes, &b, "ds/shard-000777.tar").unwrap();
+    put(s, t.path(), &b, "ds/shard-000777.tar", b"keep me");
     let rerun = [
         "pack",
         "-q",
@@ -519,11 +402,11 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     refused_run.extend(["--storage-option", "timeout=2s"]);
     for attempt in ["first", "second"] {
         refused(s, &refused_run, &["shard-000777.tar", "written after"]);
-        let mut with_theirs = objects.clone();
+        let mut with_theirs = left.clone();
         with_theirs.push("shard-000777.tar".into());
         with_theirs.sort();
         assert_eq!(
-            listing(s, &b, "ds").0,
+            objects(s, &b, "ds"),
             with_theirs,
             "{attempt} refusal: it removed nothing, lock included"
         );
@@ -539,8 +422,7 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     .unwrap();
     // With --force: the leftovers (objects, markers, open uploads, the
     // local spool) go, the foreign ones stay.
-    let o = bale_in(s, Some(&spools), &rerun);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&bale_in(s, Some(&spools), &rerun));
     assert_eq!(spool_count(), 0, "the rerun's spool is removed");
     let (objects, uploads) = listing(s, &b, "ds");
     assert_eq!(uploads, ["sub/theirs.tar"], "open uploads after --force");
@@ -550,22 +432,18 @@ fn a_killed_pack_is_never_a_dataset_and_force_clears_what_it_left() {
     assert_eq!(objects, want);
     let store = Store::open(&url, &options(s)).unwrap();
     for (name, bytes) in snapshot(&local) {
-        assert!(object_bytes(&store, &name) == bytes, "{name}");
+        assert!(object_in(&store, &name) == bytes, "{name}");
     }
 }
 
 #[test]
 fn a_pack_that_fails_on_a_bad_input_leaves_nothing_in_the_bucket() {
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(900, SHARDS);
+    let (s, _t, tree, _, b, url) = setup("fail", 900, SHARDS);
     // The last sample in key order is a "JPEG" that does not decode: the
     // image stage fails on it after the first shards are up.
     std::fs::create_dir_all(tree.join("zz")).unwrap();
     std::fs::write(tree.join("zz/last.jpg"), b"\xff\xd8\xff\xe0 not a jpeg").unwrap();
-    let _ = t;
-    let b = bucket(s, "fail");
-    let url = format!("s3://{b}/ds");
-    let o = bale(
+    refused(
         s,
         &[
             "pack",
@@ -580,12 +458,7 @@ fn a_pack_that_fails_on_a_bad_input_leaves_nothing_in_the_bucket() {
             &url,
             tree.to_str().unwrap(),
         ],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("zz/last.jpg") && err.contains("no dataset was written"),
-        "{err}"
+        &["zz/last.jpg", "no dataset was written"],
     );
     let (objects, uploads) = listing(s, &b, "ds");
     assert!(
@@ -596,25 +469,17 @@ fn a_pack_that_fails_on_a_bad_input_leaves_nothing_in_the_bucket() {
 
 #[test]
 fn a_second_pack_into_the_same_prefix_is_refused_while_the_first_runs() {
-    let s = Seaweed::shared();
-    let (_t, tree, local) = tree_and_local(1500, SHARDS);
-    let b = bucket(s, "two");
-    let url = format!("s3://{b}/ds");
+    let (s, _t, tree, local, _, url) = setup("two", 1500, SHARDS);
     let first = pack_until(s, &tree, &url, SHARDS, ".bale-tmp-lock");
     let tree_s = tree.to_str().unwrap();
-    let o = bale(
+    refused(
         s,
         &["pack", "-q", "--shard-size", "12MiB", "-o", &url, tree_s],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("another bale run is writing here"),
-        "{}",
-        text(&o)
+        &["another bale run is writing here"],
     );
     if let Some(first) = first {
         let o = first.finish_within(Duration::from_secs(300));
-        assert!(o.status.success(), "{}", text(&o));
+        ok(&o);
     }
     // The refused run took nothing away from the first.
     assert_same_objects(s, &url, &local);
@@ -627,10 +492,7 @@ fn a_run_whose_lock_another_wrote_never_commits_even_under_its_own_name() {
     // the lock says this run, but another wrote it. The run must notice at
     // its next write of the lock (each goes over the version it wrote last)
     // and never commit.
-    let s = Seaweed::shared();
-    let (_t, tree, _local) = tree_and_local(1500, SHARDS);
-    let b = bucket(s, "stalled");
-    let url = format!("s3://{b}/ds");
+    let (s, _t, tree, _, b, url) = setup("stalled", 1500, SHARDS);
     let mut run = pack_until(s, &tree, &url, SHARDS, ".bale-tmp-lock")
         .expect("the pack ended before it could be stopped");
     signal(&mut run, libc::SIGSTOP);
@@ -654,15 +516,12 @@ fn a_run_whose_lock_another_wrote_never_commits_even_under_its_own_name() {
         "{}",
         text(&o)
     );
-    assert!(!listing(s, &b, "ds").0.contains(&"bale.json".to_owned()));
+    assert!(!holds(s, &b, "ds", "bale.json"));
 }
 
 #[test]
 fn force_never_takes_over_the_lock_of_a_live_run() {
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(300, &[]);
-    let b = bucket(s, "live");
-    let url = format!("s3://{b}/ds");
+    let (s, t, tree, local, b, url) = setup("live", 300, &[]);
     // A live run elsewhere: its lock object changes every fraction of a second.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let beating = {
@@ -684,12 +543,7 @@ fn force_never_takes_over_the_lock_of_a_live_run() {
     let o = bale(s, &["pack", "-q", "--force", "-o", &url, tree_s]);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     beating.join().unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("is writing here now"),
-        "{}",
-        text(&o)
-    );
+    failed(&o, 2, &["is writing here now"]);
     let (objects, uploads) = listing(s, &b, "ds");
     assert_eq!(
         objects,
@@ -699,8 +553,7 @@ fn force_never_takes_over_the_lock_of_a_live_run() {
     assert!(uploads.is_empty());
 
     // Once it stops refreshing (it was killed), --force takes over.
-    let o = bale(s, &["pack", "-q", "--force", "-o", &url, tree_s]);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&bale(s, &["pack", "-q", "--force", "-o", &url, tree_s]));
     assert_same_objects(s, &url, &local);
     drop(t);
 }
@@ -733,7 +586,7 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
                 tree_s,
             ],
         );
-        assert!(o.status.success(), "{}", text(&o));
+        ok(&o);
     }
     let merged = t.path().join("merged");
     let mut args = vec![
@@ -743,8 +596,7 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
         merged.to_str().unwrap().to_owned(),
     ];
     args.extend(local_parts.iter().map(|p| p.to_str().unwrap().to_owned()));
-    let o = Running::start(&mut bale_cmd(&args)).finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&Running::start(&mut bale_cmd(&args)).finish_within(Duration::from_secs(120)));
 
     // Parts given out of order.
     let url = format!("s3://{b}/merged");
@@ -754,7 +606,7 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
         format!("s3://{b}/parts/p2"),
     );
     let o = bale(s, &["merge", "-o", &url, &p2, &p0, &p1]);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("copied on the server"),
         "{}",
@@ -763,11 +615,10 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
     assert_same_objects(s, &url, &merged);
     // `s3a://` is `s3://`: the same bucket, copied on the server too; and
     // never a part, however spelled.
-    let o = bale(
+    ok(&bale(
         s,
         &["merge", "-o", &format!("s3a://{b}/merged-a"), &p2, &p0, &p1],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    ));
     assert_same_objects(s, &format!("s3://{b}/merged-a"), &merged);
     let o = bale(
         s,
@@ -782,51 +633,29 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
         ],
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        listing(s, &b, "parts/p0")
-            .0
-            .contains(&"bale.json".to_owned())
-    );
+    assert!(holds(s, &b, "parts/p0", "bale.json"));
     // The parts are left whole, and the merged dataset holds a single pack's samples.
-    assert!(
-        listing(s, &b, "parts/p1")
-            .0
-            .contains(&"bale.json".to_owned())
-    );
+    assert!(holds(s, &b, "parts/p1", "bale.json"));
     let single = t.path().join("single");
     pack_quiet(&tree, &single, &["--shard-samples", "50"]);
-    let remote = Dataset::options()
-        .storage_options(options(s))
-        .open(&url)
-        .unwrap();
-    assert_eq!(
-        samples_of(&remote),
-        samples_of(&Dataset::open(&single).unwrap())
-    );
+    assert_eq!(samples_of(&open_at(s, &url)), local_samples(&single));
 
     // An incomplete set, and a part that is the output, are refused; nothing is written.
-    let o = bale(s, &["merge", "-o", &format!("s3://{b}/m2"), &p0, &p1]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("missing 2/3"),
-        "{}",
-        text(&o)
+    refused(
+        s,
+        &["merge", "-o", &format!("s3://{b}/m2"), &p0, &p1],
+        &["missing 2/3"],
     );
-    assert!(listing(s, &b, "m2").0.is_empty());
+    assert!(objects(s, &b, "m2").is_empty());
     let o = bale(s, &["merge", "-o", &p0, &p0, &p1, &p2]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     // However the output spells a part, --force deletes nothing of it: with
     // an encoded `/`, the client would write to p0 itself.
-    let p0_before = listing(s, &b, "parts/p0").0;
+    let p0_before = objects(s, &b, "parts/p0");
     for out in [format!("{p0}/"), format!("{p0}%2F"), format!("{p0}%2f")] {
         let o = bale(s, &["merge", "--force", "-o", &out, &p0, &p1, &p2]);
         assert_eq!(o.status.code(), Some(2), "{out}: {}", text(&o));
-        assert_eq!(
-            listing(s, &b, "parts/p0").0,
-            p0_before,
-            "{out}: {}",
-            text(&o)
-        );
+        assert_eq!(objects(s, &b, "parts/p0"), p0_before, "{out}: {}", text(&o));
     }
 
     // Into another bucket the server cannot copy; with --force over the
@@ -834,22 +663,19 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
     let b2 = bucket(s, "merge-far");
     let far = format!("s3://{b2}/ds");
     let o = bale(s, &["pack", "-q", "-o", &far, tree_s]);
-    assert!(o.status.success(), "{}", text(&o));
-    let there = listing(s, &b2, "ds").0;
-    let o = bale(s, &["merge", "--force", "-o", &far, &p0, &p1, &p2]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("copies on the server"),
-        "{}",
-        text(&o)
+    ok(&o);
+    let there = objects(s, &b2, "ds");
+    refused(
+        s,
+        &["merge", "--force", "-o", &far, &p0, &p1, &p2],
+        &["copies on the server"],
     );
-    assert_eq!(listing(s, &b2, "ds").0, there);
+    assert_eq!(objects(s, &b2, "ds"), there);
 
     // A part with a shard gone is refused before the output is touched:
     // with --force over a dataset, that dataset is as it was, and the
     // message says so (not that the objects of the merge were removed).
-    let tar = listing(s, &b, "parts/p1")
-        .0
+    let tar = objects(s, &b, "parts/p1")
         .into_iter()
         .find(|n| n.ends_with(".tar"))
         .unwrap();
@@ -864,16 +690,12 @@ fn merge_of_parts_in_a_bucket_copies_on_the_server_and_equals_a_local_merge() {
 
 #[test]
 fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(300, &["--shard-samples", "100"]);
-    let b = bucket(s, "index");
+    let (s, t, tree, local, b, _) = setup("index", 300, &["--shard-samples", "100"]);
     // The tars only (no index, no manifest), and a file of the user's.
     let urls = tars_in_bucket(s, t.path(), &local, &b);
-    let notes = t.path().join("notes.txt");
-    std::fs::write(&notes, b"theirs").unwrap();
-    s.put_file(&notes, &b, "wds/notes.txt").unwrap();
+    put(s, t.path(), &b, "wds/notes.txt", b"theirs");
     let url = format!("s3://{b}/wds");
-    let before = listing(s, &b, "wds").0;
+    let before = objects(s, &b, "wds");
 
     // Tars of bale's names under a prefix with neither a manifest nor a
     // killed run's lock may be the user's: pack --force refuses, naming
@@ -883,23 +705,23 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
         &["shard-000000.tar", "no bale.json"],
     );
-    assert_eq!(listing(s, &b, "wds").0, before);
+    assert_eq!(objects(s, &b, "wds"), before);
     // Nor does the lock of a run killed before its checks passed (while it
     // listed the prefix, or one that was about to refuse it): only a lock
     // its run had claimed marks the shards beside it as a run's.
-    let lock = t.path().join("lock.json");
-    std::fs::write(
-        &lock,
+    put(
+        s,
+        t.path(),
+        &b,
+        "wds/.bale-tmp-lock",
         br#"{"run": "killed-while-listing", "beat": 3, "claimed": false, "request_timeout_ms": 0}"#,
-    )
-    .unwrap();
-    s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
+    );
     refused(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
         &["shard-000000.tar", "no bale.json"],
     );
-    assert_eq!(listing(s, &b, "wds").0, before);
+    assert_eq!(objects(s, &b, "wds"), before);
     let mut args = vec!["index", "-q", "-o", &url];
     args.extend(urls.iter().map(String::as_str));
     // A run never deletes what it reads. A local index of the tars, converted
@@ -908,14 +730,15 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     let idx = t.path().join("idx");
     let mut local_args = vec!["index", "-q", "-o", idx.to_str().unwrap()];
     local_args.extend(urls.iter().map(String::as_str));
-    let o = bale(s, &local_args);
-    assert!(o.status.success(), "{}", text(&o));
-    std::fs::write(
-        &lock,
+    ok(&bale(s, &local_args));
+    put(
+        s,
+        t.path(),
+        &b,
+        "wds/.bale-tmp-lock",
         br#"{"run": "killed-after-its-checks", "beat": 9, "claimed": true, "request_timeout_ms": 0}"#,
-    )
-    .unwrap();
-    s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
+    );
+
     refused(
         s,
         &[
@@ -933,9 +756,8 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     let mut with_lock = before.clone();
     with_lock.push(".bale-tmp-lock".into());
     with_lock.sort();
-    assert_eq!(listing(s, &b, "wds").0, with_lock);
-    let body = object_bytes(&Store::open(&url, &options(s)).unwrap(), ".bale-tmp-lock");
-    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(objects(s, &b, "wds"), with_lock);
+    let body = lock_at(s, &url);
     assert_eq!(body["claimed"], true, "{body}");
     s.delete(&b, "wds/.bale-tmp-lock").unwrap();
     // A source in a bucket is refused before the output is touched (convert
@@ -954,24 +776,14 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     ] {
         let o = bale(s, &["convert", "-q", "--force", "-o", &out, &src]);
         assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-        assert_eq!(listing(s, &b, "wds").0, before, "{src} -o {out}");
+        assert_eq!(objects(s, &b, "wds"), before, "{src} -o {out}");
     }
 
-    let o = bale(s, &args);
-    assert!(o.status.success(), "{}", text(&o));
-    let remote = Dataset::options()
-        .storage_options(options(s))
-        .open(&url)
-        .unwrap();
-    assert_eq!(
-        samples_of(&remote),
-        samples_of(&Dataset::open(&local).unwrap())
-    );
-    let manifest: serde_json::Value = serde_json::from_slice(&object_bytes(
-        &Store::open(&url, &options(s)).unwrap(),
-        "bale.json",
-    ))
-    .unwrap();
+    ok(&bale(s, &args));
+    let remote = open_at(s, &url);
+    assert_eq!(samples_of(&remote), local_samples(&local));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&object(s, &url, "bale.json")).unwrap();
     assert_eq!(
         manifest["shards"][0]["file"], "shard-000000.tar",
         "names relative to the prefix"
@@ -980,31 +792,23 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
     // Again: refused, naming the object; with --force, only the .idx and
     // bale.json are replaced (the tars, bale-named, and the user's file stay).
     let o = bale(s, &args);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--force"),
-        "{}",
-        text(&o)
-    );
+    failed(&o, 2, &["--force"]);
     let mut forced = args.clone();
     forced.push("--force");
-    let o = bale(s, &forced);
-    assert!(o.status.success(), "{}", text(&o));
-    let (objects, uploads) = listing(s, &b, "wds");
+    ok(&bale(s, &forced));
+    let (listed, uploads) = listing(s, &b, "wds");
     assert!(uploads.is_empty());
     let mut want: Vec<String> = snapshot(&local).keys().cloned().collect();
     want.push("notes.txt".into());
     want.sort();
-    assert_eq!(objects, want);
+    assert_eq!(listed, want);
     assert_same_tars(s, &url, &local);
 
     // A --force run that fails in its scan (a tar that is not one) leaves
     // the old dataset whole: its bale.json and indexes are deleted only
     // once every tar is scanned.
-    let manifest_before = object_bytes(&Store::open(&url, &options(s)).unwrap(), "bale.json");
-    let junk = t.path().join("junk.tar");
-    std::fs::write(&junk, vec![b'x'; 5000]).unwrap();
-    s.put_file(&junk, &b, "wds/junk.tar").unwrap();
+    let manifest_before = object(s, &url, "bale.json");
+    put(s, t.path(), &b, "wds/junk.tar", &[b'x'; 5000]);
     let mut failing = forced.clone();
     let junk_url = format!("{url}/junk.tar");
     failing.push(&junk_url);
@@ -1016,62 +820,46 @@ fn index_into_a_bucket_writes_beside_the_tars_and_touches_nothing_else() {
         text(&o)
     );
     s.delete(&b, "wds/junk.tar").unwrap();
-    assert_eq!(listing(s, &b, "wds").0, want);
-    assert_eq!(
-        object_bytes(&Store::open(&url, &options(s)).unwrap(), "bale.json"),
-        manifest_before
-    );
-    let remote = Dataset::options()
-        .storage_options(options(s))
-        .open(&url)
-        .unwrap();
-    assert_eq!(
-        samples_of(&remote),
-        samples_of(&Dataset::open(&local).unwrap())
-    );
+    assert_eq!(objects(s, &b, "wds"), want);
+    assert_eq!(object(s, &url, "bale.json"), manifest_before);
+    let remote = open_at(s, &url);
+    assert_eq!(samples_of(&remote), local_samples(&local));
 
     // The tars indexed in place are the user's: a pack with --force into
     // their prefix refuses, naming one, and deletes nothing.
-    let o = bale(
+    refused(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
+        &["indexed in place"],
     );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("indexed in place"),
-        "{}",
-        text(&o)
-    );
-    assert_eq!(listing(s, &b, "wds").0, want);
+    assert_eq!(objects(s, &b, "wds"), want);
     assert_same_tars(s, &url, &local);
 
     // An index's manifest without its list of shards cannot tell whose the
     // tars are: refused too.
-    let broken = t.path().join("broken.json");
-    std::fs::write(
-        &broken,
+    put(
+        s,
+        t.path(),
+        &b,
+        "wds/bale.json",
         br#"{"created_by": {"tool": "bale", "command": "index"}}"#,
-    )
-    .unwrap();
-    s.put_file(&broken, &b, "wds/bale.json").unwrap();
+    );
     refused(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
         &["lists no shards"],
     );
-    assert_eq!(listing(s, &b, "wds").0, want);
+    assert_eq!(objects(s, &b, "wds"), want);
     assert_same_tars(s, &url, &local);
 
     // A tar outside the output prefix cannot be named by the manifest.
     let other = format!("s3://{b}/elsewhere");
-    let o = bale(s, &["index", "-o", &other, &urls[0]]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("under that prefix"),
-        "{}",
-        text(&o)
+    refused(
+        s,
+        &["index", "-o", &other, &urls[0]],
+        &["under that prefix"],
     );
-    assert!(listing(s, &b, "elsewhere").0.is_empty());
+    assert!(objects(s, &b, "elsewhere").is_empty());
 }
 
 /// The tars of the dataset `local` alone (no index, no manifest), uploaded
@@ -1088,247 +876,6 @@ fn tars_in_bucket(s: &Seaweed, scratch: &Path, local: &Path, b: &str) -> Vec<Str
     }
     s.upload_dir(&tars, b, "wds").unwrap();
     urls
-}
-
-/// Each tar of `dir` has an object of the same bytes under `url`.
-fn assert_same_tars(s: &Seaweed, url: &str, dir: &Path) {
-    let store = Store::open(url, &options(s)).unwrap();
-    for (name, bytes) in snapshot(dir)
-        .into_iter()
-        .filter(|(n, _)| n.ends_with(".tar"))
-    {
-        assert!(object_bytes(&store, &name) == bytes, "{url}/{name}");
-    }
-}
-
-/// What a [`Gate`] does to the requests it matches.
-#[derive(Clone, PartialEq)]
-enum GateDoes {
-    /// Holds the request until the test releases it: it lands late.
-    HoldRequest,
-    /// Forwards the request (it lands) and holds the answer until the test
-    /// releases it.
-    HoldAnswer,
-    /// Forwards the request (it lands), then answers 503 in the server's
-    /// stead and closes the connection: an answer lost after the fact.
-    LoseAnswer,
-    /// Reads the whole request, closes the client's connection with no
-    /// answer (the client may send it again on another) and holds the
-    /// request until the test releases it: the first attempt lands after a
-    /// later one was answered.
-    CutAndHold,
-    /// Forwards the request and its answer: a match counted, nothing done
-    /// (so that a later rule acts on a later request).
-    Pass,
-    /// Reads the whole request, never forwards it, and answers with these
-    /// bytes (a whole HTTP response) in the server's stead.
-    Answer(Vec<u8>),
-}
-
-/// A TCP relay on 127.0.0.1 in front of the test server that acts on the
-/// first `times` requests whose bytes hold `pattern` (a request line), as
-/// `does` says; everything else passes through.
-struct Gate {
-    port: u16,
-    /// How many of its `times` it has acted.
-    acted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    rules: std::sync::Arc<Vec<GateRule>>,
-    held: std::sync::Arc<(
-        std::sync::Mutex<Vec<std::sync::mpsc::Sender<()>>>,
-        std::sync::Condvar,
-    )>,
-}
-
-/// One rule of a [`Gate`].
-struct GateRule {
-    pattern: Vec<u8>,
-    does: GateDoes,
-    /// Matches left to act on.
-    left: std::sync::atomic::AtomicUsize,
-    /// Whether the rule acts yet ([`Gate::arm`]).
-    armed: std::sync::atomic::AtomicBool,
-}
-
-impl Gate {
-    fn start(s: &Seaweed, pattern: Vec<u8>, does: GateDoes, times: usize) -> Gate {
-        Gate::with_rules(s, vec![(pattern, does, times, true)])
-    }
-
-    /// A gate with several rules `(pattern, does, times, armed)`; the first
-    /// armed rule that matches a request acts on it.
-    fn with_rules(s: &Seaweed, rules: Vec<(Vec<u8>, GateDoes, usize, bool)>) -> Gate {
-        use std::io::{Read, Write};
-        use std::net::{TcpListener, TcpStream};
-        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        use std::sync::{Arc, Condvar, Mutex, mpsc};
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let upstream = s.endpoint().trim_start_matches("http://").to_owned();
-        let held: Arc<(Mutex<Vec<mpsc::Sender<()>>>, Condvar)> = Arc::default();
-        let gate_held = Arc::clone(&held);
-        let rules: Arc<Vec<GateRule>> = Arc::new(
-            rules
-                .into_iter()
-                .map(|(pattern, does, times, armed)| GateRule {
-                    pattern,
-                    does,
-                    left: AtomicUsize::new(times),
-                    armed: AtomicBool::new(armed),
-                })
-                .collect(),
-        );
-        let gate_rules = Arc::clone(&rules);
-        let acted = Arc::new(AtomicUsize::new(0));
-        let gate_acted = Arc::clone(&acted);
-        // Waits for the test's release, once it knows of this hold.
-        let hold = move |held: &(Mutex<Vec<mpsc::Sender<()>>>, Condvar)| {
-            let (tx, rx) = mpsc::channel();
-            held.0.lock().unwrap().push(tx);
-            held.1.notify_all();
-            let _ = rx.recv();
-        };
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                let (mut c_in, mut s_out) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (mut s_in, mut c_out) = (server, client);
-                // Set before a matched request goes out (what to do with its
-                // answer, which is next): 1 hold, 2 lose.
-                let answer = Arc::new(AtomicUsize::new(0));
-                let (rules, acted) = (Arc::clone(&gate_rules), Arc::clone(&gate_acted));
-                let (held, answer_in) = (Arc::clone(&gate_held), Arc::clone(&answer));
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 1 << 16];
-                    while let Ok(n) = c_in.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        let matched = rules.iter().find(|r| {
-                            r.armed.load(Ordering::SeqCst)
-                                && buf[..n].windows(r.pattern.len()).any(|w| w == r.pattern)
-                                && r.left
-                                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| {
-                                        l.checked_sub(1)
-                                    })
-                                    .is_ok()
-                        });
-                        if let Some(r) = matched {
-                            acted.fetch_add(1, Ordering::SeqCst);
-                            if let GateDoes::Answer(answer) = &r.does {
-                                let _ = c_in.set_read_timeout(Some(Duration::from_millis(300)));
-                                while let Ok(m) = c_in.read(&mut buf) {
-                                    if m == 0 {
-                                        break;
-                                    }
-                                }
-                                let _ = c_in.write_all(answer);
-                                let _ = c_in.shutdown(std::net::Shutdown::Both);
-                                let _ = s_out.shutdown(std::net::Shutdown::Both);
-                                return;
-                            }
-                            if let GateDoes::CutAndHold = r.does {
-                                // The rest of the request follows at once.
-                                let mut whole = buf[..n].to_vec();
-                                let _ = c_in.set_read_timeout(Some(Duration::from_millis(300)));
-                                while let Ok(m) = c_in.read(&mut buf) {
-                                    if m == 0 {
-                                        break;
-                                    }
-                                    whole.extend_from_slice(&buf[..m]);
-                                }
-                                let _ = c_in.shutdown(std::net::Shutdown::Both);
-                                hold(&held);
-                                // Left open for writing: a server may drop
-                                // a request whose client has gone. The
-                                // other half reads the answer, then closes.
-                                let _ = s_out.write_all(&whole);
-                                return;
-                            }
-                            match r.does {
-                                GateDoes::HoldRequest => hold(&held),
-                                GateDoes::HoldAnswer => answer_in.store(1, Ordering::SeqCst),
-                                GateDoes::LoseAnswer => answer_in.store(2, Ordering::SeqCst),
-                                GateDoes::Pass | GateDoes::CutAndHold | GateDoes::Answer(_) => {}
-                            }
-                        }
-                        if s_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = s_out.shutdown(std::net::Shutdown::Write);
-                });
-                let held = Arc::clone(&gate_held);
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 1 << 16];
-                    while let Ok(n) = s_in.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        let what = answer.swap(0, Ordering::SeqCst);
-                        if what != 0 {
-                            if what == 2 {
-                                let _ = c_out.write_all(
-                                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                                );
-                                break;
-                            }
-                            hold(&held);
-                        }
-                        if c_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = c_out.shutdown(std::net::Shutdown::Both);
-                    let _ = s_in.shutdown(std::net::Shutdown::Both);
-                });
-            }
-        });
-        Gate {
-            port,
-            acted,
-            held,
-            rules,
-        }
-    }
-
-    /// The storage options of [`Seaweed::cli_options`], through this relay.
-    fn cli_options(&self, s: &Seaweed) -> Vec<String> {
-        s.cli_options()
-            .into_iter()
-            .map(|a| {
-                if a.starts_with("aws_endpoint_url=") {
-                    format!("aws_endpoint_url=http://127.0.0.1:{}", self.port)
-                } else {
-                    a
-                }
-            })
-            .collect()
-    }
-
-    /// Waits until `n` requests or answers have been held.
-    fn wait_held(&self, n: usize, within: Duration) {
-        let (m, cv) = &*self.held;
-        let (g, timeout) = cv
-            .wait_timeout_while(m.lock().unwrap(), within, |h| h.len() < n)
-            .unwrap();
-        assert!(!timeout.timed_out(), "{} of {n} held", g.len());
-    }
-
-    /// Makes rule `i` act from now on.
-    fn arm(&self, i: usize) {
-        self.rules[i]
-            .armed
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    /// Lets the `i`th held request or answer (from 0) go on.
-    fn release(&self, i: usize) {
-        self.held.0.lock().unwrap()[i].send(()).unwrap();
-    }
 }
 
 /// Makes the lock under `s3://b/PREFIX` say that its run's requests never
@@ -1350,32 +897,25 @@ fn understate_timeout(s: &Seaweed, b: &str, prefix: &str) {
     .unwrap();
 }
 
-/// The request line of a PUT of `bale.json` under `s3://b/ds`, for a [`Gate`].
-fn manifest_put(b: &str) -> Vec<u8> {
-    format!("PUT /{b}/ds/bale.json ").into_bytes()
-}
-
 /// `bale pack -q EXTRA... -o URL SRC` through `gate`, running.
 fn pack_through(s: &Seaweed, gate: &Gate, src: &Path, url: &str, extra: &[&str]) -> Running {
-    let mut args: Vec<String> = vec!["pack".into(), "-q".into()];
-    args.extend(extra.iter().map(|a| (*a).to_owned()));
-    args.extend([
-        "-o".into(),
-        url.to_owned(),
-        src.to_str().unwrap().to_owned(),
-    ]);
-    args.extend(gate.cli_options(s));
-    Running::start(&mut bale_cmd(&args))
+    let mut args = vec!["pack", "-q"];
+    args.extend(extra);
+    args.extend(["-o", url, src.to_str().unwrap()]);
+    gate.bale(s, &args)
 }
 
 /// The dataset at `url`, once `bale verify` passed on it.
 fn verified(s: &Seaweed, url: &str) -> Dataset {
-    let o = bale(s, &["verify", url]);
-    assert!(o.status.success(), "{}", text(&o));
-    Dataset::options()
-        .storage_options(options(s))
-        .open(url)
-        .unwrap()
+    ok(&bale(s, &["verify", url]));
+    open_at(s, url)
+}
+
+/// A second tree of `n` files, `t/other`, to pack over the first.
+fn other_tree(t: &tempfile::TempDir, n: usize) -> PathBuf {
+    let other = t.path().join("other");
+    random_tree(&other, n);
+    other
 }
 
 #[test]
@@ -1387,13 +927,9 @@ fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
     // only after the second (--force) cleared the prefix and sent its own.
     // The first run must withdraw its manifest and fail; the second must
     // commit a whole dataset.
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(300, &[]);
-    let other = t.path().join("other");
-    random_tree(&other, 200);
-    let b = bucket(s, "window");
-    let url = format!("s3://{b}/ds");
-    let gate = Gate::start(s, manifest_put(&b), GateDoes::HoldRequest, 2);
+    let (s, t, tree, _, b, url) = setup("window", 300, &[]);
+    let other = other_tree(&t, 200);
+    let gate = Gate::start(s, put_of(&b, "ds/bale.json"), GateDoes::HoldRequest, 2);
     let mut first = pack_through(s, &gate, &tree, &url, &[]);
     gate.wait_held(1, Duration::from_secs(120));
     // The run stalls whole (its lock's refreshes with it): a slow manifest
@@ -1406,15 +942,10 @@ fn a_manifest_that_lands_after_another_run_took_the_prefix_over_is_withdrawn() {
     s.wait_object(&b, "ds/bale.json").unwrap();
     signal(&mut first, libc::SIGCONT);
     let o = first.finish_within(Duration::from_secs(120));
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("withdrew its bale.json"),
-        "{}",
-        text(&o)
-    );
+    failed(&o, 2, &["withdrew its bale.json"]);
     gate.release(1);
     let o = second.finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     // What the prefix holds is the second run's dataset, whole.
     assert_eq!(verified(s, &url).len(), 200);
     let (objects, uploads) = listing(s, &b, "ds");
@@ -1429,9 +960,7 @@ fn a_local_index_of_tars_in_a_bucket_converts_benches_and_names_a_missing_tar() 
     // `bale index -o DIR URL...` writes a manifest that names its shards by
     // URL: every command that reads shards reads them through the storage
     // options, and one that cannot copy them says what to do instead.
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(300, &["--shard-samples", "100"]);
-    let b = bucket(s, "urlshards");
+    let (s, t, tree, local, b, _) = setup("urlshards", 300, &["--shard-samples", "100"]);
     let mut urls = Vec::new();
     for (name, _) in snapshot(&local) {
         if name.ends_with(".tar") {
@@ -1455,21 +984,18 @@ fn a_local_index_of_tars_in_a_bucket_converts_benches_and_names_a_missing_tar() 
     assert!(!idx.exists());
     let mut args = vec!["index", "-q", "-o", i];
     args.extend(urls.iter().map(String::as_str));
-    let o = bale(s, &args);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&bale(s, &args));
     let conv = t.path().join("conv");
-    let o = bale(s, &["convert", "-q", "-o", conv.to_str().unwrap(), i]);
-    assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(
-        samples_of(&Dataset::open(&conv).unwrap()),
-        samples_of(&Dataset::open(&local).unwrap())
-    );
+    ok(&bale(
+        s,
+        &["convert", "-q", "-o", conv.to_str().unwrap(), i],
+    ));
+    assert_eq!(local_samples(&conv), local_samples(&local));
     // The index uploaded beside its tars (a dataset that names them by
     // URL): the tars are still the user's, and --force deletes none.
     s.upload_dir(&idx, &b, "wds").unwrap();
-    let o = bale(s, &["verify", "-q", &format!("s3://{b}/wds")]);
-    assert!(o.status.success(), "{}", text(&o));
-    let before = listing(s, &b, "wds").0;
+    ok(&bale(s, &["verify", "-q", &format!("s3://{b}/wds")]));
+    let before = objects(s, &b, "wds");
     refused(
         s,
         &[
@@ -1482,12 +1008,12 @@ fn a_local_index_of_tars_in_a_bucket_converts_benches_and_names_a_missing_tar() 
         ],
         &["shard-000000.tar", "indexed in place"],
     );
-    assert_eq!(listing(s, &b, "wds").0, before);
+    assert_eq!(objects(s, &b, "wds"), before);
     for name in before.iter().filter(|n| !n.ends_with(".tar")) {
         s.delete(&b, &format!("wds/{name}")).unwrap();
     }
     let o = bale(s, &["bench", i, "--budget", "0.2", "--threads", "1"]);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     // Its tars are read from the bucket, and it cannot be staged as it is:
     // the advice is the conversion stage asks for.
     let shown = String::from_utf8_lossy(&o.stdout);
@@ -1532,29 +1058,25 @@ fn a_manifest_another_wrote_during_the_run_is_left_as_it_is() {
     // A bale.json that appears while a run writes (someone's own upload,
     // outside bale's lock) makes the run's create of its manifest fail:
     // undoing the run must not delete that object, which is not the run's.
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(1500, SHARDS);
-    let b = bucket(s, "theirs");
-    let url = format!("s3://{b}/ds");
+    let (s, t, tree, _, b, url) = setup("theirs", 1500, SHARDS);
     let mut run = pack_until(s, &tree, &url, SHARDS, "shard-000000.tar")
         .expect("the pack ended before it could be stopped");
     signal(&mut run, libc::SIGSTOP);
-    let theirs = t.path().join("theirs.json");
-    std::fs::write(&theirs, br#"{"written": "by someone else"}"#).unwrap();
-    s.put_file(&theirs, &b, "ds/bale.json").unwrap();
+    put(
+        s,
+        t.path(),
+        &b,
+        "ds/bale.json",
+        br#"{"written": "by someone else"}"#,
+    );
     signal(&mut run, libc::SIGCONT);
     let o = run.finish_within(Duration::from_secs(300));
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("another run wrote it meanwhile"),
-        "{}",
-        text(&o)
-    );
-    let store = Store::open(&url, &options(s)).unwrap();
+    failed(&o, 2, &["another run wrote it meanwhile"]);
     assert_eq!(
-        object_bytes(&store, "bale.json"),
+        object(s, &url, "bale.json"),
         br#"{"written": "by someone else"}"#
     );
+
     // Everything of the run's own is gone.
     let (objects, uploads) = listing(s, &b, "ds");
     assert_eq!(objects, ["bale.json"], "{uploads:?}");
@@ -1568,11 +1090,8 @@ fn a_run_never_withdraws_the_same_bytes_another_run_committed() {
     // lands, its answer is held past the 7 s watch, the second run takes the
     // prefix over and replaces the dataset; the first run, told at last,
     // must tell the second run's bale.json from its own and leave it.
-    let s = Seaweed::shared();
-    let (_t, tree, _local) = tree_and_local(300, &[]);
-    let b = bucket(s, "same");
-    let url = format!("s3://{b}/ds");
-    let gate = Gate::start(s, manifest_put(&b), GateDoes::HoldAnswer, 1);
+    let (s, _t, tree, _, b, url) = setup("same", 300, &[]);
+    let gate = Gate::start(s, put_of(&b, "ds/bale.json"), GateDoes::HoldAnswer, 1);
     let mut first = pack_through(s, &gate, &tree, &url, &[]);
     gate.wait_held(1, Duration::from_secs(120));
     // The run stalls whole, its lock's refreshes with it.
@@ -1583,17 +1102,11 @@ fn a_run_never_withdraws_the_same_bytes_another_run_committed() {
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
     );
     signal(&mut first, libc::SIGCONT);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     gate.release(0);
     let o = first.finish_within(Duration::from_secs(120));
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("is the other run's"),
-        "{}",
-        text(&o)
-    );
-    let o = bale(s, &["verify", &url]);
-    assert!(o.status.success(), "{}", text(&o));
+    failed(&o, 2, &["is the other run's"]);
+    ok(&bale(s, &["verify", &url]));
 }
 
 #[test]
@@ -1602,16 +1115,11 @@ fn a_manifest_whose_answer_was_lost_is_the_runs_own_on_the_retry() {
     // stead); the client sends it again, and the store refuses the create:
     // bale.json is there, this run's own. The run must commit (not undo
     // itself around a manifest it then leaves, naming deleted shards).
-    let s = Seaweed::shared();
-    let (_t, tree, local) = tree_and_local(300, &[]);
-    let b = bucket(s, "lost");
-    let url = format!("s3://{b}/ds");
-    let gate = Gate::start(s, manifest_put(&b), GateDoes::LoseAnswer, 1);
-    let o = pack_through(s, &gate, &tree, &url, &[]).finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(gate.acted.load(std::sync::atomic::Ordering::SeqCst), 1);
-    let o = bale(s, &["verify", &url]);
-    assert!(o.status.success(), "{}", text(&o));
+    let (s, _t, tree, local, b, url) = setup("lost", 300, &[]);
+    let gate = Gate::start(s, put_of(&b, "ds/bale.json"), GateDoes::LoseAnswer, 1);
+    ok(&pack_through(s, &gate, &tree, &url, &[]).finish_within(Duration::from_secs(120)));
+    assert_eq!(gate.acted(), 1);
+    ok(&bale(s, &["verify", &url]));
     assert_same_objects(s, &url, &local);
 }
 
@@ -1627,18 +1135,14 @@ fn a_lock_write_whose_answer_was_lost_is_the_runs_own_on_the_retry() {
     for passed in [0, 1] {
         let b = bucket(s, &format!("lostlock{passed}"));
         let url = format!("s3://{b}/ds");
-        let lock_put = format!("PUT /{b}/ds/.bale-tmp-lock ").into_bytes();
+        let lock_put = put_of(&b, "ds/.bale-tmp-lock");
         let mut rules = vec![(lock_put.clone(), GateDoes::Pass, passed, true)];
         rules.push((lock_put, GateDoes::LoseAnswer, 1, true));
         let gate = Gate::with_rules(s, rules);
         let o = pack_through(s, &gate, &tree, &url, &[]).finish_within(Duration::from_secs(120));
         assert!(o.status.success(), "lock write {passed}: {}", text(&o));
-        assert_eq!(
-            gate.acted.load(std::sync::atomic::Ordering::SeqCst),
-            passed + 1
-        );
-        let o = bale(s, &["verify", &url]);
-        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(gate.acted(), passed + 1);
+        ok(&bale(s, &["verify", &url]));
         assert_same_objects(s, &url, &local);
     }
 }
@@ -1659,12 +1163,12 @@ fn a_manifest_put_without_an_answer_is_sent_again_and_never_names_deleted_shards
     ] {
         let b = bucket(s, prefix);
         let url = format!("s3://{b}/ds");
-        let gate = Gate::start(s, manifest_put(&b), does.clone(), times);
+        let gate = Gate::start(s, put_of(&b, "ds/bale.json"), does.clone(), times);
         let o =
             pack_through(s, &gate, &tree, &url, &timeout).finish_within(Duration::from_secs(120));
-        assert_eq!(gate.acted.load(std::sync::atomic::Ordering::SeqCst), times);
+        assert_eq!(gate.acted(), times);
         if does == GateDoes::HoldAnswer {
-            assert!(o.status.success(), "{}", text(&o));
+            ok(&o);
             gate.release(0);
         } else {
             assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -1679,7 +1183,7 @@ fn a_manifest_put_without_an_answer_is_sent_again_and_never_names_deleted_shards
         }
         assert_eq!(
             samples_of(&verified(s, &url)),
-            samples_of(&Dataset::open(&local).unwrap()),
+            local_samples(&local),
             "{prefix}"
         );
     }
@@ -1692,13 +1196,9 @@ fn a_stale_runs_manifest_landing_late_is_replaced_by_the_run_that_holds_the_pref
     // the stale PUTs land just before its create. The run that holds the
     // lock replaces that bale.json (another run's, by its id) with its own:
     // the prefix ends whole, the second run's.
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(300, &[]);
-    let other = t.path().join("other");
-    random_tree(&other, 200);
-    let b = bucket(s, "stale");
-    let url = format!("s3://{b}/ds");
-    let gate = Gate::start(s, manifest_put(&b), GateDoes::HoldRequest, 4);
+    let (s, t, tree, _, b, url) = setup("stale", 300, &[]);
+    let other = other_tree(&t, 200);
+    let gate = Gate::start(s, put_of(&b, "ds/bale.json"), GateDoes::HoldRequest, 4);
     let o = pack_through(s, &gate, &tree, &url, &["--storage-option", "timeout=2s"])
         .finish_within(Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -1711,7 +1211,7 @@ fn a_stale_runs_manifest_landing_late_is_replaced_by_the_run_that_holds_the_pref
     s.wait_object(&b, "ds/bale.json").unwrap();
     gate.release(3);
     let o = second.finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert_eq!(verified(s, &url).len(), 200);
 }
 
@@ -1722,16 +1222,12 @@ fn a_run_that_cannot_check_its_lock_replaces_and_deletes_nothing() {
     // cannot be read (every request for it answered 503): that proves
     // nothing, so it must neither replace the other run's bale.json nor
     // delete the shards of bale's names, which are the other run's now.
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(300, &[]);
-    let other = t.path().join("other");
-    random_tree(&other, 200);
-    let b = bucket(s, "blind");
-    let url = format!("s3://{b}/ds");
+    let (s, t, tree, _, b, url) = setup("blind", 300, &[]);
+    let other = other_tree(&t, 200);
     let gate = Gate::with_rules(
         s,
         vec![
-            (manifest_put(&b), GateDoes::HoldRequest, 1, true),
+            (put_of(&b, "ds/bale.json"), GateDoes::HoldRequest, 1, true),
             (
                 b".bale-tmp-lock".to_vec(),
                 GateDoes::LoseAnswer,
@@ -1744,11 +1240,10 @@ fn a_run_that_cannot_check_its_lock_replaces_and_deletes_nothing() {
     gate.wait_held(1, Duration::from_secs(120));
     signal(&mut first, libc::SIGSTOP);
     understate_timeout(s, &b, "ds");
-    let o = bale(
+    ok(&bale(
         s,
         &["pack", "-q", "--force", "-o", &url, other.to_str().unwrap()],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    ));
     gate.arm(1);
     signal(&mut first, libc::SIGCONT);
     gate.release(0);
@@ -1761,10 +1256,7 @@ fn a_run_that_cannot_check_its_lock_replaces_and_deletes_nothing() {
         "{}\nthe stalled run: {first_said}",
         text(&o)
     );
-    let ds = Dataset::options()
-        .storage_options(options(s))
-        .open(&url)
-        .unwrap();
+    let ds = open_at(s, &url);
     assert_eq!(ds.len(), 200);
 }
 
@@ -1778,21 +1270,18 @@ fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
     // (SIGKILL before its manifest) would leave a claim dated after the
     // user's tars, and a later `pack --force` would delete them as
     // leftovers of a run.
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(200, &["--shard-samples", "100"]);
-    let b = bucket(s, "indexkill");
+    let (s, t, tree, local, b, _) = setup("indexkill", 200, &["--shard-samples", "100"]);
     let url = format!("s3://{b}/wds");
     let urls = tars_in_bucket(s, t.path(), &local, &b);
-    let lock = t.path().join("lock.json");
-    std::fs::write(
-        &lock,
+    put(
+        s,
+        t.path(),
+        &b,
+        "wds/.bale-tmp-lock",
         br#"{"run": "killed-after-its-checks", "beat": 9, "claimed": true, "request_timeout_ms": 0}"#,
-    )
-    .unwrap();
-    s.put_file(&lock, &b, "wds/.bale-tmp-lock").unwrap();
+    );
     let tars = || -> Vec<String> {
-        listing(s, &b, "wds")
-            .0
+        objects(s, &b, "wds")
             .into_iter()
             .filter(|n| n.ends_with(".tar"))
             .collect()
@@ -1800,23 +1289,13 @@ fn an_index_killed_over_a_claimed_lock_leaves_the_tars_it_indexed_unclaimed() {
     let tars_before = tars();
     assert_eq!(tars_before.len(), 2, "{tars_before:?}");
 
-    let gate = Gate::start(
-        s,
-        format!("PUT /{b}/wds/bale.json ").into_bytes(),
-        GateDoes::HoldRequest,
-        1,
-    );
-    let mut args: Vec<String> = ["index", "-q", "--force", "-o", &url]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect();
-    args.extend(urls.iter().cloned());
-    args.extend(gate.cli_options(s));
-    let mut run = Running::start(&mut bale_cmd(&args));
+    let gate = Gate::start(s, put_of(&b, "wds/bale.json"), GateDoes::HoldRequest, 1);
+    let mut args = vec!["index", "-q", "--force", "-o", &url];
+    args.extend(urls.iter().map(String::as_str));
+    let mut run = gate.bale(s, &args);
     gate.wait_held(1, Duration::from_secs(120));
     // The lock is the index run's now, and says it claims nothing.
-    let body = object_bytes(&Store::open(&url, &options(s)).unwrap(), ".bale-tmp-lock");
-    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let body = lock_at(s, &url);
     assert_ne!(body["run"], "killed-after-its-checks", "{body}");
     assert_eq!(body["claimed"], false, "{body}");
     signal(&mut run, libc::SIGKILL);
@@ -1840,15 +1319,12 @@ fn an_index_run_taken_over_during_its_scan_deletes_nothing_of_the_run_that_took_
     // (SIGSTOP, with a tar's GET held) for longer than --force watches a
     // lock is taken over by another --force run, which commits; when the
     // first resumes it must not delete that run's dataset.
-    let s = Seaweed::shared();
-    let (t, _tree, local) = tree_and_local(200, &["--shard-samples", "100"]);
-    let b = bucket(s, "indextaken");
+    let (s, t, _, local, b, _) = setup("indextaken", 200, &["--shard-samples", "100"]);
     let url = format!("s3://{b}/wds");
     let urls = tars_in_bucket(s, t.path(), &local, &b);
     let mut args: Vec<&str> = vec!["index", "-q", "--force", "-o", &url];
     args.extend(urls.iter().map(String::as_str));
-    let o = bale(s, &args);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&bale(s, &args));
 
     let last = urls.last().unwrap();
     let gate = Gate::start(
@@ -1857,28 +1333,21 @@ fn an_index_run_taken_over_during_its_scan_deletes_nothing_of_the_run_that_took_
         GateDoes::HoldRequest,
         1,
     );
-    let mut first_args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    first_args.extend(gate.cli_options(s));
-    let mut first = Running::start(&mut bale_cmd(&first_args));
+    let mut first = gate.bale(s, &args);
     gate.wait_held(1, Duration::from_secs(120));
     signal(&mut first, libc::SIGSTOP);
     understate_timeout(s, &b, "wds");
     // The other run watches the stalled lock, takes it over and commits.
-    let o = bale(s, &args);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&bale(s, &args));
     let store = Store::open(&url, &options(s)).unwrap();
-    let committed = object_bytes(&store, "bale.json");
+    let committed = object_in(&store, "bale.json");
+
     signal(&mut first, libc::SIGCONT);
     gate.release(0);
     let o = first.finish_within(Duration::from_secs(120));
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("took this prefix over"),
-        "{}",
-        text(&o)
-    );
+    failed(&o, 2, &["took this prefix over"]);
     // The other run's dataset is there, whole.
-    assert_eq!(object_bytes(&store, "bale.json"), committed);
+    assert_eq!(object_in(&store, "bale.json"), committed);
     assert_eq!(verified(s, &url).len(), 200);
     assert_same_tars(s, &url, &local);
 }
@@ -1888,16 +1357,12 @@ fn force_never_deletes_a_dali_index_named_like_bales() {
     // `shard-000000.idx` is also what DALI's tar indexer writes: text, not
     // bale's index. Beside no bale.json and no killed run's lock, --force
     // refuses it, naming it; bale's own index of that name goes.
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(100, &[]);
-    let b = bucket(s, "daliidx");
-    let url = format!("s3://{b}/ds");
-    let dali = t.path().join("dali.idx");
-    std::fs::write(&dali, b"v1.2 3\njpg 0 1536 1024\ncls 1536 512 2\n").unwrap();
-    s.put_file(&dali, &b, "ds/shard-000000.idx").unwrap();
+    let (s, t, tree, local, b, url) = setup("daliidx", 100, &[]);
+    let dali: &[u8] = b"v1.2 3\njpg 0 1536 1024\ncls 1536 512 2\n";
+    put(s, t.path(), &b, "ds/shard-000000.idx", dali);
     s.put_file(&local.join("shard-000000.idx"), &b, "ds/shard-000001.idx")
         .unwrap();
-    let before = listing(s, &b, "ds").0;
+    let before = objects(s, &b, "ds");
     refused(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
@@ -1906,48 +1371,39 @@ fn force_never_deletes_a_dali_index_named_like_bales() {
             "named like bale's indexes but is not one",
         ],
     );
-    assert_eq!(listing(s, &b, "ds").0, before);
+    assert_eq!(objects(s, &b, "ds"), before);
     s.delete(&b, "ds/shard-000000.idx").unwrap();
     let o = bale(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
     );
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert_same_objects(s, &url, &local);
     // Nor does `bale index -o URL --force` replace a DALI index where it
     // would write the tar's index.
-    s.put_file(&dali, &b, "ds/shard-000000.idx").unwrap();
-    let before = listing(s, &b, "ds").0;
+    put(s, t.path(), &b, "ds/shard-000000.idx", dali);
+    let before = objects(s, &b, "ds");
     let tar = format!("{url}/shard-000000.tar");
     refused(
         s,
         &["index", "-q", "--force", "-o", &url, &tar],
         &["shard-000000.idx", "not one of bale's indexes"],
     );
-    assert_eq!(listing(s, &b, "ds").0, before);
-    let store = Store::open(&url, &options(s)).unwrap();
-    assert_eq!(
-        object_bytes(&store, "shard-000000.idx"),
-        std::fs::read(&dali).unwrap()
-    );
+    assert_eq!(objects(s, &b, "ds"), before);
+    assert_eq!(object(s, &url, "shard-000000.idx"), dali);
     // A bale.json that no bale run wrote: neither pack --force nor index
     // --force takes it for a dataset to replace.
     s.delete(&b, "ds/shard-000000.idx").unwrap();
-    let theirs = t.path().join("theirs.json");
-    std::fs::write(&theirs, br#"{"name": "my-shards"}"#).unwrap();
-    s.put_file(&theirs, &b, "ds/bale.json").unwrap();
-    let before = listing(s, &b, "ds").0;
+    put(s, t.path(), &b, "ds/bale.json", br#"{"name": "my-shards"}"#);
+    let before = objects(s, &b, "ds");
     for args in [
         vec!["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
         vec!["index", "-q", "--force", "-o", &url, &tar],
     ] {
         refused(s, &args, &["no bale run wrote it"]);
-        assert_eq!(listing(s, &b, "ds").0, before, "{args:?}");
+        assert_eq!(objects(s, &b, "ds"), before, "{args:?}");
     }
-    assert_eq!(
-        object_bytes(&store, "bale.json"),
-        br#"{"name": "my-shards"}"#
-    );
+    assert_eq!(object(s, &url, "bale.json"), br#"{"name": "my-shards"}"#);
 }
 
 #[test]
@@ -1955,29 +1411,26 @@ fn force_keeps_a_tar_of_bales_names_that_the_old_manifest_does_not_list() {
     // A committed dataset's objects are the ones its bale.json lists: a
     // shard name beside it that it does not list was put there later (the
     // user's own `shard-000042.tar`), and --force deletes none of it.
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(100, &[]);
-    let b = bucket(s, "unlisted");
-    let url = format!("s3://{b}/ds");
-    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let theirs = t.path().join("theirs.tar");
-    std::fs::copy(local.join("shard-000000.tar"), &theirs).unwrap();
-    s.put_file(&theirs, &b, "ds/shard-000042.tar").unwrap();
-    let before = listing(s, &b, "ds").0;
+    let (s, _t, tree, local, b, url) = setup("unlisted", 100, &[]);
+    ok(&bale(
+        s,
+        &["pack", "-q", "-o", &url, tree.to_str().unwrap()],
+    ));
+    s.put_file(&local.join("shard-000000.tar"), &b, "ds/shard-000042.tar")
+        .unwrap();
+    let before = objects(s, &b, "ds");
     refused(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
         &["shard-000042.tar", "does not list it"],
     );
-    assert_eq!(listing(s, &b, "ds").0, before);
+    assert_eq!(objects(s, &b, "ds"), before);
     // Without it, --force replaces the dataset as ever.
     s.delete(&b, "ds/shard-000042.tar").unwrap();
-    let o = bale(
+    ok(&bale(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    ));
     assert_same_objects(s, &url, &local);
 }
 
@@ -1992,17 +1445,12 @@ fn a_run_whose_requests_get_no_answer(s: &Seaweed, b: &str, tree: &Path, timeout
         s,
         vec![
             (
-                format!("PUT /{b}/ds/shard-000001.tar ").into_bytes(),
+                put_of(b, "ds/shard-000001.tar"),
                 GateDoes::HoldRequest,
                 1,
                 true,
             ),
-            (
-                format!("POST /{b}?delete ").into_bytes(),
-                GateDoes::HoldRequest,
-                1,
-                true,
-            ),
+            (bulk_delete_in(b), GateDoes::HoldRequest, 1, true),
         ],
     );
     let opts = [
@@ -2033,12 +1481,8 @@ fn force_waits_out_the_requests_a_failed_run_left_unanswered() {
     // waits: it removes the failed run's object, not the one --force writes
     // under that name. (Watching only 7 s, --force would have written its
     // shards by then, and the DELETE would take one from under its dataset.)
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(300, &[]);
-    let other = t.path().join("other");
-    random_tree(&other, 300);
-    let b = bucket(s, "late-delete");
-    let url = format!("s3://{b}/ds");
+    let (s, t, tree, _, b, url) = setup("late-delete", 300, &[]);
+    let other = other_tree(&t, 300);
     let gate = a_run_whose_requests_get_no_answer(s, &b, &tree, "6s");
     let started = Instant::now();
     let second = pack_through(s, &gate, &other, &url, &["--force", "--shard-size", "4MiB"]);
@@ -2047,7 +1491,7 @@ fn force_waits_out_the_requests_a_failed_run_left_unanswered() {
     std::thread::sleep(Duration::from_secs(10).saturating_sub(started.elapsed()));
     s.delete(&b, "ds/shard-000000.tar").unwrap();
     let o = second.finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert!(
         started.elapsed() >= Duration::from_secs(13),
         "{:?}",
@@ -2068,11 +1512,8 @@ fn force_waits_out_what_a_killed_run_had_in_flight() {
     // dated as the killed run's and cleared, and never replaces the shard
     // --force writes under that name. (Without the wait, --force has
     // written its shards by then, and the late PUT takes one's place.)
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(1500, SHARDS);
+    let (s, t, tree, _, b, url) = setup("in-flight", 1500, SHARDS);
     let (other, local) = another_tree(t.path(), 300);
-    let b = bucket(s, "in-flight");
-    let url = format!("s3://{b}/ds");
     let mut extra: Vec<&str> = SHARDS.to_vec();
     extra.extend(["--storage-option", "timeout=10s"]);
     // Killed once it has claimed the prefix and written a shard.
@@ -2081,24 +1522,34 @@ fn force_waits_out_what_a_killed_run_had_in_flight() {
     signal(&mut run, libc::SIGKILL);
     let killed = Instant::now();
     let _ = run.finish_within(Duration::from_secs(60));
-    let lock = object_bytes(&Store::open(&url, &options(s)).unwrap(), ".bale-tmp-lock");
-    let lock: serde_json::Value = serde_json::from_slice(&lock).unwrap();
+    let lock = lock_at(s, &url);
     assert_eq!(lock["request_timeout_ms"], 10_000, "{lock}");
-    let forced = bale_cmd(
-        &["pack", "--force", "-o", &url, other.to_str().unwrap()]
-            .iter()
-            .map(|a| (*a).to_owned())
-            .chain(s.cli_options())
-            .collect::<Vec<_>>(),
-    );
-    let mut forced = forced;
-    let second = Running::start(&mut forced);
+    let second = Running::start(&mut bale_cmd(&with_options(
+        s,
+        &["pack", "--force", "-o", &url, other.to_str().unwrap()],
+    )));
     std::thread::sleep(Duration::from_secs(9).saturating_sub(killed.elapsed()));
-    let late = t.path().join("late.tar");
-    std::fs::write(&late, vec![7u8; 12345]).unwrap();
-    s.put_file(&late, &b, "ds/shard-000000.tar").unwrap();
+    put(s, t.path(), &b, "ds/shard-000000.tar", &[7u8; 12345]);
+    let at = std::time::SystemTime::now() + Duration::from_secs(9).saturating_sub(killed.elapsed());
+    let at = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    s.boto(
+        "import time\n\
+         time.sleep(max(0.0, float(sys.argv[4]) - time.time()))\n\
+         s3.upload_file(sys.argv[1], sys.argv[2], sys.argv[3])\n",
+        &[
+            late.to_str().unwrap(),
+            &b,
+            "ds/shard-000000.tar",
+            &at.to_string(),
+        ],
+    )
+    .unwrap();
+
     let o = second.finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert_eq!(verified(s, &url).len(), 300);
     assert_same_objects(s, &url, &local);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -2123,19 +1574,13 @@ fn a_delete_of_the_clear_sent_twice_lands_before_the_run_writes() {
     // (one request timeout, 6 s here, from its start): a DELETE of
     // bale.json that lands after the run committed would leave its dataset
     // without a manifest.
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(300, &[]);
+    let (s, t, tree, _, b, url) = setup("twice", 300, &[]);
     let (other, local) = another_tree(t.path(), 300);
-    let b = bucket(s, "twice");
-    let url = format!("s3://{b}/ds");
-    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let gate = Gate::start(
+    ok(&bale(
         s,
-        format!("POST /{b}?delete ").into_bytes(),
-        GateDoes::CutAndHold,
-        1,
-    );
+        &["pack", "-q", "-o", &url, tree.to_str().unwrap()],
+    ));
+    let gate = Gate::start(s, bulk_delete_in(&b), GateDoes::CutAndHold, 1);
     force_through_a_cut_delete(s, &gate, &other, &url);
     assert_eq!(verified(s, &url).len(), 300);
     assert_same_objects(s, &url, &local);
@@ -2146,7 +1591,8 @@ fn a_delete_of_the_clear_sent_twice_lands_before_the_run_writes() {
 /// was held: the run succeeds and says it waits that DELETE out.
 fn force_through_a_cut_delete(s: &Seaweed, gate: &Gate, src: &Path, url: &str) {
     // Not quiet: the wait is told on stderr.
-    let run = Running::start(&mut bale_cmd(
+    let run = gate.bale(
+        s,
         &[
             "pack",
             "--force",
@@ -2154,18 +1600,15 @@ fn force_through_a_cut_delete(s: &Seaweed, gate: &Gate, src: &Path, url: &str) {
             "timeout=6s",
             "-o",
             url,
-        ]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .chain([src.to_str().unwrap().to_owned()])
-        .chain(gate.cli_options(s))
-        .collect::<Vec<_>>(),
-    ));
+            src.to_str().unwrap(),
+        ],
+    );
+
     gate.wait_held(1, Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(4));
     gate.release(0);
     let o = run.finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("may still land: waiting"),
         "{}",
@@ -2195,9 +1638,11 @@ fn dataset_behind_a_delete_relay(
     let (t, tree, _local) = tree_and_local(20, &[]);
     let b = bucket(s, name);
     let url = format!("s3://{b}/ds");
-    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let gate = Gate::start(s, format!("POST /{b}?delete ").into_bytes(), does, times);
+    ok(&bale(
+        s,
+        &["pack", "-q", "-o", &url, tree.to_str().unwrap()],
+    ));
+    let gate = Gate::start(s, bulk_delete_in(&b), does, times);
     (t, url, b, gate)
 }
 
@@ -2210,7 +1655,7 @@ fn many_shards_and_another(s: &Seaweed, b: &str) -> (tempfile::TempDir, PathBuf,
     random_tree(&tree, 100);
     let (other, local) = another_tree(t.path(), 30);
     let url = format!("s3://{b}/ds");
-    let o = bale(
+    ok(&bale(
         s,
         &[
             "pack",
@@ -2221,11 +1666,10 @@ fn many_shards_and_another(s: &Seaweed, b: &str) -> (tempfile::TempDir, PathBuf,
             &url,
             tree.to_str().unwrap(),
         ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let (objects, _) = listing(s, b, "ds");
-    let shards = objects.iter().filter(|n| n.ends_with(".tar")).count();
-    assert!(shards >= 20, "{objects:?}");
+    ));
+    let listed = objects(s, b, "ds");
+    let shards = listed.iter().filter(|n| n.ends_with(".tar")).count();
+    assert!(shards >= 20, "{listed:?}");
     (t, other, local, shards)
 }
 
@@ -2239,18 +1683,13 @@ fn force_clears_a_dataset_of_many_shards_in_few_requests() {
     let b = bucket(s, "bulk-clear");
     let (_t, other, local, shards) = many_shards_and_another(s, &b);
     let url = format!("s3://{b}/ds");
-    let gate = Gate::start(
-        s,
-        format!("POST /{b}?delete ").into_bytes(),
-        GateDoes::Pass,
-        usize::MAX,
-    );
+    let gate = Gate::start(s, bulk_delete_in(&b), GateDoes::Pass, usize::MAX);
     let o =
         pack_through(s, &gate, &other, &url, &["--force"]).finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert_eq!(verified(s, &url).len(), 30);
     assert_same_objects(s, &url, &local);
-    let requests = gate.acted.load(std::sync::atomic::Ordering::SeqCst);
+    let requests = gate.acted();
     assert!(
         requests <= 4,
         "{requests} DELETE requests to clear {shards} shards and their indexes"
@@ -2266,7 +1705,7 @@ fn force_clears_a_dataset_of_many_shards_in_few_requests() {
         GateDoes::Pass,
         usize::MAX,
     );
-    let o = pack_through(
+    ok(&pack_through(
         s,
         &gate,
         &other,
@@ -2277,11 +1716,10 @@ fn force_clears_a_dataset_of_many_shards_in_few_requests() {
             "aws_disable_bulk_delete=true",
         ],
     )
-    .finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    .finish_within(Duration::from_secs(120)));
     assert_eq!(verified(s, &url).len(), 30);
     assert_same_objects(s, &url, &local);
-    let requests = gate.acted.load(std::sync::atomic::Ordering::SeqCst);
+    let requests = gate.acted();
     assert!(
         requests > 2 * shards,
         "{requests} DELETEs for {shards} shards"
@@ -2322,16 +1760,10 @@ fn an_endpoint_that_would_reach_another_bucket_is_refused_before_any_request() {
         for e in extra {
             args.extend(["--storage-option".into(), e.to_owned()]);
         }
-        let o = bale_cmd(&args).output().unwrap();
-        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-        assert!(
-            String::from_utf8_lossy(&o.stderr).contains(says),
-            "{}",
-            text(&o)
-        );
-        assert!(listing(s, &b, "ds").0.is_empty());
-        assert!(listing(s, &b, &format!("{other}/ds")).0.is_empty());
-        assert!(listing(s, &other, "ds").0.is_empty());
+        failed(&bale_cmd(&args).output().unwrap(), 2, &[says]);
+        assert!(objects(s, &b, "ds").is_empty());
+        assert!(objects(s, &b, &format!("{other}/ds")).is_empty());
+        assert!(objects(s, &other, "ds").is_empty());
     }
 }
 
@@ -2344,16 +1776,10 @@ fn a_late_delete_of_a_fanned_out_clear_is_waited_out_from_when_it_went_out() {
     // lands 5 s later, over the new shard of that name unless the run waits
     // one request timeout (6 s) from when that DELETE went out, not from
     // when the clear began.
-    let s = Seaweed::shared();
-    let t = tempfile::tempdir().unwrap();
-    let tree = t.path().join("tree");
-    random_tree(&tree, 100);
-    let local = t.path().join("local");
     let shards = ["--shard-size", "160KiB"];
-    pack_quiet(&tree, &local, &shards);
-    let b = bucket(s, "fanned");
-    let url = format!("s3://{b}/ds");
-    let o = bale(
+    let (s, _t, tree, local, b, url) = setup("fanned", 100, &shards);
+
+    ok(&bale(
         s,
         &[
             "pack",
@@ -2364,14 +1790,8 @@ fn a_late_delete_of_a_fanned_out_clear_is_waited_out_from_when_it_went_out() {
             &url,
             tree.to_str().unwrap(),
         ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        listing(s, &b, "ds")
-            .0
-            .iter()
-            .any(|n| n == "shard-000020.tar")
-    );
+    ));
+    assert!(objects(s, &b, "ds").iter().any(|n| n == "shard-000020.tar"));
     let gate = Gate::with_rules(
         s,
         vec![
@@ -2411,7 +1831,7 @@ fn a_late_delete_of_a_fanned_out_clear_is_waited_out_from_when_it_went_out() {
     std::thread::sleep(Duration::from_secs(5));
     gate.release(1);
     let o = run.finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     // The late DELETE has landed by now (the relay sent it on release).
     std::thread::sleep(Duration::from_secs(1));
     verified(s, &url);
@@ -2434,7 +1854,7 @@ fn ctrl_c_stops_a_clear_of_many_objects_between_two_requests() {
     }
     let b = bucket(s, "clear-stop");
     let url = format!("s3://{b}/ds");
-    let o = bale(
+    ok(&bale(
         s,
         &[
             "pack",
@@ -2445,10 +1865,9 @@ fn ctrl_c_stops_a_clear_of_many_objects_between_two_requests() {
             &url,
             tree.to_str().unwrap(),
         ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(listing(s, &b, "ds").0.len(), 2201);
-    let delete = format!("POST /{b}?delete ").into_bytes();
+    ));
+    assert_eq!(objects(s, &b, "ds").len(), 2201);
+    let delete = bulk_delete_in(&b);
     let gate = Gate::with_rules(
         s,
         vec![
@@ -2462,16 +1881,16 @@ fn ctrl_c_stops_a_clear_of_many_objects_between_two_requests() {
     std::thread::sleep(Duration::from_millis(300));
     gate.release(0);
     let o = run.finish_within(Duration::from_secs(120));
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("gone, or partly"), "{}", text(&o));
     // Its lock stays, marking what is left as a run's, and it says so.
-    assert!(
-        err.contains("/.bale-tmp-lock stays over what is left of the old dataset"),
-        "{}",
-        text(&o)
+    failed(
+        &o,
+        130,
+        &[
+            "gone, or partly",
+            "/.bale-tmp-lock stays over what is left of the old dataset",
+        ],
     );
-    let left = listing(s, &b, "ds").0;
+    let left = objects(s, &b, "ds");
     assert!(
         left.iter()
             .filter(|n| n.ends_with(".tar") || n.ends_with(".idx"))
@@ -2493,7 +1912,7 @@ fn a_bulk_delete_of_the_clear_sent_twice_lands_before_the_run_writes() {
     let b = bucket(s, "bulk-twice");
     let (_t, other, local, _) = many_shards_and_another(s, &b);
     let url = format!("s3://{b}/ds");
-    let delete = format!("POST /{b}?delete ").into_bytes();
+    let delete = bulk_delete_in(&b);
     // The first (the old bale.json's) passes; the second is cut.
     let gate = Gate::with_rules(
         s,
@@ -2536,18 +1955,16 @@ fn a_bulk_delete_refused_for_a_key_fails_the_run_at_once() {
     let started = Instant::now();
     let o = pack_through(s, &gate, &t.path().join("tree"), &url, &["--force"])
         .finish_within(Duration::from_secs(120));
+    failed(
+        &o,
+        2,
+        &[
+            "bale.json: access denied (HTTP 403: AccessDenied",
+            "is as it was: --force's clear failed before it removed any of it",
+        ],
+    );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(
-        err.contains("bale.json: access denied (HTTP 403: AccessDenied"),
-        "{}",
-        text(&o)
-    );
-    assert!(
-        err.contains("is as it was: --force's clear failed before it removed any of it"),
-        "{}",
-        text(&o)
-    );
+
     assert!(!err.contains("gone, or partly"), "{}", text(&o));
     assert!(!err.contains("may still land"), "{}", text(&o));
     assert!(
@@ -2559,11 +1976,7 @@ fn a_bulk_delete_refused_for_a_key_fails_the_run_at_once() {
     // run's lock went, so a rerun is not kept waiting.
     assert_eq!(verified(s, &url).len(), 20);
     assert!(!err.contains("stays over"), "{}", text(&o));
-    assert!(
-        !listing(s, &b, "ds")
-            .0
-            .contains(&".bale-tmp-lock".to_owned())
-    );
+    assert!(!holds(s, &b, "ds", ".bale-tmp-lock"));
 }
 
 #[test]
@@ -2580,7 +1993,7 @@ fn a_clear_answered_with_a_server_error_says_the_old_dataset_may_be_gone() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("gone, or partly"), "{}", text(&o));
     assert!(!err.contains("is as it was"), "{}", text(&o));
-    assert!(!listing(s, &b, "ds").0.contains(&"bale.json".to_owned()));
+    assert!(!holds(s, &b, "ds", "bale.json"));
 }
 
 #[test]
@@ -2594,8 +2007,10 @@ fn a_prefix_named_like_a_server_error_is_replaced() {
     let b = bucket(s, "server-words");
     for prefix in ["SlowDown", "runs/InternalError-7"] {
         let url = format!("s3://{b}/{prefix}");
-        let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-        assert!(o.status.success(), "{}", text(&o));
+        ok(&bale(
+            s,
+            &["pack", "-q", "-o", &url, tree.to_str().unwrap()],
+        ));
         let o = bale(
             s,
             &["pack", "-q", "--force", "-o", &url, other.to_str().unwrap()],
@@ -2647,27 +2062,19 @@ fn an_undo_whose_delete_was_sent_twice_keeps_its_lock_with_a_note() {
     // sent again, it is answered, but the first attempt may still land. The
     // run keeps its lock with a note, so that the next --force waits it
     // out, and says so.
-    let s = Seaweed::shared();
-    let (_t, tree, _local) = tree_and_local(1500, SHARDS);
-    let b = bucket(s, "undo-twice");
-    let url = format!("s3://{b}/ds");
+    let (s, _t, tree, _, b, url) = setup("undo-twice", 1500, SHARDS);
     // The answer to the second shard's PUT is held until the run was
     // interrupted: the run cannot have finished before.
     let gate = Gate::with_rules(
         s,
         vec![
             (
-                format!("PUT /{b}/ds/shard-000001.tar ").into_bytes(),
+                put_of(&b, "ds/shard-000001.tar"),
                 GateDoes::HoldAnswer,
                 1,
                 true,
             ),
-            (
-                format!("POST /{b}?delete ").into_bytes(),
-                GateDoes::CutAndHold,
-                1,
-                true,
-            ),
+            (bulk_delete_in(&b), GateDoes::CutAndHold, 1, true),
         ],
     );
     let mut extra: Vec<&str> = SHARDS.to_vec();
@@ -2680,15 +2087,10 @@ fn an_undo_whose_delete_was_sent_twice_keeps_its_lock_with_a_note() {
     gate.wait_held(2, Duration::from_secs(60));
     let o = run.finish_within(Duration::from_secs(120));
     gate.release(1);
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("may still land"), "{}", text(&o));
-    assert!(err.contains("waits 6 s more"), "{}", text(&o));
-    let store = Store::open(&url, &options(s)).unwrap();
-    let lock: serde_json::Value =
-        serde_json::from_slice(&object_bytes(&store, ".bale-tmp-lock")).unwrap();
+    failed(&o, 130, &["may still land", "waits 6 s more"]);
+    let lock = lock_at(s, &url);
     assert_eq!(lock["unanswered_wait_ms"], 6_000, "{lock}");
-    assert!(!listing(s, &b, "ds").0.contains(&"bale.json".to_owned()));
+    assert!(!holds(s, &b, "ds", "bale.json"));
 }
 
 #[test]
@@ -2698,34 +2100,21 @@ fn an_index_whose_delete_was_sent_twice_waits_before_it_writes() {
     // went out, sent again and answered; the first attempt lands 4 s later.
     // The run waits it out before it writes its own bale.json, which would
     // otherwise be the one removed.
-    let s = Seaweed::shared();
-    let (t, _tree, local) = tree_and_local(200, &["--shard-samples", "100"]);
-    let b = bucket(s, "index-twice");
+    let (s, t, _, local, b, _) = setup("index-twice", 200, &["--shard-samples", "100"]);
     let url = format!("s3://{b}/wds");
     let urls = tars_in_bucket(s, t.path(), &local, &b);
-    let mut args: Vec<String> = ["index", "-q", "--force", "--storage-option", "timeout=6s"]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect();
-    args.extend(["-o".to_owned(), url.clone()]);
-    args.extend(urls.iter().cloned());
-    let mut direct = args.clone();
-    direct.extend(s.cli_options());
-    let o = Running::start(&mut bale_cmd(&direct)).finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
-    let gate = Gate::start(
-        s,
-        format!("POST /{b}?delete ").into_bytes(),
-        GateDoes::CutAndHold,
-        1,
-    );
-    args.extend(gate.cli_options(s));
-    let run = Running::start(&mut bale_cmd(&args));
+    let mut args = vec!["index", "-q", "--force", "--storage-option", "timeout=6s"];
+    args.extend(["-o", &url]);
+    args.extend(urls.iter().map(String::as_str));
+    ok(&Running::start(&mut bale_cmd(&with_options(s, &args)))
+        .finish_within(Duration::from_secs(120)));
+    let gate = Gate::start(s, bulk_delete_in(&b), GateDoes::CutAndHold, 1);
+    let run = gate.bale(s, &args);
     gate.wait_held(1, Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(4));
     gate.release(0);
     let o = run.finish_within(Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert_eq!(verified(s, &url).len(), 200, "{}", text(&o));
 }
 
@@ -2737,38 +2126,34 @@ fn the_locks_delete_sent_twice_lands_before_the_run_ends() {
     // once, it would land on the lock of a run that starts next (created
     // here by the test as soon as the run ends): the run waits it out (one
     // request timeout, 6 s) before it ends.
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(50, &[]);
-    let b = bucket(s, "lock-twice");
-    let url = format!("s3://{b}/ds");
-    let gate = Gate::start(
-        s,
-        format!("POST /{b}?delete ").into_bytes(),
-        GateDoes::CutAndHold,
-        1,
-    );
+    let (s, t, tree, _, b, url) = setup("lock-twice", 50, &[]);
+    let gate = Gate::start(s, bulk_delete_in(&b), GateDoes::CutAndHold, 1);
     let run = pack_through(s, &gate, &tree, &url, &["--storage-option", "timeout=6s"]);
     gate.wait_held(1, Duration::from_secs(60));
     let held = Instant::now();
-    let next_lock = t.path().join("next-lock.json");
-    std::fs::write(&next_lock, br#"{"run": "next", "beat": 0}"#).unwrap();
     std::thread::scope(|scope| {
         scope.spawn(|| {
             std::thread::sleep(Duration::from_secs(3));
             gate.release(0);
         });
         let o = run.finish_within(Duration::from_secs(60));
-        assert!(o.status.success(), "{}", text(&o));
+        ok(&o);
         // The next run's lock, as soon as this run has ended.
-        s.put_file(&next_lock, &b, "ds/.bale-tmp-lock").unwrap();
+        put(
+            s,
+            t.path(),
+            &b,
+            "ds/.bale-tmp-lock",
+            br#"{"run": "next", "beat": 0}"#,
+        );
     });
     std::thread::sleep(Duration::from_secs(5).saturating_sub(held.elapsed()));
-    let (objects, _) = listing(s, &b, "ds");
+    let left = objects(s, &b, "ds");
     assert!(
-        objects.contains(&".bale-tmp-lock".to_owned()),
-        "the next run's lock was deleted: {objects:?}"
+        left.contains(&".bale-tmp-lock".to_owned()),
+        "the next run's lock was deleted: {left:?}"
     );
-    assert!(objects.contains(&"bale.json".to_owned()), "{objects:?}");
+    assert!(left.contains(&"bale.json".to_owned()), "{left:?}");
 }
 
 #[test]
@@ -2777,40 +2162,38 @@ fn ctrl_c_of_a_convert_into_a_bucket_after_the_clear_exits_130() {
     // shard's upload is in flight (held) when Ctrl-C comes. The run stops as
     // interrupted (exit 130, as pack and merge do), and says the old
     // dataset is gone, or partly.
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(300, &["--shard-size", "4MiB"]);
-    let b = bucket(s, "convert-int");
-    let url = format!("s3://{b}/ds");
-    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
+    let (s, t, tree, local, b, url) = setup("convert-int", 300, &["--shard-size", "4MiB"]);
+    ok(&bale(
+        s,
+        &["pack", "-q", "-o", &url, tree.to_str().unwrap()],
+    ));
     let gate = Gate::start(
         s,
         format!("PUT /{b}/ds/shard-000001.tar").into_bytes(),
         GateDoes::HoldRequest,
         1,
     );
-    let mut args: Vec<String> = ["convert", "-q", "--force", "--format", "tar"]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect();
-    args.extend([
-        "--shard-size".into(),
-        "2MiB".into(),
-        "-o".into(),
-        url.clone(),
-    ]);
-    args.push(local.to_str().unwrap().to_owned());
-    args.extend(gate.cli_options(s));
-    let mut run = Running::start(&mut bale_cmd(&args));
+    let mut run = gate.bale(
+        s,
+        &[
+            "convert",
+            "-q",
+            "--force",
+            "--format",
+            "tar",
+            "--shard-size",
+            "2MiB",
+            "-o",
+            &url,
+            local.to_str().unwrap(),
+        ],
+    );
     gate.wait_held(1, Duration::from_secs(120));
     signal(&mut run, libc::SIGINT);
     gate.release(0);
     let o = run.finish_within(Duration::from_secs(120));
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("error: interrupted: "), "{}", text(&o));
-    assert!(err.contains("gone, or partly"), "{}", text(&o));
-    assert!(!listing(s, &b, "ds").0.contains(&"bale.json".to_owned()));
+    failed(&o, 130, &["error: interrupted: ", "gone, or partly"]);
+    assert!(!holds(s, &b, "ds", "bale.json"));
     drop(t);
 }
 
@@ -2821,20 +2204,21 @@ fn a_force_run_killed_after_its_clear_leaves_its_own_shards_to_clear() {
     // of its own; then it is killed too. Its lock must date what it wrote
     // by its own refreshes, not carry the first run's bound for leftovers:
     // a third --force clears its shard and writes a whole dataset.
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(1500, SHARDS);
-    let b = bucket(s, "killed-twice");
-    let url = format!("s3://{b}/ds");
-    let leftover = t.path().join("leftover.tar");
-    std::fs::write(&leftover, b"a killed run's shard").unwrap();
-    s.put_file(&leftover, &b, "ds/shard-000005.tar").unwrap();
-    let lock = t.path().join("lock.json");
-    std::fs::write(
-        &lock,
+    let (s, t, tree, local, b, url) = setup("killed-twice", 1500, SHARDS);
+    put(
+        s,
+        t.path(),
+        &b,
+        "ds/shard-000005.tar",
+        b"a killed run's shard",
+    );
+    put(
+        s,
+        t.path(),
+        &b,
+        "ds/.bale-tmp-lock",
         br#"{"run": "killed-first", "beat": 4, "claimed": true, "request_timeout_ms": 0}"#,
-    )
-    .unwrap();
-    s.put_file(&lock, &b, "ds/.bale-tmp-lock").unwrap();
+    );
     // The second run's shard is dated well past the first run's bound.
     std::thread::sleep(Duration::from_secs(3));
     let mut extra: Vec<&str> = SHARDS.to_vec();
@@ -2843,17 +2227,16 @@ fn a_force_run_killed_after_its_clear_leaves_its_own_shards_to_clear() {
         .expect("the pack ended before it could be killed");
     signal(&mut run, libc::SIGKILL);
     let _ = run.finish_within(Duration::from_secs(60));
-    let objects = listing(s, &b, "ds").0;
     assert!(
-        !objects.contains(&"shard-000005.tar".to_owned()),
-        "{objects:?}"
+        !holds(s, &b, "ds", "shard-000005.tar"),
+        "{:?}",
+        objects(s, &b, "ds")
     );
     let tree_s = tree.to_str().unwrap();
     let mut rerun = vec!["pack", "-q", "--force"];
     rerun.extend(SHARDS);
     rerun.extend(["-o", &url, tree_s]);
-    let o = bale(s, &rerun);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&bale(s, &rerun));
     assert_same_objects(s, &url, &local);
 }
 
@@ -2904,9 +2287,13 @@ fn a_shard_removed_under_a_run_is_never_committed() {
         if replaced {
             let store = Store::open(&url, &options(s)).unwrap();
             let size = store.object("shard-000000.tar").unwrap().head().unwrap();
-            let other = t.path().join("same-size.tar");
-            std::fs::write(&other, vec![0x55u8; size as usize]).unwrap();
-            s.put_file(&other, &b, "ds/shard-000000.tar").unwrap();
+            put(
+                s,
+                t.path(),
+                &b,
+                "ds/shard-000000.tar",
+                &vec![0x55u8; size as usize],
+            );
         } else {
             s.delete(&b, "ds/shard-000000.tar").unwrap();
         }
@@ -2953,18 +2340,14 @@ fn an_upload_that_lands_after_its_run_was_undone_is_cleared_by_force() {
     // shard for a run's and clears it. (Without a lock, --force would refuse
     // a tar of bale's names as maybe the user's, and the prefix would stay
     // stuck.)
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(300, &[]);
-    let local = t.path().join("local4");
-    pack_quiet(&tree, &local, &["--shard-size", "4MiB"]);
-    let b = bucket(s, "late-put");
-    let url = format!("s3://{b}/ds");
+    let (s, _t, tree, local, b, url) = setup("late-put", 300, &["--shard-size", "4MiB"]);
     let gate = Gate::start(
         s,
-        format!("PUT /{b}/ds/shard-000001.tar ").into_bytes(),
+        put_of(&b, "ds/shard-000001.tar"),
         GateDoes::HoldRequest,
         1,
     );
+
     let opts = [
         "--shard-size",
         "4MiB",
@@ -2987,7 +2370,7 @@ fn an_upload_that_lands_after_its_run_was_undone_is_cleared_by_force() {
         [".bale-tmp-lock", "shard-000001.tar"],
         "{objects:?}"
     );
-    let o = bale(
+    ok(&bale(
         s,
         &[
             "pack",
@@ -2999,8 +2382,7 @@ fn an_upload_that_lands_after_its_run_was_undone_is_cleared_by_force() {
             &url,
             tree.to_str().unwrap(),
         ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    ));
     assert_same_objects(s, &url, &local);
 }
 
@@ -3010,12 +2392,9 @@ fn a_force_pack_refused_on_its_input_keeps_the_old_dataset_in_the_bucket() {
     // upload: an input refused while it is walked and planned (a FIFO, a
     // label file that does not parse) leaves the old dataset whole, and
     // the message says so.
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(200, &[]);
-    let b = bucket(s, "keep-old");
-    let url = format!("s3://{b}/ds");
+    let (s, t, tree, local, _, url) = setup("keep-old", 200, &[]);
     let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     let bad = t.path().join("bad");
     random_tree(&bad, 50);
     let fifo = bad.join("pipe.bin");
@@ -3047,12 +2426,8 @@ fn a_run_taken_over_during_an_upload_says_so_first() {
     // When the stalled run resumes, its part fails (the upload is gone):
     // the message leads with the takeover, the cause, not with the
     // store's NoSuchUpload.
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(1500, SHARDS);
-    let other = t.path().join("other");
-    random_tree(&other, 200);
-    let b = bucket(s, "taken-part");
-    let url = format!("s3://{b}/ds");
+    let (s, t, tree, _, b, url) = setup("taken-part", 1500, SHARDS);
+    let other = other_tree(&t, 200);
     let gate = Gate::start(
         s,
         format!("PUT /{b}/ds/shard-000001.tar?partNumber=2&").into_bytes(),
@@ -3065,11 +2440,10 @@ fn a_run_taken_over_during_an_upload_says_so_first() {
     gate.wait_held(1, Duration::from_secs(120));
     signal(&mut first, libc::SIGSTOP);
     understate_timeout(s, &b, "ds");
-    let o = bale(
+    ok(&bale(
         s,
         &["pack", "-q", "--force", "-o", &url, other.to_str().unwrap()],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    ));
     gate.release(0);
     signal(&mut first, libc::SIGCONT);
     let o = first.finish_within(Duration::from_secs(120));
@@ -3091,14 +2465,12 @@ fn a_clearing_delete_without_an_answer_makes_the_next_force_wait() {
     // fails, says that the old dataset is gone or partly, keeps its lock
     // with a note, and the next --force says how long it watches that lock
     // (7 s + 6 s) before it writes a whole dataset.
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(200, &[]);
-    let other = t.path().join("other");
-    random_tree(&other, 100);
-    let b = bucket(s, "clear-held");
-    let url = format!("s3://{b}/ds");
-    let o = bale(s, &["pack", "-q", "-o", &url, tree.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
+    let (s, t, tree, _, _, url) = setup("clear-held", 200, &[]);
+    let other = other_tree(&t, 100);
+    ok(&bale(
+        s,
+        &["pack", "-q", "-o", &url, tree.to_str().unwrap()],
+    ));
     let gate = Gate::start(
         s,
         b"<Key>ds/bale.json</Key>".to_vec(),
@@ -3113,20 +2485,12 @@ fn a_clearing_delete_without_an_answer_makes_the_next_force_wait() {
         "max_retries=0",
     ];
     let o = pack_through(s, &gate, &other, &url, &opts).finish_within(Duration::from_secs(120));
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("waits 6 s more"), "{}", text(&o));
-    assert!(
-        err.contains("--force had begun to remove it"),
-        "{}",
-        text(&o)
-    );
-    let store = Store::open(&url, &options(s)).unwrap();
-    let lock = String::from_utf8(object_bytes(&store, ".bale-tmp-lock")).unwrap();
+    failed(&o, 2, &["waits 6 s more", "--force had begun to remove it"]);
+    let lock = String::from_utf8(object(s, &url, ".bale-tmp-lock")).unwrap();
     assert!(lock.contains("\"unanswered_wait_ms\":6000"), "{lock}");
     let started = Instant::now();
     let o = bale(s, &["pack", "--force", "-o", &url, other.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
+    ok(&o);
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("watching it for 13 s"),
         "{}",
@@ -3149,17 +2513,13 @@ fn force_pack_interrupted(
     after: Duration,
 ) -> String {
     if let Some(lock) = lock {
-        let lock_file = tmp.join("lock.json");
-        std::fs::write(&lock_file, lock).unwrap();
-        s.put_file(&lock_file, b, "ds/.bale-tmp-lock").unwrap();
+        put(s, tmp, b, "ds/.bale-tmp-lock", lock.as_bytes());
     }
     let url = format!("s3://{b}/ds");
-    let mut args: Vec<String> = ["pack", "--force", "-o", &url, tree.to_str().unwrap()]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect();
-    args.extend(s.cli_options());
-    let mut run = Running::start(&mut bale_cmd(&args));
+    let mut run = Running::start(&mut bale_cmd(&with_options(
+        s,
+        &["pack", "--force", "-o", &url, tree.to_str().unwrap()],
+    )));
     std::thread::sleep(after);
     signal(&mut run, libc::SIGINT);
     let stopped = Instant::now();
@@ -3179,17 +2539,13 @@ fn ctrl_c_while_force_watches_a_lock_stops_at_once() {
     // 7 s, plus up to 600 s when that run said requests of it may still
     // land. A Ctrl-C then stops it at once, with nothing written and the
     // prefix as it was.
-    let s = Seaweed::shared();
-    let (t, tree, _local) = tree_and_local(50, &[]);
-    let b = bucket(s, "watch-int");
-    let url = format!("s3://{b}/ds");
+    let (s, t, tree, _, b, url) = setup("watch-int", 50, &[]);
     let lock = r#"{"run":"1-dead","pid":1,"host":"elsewhere","tool":"bale","beat":3,"claimed":false,"unanswered_wait_ms":600000}"#;
     let err = force_pack_interrupted(s, &b, t.path(), &tree, Some(lock), Duration::from_secs(2));
     assert!(err.contains("watching it for 607 s"), "{err}");
     assert!(err.contains("is as it was"), "{err}");
-    let store = Store::open(&url, &options(s)).unwrap();
-    assert_eq!(object_bytes(&store, ".bale-tmp-lock"), lock.as_bytes());
-    assert_eq!(listing(s, &b, "ds").0, [".bale-tmp-lock"]);
+    assert_eq!(object(s, &url, ".bale-tmp-lock"), lock.as_bytes());
+    assert_eq!(objects(s, &b, "ds"), [".bale-tmp-lock"]);
 }
 
 #[test]
@@ -3199,19 +2555,21 @@ fn ctrl_c_while_force_waits_out_a_killed_runs_requests_stops_at_once() {
     // that out before it looks at what is there. A Ctrl-C then stops it at
     // once, with nothing of its own written; what the killed run left
     // stays marked as a run's leftovers, so a later --force still clears it.
-    let s = Seaweed::shared();
-    let (t, tree, local) = tree_and_local(50, &[]);
-    let b = bucket(s, "wait-int");
-    let url = format!("s3://{b}/ds");
+    let (s, t, tree, local, b, url) = setup("wait-int", 50, &[]);
     let lock = r#"{"run":"1-dead","pid":1,"host":"elsewhere","tool":"bale","beat":3,"claimed":true,"request_timeout_ms":600000}"#;
-    let leftover = t.path().join("leftover.tar");
-    std::fs::write(&leftover, b"a killed run's shard").unwrap();
-    s.put_file(&leftover, &b, "ds/shard-000003.tar").unwrap();
+    put(
+        s,
+        t.path(),
+        &b,
+        "ds/shard-000003.tar",
+        b"a killed run's shard",
+    );
+
     let err = force_pack_interrupted(s, &b, t.path(), &tree, Some(lock), Duration::from_secs(10));
     assert!(err.contains("watching it for 7 s"), "{err}");
     assert!(err.contains("records a request timeout of 600 s"), "{err}");
     assert_eq!(
-        listing(s, &b, "ds").0,
+        objects(s, &b, "ds"),
         [".bale-tmp-lock", "shard-000003.tar"],
         "{err}"
     );
@@ -3229,10 +2587,9 @@ fn ctrl_c_while_force_waits_out_a_killed_runs_requests_stops_at_once() {
     // The lock left marks the leftover: --force (the wait long over for a
     // lock that says 0 s) clears it and writes the dataset.
     understate_timeout(s, &b, "ds");
-    let o = bale(
+    ok(&bale(
         s,
         &["pack", "-q", "--force", "-o", &url, tree.to_str().unwrap()],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    ));
     assert_same_objects(s, &url, &local);
 }

@@ -249,8 +249,7 @@ fn the_slurm_recipe_packs_parts_into_a_bucket_and_merges_them() {
     let t = tempfile::tempdir().unwrap();
     let tree = t.path().join("tree");
     random_tree(&tree, 300);
-    let b = format!("bale-slurm-{}", std::process::id());
-    weed.create_bucket(&b).unwrap();
+    let b = crate::store::bucket(weed, "slurm");
     let parts = format!("s3://{b}/parts");
     let out = format!("s3://{b}/train");
     let work = t.path().join("jobs");
@@ -334,7 +333,7 @@ fn the_slurm_recipe_packs_parts_into_a_bucket_and_merges_them() {
 
     // The merged dataset holds a single pack's samples, and its objects are
     // the bytes of a local merge of local parts packed the same way.
-    let options = crate::remote::options(weed);
+    let options = crate::store::options(weed);
     let remote = Dataset::options()
         .storage_options(options.clone())
         .open(&out)
