@@ -1528,8 +1528,11 @@ fn force_waits_out_what_a_killed_run_had_in_flight() {
         s,
         &["pack", "--force", "-o", &url, other.to_str().unwrap()],
     )));
-    std::thread::sleep(Duration::from_secs(9).saturating_sub(killed.elapsed()));
-    put(s, t.path(), &b, "ds/shard-000000.tar", &[7u8; 12345]);
+    // Sent 9 s after the kill, timed by the Python process itself once its
+    // client is made: its start-up (seconds on a loaded machine) would
+    // otherwise eat the second of margin.
+    let late = t.path().join("late.tar");
+    std::fs::write(&late, vec![7u8; 12345]).unwrap();
     let at = std::time::SystemTime::now() + Duration::from_secs(9).saturating_sub(killed.elapsed());
     let at = at
         .duration_since(std::time::UNIX_EPOCH)
