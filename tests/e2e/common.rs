@@ -350,3 +350,19 @@ pub(crate) fn mkfifo(path: &Path) {
         .unwrap();
     assert!(o.status.success(), "mkfifo {}: {o:?}", path.display());
 }
+
+/// A command's exit code, stdout and stderr as one text, for a snapshot of
+/// its whole output (`insta::assert_snapshot!`), with each `(from, to)` of
+/// `redact` replaced in both streams (a temporary folder's path, say).
+pub(crate) fn shown(o: &std::process::Output, redact: &[(&str, &str)]) -> String {
+    let mut text = format!(
+        "exit code: {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for (from, to) in redact {
+        text = text.replace(from, to);
+    }
+    text
+}

@@ -6,6 +6,7 @@ use std::path::Path;
 use bale_format::{Compression, CreatedBy, Manifest, Member, ShardFileWriter};
 use serde_json::Value;
 
+use crate::common::shown;
 use crate::verify::{PNG, bale, caption, make_dataset, text};
 
 fn s(p: &Path) -> &str {
@@ -19,25 +20,9 @@ fn ls_lists_every_sample_in_order() {
         make_dataset(tmp.path(), c, false);
         let out = bale(&["ls", s(tmp.path())]);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let stdout = text(&out.stdout);
-        let lines: Vec<&str> = stdout.lines().collect();
-        assert_eq!(lines.len(), 12);
-        assert_eq!(
-            lines[0],
-            format!(
-                "0\tcat/0000\tcat\tpng:{},cls:1,txt:{}",
-                PNG.len(),
-                caption(0).len()
-            )
-        );
-        assert_eq!(
-            lines[7],
-            format!(
-                "7\tdog/0007\tdog\tpng:{},cls:1,txt:{}",
-                PNG.len(),
-                caption(7).len()
-            )
-        );
+        // Every sample's line (index, key, label, members and sizes), the
+        // same whichever the compression.
+        insta::assert_snapshot!("ls", text(&out.stdout));
         let out = bale(&["ls", "--json", s(tmp.path())]);
         let first: Value = serde_json::from_str(text(&out.stdout).lines().nth(5).unwrap()).unwrap();
         assert_eq!(
@@ -67,31 +52,20 @@ fn get_by_index_and_key_to_stdout() {
     assert_eq!(by_key.stdout, by_index.stdout);
     let png = bale(&["get", s(tmp.path()), "cat/0004", "--ext", "png"]);
     assert_eq!(png.stdout, PNG);
-    // Unknown member, unknown key, index out of range: errors naming what is missing.
-    let out = bale(&["get", s(tmp.path()), "3", "--ext", "jpg"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("has no member \"jpg\""),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = bale(&["get", s(tmp.path()), "12", "--ext", "txt"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("12 is not an index: the dataset has 12 samples"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = bale(&["get", s(tmp.path()), "bird/0001", "--ext", "txt"]);
-    assert!(text(&out.stderr).contains("no sample with key \"bird/0001\""));
-    // Without --ext or -o: says what to do.
-    let out = bale(&["get", s(tmp.path()), "3"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("--ext EXT"),
-        "{}",
-        text(&out.stderr)
-    );
+    // Unknown member, index out of range, unknown key: errors naming what
+    // is missing; without --ext or -o, what to do. The whole messages.
+    for (name, args) in [
+        ("get-no-member", &["3", "--ext", "jpg"][..]),
+        ("get-index-out-of-range", &["12", "--ext", "txt"]),
+        ("get-no-key", &["bird/0001", "--ext", "txt"]),
+        ("get-neither-ext-nor-out", &["3"]),
+    ] {
+        let mut all = vec!["get", s(tmp.path())];
+        all.extend(args);
+        let out = bale(&all);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", text(&out.stderr));
+        insta::assert_snapshot!(name, shown(&out, &[(s(tmp.path()), "[DS]")]));
+    }
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use bale_format::Compression;
 use serde_json::{Value, json};
 
+use crate::common::shown;
 use crate::verify::{PNG, bale, caption, make_dataset, text};
 
 fn stat_json(path: &std::path::Path) -> Value {
@@ -124,26 +125,9 @@ fn dataset_human_output() {
     make_dataset(tmp.path(), Compression::Zstd, false);
     let out = bale(&["stat", tmp.path().to_str().unwrap()]);
     assert!(out.status.success());
-    let s = text(&out.stdout);
-    assert!(
-        s.contains("made by      bale test e2e-fixture {\"shard_samples\":4}"),
-        "{s}"
-    );
-    assert!(
-        s.contains("samples      12 in 3 shards (36 members)"),
-        "{s}"
-    );
-    assert!(s.contains("zstd compressed"), "{s}");
-    assert!(s.contains("shard-000002.tar.zst"), "{s}");
-    assert!(
-        s.lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["0", "cat", "6"]),
-        "{s}"
-    );
-    assert!(
-        s.lines().any(|l| l.starts_with("sample size  mean ")),
-        "{s}"
-    );
+    // The whole report: the maker, the counts, the shard table, the label
+    // histogram and the size percentiles.
+    insta::assert_snapshot!(shown(&out, &[(tmp.path().to_str().unwrap(), "[DS]")]));
     // --no-labels skips the histogram.
     let out = bale(&[
         "stat",
@@ -205,11 +189,5 @@ fn plain_tree_before_packing() {
     assert_eq!(v["file_bytes"]["max"], 3000);
     assert_eq!(v["file_bytes"]["p50"], 50);
     let out = bale(&["stat", root.to_str().unwrap()]);
-    let s = text(&out.stdout);
-    assert!(s.contains("not a bale dataset"), "{s}");
-    assert!(
-        s.contains("files        7 (4.57 KiB), forming 3 samples"),
-        "{s}"
-    );
-    assert!(s.contains("2 files without an extension"), "{s}");
+    insta::assert_snapshot!(shown(&out, &[(root.to_str().unwrap(), "[TREE]")]));
 }

@@ -108,6 +108,24 @@ fn verify_json(dir: &Path, extra: &[&str]) -> (i32, Value) {
     (code, v)
 }
 
+/// Verify's exit code, stdout and stderr as one text for a snapshot, the
+/// dataset's path written `[DS]` and the time the summary says `[T]s`.
+fn report(code: i32, out: &str, err: &str, ds: &Path) -> String {
+    let text = format!("exit code: {code}\n--- stdout\n{out}--- stderr\n{err}")
+        .replace(ds.to_str().unwrap(), "[DS]");
+    let mut parts = text.split(" read in ");
+    let mut shown = parts.next().unwrap_or_default().to_owned();
+    for rest in parts {
+        let time = rest.len()
+            - rest
+                .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.')
+                .len();
+        shown.push_str(" read in [T]");
+        shown.push_str(&rest[time..]);
+    }
+    shown
+}
+
 fn flip(path: &Path, at: u64, mask: u8) {
     let mut b = std::fs::read(path).unwrap();
     b[at as usize] ^= mask;
@@ -122,10 +140,8 @@ fn clean_dataset_passes_both_levels() {
         make_dataset(&ds, c, false);
         let (code, out, err) = verify(&ds, &[]);
         assert_eq!((code, out.as_str()), (0, ""), "{err}");
-        assert!(
-            err.contains(": ok (full check of 3 shards, 12 samples"),
-            "{err}"
-        );
+        // The summary says what was checked.
+        insta::assert_snapshot!(format!("verify-clean-{c:?}"), report(code, &out, &err, &ds));
         let (code, v) = verify_json(&ds, &["--quick"]);
         assert_eq!(code, 0);
         assert_eq!(v["ok"], true);
@@ -140,8 +156,10 @@ fn clean_dataset_passes_both_levels() {
 
 /// Damages a fresh copy of the fixture with `damage`, then checks that verify
 /// (at the given level) exits 1 and names the problem: the first stdout line
-/// that starts with `line_start` contains every string of `contains`.
+/// that starts with `line_start` contains every string of `contains`, and
+/// the whole report is the snapshot `name` (`name-quick` for `--quick`).
 fn caught(
+    name: &str,
     level: &[&str],
     damage: impl Fn(&Path, &Manifest),
     line_start: &str,
@@ -152,6 +170,15 @@ fn caught(
     let m = make_dataset(&ds, Compression::None, false);
     damage(&ds, &m);
     let (code, out, err) = verify(&ds, level);
+    let quick = if level.contains(&"--quick") {
+        "-quick"
+    } else {
+        ""
+    };
+    insta::assert_snapshot!(
+        format!("verify-{name}{quick}"),
+        report(code, &out, &err, &ds)
+    );
     assert_eq!(
         code, 1,
         "verify {level:?} should fail\nstdout: {out}\nstderr: {err}"
@@ -175,6 +202,7 @@ fn caught(
 fn truncated_shard_is_caught() {
     for level in [&[][..], &["--quick"][..]] {
         caught(
+            "truncated",
             level,
             |ds, m| {
                 let p = ds.join(&m.shards[1].file);
@@ -197,6 +225,7 @@ fn flipped_bit_in_a_member_is_caught_by_the_full_check() {
         flip(&ds.join(&m.shards[1].file), txt.offset + 5, 0x20);
     };
     let v = caught(
+        "flipped-member",
         &[],
         damage,
         "shard-000001.tar: key \"dog/0007\" member \"txt\" at offset ",
@@ -242,6 +271,7 @@ fn flipped_bit_in_a_member_of_a_zstd_shard_is_caught() {
 fn flipped_bit_in_an_index_is_caught() {
     for level in [&[][..], &["--quick"][..]] {
         caught(
+            "flipped-index",
             level,
             |ds, m| flip(&ds.join(&m.shards[2].index), 100, 0x04),
             "shard-000002.tar: index shard-000002.idx is damaged",
@@ -253,6 +283,7 @@ fn flipped_bit_in_an_index_is_caught() {
 #[test]
 fn missing_shard_is_caught() {
     caught(
+        "missing-shard",
         &[],
         |ds, m| std::fs::remove_file(ds.join(&m.shards[0].file)).unwrap(),
         "shard-000000.tar: shard file is missing",
@@ -263,6 +294,7 @@ fn missing_shard_is_caught() {
 #[test]
 fn extra_unknown_shard_is_caught() {
     let v = caught(
+        "unknown-shard",
         &["--quick"],
         |ds, m| {
             std::fs::copy(ds.join(&m.shards[0].file), ds.join("shard-000003.tar")).unwrap();
@@ -277,6 +309,7 @@ fn extra_unknown_shard_is_caught() {
 fn manifest_count_off_by_one_is_caught() {
     // The total.
     caught(
+        "manifest-total-off",
         &[],
         |ds, _| {
             let mut v: Value =
@@ -289,6 +322,7 @@ fn manifest_count_off_by_one_is_caught() {
     );
     // One shard's count, with the total kept consistent: the index disagrees.
     caught(
+        "manifest-shard-off",
         &["--quick"],
         |ds, _| {
             let mut v: Value =
@@ -652,11 +686,40 @@ fn renamed_split_runs_verify_clean_when_the_manifest_records_rename_split() {
 // ---------------------------------------------------------------------------
 // `--help`: each command's own long help, not the one-line summary.
 
-/// The text of `bale ARGS` (stdout), which must succeed.
+/// The text of `bale ARGS` (stdout), which must succeed, laid out for a
+/// terminal of 100 columns whatever the test's own.
 fn help(args: &[&str]) -> String {
-    let out = bale(args);
+    let out = Command::new(bale_tests::bale_bin())
+        .args(args)
+        .env("COLUMNS", "100")
+        .env("LINES", "50")
+        .output()
+        .expect("cannot run bale");
     assert!(out.status.success(), "bale {args:?}: {}", text(&out.stderr));
     text(&out.stdout)
+}
+
+#[test]
+fn every_help_text_is_as_snapshotted() {
+    // The whole text: a change of wording, order or layout shows in review.
+    insta::assert_snapshot!("help", help(&["--help"]));
+    for cmd in [
+        "pack",
+        "merge",
+        "convert",
+        "verify",
+        "stat",
+        "ls",
+        "get",
+        "index",
+        "export-index",
+        "stage",
+        "unstage",
+        "bench",
+    ] {
+        insta::assert_snapshot!(format!("help-{cmd}"), help(&[cmd, "--help"]));
+        insta::assert_snapshot!(format!("help-{cmd}-short"), help(&[cmd, "-h"]));
+    }
 }
 
 #[test]
