@@ -1,4 +1,4 @@
-//! "Nothing lost" (DESIGN.md, Promises to the user's data): no command
+//! "Nothing lost" (docs/reliability.md, promise 1): no command
 //! overwrites or deletes a file it did not create unless `--force` says so,
 //! and `--force` never deletes or replaces a file an input refers to; it
 //! refuses, naming the file. A failed `pack`, `convert` or `index` removes

@@ -1,5 +1,5 @@
-//! "Nothing reported as success that is wrong" (DESIGN.md, Promises to the
-//! user's data): every command that writes a dataset holds an exclusive lock
+//! "Nothing reported as success that is wrong" (docs/reliability.md,
+//! promises 2 and 3): every command that writes a dataset holds an exclusive lock
 //! on its output, so a second writer fails at once; `ls`, `get` and `stat`
 //! refuse an index that does not match the manifest; a file rewritten while
 //! `bale pack` reads it is never stored torn; `bale verify` of a dataset
