@@ -116,6 +116,8 @@ fn an_empty_dotted_extension_is_called_an_invalid_extension() {
         "pack should say the extension \".b.txt\" of x/a..b.txt is not valid: {}",
         o.describe()
     );
+    // The whole message: what, why, and that nothing was written.
+    insta::assert_snapshot!(err.replace(t.path().to_str().unwrap(), "[TMP]"));
     assert!(!out.join("bale.json").exists());
 }
 
@@ -136,5 +138,6 @@ fn a_brace_pattern_expanding_too_far_fails_fast_naming_it() {
         "bale index {pattern:?} should fail at once, naming the pattern as typed and the limit: {}",
         o.describe()
     );
+    insta::assert_snapshot!(err);
     assert!(!t.path().join("ds").exists(), "nothing written");
 }
