@@ -94,7 +94,7 @@ const BENCHES: &[Bench] = &[
     },
     Bench {
         name: "loader",
-        about: "bale.Loader's decoded, augmented batches, against torchvision, bale.Dataset + DataLoader and DALI",
+        about: "bale.Loader's decoded, augmented batches (plain crop, segmentation, detection), against torchvision, bale.Dataset + DataLoader, DALI and FFCV",
         runs: &[Run::Custom {
             run: crate::bench_loader::run,
         }],
