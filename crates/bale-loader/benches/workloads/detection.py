@@ -36,10 +36,12 @@ Rows:
   fn.readers.webdataset (jpg, json); the JSON parsed by fn.python_function
   (DALI has no JSON operator; a Python function in the graph makes DALI run
   without its pipelined, asynchronous executor); fn.peek_image_shape for the
-  scale, fn.decoders.image + fn.resize to ScaleJitter's floor(h r) x floor(w r),
-  fn.slice of 1024x1024 at a random anchor with out_of_bounds_policy="pad" (pad
-  right and bottom, crop where larger: FixedSizeCrop), fn.flip, and the boxes
-  scaled, shifted, clipped and flipped by DALI's arithmetic operators. DALI
+  scale to ScaleJitter's floor(h r) x floor(w r) and FixedSizeCrop's random
+  window of it; fn.decoders.image_slice decodes only the window's region of
+  the source (with a margin for the filter) and fn.resize(roi_start, roi_end)
+  scales it to the window (the same pixels as scaling all, then cropping),
+  fn.pad to 1024x1024 (right and bottom), fn.flip; the boxes scaled, shifted,
+  clipped and flipped by DALI's arithmetic operators. DALI
   cannot drop boxes: no operator removes the elements of a tensor by a
   condition (fn.random_bbox_crop prunes boxes, but by its own rules of a crop it
   picks), so the graph computes SanitizeBoundingBoxes' keep mask (width and
@@ -186,19 +188,36 @@ def dali_loader(dataset: Path, n_cores: int, seed: int):
         # ScaleJitter: r = min(H/h, W/w) * U(lo, hi), sizes floor(h r) x floor(w r).
         r = dmath.min(height / h, width / w) * fn.random.uniform(range=[lo, hi])
         nh, nw = dmath.floor(h * r), dmath.floor(w * r)
-        img = fn.decoders.image(jpg, device="cpu", output_type=types.RGB)
-        img = fn.resize(img, resize_x=nw, resize_y=nh, antialias=True)
         # FixedSizeCrop: a random window where larger, padding right and bottom where smaller.
-        top = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * dmath.max(nh - height, 0.0))
-        left = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * dmath.max(nw - width, 0.0))
-        img = fn.slice(
-            img,
-            start=fn.cast(fn.stack(top, left), dtype=types.INT32),
-            shape=[height, width],
+        ch, cw = dmath.min(nh, float(height)), dmath.min(nw, float(width))
+        top = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * (nh - ch))
+        left = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * (nw - cw))
+        # Decode only the window's region of the source (with a margin for the
+        # filter) and scale it to the window: as resizing all, then cropping.
+        sy, sx = nh / h, nw / w
+        y0, y1, x0, x1 = top / sy, (top + ch) / sy, left / sx, (left + cw) / sx
+        margin = 4.0
+        a0 = dmath.max(dmath.floor(y0) - margin, 0.0)
+        b0 = dmath.max(dmath.floor(x0) - margin, 0.0)
+        a1 = dmath.min(dmath.ceil(y1) + margin, h)
+        b1 = dmath.min(dmath.ceil(x1) + margin, w)
+        part = fn.decoders.image_slice(
+            jpg,
+            start=fn.cast(fn.stack(a0, b0), dtype=types.INT32),
+            end=fn.cast(fn.stack(a1, b1), dtype=types.INT32),
             axis_names="HW",
-            out_of_bounds_policy="pad",
-            fill_values=0,
+            output_type=types.RGB,
         )
+        img = fn.resize(
+            part,
+            size=fn.stack(ch, cw),
+            roi_start=fn.stack(y0 - a0, x0 - b0),
+            roi_end=fn.stack(y1 - a0, x1 - b0),
+            roi_relative=False,
+            interp_type=types.INTERP_LINEAR,
+            antialias=True,
+        )
+        img = fn.pad(img, axis_names="HW", shape=[height, width], fill_value=0)
         sx, sy = nw / w, nh / h
         b = boxes * fn.stack(sx, sy, sx, sy) - fn.stack(left, top, left, top)
         b = dmath.clamp(b, 0.0, float(max(height, width)))
