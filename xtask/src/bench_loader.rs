@@ -19,7 +19,8 @@
 //!    `target/bench/loader/results.json`.
 //!
 //! `-- --only seg,det` (the script's option) makes and runs only those
-//! workloads; the other arguments after `--` go to the script too
+//! workloads (without `plain`, the ImageNet-like tree is not generated
+//! either); the other arguments after `--` go to the script too
 //! (`-- --help` lists them).
 
 use std::path::Path;
@@ -75,6 +76,11 @@ fn selected(extra: &[String]) -> Vec<String> {
         .split(',')
         .map(str::to_string)
         .collect()
+}
+
+/// True when the run reads the ImageNet-like tree (its plain row is selected).
+pub fn reads_tree(extra: &[String]) -> bool {
+    selected(extra).iter().any(|k| k == "plain")
 }
 
 /// Builds, installs, makes and packs the corpora and runs the loader benchmark;
@@ -153,5 +159,7 @@ mod tests {
         assert_eq!(selected(&args(&["--rounds", "1"])), ["plain", "seg", "det"]);
         assert_eq!(selected(&args(&["--only", "seg,det"])), ["seg", "det"]);
         assert_eq!(selected(&args(&["--only=det", "--batches", "2"])), ["det"]);
+        assert!(reads_tree(&args(&["--only", "seg,plain"])));
+        assert!(!reads_tree(&args(&["--only", "seg,det"])));
     }
 }
