@@ -78,15 +78,20 @@ fn selected(extra: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// True when the run reads the ImageNet-like tree (its plain row is selected).
+/// True when the run reads the ImageNet-like tree: its plain row is selected,
+/// and the script is not only asked for its `--help`.
 pub fn reads_tree(extra: &[String]) -> bool {
-    selected(extra).iter().any(|k| k == "plain")
+    !wants_help(extra) && selected(extra).iter().any(|k| k == "plain")
+}
+
+fn wants_help(extra: &[String]) -> bool {
+    extra.iter().any(|a| a == "--help" || a == "-h")
 }
 
 /// Builds, installs, makes and packs the corpora and runs the loader benchmark;
 /// `extra` goes to the script.
 pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<()> {
-    if extra.iter().any(|a| a == "--help" || a == "-h") {
+    if wants_help(extra) {
         return util::run(Command::new(python).arg(root.join(SCRIPT)).arg("--help"));
     }
     let only = selected(extra);
@@ -161,5 +166,6 @@ mod tests {
         assert_eq!(selected(&args(&["--only=det", "--batches", "2"])), ["det"]);
         assert!(reads_tree(&args(&["--only", "seg,plain"])));
         assert!(!reads_tree(&args(&["--only", "seg,det"])));
+        assert!(!reads_tree(&args(&["--help"])));
     }
 }
