@@ -198,6 +198,15 @@ mod tests {
         assert!(counts[0] < counts[counts.len() - 1], "{counts:?}");
     }
 
+    #[test]
+    fn a_sample_is_a_function_of_its_seed_and_index() {
+        let a = sample(&mut Rng::new(5, 9), 80).unwrap();
+        let b = sample(&mut Rng::new(5, 9), 80).unwrap();
+        let c = sample(&mut Rng::new(5, 10), 80).unwrap();
+        assert_eq!((&a.jpeg, &a.json), (&b.jpeg, &b.json));
+        assert_ne!(a.json, c.json);
+    }
+
     /// Width and height from a baseline JPEG's SOF0 segment.
     fn jpeg_size(jpeg: &[u8]) -> (usize, usize) {
         let at = jpeg

@@ -521,6 +521,15 @@ mod tests {
     }
 
     #[test]
+    fn a_sample_is_a_function_of_its_seed_and_index() {
+        let a = sample(&mut Rng::new(2, 4), 19).unwrap();
+        let b = sample(&mut Rng::new(2, 4), 19).unwrap();
+        let c = sample(&mut Rng::new(2, 5), 19).unwrap();
+        assert_eq!((&a.jpeg, &a.mask_png), (&b.jpeg, &b.mask_png));
+        assert_ne!(a.mask_png, c.mask_png);
+    }
+
+    #[test]
     fn fewer_classes_fold_the_ids_and_keep_the_ignore_index() {
         let s = sample(&mut Rng::new(0, 3), 5).unwrap();
         let (_, labels) = decode_grey(&s.mask_png);
