@@ -94,7 +94,7 @@ const BENCHES: &[Bench] = &[
     },
     Bench {
         name: "loader",
-        about: "bale.Loader's decoded, augmented batches, against torchvision, bale.Dataset + DataLoader and DALI",
+        about: "bale.Loader's decoded, augmented batches (plain crop, segmentation, detection), against torchvision, bale.Dataset + DataLoader, DALI and FFCV",
         runs: &[Run::Custom {
             run: crate::bench_loader::run,
         }],
@@ -184,7 +184,10 @@ pub fn main(mut args: Args) -> Result<()> {
         crate::bench_python::tree_paths(&extra)
     };
     let names = |own: &std::path::Path| named.iter().any(|p| root.join(p) == own);
-    if !own_trees || names(&tree) {
+    // `bench loader -- --only seg,det` reads its own corpora only.
+    let loader_only_own =
+        selected.iter().all(|b| b.name == "loader") && !crate::bench_loader::reads_tree(&extra);
+    if (!own_trees && !loader_only_own) || names(&tree) {
         gen_tree::generate(&tree, &tree_params()).context("generating the benchmark tree")?;
     }
     // The pack group also packs a tree of many small files.

@@ -9,9 +9,15 @@
 //!   noise of varying strength, so sizes vary like photos' do (about 110 KB on
 //!   average). Class directories are named like ImageNet's WordNet ids (`n01440764`).
 //! - `png`: 32x32 RGB PNGs of about 2 KB, like CIFAR; classes `class_000`, ...
+//! - `seg`: Cityscapes-like samples in one directory, `OUT/frame_<index>.jpg`
+//!   (2048x1024) with its label map `OUT/frame_<index>.mask.png` (8-bit grey,
+//!   classes 0-18 and 255): see [`segmentation`].
+//! - `det`: COCO-like samples in one directory, `OUT/<index, 12 digits>.jpg`
+//!   (640x480 and COCO's other usual sizes) with `OUT/<index>.json` holding 1-50
+//!   boxes and their labels: see [`detection`].
 //!
-//! With `--json-every K`, every K-th sample also gets a sidecar `<stem>.json`, so the
-//! tree has multi-member samples.
+//! With `--json-every K`, every K-th sample of `jpeg` or `png` also gets a sidecar
+//! `<stem>.json`, so the tree has multi-member samples.
 //!
 //! A stamp file (`.bale-gen-tree`) is written into OUT last; a rerun with the same
 //! parameters finds it and does nothing. A tree left incomplete, or made with other
@@ -30,6 +36,9 @@ use anyhow::{Context, Result, bail};
 
 use crate::util::{self, Args};
 
+mod detection;
+mod segmentation;
+
 /// Name of the stamp written into OUT once the tree is complete.
 const STAMP: &str = ".bale-gen-tree";
 /// Marker present while a tree is being written (removed when the stamp lands).
@@ -38,13 +47,19 @@ const PARTIAL: &str = ".bale-gen-tree.partial";
 const GENERATOR_VERSION: u32 = 1;
 
 pub const USAGE: &str = "\
-usage: cargo xtask gen-tree OUT --files N --classes C [--kind jpeg|png] [--seed S] [--json-every K]
+usage: cargo xtask gen-tree OUT --files N --classes C [--kind jpeg|png|seg|det] [--seed S] [--json-every K]
 
-Writes a deterministic ImageNet-like tree OUT/<class>/<class>_<index>.<ext>.
+Writes a deterministic ImageNet-like tree OUT/<class>/<class>_<index>.<ext>, or a
+Cityscapes-like or COCO-like one (seg, det) with its targets.
   --files N        number of images
-  --classes C      number of class directories (images are spread round-robin)
+  --classes C      number of class directories (images are spread round-robin);
+                   seg: classes in the masks (default 19), det: box labels 1..=C (default 80)
   --kind K         jpeg (default): ~110 KB photos-like JPEGs, classes n01440764-style
                    png: ~2 KB 32x32 PNGs, classes class_000-style
+                   seg: OUT/frame_<i>.jpg, 2048x1024 street scenes, with
+                        OUT/frame_<i>.mask.png, 8-bit grey label maps (0-18, 255 ignored)
+                   det: OUT/<i, 12 digits>.jpg, COCO's sizes (~640x480), with
+                        OUT/<i>.json: {\"boxes\": [[x1, y1, x2, y2], ...], \"labels\": [...]}, 1-50 boxes
   --seed S         seed (default 0); the same seed gives a byte-identical tree
   --json-every K   also write a <stem>.json sidecar for every K-th image (default 0: none)
 Does nothing when OUT already holds a complete tree made with the same parameters.";
@@ -56,6 +71,10 @@ pub enum Kind {
     Jpeg,
     /// 32x32 PNGs, about 2 KB each.
     Png,
+    /// Cityscapes-like 2048x1024 JPEGs with 8-bit label-map PNGs.
+    Segmentation,
+    /// COCO-like JPEGs with a JSON member of boxes and labels.
+    Detection,
 }
 
 impl Kind {
@@ -63,13 +82,38 @@ impl Kind {
         match self {
             Kind::Jpeg => "jpeg",
             Kind::Png => "png",
+            Kind::Segmentation => "seg",
+            Kind::Detection => "det",
         }
     }
 
     fn ext(self) -> &'static str {
         match self {
-            Kind::Jpeg => "jpg",
+            Kind::Jpeg | Kind::Segmentation | Kind::Detection => "jpg",
             Kind::Png => "png",
+        }
+    }
+
+    /// What the sidecars of this kind are, for messages.
+    fn sidecar_name(self) -> &'static str {
+        match self {
+            Kind::Jpeg | Kind::Png => "JSON sidecars",
+            Kind::Segmentation => "masks",
+            Kind::Detection => "JSON box files",
+        }
+    }
+
+    /// True for the kinds whose images sit in class directories.
+    fn has_class_dirs(self) -> bool {
+        matches!(self, Kind::Jpeg | Kind::Png)
+    }
+
+    /// The classes when `--classes` is not given, for the kinds that have a default.
+    fn default_classes(self) -> Option<usize> {
+        match self {
+            Kind::Jpeg | Kind::Png => None,
+            Kind::Segmentation => Some(19),
+            Kind::Detection => Some(80),
         }
     }
 }
@@ -80,7 +124,9 @@ impl std::str::FromStr for Kind {
         match s {
             "jpeg" | "jpg" => Ok(Kind::Jpeg),
             "png" => Ok(Kind::Png),
-            _ => Err("expected jpeg or png".into()),
+            "seg" | "segmentation" => Ok(Kind::Segmentation),
+            "det" | "detection" => Ok(Kind::Detection),
+            _ => Err("expected jpeg, png, seg or det".into()),
         }
     }
 }
@@ -90,7 +136,7 @@ impl std::str::FromStr for Kind {
 pub struct Params {
     /// Number of images.
     pub files: usize,
-    /// Number of class directories.
+    /// Number of class directories (`seg`: classes in the masks; `det`: box labels).
     pub classes: usize,
     /// Image kind.
     pub kind: Kind,
@@ -117,13 +163,19 @@ impl Params {
         match self.kind {
             // Increasing, so sorting the names keeps class order.
             Kind::Jpeg => format!("n{:08}", 1_440_764 + c * 9_973),
-            Kind::Png => format!("class_{c:03}"),
+            Kind::Png | Kind::Segmentation | Kind::Detection => format!("class_{c:03}"),
         }
     }
 
     fn stem(&self, index: usize) -> String {
-        let class = self.class_name(index % self.classes);
-        format!("{class}/{class}_{index:06}")
+        match self.kind {
+            Kind::Jpeg | Kind::Png => {
+                let class = self.class_name(index % self.classes);
+                format!("{class}/{class}_{index:06}")
+            }
+            Kind::Segmentation => format!("frame_{index:06}"),
+            Kind::Detection => format!("{index:012}"),
+        }
     }
 }
 
@@ -132,7 +184,7 @@ impl Params {
 pub struct Summary {
     /// Image files in the tree.
     pub images: usize,
-    /// Sidecar JSON files in the tree.
+    /// Sidecar files in the tree (JSON files; `seg`'s masks).
     pub sidecars: usize,
     /// Total bytes of the image files.
     pub image_bytes: u64,
@@ -145,10 +197,11 @@ pub fn main(mut args: Args) -> Result<()> {
         return Ok(());
     }
     let files = args.value("--files")?.context("--files N is required")?;
-    let classes = args
-        .value("--classes")?
-        .context("--classes C is required")?;
+    let classes: Option<usize> = args.value("--classes")?;
     let kind = args.value("--kind")?.unwrap_or(Kind::Jpeg);
+    let classes = classes
+        .or(kind.default_classes())
+        .context("--classes C is required")?;
     let seed = args.value("--seed")?.unwrap_or(0);
     let json_every = args.value("--json-every")?.unwrap_or(0);
     let out = args
@@ -171,6 +224,12 @@ pub fn generate(out: &Path, params: &Params) -> Result<Summary> {
     if params.files == 0 || params.classes == 0 {
         bail!("--files and --classes must be at least 1");
     }
+    if params.kind == Kind::Segmentation && params.classes > 255 {
+        bail!("--kind seg holds at most 255 classes (255 is the ignore index)");
+    }
+    if !params.kind.has_class_dirs() && params.json_every > 0 {
+        bail!("--json-every is for --kind jpeg or png (seg and det samples have their targets)");
+    }
     let stamp = params.stamp();
     if fs::read_to_string(out.join(STAMP)).is_ok_and(|s| s == stamp) {
         let summary = measure(out, params)?;
@@ -187,7 +246,12 @@ pub fn generate(out: &Path, params: &Params) -> Result<Summary> {
     let start = Instant::now();
     fs::write(out.join(PARTIAL), &stamp)
         .with_context(|| format!("cannot write into {}", out.display()))?;
-    for c in 0..params.classes.min(params.files) {
+    let class_dirs = if params.kind.has_class_dirs() {
+        params.classes.min(params.files)
+    } else {
+        0
+    };
+    for c in 0..class_dirs {
         let dir = out.join(params.class_name(c));
         fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -266,7 +330,7 @@ pub fn generate(out: &Path, params: &Params) -> Result<Summary> {
         util::bytes(image_bytes),
         util::bytes(image_bytes / params.files as u64),
         if summary.sidecars > 0 {
-            format!(" and {} JSON sidecars", summary.sidecars)
+            format!(" and {} {}", summary.sidecars, params.kind.sidecar_name())
         } else {
             String::new()
         },
@@ -318,6 +382,9 @@ fn measure(out: &Path, params: &Params) -> Result<Summary> {
 }
 
 fn sidecar_count(params: &Params) -> usize {
+    if !params.kind.has_class_dirs() {
+        return params.files;
+    }
     match params.json_every {
         0 => 0,
         k => params.files.div_ceil(k),
@@ -334,6 +401,20 @@ fn write_sample(out: &Path, params: &Params, index: usize) -> Result<u64> {
     let bytes = match params.kind {
         Kind::Jpeg => jpeg(&mut rng)?,
         Kind::Png => png(&mut rng)?,
+        Kind::Segmentation => {
+            let s = segmentation::sample(&mut rng, params.classes)?;
+            let path = out.join(format!("{}.mask.png", params.stem(index)));
+            fs::write(&path, &s.mask_png)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            s.jpeg
+        }
+        Kind::Detection => {
+            let s = detection::sample(&mut rng, params.classes)?;
+            let path = out.join(format!("{}.json", params.stem(index)));
+            fs::write(&path, &s.json)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            s.jpeg
+        }
     };
     let path = image_path(out, params, index);
     fs::write(&path, &bytes).with_context(|| format!("cannot write {}", path.display()))?;

@@ -4,6 +4,7 @@
 //! `util` holds what they share. Messages and progress go to stderr.
 
 mod bench;
+mod bench_ffcv;
 mod bench_loader;
 mod bench_python;
 mod bench_remote;
