@@ -65,6 +65,8 @@ pub struct RegionDecoder {
     /// Scratch for decoded pixels; its first `valid` bytes are the last decode.
     pixels: Vec<u8>,
     valid: usize,
+    /// Scratch for an image in its own colour type, before it becomes RGB.
+    native: Vec<u8>,
     resizer: Resizer,
     max_pixels: u64,
 }
@@ -74,10 +76,68 @@ impl Default for RegionDecoder {
         RegionDecoder {
             pixels: Vec::new(),
             valid: 0,
+            native: Vec::new(),
             resizer: Resizer::default(),
             max_pixels: crate::DEFAULT_MAX_PIXELS,
         }
     }
+}
+
+/// Grows `v` to at least `n` bytes without aborting the process when the
+/// memory is not there (an image near a raised pixel limit).
+fn grow(ext: &str, v: &mut Vec<u8>, n: usize) -> Result<(), ImageError> {
+    if v.len() < n {
+        v.try_reserve(n - v.len()).map_err(|_| {
+            decode_err(ext, format!("no memory for the {n} bytes of its decoded pixels"))
+        })?;
+        v.resize(n, 0);
+    }
+    Ok(())
+}
+
+/// Turns `native` pixels of colour type `color` into RGB in `rgb`, as
+/// Pillow's `Image.open(f).convert("RGB")` does: alpha dropped (not
+/// composited); 16-bit grey (Pillow's `I;16`) clipped to 255; 16-bit grey
+/// with alpha, RGB and RGBA (Pillow's `LA`, `RGB`, `RGBA`, read from the
+/// `;16B` raw modes) their high byte; floats (0 to 1) scaled to 0-255.
+fn pillow_rgb(
+    ext: &str,
+    color: image::ColorType,
+    native: &[u8],
+    pixels: usize,
+    rgb: &mut Vec<u8>,
+) -> Result<(), ImageError> {
+    use image::ColorType as C;
+    grow(ext, rgb, pixels * 3)?;
+    let out = &mut rgb[..pixels * 3];
+    let u16s = |b: &[u8]| u16::from_ne_bytes([b[0], b[1]]);
+    let f32s = |b: &[u8]| {
+        let v = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+        (v.clamp(0.0, 1.0) * 255.0).round() as u8
+    };
+    let mut each = |size: usize, f: &dyn Fn(&[u8]) -> [u8; 3]| {
+        for (o, i) in out.chunks_exact_mut(3).zip(native.chunks_exact(size)) {
+            o.copy_from_slice(&f(i));
+        }
+    };
+    match color {
+        C::Rgb8 => out.copy_from_slice(&native[..pixels * 3]),
+        C::L8 => each(1, &|p| [p[0]; 3]),
+        C::La8 => each(2, &|p| [p[0]; 3]),
+        C::Rgba8 => each(4, &|p| [p[0], p[1], p[2]]),
+        C::L16 => each(2, &|p| [u16s(p).min(255) as u8; 3]),
+        C::La16 => each(4, &|p| [(u16s(p) >> 8) as u8; 3]),
+        C::Rgb16 => each(6, &|p| {
+            [(u16s(p) >> 8) as u8, (u16s(&p[2..]) >> 8) as u8, (u16s(&p[4..]) >> 8) as u8]
+        }),
+        C::Rgba16 => each(8, &|p| {
+            [(u16s(p) >> 8) as u8, (u16s(&p[2..]) >> 8) as u8, (u16s(&p[4..]) >> 8) as u8]
+        }),
+        C::Rgb32F => each(12, &|p| [f32s(p), f32s(&p[4..]), f32s(&p[8..])]),
+        C::Rgba32F => each(16, &|p| [f32s(p), f32s(&p[4..]), f32s(&p[8..])]),
+        other => return Err(decode_err(ext, format!("unsupported colour type {other:?}"))),
+    }
+    Ok(())
 }
 
 /// Refuses an image of `w` x `h` over `max` pixels, or of none.
@@ -196,6 +256,9 @@ impl RegionDecoder {
             self.pixels = Vec::new();
             self.valid = 0;
         }
+        if self.native.capacity() > keep {
+            self.native = Vec::new();
+        }
     }
 
     /// Bytes the pixel buffer holds on to.
@@ -278,14 +341,18 @@ impl RegionDecoder {
         if is_npy(ext) {
             let (h, w, c) = npy_hwc(ext, bytes)?;
             let data = &bytes[bytes.len() - (h as usize * w as usize * c as usize)..];
-            self.pixels.clear();
-            if c == 3 {
-                self.pixels.extend_from_slice(data);
-            } else {
-                self.pixels.extend(data.iter().flat_map(|&g| [g, g, g]));
-            }
-            self.valid = self.pixels.len();
+            check_pixels(ext, w, h, self.max_pixels)?;
             check_crop(ext, crop, w, h)?;
+            let n = h as usize * w as usize * 3;
+            grow(ext, &mut self.pixels, n)?;
+            if c == 3 {
+                self.pixels[..n].copy_from_slice(data);
+            } else {
+                for (o, &g) in self.pixels[..n].chunks_exact_mut(3).zip(data) {
+                    o.fill(g);
+                }
+            }
+            self.valid = n;
             let pixels = u64::from(w) * u64::from(h);
             return Ok((
                 w,
@@ -319,9 +386,7 @@ impl RegionDecoder {
             let y1 = (((crop.y + crop.height) * s).ceil() as u32).clamp(y0 + 1, sh);
             let (rw, rh) = (x1 - x0, y1 - y0);
             let cap = (rw + 2 * libjpeg::SLACK).min(sw) as usize * rh as usize * 3;
-            if self.pixels.len() < cap {
-                self.pixels.resize(cap, 0);
-            }
+            grow(ext, &mut self.pixels, cap)?;
             match libjpeg::decode_region(bytes, eighths, x0, y0, rw, rh, &mut self.pixels) {
                 Ok((dx, dw)) => {
                     // The decoded columns start at `dx <= x0`, `dw` wide
@@ -359,13 +424,24 @@ impl RegionDecoder {
         let decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
         let (w, h) = decoder.dimensions();
         check_pixels(ext, w, h, self.max_pixels)?;
-        let img = image::DynamicImage::from_decoder(decoder)
-            .map_err(|e| decode_err(ext, e))?
-            .into_rgb8();
-        let (w, h) = img.dimensions();
         check_crop(ext, crop, w, h)?;
-        self.pixels = img.into_raw();
-        self.valid = self.pixels.len();
+        // Into buffers of this decoder's, grown without aborting, then to
+        // RGB by Pillow's rules.
+        let color = decoder.color_type();
+        let total = usize::try_from(decoder.total_bytes())
+            .map_err(|_| decode_err(ext, "image too large"))?;
+        let mut native = std::mem::take(&mut self.native);
+        let read = grow(ext, &mut native, total).and_then(|()| {
+            decoder
+                .read_image(&mut native[..total])
+                .map_err(|e| decode_err(ext, e))
+        });
+        let pixels = w as usize * h as usize;
+        let converted =
+            read.and_then(|()| pillow_rgb(ext, color, &native[..total], pixels, &mut self.pixels));
+        self.native = native;
+        converted?;
+        self.valid = pixels * 3;
         let pixels = u64::from(w) * u64::from(h);
         Ok((
             w,
@@ -600,6 +676,43 @@ mod tests {
             .crop_resize_into("jpg", &jpg[..jpg.len() / 2], c, w, h, false, &mut part)
             .unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");
+    }
+
+    /// A 16-bit PNG of one row holding `values` in every channel.
+    fn png16(color: png::ColorType, values: &[u16]) -> Vec<u8> {
+        let channels = color.samples();
+        let data: Vec<u8> = values
+            .iter()
+            .flat_map(|v| std::iter::repeat_n(v.to_be_bytes(), channels).flatten())
+            .collect();
+        let mut out = Vec::new();
+        let mut e = png::Encoder::new(&mut out, values.len() as u32, 1);
+        e.set_color(color);
+        e.set_depth(png::BitDepth::Sixteen);
+        e.write_header().unwrap().write_image_data(&data).unwrap();
+        out
+    }
+
+    #[test]
+    fn sixteen_bit_pngs_become_rgb_as_pillow_makes_them() {
+        // Pillow 13's Image.open(f).convert("RGB"): grey (I;16) is clipped,
+        // the other colour types keep their high byte.
+        let values = [0u16, 255, 256, 13650, 0x80ff, 0xff00, 0xffff];
+        let clipped = [0u8, 255, 255, 255, 255, 255, 255];
+        let high = [0u8, 0, 1, 53, 128, 255, 255];
+        let mut d = RegionDecoder::default();
+        for (color, want) in [
+            (png::ColorType::Grayscale, clipped),
+            (png::ColorType::GrayscaleAlpha, high),
+            (png::ColorType::Rgb, high),
+            (png::ColorType::Rgba, high),
+        ] {
+            let (w, h, px) = d.decode_rgb("png", &png16(color, &values)).unwrap();
+            assert_eq!((w, h), (values.len() as u32, 1));
+            let got: Vec<u8> = px.chunks_exact(3).map(|p| p[0]).collect();
+            assert_eq!(got, want, "{color:?}");
+            assert!(px.chunks_exact(3).all(|p| p[0] == p[1] && p[1] == p[2]));
+        }
     }
 
     /// The DCT-domain scaling is libjpeg-turbo's (the `image` crate decodes
