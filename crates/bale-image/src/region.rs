@@ -210,6 +210,14 @@ fn npy_hwc(ext: &str, bytes: &[u8]) -> Result<(u32, u32, u8), ImageError> {
     Ok((fit(h)?, fit(w)?, c as u8))
 }
 
+/// Pixels the bilinear resize of a span of `span` pixels to `out` reads past
+/// each of its ends: its support (one pixel, times the reduction when
+/// shrinking), and one more for rounding.
+#[cfg_attr(not(feature = "libjpeg"), allow(dead_code))]
+fn margin(span: f64, out: u32) -> f64 {
+    (span / f64::from(out)).max(1.0) + 1.0
+}
+
 /// The largest DCT reduction (as eighths: 8, 4, 2 or 1) that keeps a crop of
 /// `crop` source pixels at least `out` pixels in both directions.
 pub fn dct_scale(crop: (f64, f64), out: (u32, u32)) -> u8 {
@@ -380,10 +388,17 @@ impl RegionDecoder {
             let s = f64::from(eighths) / 8.0;
             let sw = (u64::from(info.width) * u64::from(eighths)).div_ceil(8) as u32;
             let sh = (u64::from(info.height) * u64::from(eighths)).div_ceil(8) as u32;
-            let x0 = ((crop.x * s).floor() as u32).min(sw - 1);
-            let y0 = ((crop.y * s).floor() as u32).min(sh - 1);
-            let x1 = (((crop.x + crop.width) * s).ceil() as u32).clamp(x0 + 1, sw);
-            let y1 = (((crop.y + crop.height) * s).ceil() as u32).clamp(y0 + 1, sh);
+            // The resize filter reaches past the crop's edges (one pixel,
+            // times the reduction when shrinking): those pixels are decoded
+            // too, so that the crop resizes as the whole image would.
+            let (mx, my) = (
+                margin(crop.width * s, out.0),
+                margin(crop.height * s, out.1),
+            );
+            let x0 = ((crop.x * s - mx).floor().max(0.0) as u32).min(sw - 1);
+            let y0 = ((crop.y * s - my).floor().max(0.0) as u32).min(sh - 1);
+            let x1 = (((crop.x + crop.width) * s + mx).ceil() as u32).clamp(x0 + 1, sw);
+            let y1 = (((crop.y + crop.height) * s + my).ceil() as u32).clamp(y0 + 1, sh);
             let (rw, rh) = (x1 - x0, y1 - y0);
             let cap = (rw + 2 * libjpeg::SLACK).min(sw) as usize * rh as usize * 3;
             grow(ext, &mut self.pixels, cap)?;
@@ -676,6 +691,39 @@ mod tests {
             .crop_resize_into("jpg", &jpg[..jpg.len() / 2], c, w, h, false, &mut part)
             .unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn a_crop_resizes_as_the_same_box_of_the_whole_image() {
+        // The filter reads past the box's edges: a region decoded without
+        // those pixels would differ from the whole image's resize there.
+        let jpg = photo_jpeg(320, 240);
+        let mut d = RegionDecoder::default();
+        let (w, h, whole) = d.decode_rgb("jpg", &jpg).unwrap();
+        let whole = whole.to_vec();
+        for (c, out) in [
+            ((37.3, 51.7, 150.4, 101.2), (75, 50)),
+            ((0.0, 0.0, 320.0, 240.0), (100, 90)),
+            ((200.5, 10.25, 30.0, 20.0), (90, 61)),
+        ] {
+            let c = CropBox {
+                x: c.0,
+                y: c.1,
+                width: c.2,
+                height: c.3,
+            };
+            let mut want = vec![0u8; out.0 as usize * out.1 as usize * 3];
+            let src = ImageRef::new(w, h, &whole, PixelType::U8x3).unwrap();
+            let mut dst = Image::from_slice_u8(out.0, out.1, &mut want, PixelType::U8x3).unwrap();
+            let options = ResizeOptions::new()
+                .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+                .crop(c.x, c.y, c.width, c.height);
+            Resizer::default().resize(&src, &mut dst, &options).unwrap();
+            let mut got = vec![0u8; want.len()];
+            d.crop_resize_into("jpg", &jpg, c, out.0, out.1, false, &mut got)
+                .unwrap();
+            assert_eq!(got, want, "{c:?} to {out:?}");
+        }
     }
 
     /// A 16-bit PNG of one row holding `values` in every channel.
