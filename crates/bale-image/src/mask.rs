@@ -60,7 +60,10 @@ fn npy_header(ext: &str, bytes: &[u8]) -> Result<(MaskInfo, usize), ImageError> 
         data_offset,
     } = header
     else {
-        return Err(err(ext, "a mask is a uint8 or uint16 array, not a structured one"));
+        return Err(err(
+            ext,
+            "a mask is a uint8 or uint16 array, not a structured one",
+        ));
     };
     let sixteen_bit = match descr.as_str() {
         "|u1" | "u1" | "<u1" | ">u1" | "=u1" => false,
@@ -122,7 +125,10 @@ pub fn mask_info(ext: &str, bytes: &[u8]) -> Result<MaskInfo, ImageError> {
     one_channel(ext, info)
 }
 
-fn png_decoder<'a>(ext: &str, bytes: &'a [u8]) -> Result<png::Decoder<Cursor<&'a [u8]>>, ImageError> {
+fn png_decoder<'a>(
+    ext: &str,
+    bytes: &'a [u8],
+) -> Result<png::Decoder<Cursor<&'a [u8]>>, ImageError> {
     let last = ext.rsplit('.').next().unwrap_or(ext);
     if !last.eq_ignore_ascii_case("png") {
         return Err(ImageError::Unsupported {
@@ -228,7 +234,9 @@ impl MaskDecoder {
                 .ok_or_else(|| err(ext, "mask too large"))?;
             let mut frame = std::mem::take(&mut self.frame);
             grow(ext, &mut frame, total)?;
-            let r = reader.next_frame(&mut frame[..total]).map_err(|e| err(ext, e));
+            let r = reader
+                .next_frame(&mut frame[..total])
+                .map_err(|e| err(ext, e));
             let out = r.and_then(|_| {
                 for y in 0..rows {
                     let raw = &frame[y as usize * line..(y as usize + 1) * line];
@@ -354,13 +362,31 @@ mod tests {
     #[test]
     fn values_are_those_pil_gives() {
         // 2-bit grey: 0, 1, 2, 3 scaled to 0, 85, 170, 255.
-        let p = png_of(4, 1, png::ColorType::Grayscale, png::BitDepth::Two, &[0b0001_1011]);
+        let p = png_of(
+            4,
+            1,
+            png::ColorType::Grayscale,
+            png::BitDepth::Two,
+            &[0b0001_1011],
+        );
         assert_eq!(all_rows("png", &p, 9).1, vec![vec![0, 85, 170, 255]]);
         // 4-bit palette: the indices.
-        let p = png_of(3, 1, png::ColorType::Indexed, png::BitDepth::Four, &[0x3f, 0x70]);
+        let p = png_of(
+            3,
+            1,
+            png::ColorType::Indexed,
+            png::BitDepth::Four,
+            &[0x3f, 0x70],
+        );
         assert_eq!(all_rows("png", &p, 9).1, vec![vec![3, 15, 7]]);
         // 16-bit grey: as stored.
-        let p = png_of(2, 1, png::ColorType::Grayscale, png::BitDepth::Sixteen, &[0x35, 0x52, 0, 7]);
+        let p = png_of(
+            2,
+            1,
+            png::ColorType::Grayscale,
+            png::BitDepth::Sixteen,
+            &[0x35, 0x52, 0, 7],
+        );
         let (info, rows) = all_rows("mask.png", &p, 1);
         assert!(info.sixteen_bit);
         assert_eq!(rows, vec![vec![13650, 7]]);
@@ -373,18 +399,37 @@ mod tests {
     #[test]
     fn only_the_rows_asked_for_are_decoded() {
         let data: Vec<u8> = (0..40u8).collect();
-        let p = png_of(4, 10, png::ColorType::Grayscale, png::BitDepth::Eight, &data);
+        let p = png_of(
+            4,
+            10,
+            png::ColorType::Grayscale,
+            png::BitDepth::Eight,
+            &data,
+        );
         let (info, rows) = all_rows("png", &p, 3);
         assert_eq!((info.width, info.height), (4, 10));
-        assert_eq!(rows, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9, 10, 11]]);
+        assert_eq!(
+            rows,
+            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9, 10, 11]]
+        );
         // The rows past them may be damaged: never read.
         let mut cut = p.clone();
         cut.truncate(cut.len() - 30);
-        assert!(MaskDecoder::default().rows("png", &cut, u64::MAX, 10, |_, _| Ok(())).is_err());
+        assert!(
+            MaskDecoder::default()
+                .rows("png", &cut, u64::MAX, 10, |_, _| Ok(()))
+                .is_err()
+        );
         // .npy, 16 bits.
-        let vals: Vec<u8> = [1u16, 2, 300, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let vals: Vec<u8> = [1u16, 2, 300, 4]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let npy = bale_format::npy::encode_shape("<u2", &[2, 2], &vals);
-        assert_eq!(all_rows("seg.npy", &npy, 2).1, vec![vec![1, 2], vec![300, 4]]);
+        assert_eq!(
+            all_rows("seg.npy", &npy, 2).1,
+            vec![vec![1, 2], vec![300, 4]]
+        );
         let short = bale_format::npy::encode_shape("<u2", &[2, 3], &vals);
         assert!(mask_info("npy", &short).is_err());
     }

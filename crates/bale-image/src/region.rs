@@ -88,7 +88,10 @@ impl Default for RegionDecoder {
 fn grow(ext: &str, v: &mut Vec<u8>, n: usize) -> Result<(), ImageError> {
     if v.len() < n {
         v.try_reserve(n - v.len()).map_err(|_| {
-            decode_err(ext, format!("no memory for the {n} bytes of its decoded pixels"))
+            decode_err(
+                ext,
+                format!("no memory for the {n} bytes of its decoded pixels"),
+            )
         })?;
         v.resize(n, 0);
     }
@@ -128,14 +131,27 @@ fn pillow_rgb(
         C::L16 => each(2, &|p| [u16s(p).min(255) as u8; 3]),
         C::La16 => each(4, &|p| [(u16s(p) >> 8) as u8; 3]),
         C::Rgb16 => each(6, &|p| {
-            [(u16s(p) >> 8) as u8, (u16s(&p[2..]) >> 8) as u8, (u16s(&p[4..]) >> 8) as u8]
+            [
+                (u16s(p) >> 8) as u8,
+                (u16s(&p[2..]) >> 8) as u8,
+                (u16s(&p[4..]) >> 8) as u8,
+            ]
         }),
         C::Rgba16 => each(8, &|p| {
-            [(u16s(p) >> 8) as u8, (u16s(&p[2..]) >> 8) as u8, (u16s(&p[4..]) >> 8) as u8]
+            [
+                (u16s(p) >> 8) as u8,
+                (u16s(&p[2..]) >> 8) as u8,
+                (u16s(&p[4..]) >> 8) as u8,
+            ]
         }),
         C::Rgb32F => each(12, &|p| [f32s(p), f32s(&p[4..]), f32s(&p[8..])]),
         C::Rgba32F => each(16, &|p| [f32s(p), f32s(&p[4..]), f32s(&p[8..])]),
-        other => return Err(decode_err(ext, format!("unsupported colour type {other:?}"))),
+        other => {
+            return Err(decode_err(
+                ext,
+                format!("unsupported colour type {other:?}"),
+            ));
+        }
     }
     Ok(())
 }
