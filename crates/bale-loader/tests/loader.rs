@@ -72,7 +72,7 @@ fn options(order: Order) -> LoaderOptions {
     LoaderOptions {
         batch_size: 4,
         size: (8, 8),
-        crop: Crop::RANDOM_RESIZED,
+        crop: Crop::RandomResized,
         flip: true,
         order,
         seed: 11,
@@ -88,7 +88,7 @@ fn epoch(loader: &Loader, epoch: u64, start: u64) -> (Vec<u64>, Vec<i64>, Vec<u8
         let b = b.unwrap();
         assert!(b.skipped.is_empty());
         idx.extend(&b.indices);
-        labels.extend(&b.labels);
+        labels.extend(b.class_labels().unwrap());
         pixels.extend_from_slice(b.images.as_u8().unwrap());
     }
     (idx, labels, pixels)
