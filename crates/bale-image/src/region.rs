@@ -330,8 +330,17 @@ impl RegionDecoder {
                 out.len()
             )));
         }
-        let (w, h, box_in_pixels, decoded) =
+        let (w, h, b, decoded) =
             self.decode(ext, bytes, crop, (out_width, out_height), dct_scaling)?;
+        // Within the decoded pixels exactly (a box computed in floating
+        // point may end a hair past them).
+        let (x, y) = (b.x.clamp(0.0, f64::from(w)), b.y.clamp(0.0, f64::from(h)));
+        let box_in_pixels = CropBox {
+            x,
+            y,
+            width: b.width.min(f64::from(w) - x),
+            height: b.height.min(f64::from(h) - y),
+        };
         let src = ImageRef::new(w, h, &self.pixels[..self.valid], PixelType::U8x3)
             .map_err(|e| decode_err(ext, e))?;
         let mut dst = Image::from_slice_u8(out_width, out_height, out, PixelType::U8x3)
