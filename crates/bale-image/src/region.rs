@@ -477,8 +477,15 @@ impl RegionDecoder {
                 .map_err(|e| decode_err(ext, e))
         });
         let pixels = w as usize * h as usize;
-        let converted =
-            read.and_then(|()| pillow_rgb(ext, color, &native[..total], pixels, &mut self.pixels));
+        let converted = read.and_then(|()| {
+            if color == image::ColorType::Rgb8 {
+                // Already RGB: the buffers trade places, no copy.
+                std::mem::swap(&mut self.pixels, &mut native);
+                Ok(())
+            } else {
+                pillow_rgb(ext, color, &native[..total], pixels, &mut self.pixels)
+            }
+        });
         self.native = native;
         converted?;
         self.valid = pixels * 3;
