@@ -585,7 +585,8 @@ class Loader:
             ``Resize(N)``: the shorter side to ``N``), ``(MIN, MAX)``
             (torchvision v2's ``RandomResize(MIN, MAX)``: the shorter side to
             a size drawn from ``MIN`` to ``MAX - 1``) or ``0`` for none; by
-            default none, except ``size * 256 / 224`` for ``crop="center"``.
+            default none, except ``size * 256 / 224`` for ``crop="center"``
+            without ``scale_jitter``.
         scale_jitter: ``(target_size, (lo, hi))``: torchvision v2's
             ``ScaleJitter(target_size, scale_range)`` as the scale stage
             (``target_size`` in torchvision's order: its first value bounds
@@ -753,7 +754,7 @@ class Loader:
         # native loader's options.
         height, width = _pair(size, "size", 0)
         if resize is None:
-            resize = round(min(height, width) * 256 / 224) if crop == "center" else 0
+            resize = round(min(height, width) * 256 / 224) if crop == "center" and scale_jitter is None else 0
         u32 = 2**32 - 1
         if isinstance(resize, (list, tuple)):
             if len(resize) != 2:
