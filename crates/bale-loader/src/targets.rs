@@ -29,6 +29,26 @@ pub(crate) fn find<'s>(sample: &'s Sample, want: &str) -> Option<(&'s str, &'s [
         .or_else(|| sample.fields().find(|(e, _)| e.eq_ignore_ascii_case(want)))
 }
 
+/// The most bytes of a JSON member (labels, boxes) the loader parses: a
+/// parsed value takes several times its text's memory, per thread.
+pub(crate) const MAX_JSON_BYTES: usize = 64 << 20;
+
+/// Parses the JSON member `ext`.
+fn parse_json(ext: &str, bytes: &[u8]) -> Result<serde_json::Value, TargetError> {
+    if bytes.len() > MAX_JSON_BYTES {
+        return bad(
+            ext,
+            format!(
+                "holds {} bytes of JSON, more than the {} MiB the loader parses",
+                bytes.len(),
+                MAX_JSON_BYTES >> 20
+            ),
+        );
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| (ext.to_owned(), format!("does not parse as JSON: {e}")))
+}
+
 // ---- labels -------------------------------------------------------------
 
 /// Reads the class of `sample` from `source` (not `.cls`, whose value the
@@ -43,8 +63,7 @@ pub(crate) fn json_label(source: &LabelSource, sample: &Sample) -> Result<i64, T
             "the sample has no such member to take its label from",
         );
     };
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| (ext.to_owned(), format!("does not parse as JSON: {e}")))?;
+    let value = parse_json(ext, bytes)?;
     let value = match key {
         None => &value,
         Some(k) => value
@@ -463,8 +482,7 @@ fn read_boxes(
         boxes.extend(values.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]));
         return Ok(());
     }
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| (ext.to_owned(), format!("does not parse as JSON: {e}")))?;
+    let value = parse_json(ext, bytes)?;
     let list = match &value {
         serde_json::Value::Array(a) => a,
         serde_json::Value::Object(o) => {
@@ -530,8 +548,7 @@ fn read_labels(ext: &str, bytes: &[u8], out: &mut Vec<i64>) -> Result<(), Target
         }
         return Ok(());
     }
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| (ext.to_owned(), format!("does not parse as JSON: {e}")))?;
+    let value = parse_json(ext, bytes)?;
     json_ints(ext, &value, "the list", out)
 }
 
@@ -615,6 +632,15 @@ mod tests {
             let e = check_boxes("json", &[b], (640, 480)).unwrap_err().1;
             assert!(e.contains(what), "{e}");
         }
+    }
+
+    #[test]
+    fn a_json_member_over_the_bound_is_refused_unparsed() {
+        let mut big = b"[".to_vec();
+        big.resize(MAX_JSON_BYTES + 1, b' ');
+        let e = parse_json("json", &big).unwrap_err().1;
+        assert!(e.contains("MiB"), "{e}");
+        assert!(parse_json("json", b"[1, 2]").is_ok());
     }
 
     #[test]
