@@ -7,7 +7,8 @@
 //! ([`Resize`], SIMD through `fast_image_resize`) and stores it as
 //! [`OutputFormat`]: JPEG, PNG, the original bytes, or decoded pixels as a
 //! NumPy `.npy` file. [`decode_check`] fully decodes a member and returns its
-//! dimensions (`bale verify --decode`).
+//! dimensions (`bale verify --decode`). [`region`] and [`mask`] are the
+//! loader's decoders: an image's crop, a mask's rows.
 //!
 //! ```
 //! use bale_image::{ImageOptions, OutputFormat, Resize};
@@ -36,6 +37,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod jpeg;
+pub mod mask;
 mod options;
 pub mod region;
 mod transform;

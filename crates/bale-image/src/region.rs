@@ -65,6 +65,8 @@ pub struct RegionDecoder {
     /// Scratch for decoded pixels; its first `valid` bytes are the last decode.
     pixels: Vec<u8>,
     valid: usize,
+    /// Scratch for an image in its own colour type, before it becomes RGB.
+    native: Vec<u8>,
     resizer: Resizer,
     max_pixels: u64,
 }
@@ -74,10 +76,84 @@ impl Default for RegionDecoder {
         RegionDecoder {
             pixels: Vec::new(),
             valid: 0,
+            native: Vec::new(),
             resizer: Resizer::default(),
             max_pixels: crate::DEFAULT_MAX_PIXELS,
         }
     }
+}
+
+/// Grows `v` to at least `n` bytes without aborting the process when the
+/// memory is not there (an image near a raised pixel limit).
+fn grow(ext: &str, v: &mut Vec<u8>, n: usize) -> Result<(), ImageError> {
+    if v.len() < n {
+        v.try_reserve(n - v.len()).map_err(|_| {
+            decode_err(
+                ext,
+                format!("no memory for the {n} bytes of its decoded pixels"),
+            )
+        })?;
+        v.resize(n, 0);
+    }
+    Ok(())
+}
+
+/// Turns `native` pixels of colour type `color` into RGB in `rgb`, as
+/// Pillow's `Image.open(f).convert("RGB")` does: alpha dropped (not
+/// composited); 16-bit grey (Pillow's `I;16`) clipped to 255; 16-bit grey
+/// with alpha, RGB and RGBA (Pillow's `LA`, `RGB`, `RGBA`, read from the
+/// `;16B` raw modes) their high byte; floats (0 to 1) scaled to 0-255.
+fn pillow_rgb(
+    ext: &str,
+    color: image::ColorType,
+    native: &[u8],
+    pixels: usize,
+    rgb: &mut Vec<u8>,
+) -> Result<(), ImageError> {
+    use image::ColorType as C;
+    grow(ext, rgb, pixels * 3)?;
+    let out = &mut rgb[..pixels * 3];
+    let u16s = |b: &[u8]| u16::from_ne_bytes([b[0], b[1]]);
+    let f32s = |b: &[u8]| {
+        let v = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+        (v.clamp(0.0, 1.0) * 255.0).round() as u8
+    };
+    let mut each = |size: usize, f: &dyn Fn(&[u8]) -> [u8; 3]| {
+        for (o, i) in out.chunks_exact_mut(3).zip(native.chunks_exact(size)) {
+            o.copy_from_slice(&f(i));
+        }
+    };
+    match color {
+        C::Rgb8 => out.copy_from_slice(&native[..pixels * 3]),
+        C::L8 => each(1, &|p| [p[0]; 3]),
+        C::La8 => each(2, &|p| [p[0]; 3]),
+        C::Rgba8 => each(4, &|p| [p[0], p[1], p[2]]),
+        C::L16 => each(2, &|p| [u16s(p).min(255) as u8; 3]),
+        C::La16 => each(4, &|p| [(u16s(p) >> 8) as u8; 3]),
+        C::Rgb16 => each(6, &|p| {
+            [
+                (u16s(p) >> 8) as u8,
+                (u16s(&p[2..]) >> 8) as u8,
+                (u16s(&p[4..]) >> 8) as u8,
+            ]
+        }),
+        C::Rgba16 => each(8, &|p| {
+            [
+                (u16s(p) >> 8) as u8,
+                (u16s(&p[2..]) >> 8) as u8,
+                (u16s(&p[4..]) >> 8) as u8,
+            ]
+        }),
+        C::Rgb32F => each(12, &|p| [f32s(p), f32s(&p[4..]), f32s(&p[8..])]),
+        C::Rgba32F => each(16, &|p| [f32s(p), f32s(&p[4..]), f32s(&p[8..])]),
+        other => {
+            return Err(decode_err(
+                ext,
+                format!("unsupported colour type {other:?}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses an image of `w` x `h` over `max` pixels, or of none.
@@ -150,6 +226,14 @@ fn npy_hwc(ext: &str, bytes: &[u8]) -> Result<(u32, u32, u8), ImageError> {
     Ok((fit(h)?, fit(w)?, c as u8))
 }
 
+/// Pixels the bilinear resize of a span of `span` pixels to `out` reads past
+/// each of its ends: its support (one pixel, times the reduction when
+/// shrinking), and one more for rounding.
+#[cfg_attr(not(feature = "libjpeg"), allow(dead_code))]
+fn margin(span: f64, out: u32) -> f64 {
+    (span / f64::from(out)).max(1.0) + 1.0
+}
+
 /// The largest DCT reduction (as eighths: 8, 4, 2 or 1) that keeps a crop of
 /// `crop` source pixels at least `out` pixels in both directions.
 pub fn dct_scale(crop: (f64, f64), out: (u32, u32)) -> u8 {
@@ -195,6 +279,9 @@ impl RegionDecoder {
         if self.pixels.capacity() > keep {
             self.pixels = Vec::new();
             self.valid = 0;
+        }
+        if self.native.capacity() > keep {
+            self.native = Vec::new();
         }
     }
 
@@ -243,8 +330,17 @@ impl RegionDecoder {
                 out.len()
             )));
         }
-        let (w, h, box_in_pixels, decoded) =
+        let (w, h, b, decoded) =
             self.decode(ext, bytes, crop, (out_width, out_height), dct_scaling)?;
+        // Within the decoded pixels exactly (a box computed in floating
+        // point may end a hair past them).
+        let (x, y) = (b.x.clamp(0.0, f64::from(w)), b.y.clamp(0.0, f64::from(h)));
+        let box_in_pixels = CropBox {
+            x,
+            y,
+            width: b.width.min(f64::from(w) - x),
+            height: b.height.min(f64::from(h) - y),
+        };
         let src = ImageRef::new(w, h, &self.pixels[..self.valid], PixelType::U8x3)
             .map_err(|e| decode_err(ext, e))?;
         let mut dst = Image::from_slice_u8(out_width, out_height, out, PixelType::U8x3)
@@ -278,14 +374,18 @@ impl RegionDecoder {
         if is_npy(ext) {
             let (h, w, c) = npy_hwc(ext, bytes)?;
             let data = &bytes[bytes.len() - (h as usize * w as usize * c as usize)..];
-            self.pixels.clear();
-            if c == 3 {
-                self.pixels.extend_from_slice(data);
-            } else {
-                self.pixels.extend(data.iter().flat_map(|&g| [g, g, g]));
-            }
-            self.valid = self.pixels.len();
+            check_pixels(ext, w, h, self.max_pixels)?;
             check_crop(ext, crop, w, h)?;
+            let n = h as usize * w as usize * 3;
+            grow(ext, &mut self.pixels, n)?;
+            if c == 3 {
+                self.pixels[..n].copy_from_slice(data);
+            } else {
+                for (o, &g) in self.pixels[..n].chunks_exact_mut(3).zip(data) {
+                    o.fill(g);
+                }
+            }
+            self.valid = n;
             let pixels = u64::from(w) * u64::from(h);
             return Ok((
                 w,
@@ -313,15 +413,20 @@ impl RegionDecoder {
             let s = f64::from(eighths) / 8.0;
             let sw = (u64::from(info.width) * u64::from(eighths)).div_ceil(8) as u32;
             let sh = (u64::from(info.height) * u64::from(eighths)).div_ceil(8) as u32;
-            let x0 = ((crop.x * s).floor() as u32).min(sw - 1);
-            let y0 = ((crop.y * s).floor() as u32).min(sh - 1);
-            let x1 = (((crop.x + crop.width) * s).ceil() as u32).clamp(x0 + 1, sw);
-            let y1 = (((crop.y + crop.height) * s).ceil() as u32).clamp(y0 + 1, sh);
+            // The resize filter reaches past the crop's edges (one pixel,
+            // times the reduction when shrinking): those pixels are decoded
+            // too, so that the crop resizes as the whole image would.
+            let (mx, my) = (
+                margin(crop.width * s, out.0),
+                margin(crop.height * s, out.1),
+            );
+            let x0 = ((crop.x * s - mx).floor().max(0.0) as u32).min(sw - 1);
+            let y0 = ((crop.y * s - my).floor().max(0.0) as u32).min(sh - 1);
+            let x1 = (((crop.x + crop.width) * s + mx).ceil() as u32).clamp(x0 + 1, sw);
+            let y1 = (((crop.y + crop.height) * s + my).ceil() as u32).clamp(y0 + 1, sh);
             let (rw, rh) = (x1 - x0, y1 - y0);
             let cap = (rw + 2 * libjpeg::SLACK).min(sw) as usize * rh as usize * 3;
-            if self.pixels.len() < cap {
-                self.pixels.resize(cap, 0);
-            }
+            grow(ext, &mut self.pixels, cap)?;
             match libjpeg::decode_region(bytes, eighths, x0, y0, rw, rh, &mut self.pixels) {
                 Ok((dx, dw)) => {
                     // The decoded columns start at `dx <= x0`, `dw` wide
@@ -359,13 +464,31 @@ impl RegionDecoder {
         let decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
         let (w, h) = decoder.dimensions();
         check_pixels(ext, w, h, self.max_pixels)?;
-        let img = image::DynamicImage::from_decoder(decoder)
-            .map_err(|e| decode_err(ext, e))?
-            .into_rgb8();
-        let (w, h) = img.dimensions();
         check_crop(ext, crop, w, h)?;
-        self.pixels = img.into_raw();
-        self.valid = self.pixels.len();
+        // Into buffers of this decoder's, grown without aborting, then to
+        // RGB by Pillow's rules.
+        let color = decoder.color_type();
+        let total = usize::try_from(decoder.total_bytes())
+            .map_err(|_| decode_err(ext, "image too large"))?;
+        let mut native = std::mem::take(&mut self.native);
+        let read = grow(ext, &mut native, total).and_then(|()| {
+            decoder
+                .read_image(&mut native[..total])
+                .map_err(|e| decode_err(ext, e))
+        });
+        let pixels = w as usize * h as usize;
+        let converted = read.and_then(|()| {
+            if color == image::ColorType::Rgb8 {
+                // Already RGB: the buffers trade places, no copy.
+                std::mem::swap(&mut self.pixels, &mut native);
+                Ok(())
+            } else {
+                pillow_rgb(ext, color, &native[..total], pixels, &mut self.pixels)
+            }
+        });
+        self.native = native;
+        converted?;
+        self.valid = pixels * 3;
         let pixels = u64::from(w) * u64::from(h);
         Ok((
             w,
@@ -600,6 +723,76 @@ mod tests {
             .crop_resize_into("jpg", &jpg[..jpg.len() / 2], c, w, h, false, &mut part)
             .unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn a_crop_resizes_as_the_same_box_of_the_whole_image() {
+        // The filter reads past the box's edges: a region decoded without
+        // those pixels would differ from the whole image's resize there.
+        let jpg = photo_jpeg(320, 240);
+        let mut d = RegionDecoder::default();
+        let (w, h, whole) = d.decode_rgb("jpg", &jpg).unwrap();
+        let whole = whole.to_vec();
+        for (c, out) in [
+            ((37.3, 51.7, 150.4, 101.2), (75, 50)),
+            ((0.0, 0.0, 320.0, 240.0), (100, 90)),
+            ((200.5, 10.25, 30.0, 20.0), (90, 61)),
+        ] {
+            let c = CropBox {
+                x: c.0,
+                y: c.1,
+                width: c.2,
+                height: c.3,
+            };
+            let mut want = vec![0u8; out.0 as usize * out.1 as usize * 3];
+            let src = ImageRef::new(w, h, &whole, PixelType::U8x3).unwrap();
+            let mut dst = Image::from_slice_u8(out.0, out.1, &mut want, PixelType::U8x3).unwrap();
+            let options = ResizeOptions::new()
+                .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+                .crop(c.x, c.y, c.width, c.height);
+            Resizer::default().resize(&src, &mut dst, &options).unwrap();
+            let mut got = vec![0u8; want.len()];
+            d.crop_resize_into("jpg", &jpg, c, out.0, out.1, false, &mut got)
+                .unwrap();
+            assert_eq!(got, want, "{c:?} to {out:?}");
+        }
+    }
+
+    /// A 16-bit PNG of one row holding `values` in every channel.
+    fn png16(color: png::ColorType, values: &[u16]) -> Vec<u8> {
+        let channels = color.samples();
+        let data: Vec<u8> = values
+            .iter()
+            .flat_map(|v| std::iter::repeat_n(v.to_be_bytes(), channels).flatten())
+            .collect();
+        let mut out = Vec::new();
+        let mut e = png::Encoder::new(&mut out, values.len() as u32, 1);
+        e.set_color(color);
+        e.set_depth(png::BitDepth::Sixteen);
+        e.write_header().unwrap().write_image_data(&data).unwrap();
+        out
+    }
+
+    #[test]
+    fn sixteen_bit_pngs_become_rgb_as_pillow_makes_them() {
+        // Pillow 13's Image.open(f).convert("RGB"): grey (I;16) is clipped,
+        // the other colour types keep their high byte.
+        let values = [0u16, 255, 256, 13650, 0x80ff, 0xff00, 0xffff];
+        let clipped = [0u8, 255, 255, 255, 255, 255, 255];
+        let high = [0u8, 0, 1, 53, 128, 255, 255];
+        let mut d = RegionDecoder::default();
+        for (color, want) in [
+            (png::ColorType::Grayscale, clipped),
+            (png::ColorType::GrayscaleAlpha, high),
+            (png::ColorType::Rgb, high),
+            (png::ColorType::Rgba, high),
+        ] {
+            let (w, h, px) = d.decode_rgb("png", &png16(color, &values)).unwrap();
+            assert_eq!((w, h), (values.len() as u32, 1));
+            let got: Vec<u8> = px.chunks_exact(3).map(|p| p[0]).collect();
+            assert_eq!(got, want, "{color:?}");
+            assert!(px.chunks_exact(3).all(|p| p[0] == p[1] && p[1] == p[2]));
+        }
     }
 
     /// The DCT-domain scaling is libjpeg-turbo's (the `image` crate decodes

@@ -1,25 +1,26 @@
 //! The random decisions of each sample, with torchvision's semantics, drawn
 //! from a generator seeded by `(seed, epoch, sample index)` alone: the same
-//! run gives the same crops and flips whatever the thread count, and a
-//! resumed run gives what the uninterrupted one would have.
+//! run gives the same scales, crops and flips whatever the thread count, and
+//! a resumed run gives what the uninterrupted one would have.
+//!
+//! The draws come in a fixed order: the scale stage's, the crop's, the
+//! flip's, the vertical flip's (a draw is made only where the stage is
+//! asked for, so the random-resized crops of a loader without a scale stage
+//! are those of earlier versions).
 
 use bale_format::shuffle::{SplitMix64, derive_seed};
-use bale_image::region::CropBox;
 
-use crate::options::{Crop, LoaderOptions};
-
-/// What was decided for one sample.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SampleParams {
-    /// The box of the source image that becomes the output.
-    pub crop: CropBox,
-    /// Whether the output is flipped left-right.
-    pub flip: bool,
-}
+use crate::geometry::{SampleParams, Window};
+use crate::options::{Crop, LoaderOptions, Resize};
 
 /// A uniform draw in `[0, 1)` (53 bits).
 fn unit(rng: &mut SplitMix64) -> f64 {
     (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A uniform draw in `[0, 1)` as `float32`, as `torch.rand` makes it (24 bits).
+fn unit_f32(rng: &mut SplitMix64) -> f32 {
+    (rng.next_u64() >> 40) as f32 / (1u32 << 24) as f32
 }
 
 /// A uniform draw in `[a, b)`.
@@ -32,6 +33,19 @@ fn round_half_even(v: f64) -> f64 {
     v.round_ties_even()
 }
 
+/// torchvision's `Resize(n)` of a `w` x `h` image: the shorter side to `n`,
+/// the longer to `int(n * long / short)` (at least one pixel).
+fn shorter_to(n: u32, w: u32, h: u32) -> (u32, u32) {
+    let long = |l: u32, s: u32| {
+        ((f64::from(n) * f64::from(l) / f64::from(s)) as u64).clamp(1, u64::from(u32::MAX)) as u32
+    };
+    if w <= h {
+        (n, long(h, w))
+    } else {
+        (long(w, h), n)
+    }
+}
+
 /// The decisions for sample `index` of epoch `epoch`, on an image of
 /// `width` x `height` pixels.
 pub fn sample_params(
@@ -42,62 +56,108 @@ pub fn sample_params(
     height: u32,
 ) -> SampleParams {
     let mut rng = SplitMix64::new(derive_seed(opts.seed, &[epoch, index]));
-    let (w, h) = (f64::from(width), f64::from(height));
-    let (out_h, out_w) = (f64::from(opts.size.0), f64::from(opts.size.1));
-    let crop = match opts.crop {
-        Crop::RandomResized { scale, ratio } => {
-            random_resized(&mut rng, width, height, scale, ratio)
+    let scaled = match (opts.resize, opts.scale_jitter) {
+        (Resize::Shorter(n), _) => shorter_to(n, width, height),
+        (Resize::Random { min, max }, _) => {
+            let n = min + rng.below(u64::from(max - min)) as u32;
+            shorter_to(n, width, height)
         }
-        Crop::Resize => CropBox::whole(width, height),
-        Crop::Center { resize } => {
-            // torchvision's Resize(n): the shorter side to n, the longer one
-            // truncated; then CenterCrop(size), offsets rounded half to even.
-            let (rw, rh) = match resize {
-                Some(n) => {
-                    let n = f64::from(n);
-                    if w <= h {
-                        (n, (n * h / w).floor())
-                    } else {
-                        ((n * w / h).floor(), n)
-                    }
+        (Resize::None, Some(j)) => {
+            // torchvision: scale = lo + torch.rand(1) * (hi - lo), and
+            // r = min(target[1] / h, target[0] / w) * scale, in float32.
+            let (lo, hi) = (j.range.0 as f32, j.range.1 as f32);
+            let s = lo + unit_f32(&mut rng) * (hi - lo);
+            let base = (f64::from(j.target.1) / f64::from(height))
+                .min(f64::from(j.target.0) / f64::from(width)) as f32;
+            let r = base * s;
+            let side = |v: u32| ((v as f32 * r) as u64).clamp(1, u64::from(u32::MAX)) as u32;
+            (side(width), side(height))
+        }
+        (Resize::None, None) => (width, height),
+    };
+    let (sw, sh) = scaled;
+    let (out_h, out_w) = opts.size;
+    let crop = match opts.crop {
+        Crop::RandomResized => random_resized(&mut rng, sw, sh, opts.scale, opts.ratio),
+        Crop::Resize => Window {
+            left: 0,
+            top: 0,
+            width: sw,
+            height: sh,
+        },
+        Crop::Center => Window {
+            left: center_start(sw, out_w),
+            top: center_start(sh, out_h),
+            width: out_w,
+            height: out_h,
+        },
+        Crop::Random => {
+            // PadIfSmaller(size) then RandomCrop(size): the top is drawn
+            // before the left, each only where there is a choice.
+            let mut pick = |n: u32, c: u32| {
+                if n > c {
+                    rng.below(u64::from(n - c) + 1) as i64
+                } else {
+                    0
                 }
-                None => (w, h),
             };
-            let (sx, sy) = (rw / w, rh / h);
-            let top = round_half_even((rh - out_h) / 2.0);
-            let left = round_half_even((rw - out_w) / 2.0);
-            // A crop larger than the image keeps what there is (torchvision
-            // pads with zeros there; bale stretches the image instead).
-            let (bx, bw) = if out_w <= rw {
-                (left / sx, out_w / sx)
-            } else {
-                (0.0, w)
-            };
-            let (by, bh) = if out_h <= rh {
-                (top / sy, out_h / sy)
-            } else {
-                (0.0, h)
-            };
-            CropBox {
-                x: bx,
-                y: by,
-                width: bw,
-                height: bh,
+            let top = pick(sh, out_h);
+            let left = pick(sw, out_w);
+            Window {
+                left,
+                top,
+                width: out_w,
+                height: out_h,
+            }
+        }
+        Crop::FixedSize => {
+            // FixedSizeCrop: one draw r for both offsets, made only when the
+            // image is larger than the crop in some direction.
+            let (mut top, mut left) = (0, 0);
+            if sh > out_h || sw > out_w {
+                let r = unit_f32(&mut rng);
+                top = (sh.saturating_sub(out_h) as f32 * r) as i64;
+                left = (sw.saturating_sub(out_w) as f32 * r) as i64;
+            }
+            Window {
+                left,
+                top,
+                width: out_w,
+                height: out_h,
             }
         }
     };
     let flip = opts.flip && unit(&mut rng) < 0.5;
-    SampleParams { crop, flip }
+    let vflip = opts.vflip && unit(&mut rng) < 0.5;
+    SampleParams {
+        image: (width, height),
+        scaled,
+        crop,
+        out: (out_w, out_h),
+        flip,
+        vflip,
+    }
 }
 
-/// torchvision's `RandomResizedCrop.get_params`.
+/// The start of torchvision's `CenterCrop(c)` on an axis of `n` pixels: the
+/// offset `round((n - c) / 2)` (halves to even), or, where the crop is
+/// larger, minus the padding torchvision puts before the image, `(c - n) // 2`.
+fn center_start(n: u32, c: u32) -> i64 {
+    if c > n {
+        -i64::from((c - n) / 2)
+    } else {
+        round_half_even((f64::from(n) - f64::from(c)) / 2.0) as i64
+    }
+}
+
+/// torchvision's `RandomResizedCrop.get_params` on a `width` x `height` image.
 fn random_resized(
     rng: &mut SplitMix64,
     width: u32,
     height: u32,
     scale: (f64, f64),
     ratio: (f64, f64),
-) -> CropBox {
+) -> Window {
     let (wf, hf) = (f64::from(width), f64::from(height));
     let area = wf * hf;
     let (lr0, lr1) = (ratio.0.ln(), ratio.1.ln());
@@ -107,13 +167,13 @@ fn random_resized(
         let w = round_half_even((target * aspect).sqrt());
         let h = round_half_even((target / aspect).sqrt());
         if w > 0.0 && w <= wf && h > 0.0 && h <= hf {
-            let i = rng.below(height as u64 - h as u64 + 1) as f64;
-            let j = rng.below(width as u64 - w as u64 + 1) as f64;
-            return CropBox {
-                x: j,
-                y: i,
-                width: w,
-                height: h,
+            let i = rng.below(height as u64 - h as u64 + 1) as i64;
+            let j = rng.below(width as u64 - w as u64 + 1) as i64;
+            return Window {
+                left: j,
+                top: i,
+                width: w as u32,
+                height: h as u32,
             };
         }
     }
@@ -128,26 +188,27 @@ fn random_resized(
     } else {
         (wf, hf)
     };
-    CropBox {
-        x: ((wf - w) / 2.0).floor(),
-        y: ((hf - h) / 2.0).floor(),
-        width: w,
-        height: h,
+    Window {
+        left: ((wf - w) / 2.0).floor() as i64,
+        top: ((hf - h) / 2.0).floor() as i64,
+        width: w as u32,
+        height: h as u32,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::ScaleJitter;
 
     #[test]
     fn an_extreme_ratio_still_crops_at_least_a_pixel() {
         let mut rng = SplitMix64::new(7);
         for ratio in [(1e300, 1e300), (1e-300, 1e-300), (1e6, 1e7)] {
             let c = random_resized(&mut rng, 100, 50, (0.08, 1.0), ratio);
-            assert!(c.width >= 1.0 && c.height >= 1.0, "{ratio:?}: {c:?}");
+            assert!(c.width >= 1 && c.height >= 1, "{ratio:?}: {c:?}");
             assert!(
-                c.x + c.width <= 100.0 && c.y + c.height <= 50.0,
+                c.left + i64::from(c.width) <= 100 && c.top + i64::from(c.height) <= 50,
                 "{ratio:?}: {c:?}"
             );
         }
@@ -163,14 +224,15 @@ mod tests {
         for i in 0..2000u64 {
             let p = sample_params(&opts, 3, i, 500, 375);
             let c = p.crop;
-            assert!(c.x >= 0.0 && c.y >= 0.0 && c.x + c.width <= 500.0 && c.y + c.height <= 375.0);
-            let frac = c.width * c.height / (500.0 * 375.0);
-            assert!(frac <= 1.0);
-            assert_eq!(
-                c.x.fract() + c.y.fract() + c.width.fract() + c.height.fract(),
-                0.0
+            assert!(
+                c.left >= 0
+                    && c.top >= 0
+                    && c.left + i64::from(c.width) <= 500
+                    && c.top + i64::from(c.height) <= 375
             );
+            assert!(p.padding().is_empty() && p.scaled == (500, 375));
             flips += usize::from(p.flip);
+            assert!(!p.vflip);
             // Same (seed, epoch, index): same decisions.
             assert_eq!(p, sample_params(&opts, 3, i, 500, 375));
         }
@@ -185,16 +247,87 @@ mod tests {
     }
 
     #[test]
-    fn center_crop_rounds_as_torchvision() {
+    fn center_crop_rounds_and_pads_as_torchvision() {
         let opts = LoaderOptions {
-            crop: Crop::Center { resize: Some(256) },
+            crop: Crop::Center,
+            resize: Resize::Shorter(256),
             ..LoaderOptions::default()
         };
         // 500x375 -> Resize(256) -> 341x256 -> CenterCrop(224): left 58 (58.5 to even), top 16.
-        let c = sample_params(&opts, 0, 0, 500, 375).crop;
-        let sx = 341.0 / 500.0;
-        assert!((c.x - 58.0 / sx).abs() < 1e-9, "{c:?}");
-        assert!((c.y - 16.0 / (256.0 / 375.0)).abs() < 1e-9, "{c:?}");
-        assert!((c.width - 224.0 / sx).abs() < 1e-9, "{c:?}");
+        let p = sample_params(&opts, 0, 0, 500, 375);
+        assert_eq!(p.scaled, (341, 256));
+        assert_eq!((p.crop.left, p.crop.top), (58, 16));
+        let b = p.source_box();
+        assert!((b.x - 58.0 * 500.0 / 341.0).abs() < 1e-9, "{b:?}");
+        // A crop larger than the image: padded, (c - n) // 2 before it.
+        let wide = LoaderOptions {
+            crop: Crop::Center,
+            size: (100, 300),
+            ..LoaderOptions::default()
+        };
+        let p = sample_params(&wide, 0, 0, 195, 120);
+        assert_eq!((p.crop.left, p.crop.top), (-52, 10));
+        assert_eq!((p.padding().left, p.padding().right), (52, 53));
+    }
+
+    #[test]
+    fn the_segmentation_recipe_scales_pads_and_crops() {
+        let opts = LoaderOptions {
+            crop: Crop::Random,
+            resize: Resize::Random {
+                min: 256,
+                max: 2048,
+            },
+            size: (512, 1024),
+            flip: true,
+            ..LoaderOptions::default()
+        };
+        let mut sizes = std::collections::BTreeSet::new();
+        let mut padded = 0;
+        for i in 0..500 {
+            let p = sample_params(&opts, 0, i, 2048, 1024);
+            let (sw, sh) = p.scaled;
+            assert!((256..2048).contains(&sh) && sw == 2 * sh, "{p:?}");
+            sizes.insert(sh);
+            let pad = p.padding();
+            assert_eq!((pad.left, pad.top), (0, 0));
+            assert_eq!(pad.right, 1024u32.saturating_sub(sw));
+            assert_eq!(pad.bottom, 512u32.saturating_sub(sh));
+            padded += usize::from(!pad.is_empty());
+            let c = p.crop;
+            assert!(c.left >= 0 && c.top >= 0);
+            assert!(c.left + 1024 <= i64::from(sw.max(1024)));
+            assert!(c.top + 512 <= i64::from(sh.max(512)));
+        }
+        assert!(sizes.len() > 300 && padded > 0, "{} {padded}", sizes.len());
+    }
+
+    #[test]
+    fn scale_jitter_and_fixed_size_crop_follow_torchvision() {
+        let opts = LoaderOptions {
+            crop: Crop::FixedSize,
+            scale_jitter: Some(ScaleJitter {
+                target: (1024, 1024),
+                range: (0.1, 2.0),
+            }),
+            size: (1024, 1024),
+            ..LoaderOptions::default()
+        };
+        for i in 0..300 {
+            let p = sample_params(&opts, 0, i, 640, 480);
+            let (sw, sh) = p.scaled;
+            // r = min(1024 / 480, 1024 / 640) * s: sides 1.6 * s times the source's.
+            let s = sw as f64 / 640.0 / 1.6;
+            assert!((0.099..2.0).contains(&s), "{p:?}");
+            assert!((f64::from(sh) - 480.0 * 1.6 * s).abs() <= 1.0, "{p:?}");
+            let c = p.crop;
+            let (oh, ow) = (i64::from(sh) - 1024, i64::from(sw) - 1024);
+            assert!((0..=oh.max(0)).contains(&c.top) && (0..=ow.max(0)).contains(&c.left));
+            // One draw for both offsets: top / oh and left / ow agree.
+            if oh > 100 && ow > 100 {
+                let (rt, rl) = (c.top as f64 / oh as f64, c.left as f64 / ow as f64);
+                assert!((rt - rl).abs() < 0.02, "{p:?}");
+            }
+        }
     }
 }

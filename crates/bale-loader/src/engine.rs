@@ -1,75 +1,161 @@
-//! The threads behind an epoch: each sample is one task (read, decode the
-//! crop, resize, flip, convert, written into its slot of the batch buffer);
-//! batches are handed out in order; at most `prefetch` batches are decoded
-//! ahead of the one being consumed.
+//! The threads behind an epoch: each sample is one task (read, then the
+//! work of `render.rs`: decode the crop, resize, pad, flip, convert, move
+//! the targets, written into its slots of the batch's arrays); batches are
+//! handed out in order; at most `prefetch` batches are decoded ahead of the
+//! one being consumed.
 
-use std::cell::{RefCell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use bale_image::region::RegionDecoder;
 use bale_reader::{Dataset, ForkGuard, OrderIter};
 use crossbeam_channel::{Receiver, Sender};
-use half::f16;
 
-use crate::augment::sample_params;
-use crate::batch::{Batch, BufferPool, ImageData, Images, Skipped};
+use crate::batch::{Array, Batch, Boxes, BufferPool, Element, Elements, Skipped};
 use crate::error::{LoaderError, Result};
-use crate::options::{Dtype, LoaderOptions, OnError};
+use crate::options::{Dtype, LabelSource, LoaderOptions, MaskDtype, OnError};
+use crate::pipeline::Output;
+use crate::render::{self, Done, ImagePtr, LabelPtr, MaskPtr, Slots, Work};
 
-/// Where a batch's images are written: the element pointer of its buffer.
-#[derive(Debug, Clone, Copy)]
-enum Slots {
-    U8(*mut u8),
-    F32(*mut f32),
-    F16(*mut f16),
+/// The arrays of a batch being decoded.
+struct Parts {
+    images: Array,
+    labels: Option<Array>,
+    masks: Vec<(String, Array)>,
+    boxes: Option<Boxes>,
 }
 
 /// One batch being decoded.
 struct Job {
     number: u64,
     indices: Vec<u64>,
-    /// The buffer; its element storage is written through `slots` by the
+    /// The arrays; their element storage is written through `slots` by the
     /// tasks, one slot each, and taken only once `remaining` is 0.
-    images: UnsafeCell<Option<Images>>,
+    parts: UnsafeCell<Option<Parts>>,
     slots: Slots,
-    per_image: usize,
-    results: Mutex<Vec<Option<Slot>>>,
+    results: Mutex<Vec<Option<Done>>>,
     remaining: AtomicUsize,
 }
 
 // SAFETY: a `Job` is shared by the tasks of its batch and the consumer. Each
-// task writes only its own slot (a disjoint range of the buffer, through the
-// raw pointer taken before any task started, while the buffer is neither
-// moved nor resized), and the consumer reads the buffer only after every task
-// has finished (`remaining` reaches 0 with release/acquire ordering).
+// task writes only its own slot of each array (disjoint ranges of the
+// buffers, through the raw pointers taken before any task started, while
+// the buffers are neither moved nor resized), and the consumer reads the
+// arrays only after every task has finished (`remaining` reaches 0 with
+// release/acquire ordering).
 unsafe impl Send for Job {}
 // SAFETY: as above.
 unsafe impl Sync for Job {}
-
-/// What one task produced besides its pixels.
-#[derive(Debug)]
-struct Slot {
-    label: i64,
-    key: String,
-    fields: Vec<Option<Vec<u8>>>,
-    error: Option<LoaderError>,
-}
 
 /// What the threads share.
 pub(crate) struct Shared {
     pub ds: Dataset,
     pub opts: LoaderOptions,
-    pub image: String,
+    /// The members an image may be in, in order of preference.
+    pub image: Vec<String>,
+    /// Values per `.npy` label (1 otherwise).
+    pub classes: usize,
     pub epoch: u64,
     pub pool: Arc<BufferPool>,
 }
 
-thread_local! {
-    /// Pixels resized before they are converted (channels first, floats).
-    static TEMP: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+impl Shared {
+    fn work(&self) -> Work<'_> {
+        Work {
+            opts: &self.opts,
+            image: &self.image,
+            classes: self.classes,
+            output: Output::of(&self.opts),
+            epoch: self.epoch,
+        }
+    }
+
+    /// The arrays of a batch of `n` samples, and where its tasks write.
+    fn arrays(&self, n: usize) -> Result<(Parts, Slots)> {
+        let opts = &self.opts;
+        let (h, w) = (opts.size.0 as usize, opts.size.1 as usize);
+        let pool = &self.pool;
+        let shape = if opts.channels_first {
+            [n, 3, h, w]
+        } else {
+            [n, h, w, 3]
+        };
+        let element = match opts.dtype {
+            Dtype::U8 => Element::U8,
+            Dtype::F32 => Element::F32,
+            Dtype::F16 => Element::F16,
+        };
+        let mut images = pool.take(element, &shape)?;
+        let image = match &mut images.data {
+            Elements::U8(v) => ImagePtr::U8(v.as_mut_ptr()),
+            Elements::F32(v) => ImagePtr::F32(v.as_mut_ptr()),
+            Elements::F16(v) => ImagePtr::F16(v.as_mut_ptr()),
+            Elements::I64(_) => unreachable!("images are never int64"),
+        };
+        let (labels, label_ptr) = match opts.label {
+            LabelSource::None => (None, LabelPtr::None),
+            LabelSource::Npy { .. } => {
+                let mut a = pool.take(Element::F32, &[n, self.classes])?;
+                let p = LabelPtr::Vector(a.data.as_mut_ptr().cast());
+                (Some(a), p)
+            }
+            LabelSource::Cls | LabelSource::Json { .. } => {
+                let mut a = pool.take(Element::I64, &[n])?;
+                let p = LabelPtr::Class(a.data.as_mut_ptr().cast());
+                (Some(a), p)
+            }
+        };
+        let mut masks = Vec::with_capacity(opts.masks.len());
+        let mut mask_ptrs = Vec::with_capacity(opts.masks.len());
+        for m in &opts.masks {
+            let element = match opts.mask_dtype {
+                MaskDtype::U8 => Element::U8,
+                MaskDtype::I64 => Element::I64,
+            };
+            let mut a = pool.take(element, &[n, h, w])?;
+            let base = a.data.as_mut_ptr();
+            mask_ptrs.push(match opts.mask_dtype {
+                MaskDtype::U8 => MaskPtr::U8(base),
+                MaskDtype::I64 => MaskPtr::I64(base.cast()),
+            });
+            masks.push((m.clone(), a));
+        }
+        let (boxes, box_ptrs) = if opts.boxes.is_some() {
+            let max = opts.max_boxes;
+            let mut coords = pool.take(Element::F32, &[n, max, 4])?;
+            let mut labels = pool.take(Element::I64, &[n, max])?;
+            let mut counts = pool.take(Element::I64, &[n])?;
+            let ptrs = (
+                coords.data.as_mut_ptr().cast(),
+                labels.data.as_mut_ptr().cast(),
+                counts.data.as_mut_ptr().cast(),
+            );
+            let boxes = Boxes {
+                coords,
+                labels,
+                counts,
+            };
+            (Some(boxes), Some(ptrs))
+        } else {
+            (None, None)
+        };
+        Ok((
+            Parts {
+                images,
+                labels,
+                masks,
+                boxes,
+            },
+            Slots {
+                image,
+                labels: label_ptr,
+                masks: mask_ptrs,
+                boxes: box_ptrs,
+            },
+        ))
+    }
 }
 
 /// The batches of one epoch, in order; see [`crate::Loader::epoch`].
@@ -88,6 +174,8 @@ pub struct Batches {
     finished: BTreeSet<u64>,
     next_number: u64,
     batches_left: u64,
+    /// A batch's arrays that could not be had: the next batch is this error.
+    failed: Option<LoaderError>,
 }
 
 impl std::fmt::Debug for Batches {
@@ -139,6 +227,7 @@ impl Batches {
             finished: BTreeSet::new(),
             next_number: 0,
             batches_left: batches,
+            failed: None,
         })
     }
 
@@ -172,34 +261,30 @@ impl Batches {
         true
     }
 
-    /// Dispatches batches until `prefetch + 1` are in flight.
+    /// Dispatches batches until `prefetch + 1` are in flight (or their
+    /// arrays cannot be had: then `failed` says why).
     fn top_up(&mut self) {
         let opts = &self.shared.opts;
-        let (h, w) = (opts.size.0 as usize, opts.size.1 as usize);
-        let per_image = h * w * 3;
-        while (self.pending.len() as u64) < (opts.prefetch as u64 + 1).min(self.batches_left) {
+        while self.failed.is_none()
+            && (self.pending.len() as u64) < (opts.prefetch as u64 + 1).min(self.batches_left)
+        {
             let indices: Vec<u64> = self.order.by_ref().take(opts.batch_size).collect();
             if indices.is_empty() {
                 break;
             }
             let n = indices.len();
-            let shape = if opts.channels_first {
-                [n, 3, h, w]
-            } else {
-                [n, h, w, 3]
-            };
-            let mut images = self.shared.pool.take(opts.dtype, n * per_image, shape);
-            let slots = match &mut images.data {
-                ImageData::U8(v) => Slots::U8(v.as_mut_ptr()),
-                ImageData::F32(v) => Slots::F32(v.as_mut_ptr()),
-                ImageData::F16(v) => Slots::F16(v.as_mut_ptr()),
+            let (parts, slots) = match self.shared.arrays(n) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.failed = Some(e);
+                    break;
+                }
             };
             let job = Arc::new(Job {
                 number: self.next_number + self.pending.len() as u64,
                 indices,
-                images: UnsafeCell::new(Some(images)),
+                parts: UnsafeCell::new(Some(parts)),
                 slots,
-                per_image,
                 results: Mutex::new((0..n).map(|_| None).collect()),
                 remaining: AtomicUsize::new(n),
             });
@@ -223,7 +308,10 @@ impl Batches {
             return Some(Err(LoaderError::Reader(e)));
         }
         self.top_up();
-        let job = self.pending.front()?.clone();
+        let Some(job) = self.pending.front().cloned() else {
+            // Nothing in flight: the arrays of the next batch could not be had.
+            return self.failed.take().map(Err);
+        };
         while !self.finished.remove(&job.number) {
             match self.done.recv() {
                 Ok(n) => {
@@ -246,43 +334,45 @@ impl Batches {
         }
         // SAFETY: every task of this batch has finished (`remaining` is 0,
         // read with acquire ordering after the release by the last task),
-        // so nothing else touches the buffer any more.
-        let Some(mut images) = (unsafe { (*job.images.get()).take() }) else {
+        // so nothing else touches the arrays any more.
+        let Some(parts) = (unsafe { (*job.parts.get()).take() }) else {
             return Some(Err(LoaderError::Thread(
                 "a batch was handed out twice".into(),
             )));
         };
         let slots = std::mem::take(&mut *job.results.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut batch = Batch {
+            images: parts.images,
+            labels: parts.labels,
+            indices: Vec::new(),
+            masks: parts.masks,
+            boxes: parts.boxes,
+            fields: Vec::new(),
+            skipped: Vec::new(),
+        };
         Some(
-            assemble(&self.shared.opts, &job.indices, &mut images, slots).map(
-                |(labels, indices, fields, skipped)| Batch {
-                    images,
-                    labels,
-                    indices,
-                    fields,
-                    skipped,
+            assemble(&self.shared.opts, &job.indices, &mut batch, slots).map(
+                |(indices, fields, skipped)| {
+                    batch.indices = indices;
+                    batch.fields = fields;
+                    batch.skipped = skipped;
+                    batch
                 },
             ),
         )
     }
 }
 
-type Assembled = (
-    Vec<i64>,
-    Vec<u64>,
-    Vec<(String, Vec<Option<Vec<u8>>>)>,
-    Vec<Skipped>,
-);
+type Assembled = (Vec<u64>, Vec<(String, Vec<Option<Vec<u8>>>)>, Vec<Skipped>);
 
-/// The labels, indices, fields and skipped samples of a finished batch; a
-/// skipped sample's image is removed (later images move down).
+/// The indices, fields and skipped samples of a finished batch; a skipped
+/// sample's slots are removed from every array (later samples move down).
 fn assemble(
     opts: &LoaderOptions,
     indices: &[u64],
-    images: &mut Images,
-    slots: Vec<Option<Slot>>,
+    batch: &mut Batch,
+    slots: Vec<Option<Done>>,
 ) -> Result<Assembled> {
-    let mut labels = Vec::with_capacity(slots.len());
     let mut kept = Vec::with_capacity(slots.len());
     let mut fields: Vec<(String, Vec<Option<Vec<u8>>>)> = opts
         .fields
@@ -298,7 +388,7 @@ fn assemble(
             )));
         };
         if let Some(e) = slot.error {
-            if opts.on_error == OnError::Fail || !is_sample_error(&e) {
+            if opts.on_error == OnError::Fail || !skippable(&e) {
                 return Err(e);
             }
             skipped.push(Skipped {
@@ -310,18 +400,24 @@ fn assemble(
         }
         let to = kept.len();
         if to != k {
-            images.move_image(k, to);
+            batch.arrays_mut().for_each(|a| a.move_sample(k, to));
         }
         kept.push(indices[k]);
-        labels.push(slot.label);
         for ((_, column), value) in fields.iter_mut().zip(slot.fields) {
             column.push(value);
         }
     }
     if kept.len() != indices.len() {
-        images.truncate(kept.len());
+        batch.arrays_mut().for_each(|a| a.truncate(kept.len()));
     }
-    Ok((labels, kept, fields, skipped))
+    Ok((kept, fields, skipped))
+}
+
+/// Whether `OnError::Skip` leaves the sample out for this error: the
+/// damage of one sample's bytes ([`is_sample_error`]), or a target that
+/// does not fit its image.
+fn skippable(e: &LoaderError) -> bool {
+    matches!(e, LoaderError::Target { .. }) || is_sample_error(e)
 }
 
 /// Whether an error concerns one sample's bytes (what `OnError::Skip` skips).
@@ -377,20 +473,19 @@ impl Drop for Batches {
 }
 
 fn worker(sh: &Shared, rx: &Receiver<(Arc<Job>, usize)>, done: &Sender<u64>, stop: &AtomicBool) {
+    let work = sh.work();
     for (job, k) in rx {
         let slot = if stop.load(Ordering::Relaxed) {
-            Slot {
-                label: -1,
+            Done {
                 key: String::new(),
                 fields: Vec::new(),
                 error: Some(LoaderError::Thread("stopped".into())),
             }
         } else {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                decode_sample(sh, &job, k)
+                decode_sample(sh, &work, &job, k)
             }));
-            r.unwrap_or_else(|_| Slot {
-                label: -1,
+            r.unwrap_or_else(|_| Done {
                 key: String::new(),
                 fields: Vec::new(),
                 error: Some(LoaderError::Thread(format!(
@@ -406,11 +501,10 @@ fn worker(sh: &Shared, rx: &Receiver<(Arc<Job>, usize)>, done: &Sender<u64>, sto
     }
 }
 
-/// Reads sample `k` of `job`, decodes its crop into its slot.
-fn decode_sample(sh: &Shared, job: &Job, k: usize) -> Slot {
+/// Reads sample `k` of `job` and does its work into its slots.
+fn decode_sample(sh: &Shared, work: &Work<'_>, job: &Job, k: usize) -> Done {
     let index = job.indices[k];
-    let mut slot = Slot {
-        label: -1,
+    let mut done = Done {
         key: String::new(),
         fields: Vec::new(),
         error: None,
@@ -418,150 +512,26 @@ fn decode_sample(sh: &Shared, job: &Job, k: usize) -> Slot {
     let sample = match sh.ds.get(index) {
         Ok(s) => s,
         Err(e) => {
-            slot.error = Some(e.into());
-            return slot;
+            done.error = Some(e.into());
+            return done;
         }
     };
-    slot.key = sample.key().to_owned();
-    slot.label = sample.label().unwrap_or(-1);
-    slot.fields = sh
-        .opts
-        .fields
-        .iter()
-        .map(|f| sample.field(f).map(<[u8]>::to_vec))
-        .collect();
-    let Some(bytes) = sample.field(&sh.image) else {
-        let has: Vec<&str> = sample.fields().map(|(e, _)| e).collect();
-        slot.error = Some(LoaderError::MissingField {
-            index,
-            key: slot.key.clone(),
-            ext: sh.image.clone(),
-            has: has.join(", "),
-        });
-        return slot;
-    };
-    if let Err(e) = render(sh, job, k, index, bytes) {
-        slot.error = Some(LoaderError::Image {
-            index,
-            key: slot.key.clone(),
-            source: e,
-        });
+    done.key = sample.key().to_owned();
+    if !sh.opts.fields.is_empty() {
+        done.fields = sh
+            .opts
+            .fields
+            .iter()
+            .map(|f| sample.field(f).map(<[u8]>::to_vec))
+            .collect();
     }
-    slot
-}
-
-/// Decodes, crops, resizes, flips and converts one image into slot `k`.
-fn render(
-    sh: &Shared,
-    job: &Job,
-    k: usize,
-    index: u64,
-    bytes: &[u8],
-) -> std::result::Result<(), bale_image::ImageError> {
-    let opts = &sh.opts;
-    let (out_h, out_w) = opts.size;
-    let (w, h) = bale_image::region::dimensions(&sh.image, bytes)?;
-    let params = sample_params(opts, sh.epoch, index, w, h);
-    let per = job.per_image;
-    let direct = opts.dtype == Dtype::U8 && !opts.channels_first;
-    let write_hwc = |hwc: &mut [u8]| {
-        RegionDecoder::with(|d| {
-            d.set_max_pixels(opts.max_pixels);
-            d.crop_resize_into(
-                &sh.image,
-                bytes,
-                params.crop,
-                out_w,
-                out_h,
-                opts.dct_scaling,
-                hwc,
-            )
-        })?;
-        if params.flip {
-            flip_rows(hwc, out_w as usize);
-        }
-        Ok::<(), bale_image::ImageError>(())
-    };
-    if direct {
-        let Slots::U8(base) = job.slots else {
-            unreachable!("a u8 batch has u8 slots")
-        };
-        // SAFETY: slot `k` of a buffer of `indices.len() * per` elements,
-        // written by this task alone (see `Job`).
-        let out = unsafe { std::slice::from_raw_parts_mut(base.add(k * per), per) };
-        return write_hwc(out);
+    // SAFETY: `job.slots` point to the arrays of a batch of
+    // `job.indices.len() > k` samples, and slot `k` is this task's alone
+    // (see `Job`).
+    if let Err(e) = unsafe { render::render_sample(work, &sample, &job.slots, k) } {
+        done.error = Some(e);
     }
-    TEMP.with(|t| {
-        let mut tmp = t.borrow_mut();
-        tmp.resize(per, 0);
-        write_hwc(&mut tmp)?;
-        let plane = out_h as usize * out_w as usize;
-        let at = |p: usize, c: usize| {
-            if opts.channels_first {
-                c * plane + p
-            } else {
-                p * 3 + c
-            }
-        };
-        match job.slots {
-            Slots::U8(base) => {
-                // SAFETY: as above.
-                let out = unsafe { std::slice::from_raw_parts_mut(base.add(k * per), per) };
-                for p in 0..plane {
-                    for c in 0..3 {
-                        out[at(p, c)] = tmp[p * 3 + c];
-                    }
-                }
-            }
-            Slots::F32(base) => {
-                // SAFETY: as above.
-                let out = unsafe { std::slice::from_raw_parts_mut(base.add(k * per), per) };
-                let (scale, shift) = normalisation(opts);
-                for p in 0..plane {
-                    for c in 0..3 {
-                        out[at(p, c)] = f32::from(tmp[p * 3 + c]) * scale[c] + shift[c];
-                    }
-                }
-            }
-            Slots::F16(base) => {
-                // SAFETY: as above.
-                let out = unsafe { std::slice::from_raw_parts_mut(base.add(k * per), per) };
-                let (scale, shift) = normalisation(opts);
-                for p in 0..plane {
-                    for c in 0..3 {
-                        out[at(p, c)] =
-                            f16::from_f32(f32::from(tmp[p * 3 + c]) * scale[c] + shift[c]);
-                    }
-                }
-            }
-        }
-        Ok(())
-    })
-}
-
-/// `(x / 255 - mean) / std` as `x * scale + shift`, per channel.
-fn normalisation(opts: &LoaderOptions) -> ([f32; 3], [f32; 3]) {
-    let mut scale = [0.0; 3];
-    let mut shift = [0.0; 3];
-    for c in 0..3 {
-        scale[c] = 1.0 / (255.0 * opts.std[c]);
-        shift[c] = -opts.mean[c] / opts.std[c];
-    }
-    (scale, shift)
-}
-
-/// Flips RGB rows of `width` pixels left-right, in place.
-fn flip_rows(pixels: &mut [u8], width: usize) {
-    for row in pixels.chunks_exact_mut(width * 3) {
-        let (mut a, mut b) = (0, width - 1);
-        while a < b {
-            for c in 0..3 {
-                row.swap(a * 3 + c, b * 3 + c);
-            }
-            a += 1;
-            b -= 1;
-        }
-    }
+    done
 }
 
 #[cfg(test)]
@@ -588,15 +558,5 @@ mod tests {
             path: "s.tar".into(),
         });
         assert!(!is_sample_error(&replaced));
-    }
-
-    #[test]
-    fn rows_flip_left_right() {
-        let mut px: Vec<u8> = (0..18).collect();
-        flip_rows(&mut px, 3);
-        assert_eq!(
-            px,
-            [6, 7, 8, 3, 4, 5, 0, 1, 2, 15, 16, 17, 12, 13, 14, 9, 10, 11]
-        );
     }
 }

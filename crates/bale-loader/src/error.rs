@@ -10,7 +10,7 @@ pub enum LoaderError {
     /// Reading the dataset failed (names the file and offset).
     #[error(transparent)]
     Reader(#[from] bale_reader::ReaderError),
-    /// A sample's image could not be decoded (with `on_error = fail`).
+    /// A sample's image could not be decoded.
     #[error("sample {index} ({key:?}): {source}")]
     Image {
         /// The sample's global index.
@@ -32,6 +32,43 @@ pub enum LoaderError {
         ext: String,
         /// The members it has.
         has: String,
+    },
+    /// A sample's target (a mask, its boxes, its label) is damaged or does
+    /// not fit its image: a mask of another size, boxes outside the image
+    /// or not numbers, a label that does not parse. `on_error` applies.
+    #[error("sample {index} ({key:?}): {member}: {what}")]
+    Target {
+        /// The sample's global index.
+        index: u64,
+        /// Its key.
+        key: String,
+        /// The member the target comes from.
+        member: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// Memory for a batch could not be had (the allocation failed softly:
+    /// the process goes on).
+    #[error("out of memory: {what} needs {bytes} bytes")]
+    OutOfMemory {
+        /// Bytes asked for.
+        bytes: u64,
+        /// What they were for.
+        what: String,
+    },
+    /// The dataset holds no sample: there is nothing to load.
+    #[error("the dataset {path} is empty: it holds no sample to load")]
+    Empty {
+        /// The dataset.
+        path: String,
+    },
+    /// A sample index past the dataset's end.
+    #[error("sample index {index} is past the dataset's end ({len} samples)")]
+    Index {
+        /// The index asked for.
+        index: u64,
+        /// The samples there are.
+        len: u64,
     },
     /// An option that cannot be used.
     #[error("invalid loader option {name}: {what}")]

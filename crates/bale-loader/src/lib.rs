@@ -4,12 +4,17 @@
 //!
 //! A [`Loader`] walks an epoch with the reader's plans and partitions
 //! ([`bale_reader`]), and each sample becomes one task on a pool of threads:
-//! read (a slice of the shard's map), decode only the crop's part of the
-//! image (JPEG rows outside it skipped; a crop at least twice the output
-//! decoded at 1/2, 1/4 or 1/8 scale with the feature `libjpeg`), resize to
-//! the output size (bilinear, antialiased, as torchvision on PIL images),
-//! flip, convert (channels first, `float32`/`float16` normalised), written
-//! straight into its slot of the batch buffer. Batches come out in order.
+//! read (a slice of the shard's map), draw its geometry (a scale stage,
+//! a crop, flips: torchvision v2's transforms, [`SampleParams`]), decode
+//! only the crop's part of the image (JPEG rows outside it skipped; a crop
+//! at least twice the output decoded at 1/2, 1/4 or 1/8 scale with the
+//! feature `libjpeg`), resize it (bilinear, antialiased, as torchvision),
+//! pad, flip, convert (channels first, `float32`/`float16` normalised),
+//! written straight into its slot of the batch. Its targets move with it:
+//! masks (nearest, torch's index rule: never a value not in the source),
+//! boxes (moved, clipped, and dropped with their labels by
+//! `SanitizeBoundingBoxes` rules), labels from `.cls`, JSON or `.npy`.
+//! Batches come out in order.
 //!
 //! ```
 //! use bale_loader::{Crop, Loader, LoaderOptions, Order};
@@ -31,7 +36,7 @@
 //! let loader = Loader::new(ds, LoaderOptions {
 //!     batch_size: 4,
 //!     size: (32, 32),
-//!     crop: Crop::RANDOM_RESIZED,
+//!     crop: Crop::RandomResized,
 //!     flip: true,
 //!     order: Order::Shuffled,
 //!     seed: 0,
@@ -40,44 +45,52 @@
 //! for batch in loader.epoch(0)? {
 //!     let batch = batch?;
 //!     assert_eq!(batch.images.shape(), [4, 32, 32, 3]);
-//!     assert_eq!(batch.labels.len(), 4);
+//!     assert_eq!(batch.class_labels().unwrap().len(), 4);
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! # Guarantees
 //!
-//! - Every random decision of a sample (its crop box, its flip) is drawn
+//! - Every random decision of a sample (its scale, crop box, flips) is drawn
 //!   from a generator seeded by `(seed, epoch, sample index)` alone: the same
 //!   run gives the same batches whatever the thread count, and a run resumed
 //!   at a sample ([`Loader::epoch_from`]) gives what the uninterrupted one
 //!   would have. [`Loader::sample_params`] says what was decided.
 //! - Each sample of the partition's epoch appears once, in the plan's order.
-//! - Memory: `prefetch + 1` batch buffers in flight (each `batch_size x
-//!   height x width x 3` elements), reused once dropped; one decoded crop
-//!   per thread.
-//! - A damaged image is an error naming the sample, or with
-//!   [`OnError::Skip`] is left out of its batch and listed in
-//!   [`Batch::skipped`]: never replaced silently.
+//! - Memory: `prefetch + 1` batches in flight (each `batch_size` samples of
+//!   [`LoaderOptions::bytes_per_sample`]: image, masks, boxes, label),
+//!   bounded by [`MAX_IN_FLIGHT_BYTES`] when the loader is made and reserved
+//!   without aborting, reused once dropped; per thread one decoded crop (at
+//!   most the source image), one resized crop and one row of a mask.
+//! - A damaged image, or a target that does not fit it, is an error naming
+//!   the sample, or with [`OnError::Skip`] is left out of its batch and
+//!   listed in [`Batch::skipped`]: never replaced or dropped silently.
 #![deny(missing_docs)]
 
 mod augment;
 mod batch;
 mod engine;
 mod error;
+mod geometry;
 mod options;
+mod pipeline;
+mod render;
+mod targets;
 
 use bale_reader::Dataset;
 
-pub use augment::SampleParams;
-pub use batch::{Batch, ImageData, Images, Skipped};
+pub use batch::{Array, Batch, Boxes, Element, Elements, Skipped};
 pub use engine::Batches;
 pub use error::{LoaderError, Result};
+pub use geometry::{Padding, SampleParams, Window, nearest};
 pub use options::{
-    Crop, Dtype, IMAGENET_MEAN, IMAGENET_STD, LoaderOptions, MAX_BATCH_BYTES, OnError, Order,
+    Crop, Dtype, IMAGENET_MEAN, IMAGENET_STD, LabelSource, LoaderOptions, MAX_IN_FLIGHT_BYTES,
+    MaskDtype, OnError, Order, Resize, ScaleJitter,
 };
 
-/// Members the loader takes the image from when none is named, in this order.
+/// Members the loader takes the image from when none is named, in this
+/// order (each matched regardless of case: `JPEG`, `Png`).
 pub const IMAGE_EXTS: [&str; 5] = ["jpg", "jpeg", "png", "webp", "npy"];
 
 /// Decoded, augmented batches of a dataset; see the [crate docs](crate).
@@ -85,60 +98,100 @@ pub const IMAGE_EXTS: [&str; 5] = ["jpg", "jpeg", "png", "webp", "npy"];
 pub struct Loader {
     ds: Dataset,
     opts: LoaderOptions,
-    image: String,
+    /// The members an image may be in, in order of preference.
+    image: Vec<String>,
+    /// Values per `.npy` label (1 otherwise).
+    classes: usize,
     pool: std::sync::Arc<batch::BufferPool>,
+}
+
+/// Whether the dataset's members include `want`, regardless of case.
+fn has_member(ds: &Dataset, want: &str) -> bool {
+    ds.fields().iter().any(|f| f.eq_ignore_ascii_case(want))
 }
 
 impl Loader {
     /// A loader over `ds`.
     ///
     /// # Errors
-    /// [`LoaderError::Option`] for options that cannot be used, or a dataset
-    /// without an image member (none named, and none of [`IMAGE_EXTS`]);
-    /// [`LoaderError::Reader`] for a partition that cannot be (a rank not
-    /// below the world size).
+    /// [`LoaderError::Option`] for options that cannot be used (see
+    /// [`LoaderOptions::check`]), a dataset without an image member (none
+    /// of those named or of [`IMAGE_EXTS`]), or without a member the
+    /// options name (a typo would fail every sample); [`LoaderError::Empty`]
+    /// for a dataset without samples.
     pub fn new(ds: Dataset, opts: LoaderOptions) -> Result<Self> {
         opts.check()?;
-        opts.partition.validate()?;
-        let image = match &opts.image {
-            Some(e) => e.clone(),
-            None => IMAGE_EXTS
-                .iter()
-                .find(|e| ds.fields().iter().any(|f| f == *e))
-                .map(|e| (*e).to_owned())
-                .ok_or_else(|| LoaderError::Option {
-                    name: "image",
-                    what: format!(
-                        "the dataset has no {} member; name the member holding the image (it has {})",
-                        IMAGE_EXTS.join(", "),
-                        ds.fields().join(", ")
-                    ),
-                })?,
+        if ds.is_empty() {
+            return Err(LoaderError::Empty {
+                path: ds.dir().display().to_string(),
+            });
+        }
+        let has = || ds.fields().join(", ");
+        let image: Vec<String> = if opts.image.is_empty() {
+            IMAGE_EXTS.iter().map(|e| (*e).to_owned()).collect()
+        } else {
+            opts.image.clone()
         };
-        if !(bale_image::is_image_ext(&image) || image == "npy" || image.ends_with(".npy")) {
-            return Err(LoaderError::Option {
-                name: "image",
-                what: format!("{image:?} does not name an image format bale decodes"),
-            });
-        }
-        // An image member no sample has (a typo) would fail every sample:
-        // refused here, with the members there are. (A passed-through field
-        // a sample lacks is None: one list may serve several datasets.)
-        if !ds.fields().contains(&image) {
-            return Err(LoaderError::Option {
-                name: "image",
-                what: format!(
-                    "no member {image:?} in the dataset {}: its samples have {}",
+        if !image.iter().any(|e| has_member(&ds, e)) {
+            let what = if opts.image.is_empty() {
+                format!(
+                    "the dataset has no {} member; name the member holding the image (it has {})",
+                    IMAGE_EXTS.join(", "),
+                    has()
+                )
+            } else {
+                format!(
+                    "no member {} in the dataset {}: its samples have {}",
+                    image
+                        .iter()
+                        .map(|e| format!("{e:?}"))
+                        .collect::<Vec<_>>()
+                        .join(" or "),
                     ds.dir().display(),
-                    ds.fields().join(", ")
-                ),
+                    has()
+                )
+            };
+            return Err(LoaderError::Option {
+                name: "image",
+                what,
             });
         }
+        let named = opts
+            .masks
+            .iter()
+            .map(|m| ("masks", m.as_str()))
+            .chain(opts.boxes.as_deref().map(|m| ("boxes", m)))
+            .chain(opts.box_labels.as_deref().map(|m| ("box_labels", m)))
+            .chain(opts.label.member().map(|m| ("label", m)));
+        for (name, m) in named {
+            if !has_member(&ds, m) {
+                return Err(LoaderError::Option {
+                    name,
+                    what: format!(
+                        "no member {m:?} in the dataset {}: its samples have {}",
+                        ds.dir().display(),
+                        has()
+                    ),
+                });
+            }
+        }
+        let classes = match &opts.label {
+            LabelSource::Npy { member } => {
+                let classes = first_vector_len(&ds, member)?;
+                opts.check_in_flight(classes)?;
+                classes
+            }
+            _ => 1,
+        };
+        // Arrays of a batch, times the batches in flight and one held.
+        let arrays = 2 + opts.masks.len() + if opts.boxes.is_some() { 3 } else { 0 };
+        let keep = arrays * (opts.prefetch + 2);
         Ok(Loader {
             ds,
             opts,
             image,
-            pool: std::sync::Arc::default(),
+            classes,
+            pool: std::sync::Arc::new(batch::BufferPool::new(keep)),
         })
     }
 
@@ -147,9 +200,15 @@ impl Loader {
         &self.opts
     }
 
-    /// The member images are taken from.
-    pub fn image_member(&self) -> &str {
+    /// The members an image is taken from, in order of preference: each
+    /// sample's is the first of them it has.
+    pub fn image_members(&self) -> &[String] {
         &self.image
+    }
+
+    /// Values per sample's label: the length of a `.npy` label vector, else 1.
+    pub fn label_classes(&self) -> usize {
+        self.classes
     }
 
     /// The dataset.
@@ -203,6 +262,7 @@ impl Loader {
                 ds: self.ds.clone(),
                 opts: self.opts.clone(),
                 image: self.image.clone(),
+                classes: self.classes,
                 epoch,
                 pool: std::sync::Arc::clone(&self.pool),
             },
@@ -215,24 +275,42 @@ impl Loader {
     /// header is read for its size): what the loader does to it.
     ///
     /// # Errors
-    /// The sample cannot be read, lacks the image member, or its header does
-    /// not parse.
+    /// [`LoaderError::Option`] for an index past the dataset's end; the
+    /// sample cannot be read, lacks an image member, or its header does not
+    /// parse.
     pub fn sample_params(&self, epoch: u64, index: u64) -> Result<SampleParams> {
+        if index >= self.ds.len() {
+            return Err(LoaderError::Index {
+                index,
+                len: self.ds.len(),
+            });
+        }
         let s = self.ds.get(index)?;
-        let bytes = s
-            .field(&self.image)
-            .ok_or_else(|| LoaderError::MissingField {
-                index,
-                key: s.key().to_owned(),
-                ext: self.image.clone(),
-                has: s.fields().map(|(e, _)| e).collect::<Vec<_>>().join(", "),
-            })?;
-        let (w, h) =
-            bale_image::region::dimensions(&self.image, bytes).map_err(|e| LoaderError::Image {
-                index,
-                key: s.key().to_owned(),
-                source: e,
-            })?;
-        Ok(augment::sample_params(&self.opts, epoch, index, w, h))
+        let work = render::Work {
+            opts: &self.opts,
+            image: &self.image,
+            classes: self.classes,
+            output: pipeline::Output::of(&self.opts),
+            epoch,
+        };
+        render::params_of(&work, &s)
     }
+}
+
+/// The length of the `.npy` label vector of the dataset's first sample.
+fn first_vector_len(ds: &Dataset, member: &str) -> Result<usize> {
+    let s = ds.get(0)?;
+    let bad = |what: String| LoaderError::Option {
+        name: "label",
+        what: format!(
+            "npy:{member}: the length of the label vectors is that of the first sample's, and its {what}"
+        ),
+    };
+    let (ext, bytes) = targets::find(&s, member)
+        .ok_or_else(|| bad(format!("sample ({:?}) has no such member", s.key())))?;
+    let v = targets::npy_vector(ext, bytes).map_err(|(_, what)| bad(what))?;
+    if v.is_empty() {
+        return Err(bad("vector is empty".into()));
+    }
+    Ok(v.len())
 }

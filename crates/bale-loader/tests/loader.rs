@@ -1,13 +1,14 @@
 //! The loader through its public API, on datasets written here: every sample
 //! once per epoch in each order, disjoint partitions, labels that belong to
 //! their images, the same bytes whatever the thread count, exact resume,
-//! and damaged images failing or skipped.
+//! damaged images failing or skipped, and masks and boxes following each
+//! sample's geometry.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use bale_format::{CreatedBy, Manifest, Member, ShardFileWriter};
-use bale_loader::{Crop, Loader, LoaderOptions, OnError, Order};
+use bale_loader::{Crop, Loader, LoaderError, LoaderOptions, OnError, Order, Resize, nearest};
 use bale_reader::{Dataset, Partition};
 
 const N: u32 = 45;
@@ -72,7 +73,7 @@ fn options(order: Order) -> LoaderOptions {
     LoaderOptions {
         batch_size: 4,
         size: (8, 8),
-        crop: Crop::RANDOM_RESIZED,
+        crop: Crop::RandomResized,
         flip: true,
         order,
         seed: 11,
@@ -88,7 +89,7 @@ fn epoch(loader: &Loader, epoch: u64, start: u64) -> (Vec<u64>, Vec<i64>, Vec<u8
         let b = b.unwrap();
         assert!(b.skipped.is_empty());
         idx.extend(&b.indices);
-        labels.extend(&b.labels);
+        labels.extend(b.class_labels().unwrap());
         pixels.extend_from_slice(b.images.as_u8().unwrap());
     }
     (idx, labels, pixels)
@@ -237,4 +238,168 @@ fn a_damaged_image_fails_naming_the_sample_or_is_skipped_and_listed() {
     assert_eq!((skipped[0].index, skipped[0].key.as_str()), (13, "0013"));
     assert!(!seen.contains(&13));
     assert_eq!(seen.len(), N as usize - 1);
+}
+
+/// A sample of a 40x30 PNG, a mask whose value is each pixel's column
+/// (`x % 200`) and boxes in JSON.
+fn write_targets(dir: &Path, bad_mask: Option<u32>) {
+    let mut w = ShardFileWriter::create(dir, "shard-000000.tar", bale_format::Compression::None, 0)
+        .unwrap();
+    for i in 0..12u32 {
+        let img = image::RgbImage::from_fn(40, 30, |x, y| {
+            image::Rgb([x as u8 * 6, y as u8 * 8, i as u8])
+        });
+        let mut png = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut png, image::ImageFormat::Png).unwrap();
+        let (mw, mh) = if Some(i) == bad_mask {
+            (20, 30)
+        } else {
+            (40, 30)
+        };
+        let mask =
+            image::GrayImage::from_fn(mw, mh, |x, y| image::Luma([(x + 40 * (y % 5)) as u8]));
+        let mut mpng = std::io::Cursor::new(Vec::new());
+        mask.write_to(&mut mpng, image::ImageFormat::Png).unwrap();
+        let boxes = format!(
+            r#"{{"boxes": [[0, 0, 40, 30], [{}, 2, {}, 12], [39, 29, 40, 30]], "labels": [1, 2, 3]}}"#,
+            i,
+            i + 10
+        );
+        w.writer()
+            .write_sample(
+                &format!("{i:04}"),
+                &[
+                    Member {
+                        ext: "json",
+                        data: boxes.as_bytes(),
+                    },
+                    Member {
+                        ext: "mask.png",
+                        data: mpng.get_ref(),
+                    },
+                    Member {
+                        ext: "png",
+                        data: png.get_ref(),
+                    },
+                ],
+            )
+            .unwrap();
+    }
+    let created_by = CreatedBy {
+        tool: "test".into(),
+        version: "0".into(),
+        command: "test".into(),
+        options: Default::default(),
+    };
+    Manifest::new(vec![w.finish().unwrap()], None, created_by)
+        .write(dir)
+        .unwrap();
+}
+
+#[test]
+fn masks_and_boxes_follow_each_samples_geometry() {
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), None);
+    let opts = LoaderOptions {
+        batch_size: 5,
+        size: (24, 32),
+        resize: Resize::Random { min: 15, max: 45 },
+        crop: Crop::Random,
+        flip: true,
+        vflip: true,
+        masks: vec!["mask.png".into()],
+        boxes: Some("json".into()),
+        max_boxes: 3,
+        order: Order::Shuffled,
+        seed: 4,
+        threads: 2,
+        ..LoaderOptions::default()
+    };
+    let loader = Loader::new(Dataset::open(dir.path()).unwrap(), opts.clone()).unwrap();
+    let (mut seen, mut padded, mut dropped) = (0, 0, 0);
+    for batch in loader.epoch(1).unwrap() {
+        let b = batch.unwrap();
+        let masks = b.masks[0].1.as_u8().unwrap();
+        let boxes = b.boxes.as_ref().unwrap();
+        let (coords, counts) = (
+            boxes.coords.as_f32().unwrap(),
+            boxes.counts.as_i64().unwrap(),
+        );
+        for (k, &index) in b.indices.iter().enumerate() {
+            let p = loader.sample_params(1, index).unwrap();
+            padded += usize::from(!p.padding().is_empty());
+            // Each output pixel holds its source pixel's value, or the fill.
+            let (sw, sh) = p.scaled;
+            for oy in 0..24u32 {
+                for ox in 0..32u32 {
+                    let fx = if p.flip { 31 - ox } else { ox };
+                    let fy = if p.vflip { 23 - oy } else { oy };
+                    let (cx, cy) = (p.crop.left + i64::from(fx), p.crop.top + i64::from(fy));
+                    let want = if cx < i64::from(sw) && cy < i64::from(sh) {
+                        let (x, y) = (nearest(cx as u32, 40, sw), nearest(cy as u32, 30, sh));
+                        (x + 40 * (y % 5)) as u8
+                    } else {
+                        255
+                    };
+                    let got = masks[k * 24 * 32 + (oy * 32 + ox) as usize];
+                    assert_eq!(got, want, "sample {index} at ({ox}, {oy}): {p:?}");
+                }
+            }
+            // The whole-image box becomes the part of the output the image covers.
+            let n = counts[k] as usize;
+            let first = &coords[k * 12..k * 12 + 4];
+            let (iw, ih) = ((sw.min(32)) as f32, (sh.min(24)) as f32);
+            let (x1, x2) = if p.flip { (32.0 - iw, 32.0) } else { (0.0, iw) };
+            let (y1, y2) = if p.vflip {
+                (24.0 - ih, 24.0)
+            } else {
+                (0.0, ih)
+            };
+            assert!(n >= 1, "{p:?}");
+            for (g, w) in first.iter().zip([x1, y1, x2, y2]) {
+                assert!(
+                    (g - w).abs() < 0.5,
+                    "{first:?} vs {:?}: {p:?}",
+                    [x1, y1, x2, y2]
+                );
+            }
+            dropped += 3 - n;
+            assert!(
+                coords[k * 12 + n * 4..(k + 1) * 12]
+                    .iter()
+                    .all(|&v| v == 0.0)
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 12);
+    assert!(padded > 0 && dropped > 0, "{padded} {dropped}");
+}
+
+#[test]
+fn a_mask_of_another_size_is_a_damaged_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), Some(7));
+    let mut opts = LoaderOptions {
+        batch_size: 4,
+        size: (8, 8),
+        crop: Crop::Resize,
+        masks: vec!["mask.png".into()],
+        ..LoaderOptions::default()
+    };
+    let loader = Loader::new(Dataset::open(dir.path()).unwrap(), opts.clone()).unwrap();
+    let err = loader.epoch(0).unwrap().find_map(|b| b.err()).unwrap();
+    assert!(matches!(err, LoaderError::Target { index: 7, .. }), "{err}");
+    assert!(err.to_string().contains("20x30"), "{err}");
+    opts.on_error = OnError::Skip;
+    let loader = Loader::new(Dataset::open(dir.path()).unwrap(), opts).unwrap();
+    let mut kept = Vec::new();
+    for b in loader.epoch(0).unwrap() {
+        let b = b.unwrap();
+        assert_eq!(b.masks[0].1.shape(), [b.len(), 8, 8]);
+        assert_eq!(b.images.shape()[0], b.len());
+        kept.extend(b.indices);
+        assert!(b.skipped.iter().all(|s| s.index == 7));
+    }
+    assert_eq!(kept, [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11]);
 }

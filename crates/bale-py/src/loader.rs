@@ -8,11 +8,9 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
 use bale_image::region::RegionDecoder;
-use bale_loader::{
-    Batch, Batches, Crop, Dtype, Images, Loader, LoaderError, LoaderOptions, OnError, Order,
-};
+use bale_loader::{Array, Batch, Batches, Loader, LoaderError, LoaderOptions, Resize, ScaleJitter};
 use bale_reader::{ForkGuard, Partition};
-use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyMemoryError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
@@ -23,50 +21,18 @@ use crate::{FormatError, to_py};
 fn loader_err(e: LoaderError) -> PyErr {
     match e {
         LoaderError::Reader(r) => to_py(r),
-        LoaderError::Option { .. } => PyValueError::new_err(e.to_string()),
+        LoaderError::Option { .. } | LoaderError::Empty { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
+        LoaderError::Index { .. } => PyIndexError::new_err(e.to_string()),
+        LoaderError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
         other => FormatError::new_err(other.to_string()),
     }
 }
 
-fn parse_crop(
-    crop: &str,
-    scale: (f64, f64),
-    ratio: (f64, f64),
-    resize: Option<u32>,
-) -> PyResult<Crop> {
-    match crop {
-        "random_resized" => Ok(Crop::RandomResized { scale, ratio }),
-        "center" => Ok(Crop::Center { resize }),
-        "resize" => Ok(Crop::Resize),
-        other => Err(PyValueError::new_err(format!(
-            "crop={other:?}: expected \"random_resized\", \"center\" or \"resize\""
-        ))),
-    }
-}
-
-fn parse_dtype(dtype: &str) -> PyResult<Dtype> {
-    match dtype {
-        "uint8" | "u1" => Ok(Dtype::U8),
-        "float32" | "f4" => Ok(Dtype::F32),
-        "float16" | "f2" => Ok(Dtype::F16),
-        other => Err(PyValueError::new_err(format!(
-            "dtype={other:?}: expected \"uint8\", \"float32\" or \"float16\""
-        ))),
-    }
-}
-
-fn parse_order(order: &str, buffer: usize) -> PyResult<Order> {
-    match order {
-        "sequential" => Ok(Order::Sequential),
-        "shuffled" => Ok(Order::Shuffled),
-        "shard_shuffled" => Ok(Order::ShardShuffled(buffer)),
-        other => Err(PyValueError::new_err(format!(
-            "order={other:?}: expected \"sequential\", \"shuffled\" or \"shard_shuffled\""
-        ))),
-    }
-}
-
-/// The native loader; `bale.Loader` wraps it.
+/// The native loader; `bale.Loader` wraps it. Its arguments are forwarded
+/// into [`LoaderOptions`], which checks them ([`LoaderOptions::check`]):
+/// nothing is checked here but what a Rust type cannot hold.
 #[pyclass(module = "bale._native", name = "Loader", frozen)]
 #[derive(Debug)]
 pub struct PyLoader {
@@ -77,22 +43,28 @@ pub struct PyLoader {
 impl PyLoader {
     #[new]
     #[pyo3(signature = (
-        path, batch_size, crop, size, scale, ratio, resize, flip, channels_first, dtype, mean,
-        std, order, buffer, seed, rank, world_size, even, threads, prefetch, on_error, image,
-        fields, drop_last, dct_scaling, max_pixels, storage_options=None, cache_dir=None, cache_limit=None,
-        verify_on_read=false, backing="mmap", read_around="auto"
+        path, *, batch_size, size, crop, scale, ratio, resize, scale_jitter, flip, vflip, fill,
+        mask_fill, channels_first, dtype, mean, std, order, buffer, seed, rank, world_size, even,
+        threads, prefetch, on_error, image, masks, mask_dtype, boxes, box_labels, max_boxes,
+        min_box_size, min_box_area, label, fields, drop_last, dct_scaling, max_pixels,
+        storage_options=None, cache_dir=None, cache_limit=None, verify_on_read=false,
+        backing="mmap", read_around="auto"
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: String,
         batch_size: usize,
-        crop: &str,
         size: (u32, u32),
+        crop: &str,
         scale: (f64, f64),
         ratio: (f64, f64),
-        resize: Option<u32>,
+        resize: Option<Vec<u32>>,
+        scale_jitter: Option<((u32, u32), (f64, f64))>,
         flip: bool,
+        vflip: bool,
+        fill: [u8; 3],
+        mask_fill: i64,
         channels_first: bool,
         dtype: &str,
         mean: [f32; 3],
@@ -106,7 +78,15 @@ impl PyLoader {
         threads: usize,
         prefetch: usize,
         on_error: &str,
-        image: Option<String>,
+        image: Vec<String>,
+        masks: Vec<String>,
+        mask_dtype: &str,
+        boxes: Option<String>,
+        box_labels: Option<String>,
+        max_boxes: usize,
+        min_box_size: f64,
+        min_box_area: f64,
+        label: Option<&str>,
         fields: Vec<String>,
         drop_last: bool,
         dct_scaling: bool,
@@ -121,32 +101,53 @@ impl PyLoader {
         let opts = LoaderOptions {
             batch_size,
             size,
-            crop: parse_crop(crop, scale, ratio, resize)?,
+            resize: match resize.as_deref() {
+                None | Some([0]) => Resize::None,
+                Some(&[n]) => Resize::Shorter(n),
+                Some(&[min, max]) => Resize::Random { min, max },
+                Some(other) => {
+                    return Err(PyValueError::new_err(format!(
+                        "resize must be a side or (min, max), not {other:?}"
+                    )));
+                }
+            },
+            scale_jitter: scale_jitter.map(|(target, range)| ScaleJitter { target, range }),
+            crop: crop.parse().map_err(loader_err)?,
+            scale,
+            ratio,
             flip,
+            vflip,
+            fill,
+            mask_fill,
             channels_first,
-            dtype: parse_dtype(dtype)?,
+            dtype: dtype.parse().map_err(loader_err)?,
             mean,
             std,
-            order: parse_order(order, buffer)?,
+            order: order
+                .parse::<bale_loader::Order>()
+                .map_err(loader_err)?
+                .with_buffer(buffer),
             seed,
             partition: Partition::new(rank, world_size).with_even(even),
             threads,
             prefetch,
-            on_error: match on_error {
-                "fail" => OnError::Fail,
-                "skip" => OnError::Skip,
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "on_error={other:?}: expected \"fail\" or \"skip\""
-                    )));
-                }
-            },
+            on_error: on_error.parse().map_err(loader_err)?,
             image,
+            masks,
+            mask_dtype: mask_dtype.parse().map_err(loader_err)?,
+            boxes,
+            box_labels,
+            max_boxes,
+            min_box_size,
+            min_box_area,
+            label: label.unwrap_or("none").parse().map_err(loader_err)?,
             fields,
             drop_last,
             dct_scaling,
             max_pixels,
         };
+        // The options first: a wrong one is named before the dataset is opened.
+        opts.check().map_err(loader_err)?;
         let options = crate::remote_options(
             bale_reader::DatasetOptions::new()
                 .verify_on_read(verify_on_read)
@@ -158,7 +159,7 @@ impl PyLoader {
         )?;
         crate::check_exists(std::path::Path::new(&path))?;
         let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
-        let loader = Loader::new(ds, opts).map_err(loader_err)?;
+        let loader = py.detach(|| Loader::new(ds, opts)).map_err(loader_err)?;
         Ok(PyLoader { loader })
     }
 
@@ -173,10 +174,22 @@ impl PyLoader {
         self.loader.samples_per_epoch().map_err(loader_err)
     }
 
-    /// The member images are taken from.
+    /// The members images are taken from, in order of preference.
     #[getter]
-    fn image_member(&self) -> String {
-        self.loader.image_member().to_owned()
+    fn image_members(&self) -> Vec<String> {
+        self.loader.image_members().to_vec()
+    }
+
+    /// The members of the dataset (its manifest's fields).
+    #[getter]
+    fn dataset_fields(&self) -> Vec<String> {
+        self.loader.dataset().fields().to_vec()
+    }
+
+    /// Values per label: the length of a `.npy` label vector, else 1.
+    #[getter]
+    fn label_classes(&self) -> usize {
+        self.loader.label_classes()
     }
 
     /// The batches of `epoch`, after the first `start` samples.
@@ -190,23 +203,44 @@ impl PyLoader {
         })
     }
 
-    /// `(top, left, height, width, flip)` decided for sample `index` in
-    /// `epoch` (in the source image's pixels; fractional for center crops).
-    fn sample_params(
+    /// Every decision for sample `index` in `epoch`, as a dict: the crop in
+    /// the source image's pixels (`top`, `left`, `height`, `width`,
+    /// fractional where the scale stage resized), `image_size` and
+    /// `scaled_size` (height, width), `crop` (top, left, height, width in the
+    /// scaled image's pixels), `padding` (left, top, right, bottom), `size`
+    /// (the output's height and width), `flip`, `vflip`.
+    fn sample_params<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         epoch: u64,
         index: u64,
-    ) -> PyResult<(f64, f64, f64, f64, bool)> {
+    ) -> PyResult<Bound<'py, PyDict>> {
         let p = py
             .detach(|| self.loader.sample_params(epoch, index))
             .map_err(loader_err)?;
-        Ok((p.crop.y, p.crop.x, p.crop.height, p.crop.width, p.flip))
+        let b = p.source_box();
+        let pad = p.padding();
+        let d = PyDict::new(py);
+        d.set_item("top", b.y)?;
+        d.set_item("left", b.x)?;
+        d.set_item("height", b.height)?;
+        d.set_item("width", b.width)?;
+        d.set_item("image_size", (p.image.1, p.image.0))?;
+        d.set_item("scaled_size", (p.scaled.1, p.scaled.0))?;
+        d.set_item(
+            "crop",
+            (p.crop.top, p.crop.left, p.crop.height, p.crop.width),
+        )?;
+        d.set_item("padding", (pad.left, pad.top, pad.right, pad.bottom))?;
+        d.set_item("size", (p.out.1, p.out.0))?;
+        d.set_item("flip", p.flip)?;
+        d.set_item("vflip", p.vflip)?;
+        Ok(d)
     }
 }
 
-/// The batches of one epoch: `next()` returns `(images, labels, indices,
-/// fields, skipped)`, the first three as buffers.
+/// The batches of one epoch: `next()` returns a batch as `batch_to_py`
+/// makes it.
 #[pyclass(module = "bale._native", name = "Batches", frozen)]
 #[derive(Debug)]
 pub struct PyBatches {
@@ -249,23 +283,58 @@ impl PyBatches {
     }
 }
 
+/// `(buffer, shape, dtype)` of an array.
+fn array_to_py(py: Python<'_>, a: Array) -> PyResult<Bound<'_, PyTuple>> {
+    let shape = PyTuple::new(py, a.shape())?;
+    let dtype = a.element().name();
+    let buf = Bound::new(py, BatchBuffer::new(Owned::Array(a)))?;
+    PyTuple::new(
+        py,
+        [
+            buf.into_any(),
+            shape.into_any(),
+            dtype.into_pyobject(py)?.into_any(),
+        ],
+    )
+}
+
+/// A batch as `(images, labels, indices, masks, boxes, fields, skipped)`:
+/// `images` an array's `(buffer, shape, dtype)`, `labels` one or None,
+/// `indices` a buffer of uint64, `masks` a list of `(member, array)`,
+/// `boxes` None or `(coords, labels, counts)` arrays, `fields` a dict of
+/// lists of bytes, `skipped` `(index, key, error)` tuples.
 fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Py<PyTuple>> {
     let Batch {
         images,
         labels,
         indices,
+        masks,
+        boxes,
         fields,
         skipped,
     } = batch;
-    let shape = images.shape();
-    let dtype = match images.dtype() {
-        Dtype::U8 => "uint8",
-        Dtype::F32 => "float32",
-        Dtype::F16 => "float16",
+    let images = array_to_py(py, images)?;
+    let labels = match labels {
+        Some(l) => array_to_py(py, l)?.into_any(),
+        None => py.None().into_bound(py),
     };
-    let images = Bound::new(py, BatchBuffer::new(Owned::Images(images)))?;
-    let labels = Bound::new(py, BatchBuffer::new(Owned::I64(labels)))?;
     let indices = Bound::new(py, BatchBuffer::new(Owned::U64(indices)))?;
+    let mask_list = PyList::empty(py);
+    for (name, m) in masks {
+        mask_list.append((name, array_to_py(py, m)?))?;
+    }
+    let boxes = match boxes {
+        Some(b) => PyTuple::new(
+            py,
+            [
+                array_to_py(py, b.coords)?,
+                array_to_py(py, b.labels)?,
+                array_to_py(py, b.counts)?,
+            ],
+        )?
+        .into_any(),
+        None => py.None().into_bound(py),
+    };
     let extra = PyDict::new(py);
     for (name, column) in fields {
         let list = PyList::empty(py);
@@ -282,10 +351,10 @@ fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Py<PyTuple>> {
         py,
         [
             images.into_any(),
-            PyTuple::new(py, shape)?.into_any(),
-            dtype.into_pyobject(py)?.into_any(),
-            labels.into_any(),
+            labels,
             indices.into_any(),
+            mask_list.into_any(),
+            boxes,
             extra.into_any(),
             skipped.into_any(),
         ],
@@ -293,10 +362,10 @@ fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Py<PyTuple>> {
     Ok(t.unbind())
 }
 
-/// A batch's images, labels or indices, exposed through the buffer protocol
-/// (writable: the caller owns the batch): the base object of the NumPy
-/// arrays `bale.Loader` returns. Images go back to the loader's pool when it
-/// is freed.
+/// A batch's array (images, labels, masks, boxes) or indices, exposed
+/// through the buffer protocol (writable: the caller owns the batch): the
+/// base object of the NumPy arrays `bale.Loader` returns. An array goes
+/// back to the loader's pool when it is freed.
 #[pyclass(module = "bale._native", name = "BatchBuffer", frozen)]
 pub struct BatchBuffer {
     data: UnsafeCell<Owned>,
@@ -305,8 +374,7 @@ pub struct BatchBuffer {
 /// What a [`BatchBuffer`] holds.
 #[derive(Debug)]
 enum Owned {
-    Images(Images),
-    I64(Vec<i64>),
+    Array(Array),
     U64(Vec<u64>),
 }
 
@@ -337,11 +405,10 @@ impl BatchBuffer {
             (v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v))
         }
         match data {
-            Owned::Images(i) => {
-                let b = i.as_bytes();
+            Owned::Array(a) => {
+                let b = a.as_bytes();
                 (b.as_ptr().cast_mut(), b.len())
             }
-            Owned::I64(v) => of(v),
             Owned::U64(v) => of(v),
         }
     }

@@ -489,9 +489,25 @@ def _reals(v: object, name: str, n: int, what: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
-    """``(height, width)`` of whole pixels, 1 to 2**32 - 1 each: ``5.9`` is
-    refused, not truncated to 5; NumPy integers are taken, ``True`` is not."""
+def _names(v: object, name: str) -> list[str]:
+    """A member name or a sequence of them, as a list: one string is one
+    name, not its letters."""
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, (bytes, Mapping)):
+        raise TypeError(f"{name} must be a member's name or a list of them, not {v!r}")
+    try:
+        items = list(v)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"{name} must be a member's name or a list of them, not {v!r}") from None
+    if not all(isinstance(x, str) for x in items):
+        raise TypeError(f"{name} must be a member's name or a list of them, not {v!r}")
+    return items
+
+
+def _pair(v: int | Sequence[int], name: str, lo: int = 1) -> tuple[int, int]:
+    """``(height, width)`` of whole pixels, ``lo`` to 2**32 - 1 each: ``5.9``
+    is refused, not truncated to 5; NumPy integers are taken, ``True`` is not."""
     bad = ValueError(f"{name} must be a positive int or (height, width) of positive ints, not {v!r}")
 
     def side(x: object) -> int:
@@ -501,7 +517,7 @@ def _pair(v: int | Sequence[int], name: str) -> tuple[int, int]:
             n = operator.index(x)  # type: ignore[arg-type]
         except TypeError:
             raise bad from None
-        if not 1 <= n <= 2**32 - 1:
+        if not lo <= n <= 2**32 - 1:
             raise bad
         return n
 
@@ -538,12 +554,14 @@ def decode_image(
 
 
 class Loader:
-    """Decoded, augmented batches straight from a bale dataset.
+    """Decoded, augmented batches straight from a bale dataset: images, and
+    the targets that move with them (masks, boxes, labels).
 
-    Images are decoded, cropped, resized, flipped and converted in native
-    threads (the GIL is released), and batches come out as NumPy arrays that
-    ``torch.from_numpy`` takes without a copy: no DataLoader workers, no
-    pickling. Example::
+    Images are decoded, scaled, cropped, padded, flipped and converted in
+    native threads (the GIL is released), and batches come out as NumPy
+    arrays that ``torch.from_numpy`` takes without a copy: no DataLoader
+    workers, no pickling. Every geometric decision is torchvision v2's and
+    applies to every target. Example::
 
         loader = bale.Loader("/data/train", batch_size=64, crop="random_resized",
                              size=224, flip=True, shuffle=True, seed=0)
@@ -554,23 +572,44 @@ class Loader:
                 y = torch.from_numpy(labels).cuda(non_blocking=True)
                 ...
 
+    With ``masks``, ``boxes`` or another ``label`` source, each batch is a
+    dict: ``{"images", "labels", "masks": {member: (B, H, W)}, "boxes":
+    (B, max_boxes, 4) float32, "box_labels": (B, max_boxes) int64 (-1 past
+    the count), "box_counts": (B,), "indices": (B,) uint64}`` (keys only for
+    what was asked; ``"fields"`` with ``fields=``).
+
     Args:
         dataset: a dataset path (or URL), or a :class:`Dataset`.
-        batch_size: images per batch.
+        batch_size: samples per batch.
+        resize: the scale stage, before the crop: ``N`` (torchvision's
+            ``Resize(N)``: the shorter side to ``N``), ``(MIN, MAX)``
+            (torchvision v2's ``RandomResize(MIN, MAX)``: the shorter side to
+            a size drawn from ``MIN`` to ``MAX - 1``) or ``0`` for none; by
+            default none, except ``size * 256 / 224`` for ``crop="center"``
+            without ``scale_jitter``.
+        scale_jitter: ``(target_size, (lo, hi))``: torchvision v2's
+            ``ScaleJitter(target_size, scale_range)`` as the scale stage
+            (``target_size`` in torchvision's order: its first value bounds
+            the width).
         crop: ``"random_resized"`` (torchvision's ``RandomResizedCrop(size,
-            scale, ratio)``), ``"center"`` (``Resize(resize)`` then
-            ``CenterCrop(size)``; ``resize`` defaults to ``size * 256 / 224``)
-            or ``"resize"`` (the whole image to ``size``).
+            scale, ratio)``), ``"center"`` (``CenterCrop(size)``, padded
+            where the image is smaller), ``"resize"`` (the whole image to
+            ``size``), ``"random"`` (the segmentation recipe: padded on the
+            right and bottom to ``size`` where smaller, then
+            ``RandomCrop(size)``) or ``"fixed_size"`` (the detection recipe's
+            ``FixedSizeCrop(size)``).
         size: output size, an int or ``(height, width)``.
         scale, ratio: of ``"random_resized"``, as torchvision's.
-        resize: shorter side before a ``"center"`` crop (``0``: none).
-        flip: flip each image left-right with probability 1/2.
+        flip, vflip: flip each sample left-right, upside down, with
+            probability 1/2.
+        fill: the padding's colour (an int or 3); ``mask_fill`` the masks'
+            (default 255, the ignore index).
         shuffle: a random order per epoch (``order="shuffled"``); default:
             shard by shard (``"sequential"``). ``order`` may also be
             ``"shard_shuffled"`` (shards in random order, samples mixed in
             ``buffer`` samples).
-        seed: seeds the order and every crop and flip: each sample's
-            decisions depend on ``(seed, epoch, sample index)`` only.
+        seed: seeds the order and every decision: each sample's depend on
+            ``(seed, epoch, sample index)`` only.
         rank, world_size: this process's share of a distributed run (default:
             from ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else all).
         even: every rank gets the same number of samples (a few repeat).
@@ -581,11 +620,32 @@ class Loader:
         mean, std: per channel, for float outputs (ImageNet's by default).
         threads: decoding threads (0: one per core).
         prefetch: batches decoded ahead of the one you hold.
-        on_error: ``"fail"`` (a damaged image raises, naming the sample) or
+        on_error: ``"fail"`` (a damaged sample raises, naming it) or
             ``"skip"`` (the sample is left out of its batch, counted in
-            :attr:`skipped` and reported with ``warnings.warn``).
-        image: the member holding the image (default: ``jpg``, ``jpeg``,
-            ``png``, ``webp`` or ``npy``, the first the dataset has).
+            :attr:`skipped` and reported with ``warnings.warn``). A target
+            that does not fit its image (a mask of another size, a box
+            outside it or not a number, a label that does not parse) is a
+            damaged sample.
+        image: the member holding the image, or a list: each sample's image
+            is the first of them it has, matched regardless of case
+            (default: ``jpg``, ``jpeg``, ``png``, ``webp``, ``npy``).
+        masks: a member, or a list, holding masks of the image's size:
+            one-channel PNGs (8- or 16-bit grey; a palette PNG's indices) or
+            ``.npy`` ``uint8``/``uint16`` ``(H, W)``; resized nearest, as
+            torchvision resizes a ``tv_tensors.Mask``.
+        mask_dtype: ``"uint8"`` (default) or ``"int64"``.
+        boxes: the member holding boxes (``x1, y1, x2, y2`` in the image's
+            pixels): JSON ``{"boxes": [...], "labels": [...]}`` or a bare
+            list, or ``.npy`` ``(N, 4)``; moved, clipped, and dropped with
+            their labels as ``SanitizeBoundingBoxes(min_box_size,
+            min_box_area)`` drops them.
+        box_labels: the member with the boxes' classes when the boxes' own
+            has none (JSON list or ``.npy`` ``(N,)``).
+        max_boxes: boxes per sample in the padded arrays (a sample keeping
+            more is a damaged sample).
+        label: ``"cls"`` (the ``.cls`` member), ``"json:MEMBER"``,
+            ``"json:MEMBER:KEY"``, ``"npy:MEMBER"`` (multi-label vectors,
+            ``(B, C)`` float32) or None.
         fields: other members to pass through: the loop then gets
             ``(images, labels, fields)`` with ``fields[name]`` a list of
             ``bytes`` (``None`` where a sample lacks it).
@@ -602,8 +662,12 @@ class Loader:
             refused from its header, as a damaged image (``on_error``
             applies); Pillow's limit by default.
 
-    Memory: ``prefetch + 1`` batch buffers in flight, reused once the arrays
-    you received are freed, and one decoded crop per thread.
+    The options are checked when the loader is made (``ValueError`` naming
+    the option), the batches in flight included: ``prefetch + 1`` batches
+    of images, masks and boxes must fit 8 GiB.
+
+    Memory: ``prefetch + 1`` batches in flight, reused once the arrays you
+    received are freed, and per thread one decoded crop and one mask row.
     """
 
     def __init__(
@@ -615,8 +679,12 @@ class Loader:
         size: int | Sequence[int] = 224,
         scale: Sequence[float] = (0.08, 1.0),
         ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
-        resize: int | None = None,
+        resize: int | Sequence[int] | None = None,
+        scale_jitter: tuple[Sequence[int], Sequence[float]] | None = None,
         flip: bool = False,
+        vflip: bool = False,
+        fill: int | Sequence[int] = 0,
+        mask_fill: int = 255,
         shuffle: bool = False,
         order: str | None = None,
         buffer: int = 1024,
@@ -632,7 +700,15 @@ class Loader:
         threads: int = 0,
         prefetch: int = 2,
         on_error: str = "fail",
-        image: str | None = None,
+        image: str | Sequence[str] | None = None,
+        masks: str | Sequence[str] = (),
+        mask_dtype: str = "uint8",
+        boxes: str | None = None,
+        box_labels: str | None = None,
+        max_boxes: int = 100,
+        min_box_size: float = 1.0,
+        min_box_area: float = 1.0,
+        label: str | None = "cls",
         fields: str | Sequence[str] = (),
         dct_scaling: bool = True,
         max_pixels: int = MAX_PIXELS,
@@ -672,26 +748,35 @@ class Loader:
             rank, world_size = (r, w) if r is not None and w is not None else (0, 1)
         if order is None:
             order = "shuffled" if _flag(shuffle, "shuffle") else "sequential"
-        height, width = _pair(size, "size")
+        # Only conversions to what the native types hold happen here (a
+        # negative count is a ValueError naming it, not an OverflowError;
+        # 2.0 or True a TypeError): every option is checked, once, by the
+        # native loader's options.
+        height, width = _pair(size, "size", 0)
         if resize is None:
-            resize = round(min(height, width) * 256 / 224)
-        batch_size = _whole(batch_size, "batch_size", 1)
-        resize = _whole(resize, "resize", 0, 2**32 - 1)
-        world_size = _whole(world_size, "world_size", 1)
-        rank = _whole(rank, "rank", 0, world_size - 1)
-        buffer, seed = _whole(buffer, "buffer"), _whole(seed, "seed")
-        threads, prefetch = _whole(threads, "threads"), _whole(prefetch, "prefetch")
-        max_pixels = _whole(max_pixels, "max_pixels")
-        scale = _reals(scale, "scale", 2, "the least and most of the area to crop")
-        ratio = _reals(ratio, "ratio", 2, "the least and most aspect ratio of the crop")
-        mean = _reals(mean, "mean", 3, "one per channel")
-        std = _reals(std, "std", 3, "one per channel")
-        flip, even, drop_last = _flag(flip, "flip"), _flag(even, "even"), _flag(drop_last, "drop_last")
-        channels_first, dct_scaling = _flag(channels_first, "channels_first"), _flag(dct_scaling, "dct_scaling")
-        if cache_limit is not None:
-            cache_limit = _whole(cache_limit, "cache_limit")
+            resize = round(min(height, width) * 256 / 224) if crop == "center" and scale_jitter is None else 0
+        u32 = 2**32 - 1
+        if isinstance(resize, (list, tuple)):
+            if len(resize) != 2:
+                raise ValueError(f"resize must be a side or (min, max), not {resize!r}")
+            resize_arg = [_whole(resize[0], "resize", 0, u32), _whole(resize[1], "resize", 0, u32)]
+        else:
+            resize_arg = [_whole(resize, "resize", 0, u32)]
+        jitter = None
+        if scale_jitter is not None:
+            try:
+                target, bounds = scale_jitter  # type: ignore[misc]
+            except (TypeError, ValueError):
+                raise TypeError(f"scale_jitter must be (target_size, (lo, hi)), not {scale_jitter!r}") from None
+            jitter = (_pair(target, "scale_jitter", 0), _reals(bounds, "scale_jitter", 2, "the scale range"))
+        if isinstance(fill, (list, tuple)):
+            if len(fill) != 3:
+                raise ValueError(f"fill must be an int or 3 ints (R, G, B), not {fill!r}")
+            fill_rgb = [_whole(v, "fill", 0, 255) for v in fill]
+        else:
+            fill_rgb = [_whole(fill, "fill", 0, 255)] * 3
         self.path = path
-        self.batch_size = batch_size
+        self.batch_size = _whole(batch_size, "batch_size")
         self.epoch = 0
         self.start = 0
         self.skipped = 0
@@ -699,42 +784,57 @@ class Loader:
         #: from its start: what :meth:`resume` takes to go on after the batch
         #: last yielded.
         self.position = 0
-        self._even = even
-        # One name is one field, not its letters.
-        self._fields = [fields] if isinstance(fields, str) else list(fields)
+        self._even = _flag(even, "even")
+        # One name is one member, not its letters.
+        self._fields = _names(fields, "fields")
+        masks_list = _names(masks, "masks")
+        self._targets = bool(masks_list) or boxes is not None
+        self._dict = self._targets or label != "cls"
         self._native = _native.Loader(
             path,
-            batch_size,
-            crop,
-            (height, width),
-            scale,
-            ratio,
-            resize or None,
-            flip,
-            channels_first,
-            dtype,
-            mean,
-            std,
-            order,
-            buffer,
-            seed,
-            rank,
-            world_size,
-            even,
-            threads,
-            prefetch,
-            on_error,
-            image,
-            self._fields,
-            drop_last,
-            dct_scaling,
-            max_pixels,
-            None if storage_options is None else dict(storage_options),
-            None if cache_dir is None else os.fspath(cache_dir),
-            cache_limit,
-            bool(verify_on_read),
-            backing or "mmap",
-            read_around,
+            batch_size=self.batch_size,
+            size=(height, width),
+            crop=crop,
+            scale=_reals(scale, "scale", 2, "the least and most of the area to crop"),
+            ratio=_reals(ratio, "ratio", 2, "the least and most aspect ratio of the crop"),
+            resize=resize_arg,
+            scale_jitter=jitter,
+            flip=_flag(flip, "flip"),
+            vflip=_flag(vflip, "vflip"),
+            fill=fill_rgb,
+            mask_fill=_whole(mask_fill, "mask_fill", -(2**63), 2**63 - 1),
+            channels_first=_flag(channels_first, "channels_first"),
+            dtype=dtype,
+            mean=_reals(mean, "mean", 3, "one per channel"),
+            std=_reals(std, "std", 3, "one per channel"),
+            order=order,
+            buffer=_whole(buffer, "buffer"),
+            seed=_whole(seed, "seed"),
+            rank=_whole(rank, "rank"),
+            world_size=_whole(world_size, "world_size"),
+            even=self._even,
+            threads=(threads := _whole(threads, "threads")),
+            prefetch=_whole(prefetch, "prefetch"),
+            on_error=on_error,
+            image=[] if image is None else _names(image, "image"),
+            masks=masks_list,
+            mask_dtype=mask_dtype,
+            boxes=boxes,
+            box_labels=box_labels,
+            max_boxes=_whole(max_boxes, "max_boxes"),
+            min_box_size=_reals([min_box_size], "min_box_size", 1, "a number of pixels")[0],
+            min_box_area=_reals([min_box_area], "min_box_area", 1, "a number of pixels")[0],
+            label=label,
+            fields=self._fields,
+            drop_last=_flag(drop_last, "drop_last"),
+            dct_scaling=_flag(dct_scaling, "dct_scaling"),
+            max_pixels=_whole(max_pixels, "max_pixels"),
+            storage_options=None if storage_options is None else dict(storage_options),
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_limit=None if cache_limit is None else _whole(cache_limit, "cache_limit"),
+            verify_on_read=bool(verify_on_read),
+            backing=backing or "mmap",
+            read_around=read_around,
         )
         self.rank, self.world_size = rank, world_size
         #: Decoding threads (``threads=0`` resolved to the cores this process may use).
@@ -758,64 +858,119 @@ class Loader:
 
     @property
     def image_member(self) -> str:
-        """The member images are taken from."""
-        return self._native.image_member
+        """The member images are taken from: the first of :attr:`image_members`
+        the dataset has (regardless of case)."""
+        fields = self._native.dataset_fields
+        for want in self._native.image_members:
+            for f in fields:
+                if f.lower() == want.lower():
+                    return f
+        return self._native.image_members[0]
+
+    @property
+    def image_members(self) -> list[str]:
+        """The members an image may be in, in order of preference."""
+        return self._native.image_members
 
     def sample_params(self, index: int, epoch: int | None = None) -> dict[str, Any]:
-        """The random decisions for sample ``index``: ``{"top", "left",
-        "height", "width", "flip"}`` (the crop box in the source image's pixels),
-        as torchvision's ``resized_crop`` and ``hflip`` take them."""
-        top, left, h, w, flip = self._native.sample_params(self.epoch if epoch is None else epoch, index)
-        return {"top": top, "left": left, "height": h, "width": w, "flip": flip}
+        """Every decision for sample ``index`` (of epoch ``epoch``, by default
+        the current one), as torchvision's functional transforms take them:
+        ``top``, ``left``, ``height``, ``width`` (the crop in the source
+        image's pixels, for ``resized_crop``), ``image_size`` and
+        ``scaled_size`` (height, width before and after the scale stage),
+        ``crop`` (top, left, height, width in the scaled image's pixels,
+        past its edges where padded), ``padding`` (left, top, right, bottom
+        pixels of fill), ``size`` (the output's), ``flip`` and ``vflip``.
+        An index outside the dataset (a negative one too) is an IndexError."""
+        if isinstance(index, bool) or not isinstance(index, int) and not hasattr(index, "__index__"):
+            raise TypeError(f"index must be an int, not {type(index).__name__} {index!r}")
+        i = operator.index(index)
+        if i < 0 or i >= 2**64:
+            raise IndexError(f"sample index {i} is not in the dataset (indices start at 0)")
+        e = self.epoch if epoch is None else _whole(epoch, "epoch")
+        return self._native.sample_params(e, i)
 
     def __iter__(self) -> Iterator[Any]:
         import numpy
         import warnings
 
+        def array(a: Any) -> Any:
+            buf, shape, dtype = a
+            return numpy.frombuffer(buf, dtype=dtype).reshape(shape)
+
         batches = self._native.epoch(self.epoch, self.start)
         self.position = self.start
-        for buf, shape, dtype, labels, indices, extra, skipped in batches:
+        for images, labels, indices, masks, boxes, extra, skipped in batches:
             for index, key, error in skipped:
                 self.skipped += 1
                 warnings.warn(f"bale.Loader skipped sample {index} ({key!r}): {error}", stacklevel=2)
-            labels = numpy.frombuffer(labels, dtype=numpy.int64)
-            self.position += len(labels) + len(skipped)
-            if len(labels) == 0 and not self._even:
-                # Every image of the batch skipped: an empty batch would
+            idx = numpy.frombuffer(indices, dtype=numpy.uint64)
+            self.position += len(idx) + len(skipped)
+            if len(idx) == 0 and not self._even:
+                # Every sample of the batch skipped: an empty batch would
                 # make a mean loss NaN; the next batch follows. With
                 # `even`, every rank takes as many steps: it is yielded.
                 continue
-            images = numpy.frombuffer(buf, dtype=dtype).reshape(shape)
-            self.last_indices = numpy.frombuffer(indices, dtype=numpy.uint64)
+            self.last_indices = idx
+            if not self._dict:
+                if self._fields:
+                    yield array(images), array(labels), extra
+                else:
+                    yield array(images), array(labels)
+                continue
+            out: dict[str, Any] = {"images": array(images)}
+            if labels is not None:
+                out["labels"] = array(labels)
+            if masks:
+                out["masks"] = {name: array(m) for name, m in masks}
+            if boxes is not None:
+                out["boxes"], out["box_labels"], out["box_counts"] = (array(b) for b in boxes)
+            out["indices"] = idx
             if self._fields:
-                yield images, labels, extra
-            else:
-                yield images, labels
+                out["fields"] = extra
+            yield out
 
     def into(self, images: Any, labels: Any) -> Iterator[int]:
         """Iterates the epoch writing each batch into the arrays you give
         (e.g. views of pinned host memory reused across steps) and yields the
         number of images written (the last batch may be short). Costs one
         copy of each batch into your buffer. ``images`` must have the shape
-        and dtype of a full batch, ``labels`` shape ``(batch_size,)`` int64::
+        and dtype of a full batch, ``labels`` those of its labels: shape
+        ``(batch_size,)`` and dtype int64 (``(batch_size, C)`` float32 for
+        ``.npy`` labels); another dtype is refused, not cast (an int32 buffer
+        would truncate labels of 2**31 and more)::
 
             pinned = torch.empty((64, 224, 224, 3), dtype=torch.uint8).pin_memory()
             y = torch.empty(64, dtype=torch.int64).pin_memory()
             for n in loader.into(pinned.numpy(), y.numpy()):
                 x = pinned[:n].cuda(non_blocking=True)
+
+        A loader with masks or boxes yields dicts: ``into`` refuses it.
         """
         import numpy
 
+        if self._targets:
+            raise ValueError("into() copies images and labels; this loader's batches also hold masks or boxes")
         for batch in self:
-            got, got_labels = batch[0], batch[1]
-            n = len(got_labels)
+            if isinstance(batch, dict):
+                got, got_labels = batch["images"], batch.get("labels")
+            else:
+                got, got_labels = batch[0], batch[1]
+            n = len(got)
             if images.shape[1:] != got.shape[1:] or images.dtype != got.dtype or len(images) < n:
                 raise ValueError(
                     f"images must be {got.dtype} of shape ({self.batch_size}, {', '.join(map(str, got.shape[1:]))}),"
                     f" not {images.dtype} {tuple(images.shape)}"
                 )
+            if got_labels is not None:
+                if labels.shape[1:] != got_labels.shape[1:] or labels.dtype != got_labels.dtype or len(labels) < n:
+                    want = ", ".join(map(str, (self.batch_size,) + got_labels.shape[1:]))
+                    raise ValueError(
+                        f"labels must be {got_labels.dtype} of shape ({want}),"
+                        f" not {labels.dtype} {tuple(labels.shape)}"
+                    )
+                numpy.copyto(labels[:n], got_labels)
             numpy.copyto(images[:n], got)
-            numpy.copyto(labels[:n], got_labels)
             yield n
 
     def __repr__(self) -> str:

@@ -173,37 +173,58 @@ class SampleBuffer:
         """Whether the bytes are the shard's memory map (zero-copy)."""
 
 class BatchBuffer:
-    """Writable buffer over a batch's images, labels or indices: the base of
-    the arrays ``bale.Loader`` yields; images return to the loader's pool when freed."""
+    """Writable buffer over one array of a batch (images, labels, masks,
+    boxes) or its indices: the base of the arrays ``bale.Loader`` yields; an
+    array returns to the loader's pool when freed."""
 
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
-class Batches(Iterator[tuple[BatchBuffer, tuple[int, int, int, int], str, BatchBuffer, BatchBuffer, dict[str, list[bytes | None]], list[tuple[int, str, str]]]]):
-    """The batches of one epoch: (images, shape, dtype, labels, indices, fields, skipped)."""
+#: An array of a batch: (buffer, shape, NumPy dtype name).
+_Array = tuple[BatchBuffer, tuple[int, ...], str]
+#: A batch: (images, labels or None, indices, [(member, mask)], (boxes, box labels, counts) or None,
+#: fields, skipped (index, key, error)).
+_Batch = tuple[
+    _Array,
+    _Array | None,
+    BatchBuffer,
+    list[tuple[str, _Array]],
+    tuple[_Array, _Array, _Array] | None,
+    dict[str, list[bytes | None]],
+    list[tuple[int, str, str]],
+]
+
+class Batches(Iterator[_Batch]):
+    """The batches of one epoch."""
 
     def __iter__(self) -> Batches: ...
-    def __next__(self) -> tuple[BatchBuffer, tuple[int, int, int, int], str, BatchBuffer, BatchBuffer, dict[str, list[bytes | None]], list[tuple[int, str, str]]]: ...
+    def __next__(self) -> _Batch: ...
     def __len__(self) -> int:
         """Batches still to come."""
 
 class Loader:
-    """The native loader behind ``bale.Loader`` (which documents the arguments)."""
+    """The native loader behind ``bale.Loader`` (which documents the
+    arguments); its options are checked by the Rust side's one validator."""
 
     def __init__(
         self,
         path: str,
+        *,
         batch_size: int,
-        crop: str,
         size: tuple[int, int],
-        scale: tuple[float, float],
-        ratio: tuple[float, float],
-        resize: int | None,
+        crop: str,
+        scale: tuple[float, ...],
+        ratio: tuple[float, ...],
+        resize: list[int] | None,
+        scale_jitter: tuple[tuple[int, int], tuple[float, ...]] | None,
         flip: bool,
+        vflip: bool,
+        fill: list[int],
+        mask_fill: int,
         channels_first: bool,
         dtype: str,
-        mean: tuple[float, float, float],
-        std: tuple[float, float, float],
+        mean: tuple[float, ...],
+        std: tuple[float, ...],
         order: str,
         buffer: int,
         seed: int,
@@ -213,7 +234,15 @@ class Loader:
         threads: int,
         prefetch: int,
         on_error: str,
-        image: str | None,
+        image: list[str],
+        masks: list[str],
+        mask_dtype: str,
+        boxes: str | None,
+        box_labels: str | None,
+        max_boxes: int,
+        min_box_size: float,
+        min_box_area: float,
+        label: str | None,
         fields: list[str],
         drop_last: bool,
         dct_scaling: bool,
@@ -229,10 +258,14 @@ class Loader:
         """Batches per epoch."""
     def samples_per_epoch(self) -> int: ...
     @property
-    def image_member(self) -> str: ...
+    def image_members(self) -> list[str]: ...
+    @property
+    def dataset_fields(self) -> list[str]: ...
+    @property
+    def label_classes(self) -> int: ...
     def epoch(self, epoch: int, start: int) -> Batches: ...
-    def sample_params(self, epoch: int, index: int) -> tuple[float, float, float, float, bool]:
-        """(top, left, height, width, flip) decided for sample ``index``."""
+    def sample_params(self, epoch: int, index: int) -> dict[str, Any]:
+        """Every decision for sample ``index`` (see ``bale.Loader.sample_params``)."""
 
 def decode_image(data: bytes, ext: str, max_pixels: int) -> tuple[int, int, bytearray]:
     """(height, width, RGB bytearray) of the image decoded whole."""
