@@ -51,6 +51,7 @@ mod error;
 mod fork;
 mod iter;
 pub mod plan;
+pub mod resume;
 mod sample;
 pub mod stage;
 pub mod stats;
