@@ -50,6 +50,7 @@ mod dataset;
 mod error;
 mod fork;
 mod iter;
+pub mod mix;
 pub mod plan;
 pub mod resume;
 mod sample;
