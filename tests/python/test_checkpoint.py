@@ -298,3 +298,21 @@ def test_mix_ranks_are_disjoint_and_resume_exactly_and_elsewhere(ds_a: Path, ds_
     assert sorted(seen) == sorted(pairs)
     with pytest.raises(ValueError, match="another weights"):
         bale.Mix([(ds_a, 1), (ds_b, 1)], plan=plan, seed=4).load_state_dict(state)
+
+
+def test_a_map_style_dataset_resumes_through_the_loaders_own_sampler(ds_a: Path) -> None:
+    # bale.Dataset needs no sampler of its own: StatefulDataLoader's
+    # RandomSampler holds the order's state (a torch generator's, not JSON).
+    def loader():
+        torch.manual_seed(0)
+        return StatefulDataLoader(bale.Dataset(ds_a), batch_size=4, shuffle=True, num_workers=2, collate_fn=keys)
+
+    whole = list(loader())
+    first = loader()
+    for i, _ in enumerate(first):
+        if i == 6:
+            state = first.state_dict()
+            break
+    again = loader()
+    again.load_state_dict(state)
+    assert list(again) == whole[7:]

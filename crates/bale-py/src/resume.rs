@@ -178,7 +178,13 @@ impl PyMix {
     /// `(source, index)` of every position of an epoch's list (for tests
     /// and inspection: a list the epoch's size).
     #[pyo3(signature = (plan, seed, epoch))]
-    fn pairs(&self, py: Python<'_>, plan: &str, seed: u64, epoch: u64) -> PyResult<Vec<(usize, u64)>> {
+    fn pairs(
+        &self,
+        py: Python<'_>,
+        plan: &str,
+        seed: u64,
+        epoch: u64,
+    ) -> PyResult<Vec<(usize, u64)>> {
         let list = py.detach(|| self.list(plan, seed, epoch))?;
         Ok((0..list.len()).map(|p| list.get(p)).collect())
     }
