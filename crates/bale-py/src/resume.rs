@@ -276,6 +276,16 @@ pub struct PyMixIter {
 }
 
 impl MixReady {
+    /// The next ready sample; asks the CPU for the first bytes of the one
+    /// [`crate::PREFETCH_DISTANCE`] behind it, as the dataset's iterator does.
+    fn pop(&mut self) -> Option<(usize, bale_reader::Result<Sample>)> {
+        let next = self.ready.pop_front();
+        if let Some((_, Ok(s))) = self.ready.get(crate::PREFETCH_DISTANCE - 1) {
+            s.prefetch();
+        }
+        next
+    }
+
     /// Takes up to [`READY`] samples, their pages in memory, and returns
     /// the first. Called without the GIL.
     fn fill_and_pop(&mut self) -> Option<(usize, bale_reader::Result<Sample>)> {
@@ -288,12 +298,13 @@ impl MixReady {
                     break;
                 }
             }
-            self.ready
-                .iter()
-                .filter_map(|(_, s)| s.as_ref().ok())
-                .for_each(Sample::populate);
+            let ok = || self.ready.iter().filter_map(|(_, s)| s.as_ref().ok());
+            ok().for_each(Sample::populate);
+            ok().skip(1)
+                .take(crate::PREFETCH_DISTANCE - 1)
+                .for_each(Sample::prefetch);
         }
-        self.ready.pop_front()
+        self.pop()
     }
 }
 
@@ -313,8 +324,8 @@ impl PyMixIter {
         // Ready samples without the GIL's release; else the lock is taken
         // with the GIL released (another thread may hold it meanwhile).
         let ready = match self.it.try_lock() {
-            Ok(mut st) => st.ready.pop_front(),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().ready.pop_front(),
+            Ok(mut st) => st.pop(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().pop(),
             Err(std::sync::TryLockError::WouldBlock) => None,
         };
         let next = match ready {

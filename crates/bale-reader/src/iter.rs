@@ -95,7 +95,7 @@ impl JobGen {
             let (g, run, single) = if let Some(&g) = self.singles.front() {
                 (g, 1, true)
             } else if self.pos < self.end {
-                let run = self.order.run_len(self.pos).min(self.max_samples).max(1);
+                let run = self.order.run_within(self.pos, self.max_samples);
                 (self.order.at(self.pos), run, false)
             } else {
                 break;

@@ -238,6 +238,10 @@ struct OrderInner {
     mix: Option<(usize, u64)>,
 }
 
+/// The longest run an explicit list is scanned for at once: large enough for
+/// one large read, small enough that scanning again for each job stays cheap.
+const LIST_RUN: u64 = 4096;
+
 /// The shard offsets of `shard_sizes` (global index of each shard's first
 /// sample), and the total last.
 fn offsets(shard_sizes: &[u64]) -> Result<Vec<u64>> {
@@ -509,9 +513,17 @@ impl Order {
 
     /// How many positions from `p` on (`p < end`) map to consecutive global
     /// indices of one shard: the run a single large read can serve.
+    #[cfg(test)]
     pub(crate) fn run_len(&self, p: u64) -> u64 {
+        self.run_within(p, u64::MAX)
+    }
+
+    /// [`Order::run_len`], at most `max` (at least 1): an explicit list is
+    /// scanned no further than that.
+    pub(crate) fn run_within(&self, p: u64, max: u64) -> u64 {
         let inner = &*self.inner;
         let (lp, limit) = self.list_pos(p);
+        let limit = limit.min(max.max(1));
         let run = match &inner.base {
             Base::Identity => {
                 let s = inner.offsets.partition_point(|&o| o <= lp);
@@ -525,7 +537,8 @@ impl Order {
             Base::List(v) => {
                 let (i, g) = (lp as usize, v[lp as usize]);
                 let shard_end = inner.offsets[inner.offsets.partition_point(|&o| o <= g)];
-                let most = limit.min(shard_end - g) as usize;
+                // Scanned afresh for each job: at most LIST_RUN ahead.
+                let most = limit.min(shard_end - g).min(LIST_RUN) as usize;
                 let mut c = 1;
                 while c < most && v.get(i + c) == Some(&(g + c as u64)) {
                     c += 1;
