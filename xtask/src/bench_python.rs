@@ -16,7 +16,10 @@
 //!    `target/bench/python/peers/<tree>/<peer>`, prints a table per tree and cache
 //!    state (bale, the best peer of the same run, the ratio) with the load average,
 //!    and writes `target/bench/python/results.json`;
-//! 5. runs `crates/bale-py/benches/timed.py`: what `bale.timed` adds per step.
+//! 5. runs `crates/bale-py/benches/timed.py`: what `bale.timed` adds per step;
+//! 6. runs `crates/bale-py/benches/checkpoint.py`: `state_dict()` and
+//!    `load_state_dict()` at 1.28M samples, and a mix of two datasets against
+//!    reading one (its datasets under `target/bench/python/checkpoint`).
 //!
 //! ARGS after `--` go to read.py (`-- --help`; `-- --list` lists its rows); with `--tree` among
 //! them only those trees are read (and none is generated), e.g.
@@ -42,6 +45,10 @@ use crate::util;
 const SCRIPT: &str = "crates/bale-py/benches/read.py";
 /// The cost of `bale.timed` per step.
 const TIMED: &str = "crates/bale-py/benches/timed.py";
+/// Checkpoint states and mixes.
+const CHECKPOINT: &str = "crates/bale-py/benches/checkpoint.py";
+/// Its datasets, relative to the repository root.
+const CHECKPOINT_DATA: &str = "target/bench/python/checkpoint";
 /// The pinned bench-only packages, relative to the repository root.
 const REQUIREMENTS: &str = "crates/bale-py/benches/requirements.txt";
 /// The bench venv, relative to the repository root.
@@ -345,6 +352,18 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
     cmd.current_dir(root).arg(root.join(TIMED));
     if quick {
         cmd.args(["--steps", "200000", "--rounds", "3"]);
+    }
+    eprintln!("\n$ {}", util::display(&cmd));
+    util::run(&mut cmd)?;
+    let mut cmd = Command::new(&bench_python);
+    cmd.current_dir(root)
+        .arg(root.join(CHECKPOINT))
+        .arg("--bale")
+        .arg(&bale)
+        .arg("--out")
+        .arg(root.join(CHECKPOINT_DATA));
+    if quick {
+        cmd.args(["--reps", "1"]);
     }
     eprintln!("\n$ {}", util::display(&cmd));
     util::run(&mut cmd)

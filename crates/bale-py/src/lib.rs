@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 mod loader;
+mod resume;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{c_int, c_void};
@@ -61,7 +62,8 @@ fn to_py(e: ReaderError) -> PyErr {
         ReaderError::UnknownKey { .. } => PyKeyError::new_err(msg),
         ReaderError::InvalidPartition { .. }
         | ReaderError::InvalidOption { .. }
-        | ReaderError::StartPastEnd { .. } => PyValueError::new_err(msg),
+        | ReaderError::StartPastEnd { .. }
+        | ReaderError::InvalidResume { .. } => PyValueError::new_err(msg),
         ReaderError::Prefetch { .. } => BaleError::new_err(msg),
         ReaderError::Forked { .. } => pyo3::exceptions::PyRuntimeError::new_err(msg),
         ReaderError::Storage(e) => {
@@ -1075,6 +1077,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyBatches>()?;
     m.add_class::<loader::BatchBuffer>()?;
     m.add_function(wrap_pyfunction!(loader::decode_image, m)?)?;
+    m.add_class::<resume::PyMix>()?;
+    m.add_class::<resume::PyMixIter>()?;
+    m.add_function(wrap_pyfunction!(resume::fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(resume::place, m)?)?;
+    m.add_function(wrap_pyfunction!(resume::resumed_epoch, m)?)?;
     m.add("BaleError", py.get_type::<BaleError>())?;
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -112,6 +112,13 @@ pub enum ReaderError {
         /// What is wrong.
         what: String,
     },
+    /// A checkpoint's state that does not fit the epoch it resumes: counts
+    /// past a partition's share, or a new cut without every worker's count.
+    #[error("cannot resume: {what}")]
+    InvalidResume {
+        /// What does not fit.
+        what: String,
+    },
     /// `start_at` past the end of the partition's sequence.
     #[error("cannot start at sample {offset}: this partition yields {len} samples per epoch")]
     StartPastEnd {

@@ -95,7 +95,7 @@ impl JobGen {
             let (g, run, single) = if let Some(&g) = self.singles.front() {
                 (g, 1, true)
             } else if self.pos < self.end {
-                let run = self.order.run_len(self.pos).min(self.max_samples).max(1);
+                let run = self.order.run_within(self.pos, self.max_samples);
                 (self.order.at(self.pos), run, false)
             } else {
                 break;
@@ -802,5 +802,39 @@ impl Dataset {
     /// An invalid partition.
     pub fn iter(&self, plan: EpochPlan, partition: Partition) -> Result<SampleIter> {
         Ok(SampleIter::new(self.clone(), self.order(plan, partition)?))
+    }
+
+    /// Iterates over a resumed epoch: the samples `partition` gets under
+    /// `plan` at `place` ([`crate::resume::Resume::place`]), from its
+    /// `start` on.
+    ///
+    /// # Errors
+    /// An invalid partition, or a place that does not fit this dataset.
+    pub fn iter_at(
+        &self,
+        plan: EpochPlan,
+        partition: Partition,
+        place: &crate::resume::Place,
+    ) -> Result<SampleIter> {
+        let order = Order::resumed(plan, partition, &self.shard_sizes(), place)?;
+        SampleIter::new(self.clone(), order).start_at(place.start)
+    }
+
+    /// Iterates over the samples `order` yields (an order made over this
+    /// dataset's shard sizes, e.g. [`Order::of_indices`] for a source of a mix).
+    ///
+    /// # Errors
+    /// [`ReaderError::InvalidOption`] when the order was made for other shard sizes.
+    pub fn iter_order(&self, order: Order) -> Result<SampleIter> {
+        if !order.fits(&self.shard_sizes()) {
+            return Err(ReaderError::InvalidOption {
+                name: "order",
+                what: format!(
+                    "made for other shard sizes than those of {}",
+                    self.dir().display()
+                ),
+            });
+        }
+        Ok(SampleIter::new(self.clone(), order))
     }
 }

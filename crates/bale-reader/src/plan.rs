@@ -40,13 +40,16 @@
 //!
 //! **Resume**: [`Order::iter_from`]`(k)` yields exactly what [`Order::iter`]
 //! yields after skipping `k` items; for the shard-shuffled reservoir it replays
-//! the first `k` draws on indices only (no data is read).
+//! the first `k` draws on indices only (no data is read). A checkpoint taken
+//! at one world size and resumed at another cuts what the epoch had left
+//! instead of the whole list ([`crate::resume`], [`Order::resumed`]).
 
 use std::sync::Arc;
 
 use bale_format::shuffle::{SplitMix64, derive_seed, permutation};
 
 use crate::error::{ReaderError, Result};
+use crate::resume::{Cut, Mixing, Place, Rest};
 
 /// How one epoch orders the samples. See the [module docs](self) for the exact algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -191,21 +194,12 @@ impl Partition {
     /// The positions `[start, end)` of the (padded) epoch list this partition
     /// gets, for a dataset of `n` samples. Assumes a valid partition.
     pub(crate) fn range(&self, n: u64) -> (u64, u64) {
-        let (n, w, k) = (
-            u128::from(n),
-            u128::from(self.world_size),
-            u128::from(self.num_workers),
-        );
-        let (r, wk) = (u128::from(self.rank), u128::from(self.worker));
-        let total = if self.even { n.div_ceil(w) * w } else { n };
-        let (a, b) = (total * r / w, total * (r + 1) / w);
-        let m = b - a;
-        let (s, e) = (a + m * wk / k, a + m * (wk + 1) / k);
-        // s <= e <= total <= n + w - 1 fits in u64 unless n is absurd; saturate.
-        (
-            u64::try_from(s).unwrap_or(u64::MAX),
-            u64::try_from(e).unwrap_or(u64::MAX),
-        )
+        self.cut().range(n, self.rank, self.worker)
+    }
+
+    /// The cut this partition is one part of.
+    pub fn cut(&self) -> Cut {
+        Cut::new(self.world_size, self.num_workers, self.even)
     }
 }
 
@@ -220,6 +214,9 @@ enum Base {
     Shards { starts: Vec<u64>, first: Vec<u64> },
     /// An explicit permutation.
     Perm(Vec<u64>),
+    /// An explicit list of global indices (a source's share of a mix),
+    /// runs of consecutive indices read as runs.
+    List(Vec<u64>),
 }
 
 #[derive(Debug)]
@@ -230,10 +227,35 @@ struct OrderInner {
     /// Global index of each shard's first sample, and `N` last.
     offsets: Vec<u64>,
     n: u64,
+    /// Items of the list the partition cuts (its positions wrap modulo
+    /// this): the epoch list's, or the rest's of a resumed stage.
+    cycle: u64,
+    /// A resumed stage's positions of the epoch list, in order.
+    rest: Option<Arc<Rest>>,
     start: u64,
     end: u64,
     /// Reservoir size and seed (shard-shuffled plans).
     mix: Option<(usize, u64)>,
+}
+
+/// The longest run an explicit list is scanned for at once: large enough for
+/// one large read, small enough that scanning again for each job stays cheap.
+const LIST_RUN: u64 = 4096;
+
+/// The shard offsets of `shard_sizes` (global index of each shard's first
+/// sample), and the total last.
+fn offsets(shard_sizes: &[u64]) -> Result<Vec<u64>> {
+    let mut offsets = Vec::with_capacity(shard_sizes.len() + 1);
+    let mut n = 0u64;
+    for &s in shard_sizes {
+        offsets.push(n);
+        n = n.checked_add(s).ok_or_else(|| ReaderError::InvalidOption {
+            name: "shard_sizes",
+            what: "the total number of samples overflows u64".into(),
+        })?;
+    }
+    offsets.push(n);
+    Ok(offsets)
 }
 
 /// The sequence of global sample indices one [`Partition`] yields in one
@@ -267,17 +289,24 @@ impl Order {
     /// # Errors
     /// An invalid partition.
     pub fn new(plan: EpochPlan, partition: Partition, shard_sizes: &[u64]) -> Result<Self> {
+        Self::resumed(plan, partition, shard_sizes, &Place::FRESH)
+    }
+
+    /// The order of `partition` in a resumed epoch: the stage and rest that
+    /// [`crate::resume::Resume::place`] gave (its `start` is the caller's,
+    /// for [`Order::iter_from`]).
+    ///
+    /// # Errors
+    /// An invalid partition, or a rest with positions past the epoch list.
+    pub fn resumed(
+        plan: EpochPlan,
+        partition: Partition,
+        shard_sizes: &[u64],
+        place: &Place,
+    ) -> Result<Self> {
         partition.validate()?;
-        let mut offsets = Vec::with_capacity(shard_sizes.len() + 1);
-        let mut n = 0u64;
-        for &s in shard_sizes {
-            offsets.push(n);
-            n = n.checked_add(s).ok_or_else(|| ReaderError::InvalidOption {
-                name: "shard_sizes",
-                what: "the total number of samples overflows u64".into(),
-            })?;
-        }
-        offsets.push(n);
+        let offsets = offsets(shard_sizes)?;
+        let n = *offsets.last().unwrap_or(&0);
         let base = match plan {
             EpochPlan::Sequential => Base::Identity,
             EpochPlan::Shuffled { seed, epoch } => {
@@ -297,22 +326,84 @@ impl Order {
                 Base::Shards { starts, first }
             }
         };
-        let (start, end) = partition.range(n);
-        let mix = match plan {
+        let mixing = match plan {
             EpochPlan::ShardShuffled {
                 seed,
                 epoch,
                 buffer,
-            } => {
-                let p = partition;
-                let s = derive_seed(
-                    seed,
-                    &[epoch, p.rank, p.world_size, p.worker, p.num_workers],
-                );
-                Some((buffer.max(1), s))
-            }
+            } => Some(Mixing {
+                buffer,
+                seed,
+                epoch,
+            }),
             _ => None,
         };
+        Self::build(plan, partition, offsets, base, n, mixing, place)
+    }
+
+    /// The order that yields `indices` (global indices of a dataset whose
+    /// shards hold `shard_sizes` samples), in order, cut by `partition`
+    /// (and resumed at `place`): a source's share of a mixed epoch. Runs of
+    /// consecutive indices within a shard are read with one read.
+    ///
+    /// # Errors
+    /// An invalid partition, or an index past the dataset.
+    pub fn of_indices(
+        indices: Vec<u64>,
+        partition: Partition,
+        shard_sizes: &[u64],
+        place: &Place,
+    ) -> Result<Self> {
+        partition.validate()?;
+        let offsets = offsets(shard_sizes)?;
+        let n = *offsets.last().unwrap_or(&0);
+        if let Some(&bad) = indices.iter().find(|&&i| i >= n) {
+            return Err(ReaderError::InvalidOption {
+                name: "indices",
+                what: format!("index {bad} is past the dataset's {n} samples"),
+            });
+        }
+        let len = indices.len() as u64;
+        Self::build(
+            EpochPlan::Sequential,
+            partition,
+            offsets,
+            Base::List(indices),
+            len,
+            None,
+            place,
+        )
+    }
+
+    fn build(
+        plan: EpochPlan,
+        partition: Partition,
+        offsets: Vec<u64>,
+        base: Base,
+        list_len: u64,
+        mixing: Option<Mixing>,
+        place: &Place,
+    ) -> Result<Self> {
+        let cycle = match &place.rest {
+            Some(r) => {
+                if let Some(bad) = r.ranges().find(|x| x.end > list_len) {
+                    return Err(ReaderError::InvalidResume {
+                        what: format!(
+                            "positions {bad:?} of the rest are past the epoch's {list_len}"
+                        ),
+                    });
+                }
+                r.len()
+            }
+            None => list_len,
+        };
+        let (start, end) = partition.range(cycle);
+        let p = partition;
+        let mix = mixing.map(|m| {
+            let seed = m.seed_of(p.cut(), p.rank, p.worker, place.stage);
+            (m.buffer.max(1), seed)
+        });
+        let n = *offsets.last().unwrap_or(&0);
         Ok(Order {
             inner: Arc::new(OrderInner {
                 plan,
@@ -320,6 +411,8 @@ impl Order {
                 base,
                 offsets,
                 n,
+                cycle,
+                rest: place.rest.clone(),
                 start,
                 end,
                 mix,
@@ -390,40 +483,79 @@ impl Order {
         Ok(it)
     }
 
+    /// The epoch list's position of item `p` of the padded list the
+    /// partition cuts, and how many items from `p` on hold consecutive
+    /// positions (within the list, before it wraps, before the end).
+    fn list_pos(&self, p: u64) -> (u64, u64) {
+        let inner = &*self.inner;
+        let cycle = inner.cycle.max(1);
+        let q = p % cycle;
+        let limit = (cycle - q).min(inner.end.saturating_sub(p)).max(1);
+        match &inner.rest {
+            Some(r) => (r.at(q), limit.min(r.run(q))),
+            None => (q, limit),
+        }
+    }
+
     /// The global index at position `p` of the padded epoch list (`p < end`).
     pub(crate) fn at(&self, p: u64) -> u64 {
         let inner = &*self.inner;
-        let p = p % inner.n.max(1);
+        let (lp, _) = self.list_pos(p);
         match &inner.base {
-            Base::Identity => p,
+            Base::Identity => lp,
             Base::Shards { starts, first } => {
-                let k = starts.partition_point(|&s| s <= p) - 1;
-                first[k] + (p - starts[k])
+                let k = starts.partition_point(|&s| s <= lp) - 1;
+                first[k] + (lp - starts[k])
             }
-            Base::Perm(v) => v[p as usize],
+            Base::Perm(v) | Base::List(v) => v[lp as usize],
         }
     }
 
     /// How many positions from `p` on (`p < end`) map to consecutive global
     /// indices of one shard: the run a single large read can serve.
+    #[cfg(test)]
     pub(crate) fn run_len(&self, p: u64) -> u64 {
+        self.run_within(p, u64::MAX)
+    }
+
+    /// [`Order::run_len`], at most `max` (at least 1): an explicit list is
+    /// scanned no further than that.
+    pub(crate) fn run_within(&self, p: u64, max: u64) -> u64 {
         let inner = &*self.inner;
-        let n = inner.n.max(1);
-        let q = p % n;
-        // Positions until the list wraps, and until the partition ends.
-        let limit = (n - q).min(inner.end - p);
+        let (lp, limit) = self.list_pos(p);
+        let limit = limit.min(max.max(1));
         let run = match &inner.base {
             Base::Identity => {
-                let s = inner.offsets.partition_point(|&o| o <= q);
-                inner.offsets[s] - q
+                let s = inner.offsets.partition_point(|&o| o <= lp);
+                inner.offsets[s] - lp
             }
             Base::Shards { starts, .. } => {
-                let k = starts.partition_point(|&s| s <= q);
-                starts[k] - q
+                let k = starts.partition_point(|&s| s <= lp);
+                starts[k] - lp
             }
             Base::Perm(_) => 1,
+            Base::List(v) => {
+                let (i, g) = (lp as usize, v[lp as usize]);
+                let shard_end = inner.offsets[inner.offsets.partition_point(|&o| o <= g)];
+                // Scanned afresh for each job: at most LIST_RUN ahead.
+                let most = limit.min(shard_end - g).min(LIST_RUN) as usize;
+                let mut c = 1;
+                while c < most && v.get(i + c) == Some(&(g + c as u64)) {
+                    c += 1;
+                }
+                c as u64
+            }
         };
         run.min(limit)
+    }
+
+    /// Whether the order was made for shards of these sizes.
+    pub(crate) fn fits(&self, shard_sizes: &[u64]) -> bool {
+        let o = &self.inner.offsets;
+        o.len() == shard_sizes.len() + 1
+            && o.windows(2)
+                .zip(shard_sizes)
+                .all(|(w, &s)| w[1] - w[0] == s)
     }
 
     /// The end position (exclusive) of this partition in the padded epoch list.

@@ -50,7 +50,7 @@ import os
 import sys
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from bale import _native
+from bale import _native, _state
 from bale._native import BaleError, Dataset, FormatError, SampleBuffer, SampleIterator
 from bale._native import __version__
 from bale._timed import timed
@@ -61,6 +61,8 @@ __all__ = [
     "FormatError",
     "IterableDataset",
     "Loader",
+    "Mix",
+    "merge_states",
     "SampleBuffer",
     "decode_image",
     "timed",
@@ -94,6 +96,7 @@ def _register_with_torch() -> None:
         from torch.utils.data import IterableDataset as base
 
         base.register(IterableDataset)
+        base.register(Mix)
     except Exception:  # a broken torch install must not break bale
         pass
     finally:
@@ -252,7 +255,14 @@ class IterableDataset:
     once (``even`` aside). Pickling keeps only the arguments (and the rank
     and world size detected in the pickling process), so each DataLoader
     worker reopens the dataset itself.
+
+    Checkpoints: :meth:`state_dict` and :meth:`load_state_dict` (what
+    ``torchdata``'s ``StatefulDataLoader`` and Lightning call) save and
+    restore the place in the epoch, also at another world size or worker
+    count (docs/python.md, "Checkpointing" and "Elastic resume").
     """
+
+    _kind = "IterableDataset"
 
     def __init__(
         self,
@@ -323,6 +333,10 @@ class IterableDataset:
         self._detected: tuple[int, int] | None = None
         self._ds: Dataset | None = None
         self._dataset()  # fail early on a bad path or options
+        self._fingerprint: str = _native.fingerprint(self._dataset())
+        self._samples: int = len(self._dataset())
+        self._pending: list[dict[str, Any]] | None = None
+        self._live: tuple[Any, list[dict[str, Any]], tuple[int, int, bool, int, int]] | None = None
 
     def _dataset(self) -> Dataset:
         if self._ds is None:
@@ -343,6 +357,7 @@ class IterableDataset:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_ds"] = None
+        state["_live"] = None
         # torch.distributed is initialised in the trainer, not in spawned
         # DataLoader workers: carry the rank over.
         detected = _dist_rank_world()
@@ -356,10 +371,84 @@ class IterableDataset:
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iteration reads (shuffled plans reorder per epoch).
 
-        Also clears ``start``: a resumed epoch is resumed once.
+        Also clears ``start`` and a loaded state: a resumed epoch is resumed once.
         """
         self.epoch = _whole(epoch, "epoch")
         self.start = 0
+        self._pending = None
+        self._live = None
+
+    def _ident(self) -> dict[str, Any]:
+        """What a state must match: the dataset and its order."""
+        return {
+            "dataset": self._fingerprint,
+            "samples": self._samples,
+            "plan": self.plan,
+            "seed": self.seed,
+            "buffer": self.buffer,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The place of this iterator in its epoch, as a small JSON-serialisable dict.
+
+        Taken in a DataLoader worker (as ``StatefulDataLoader`` does), it
+        holds that worker's count; in the process that iterates (no
+        workers), the whole rank's. Its size does not grow with the
+        dataset. Pass it to :meth:`load_state_dict` to resume: the same
+        samples follow, in the same order, as in an uninterrupted run
+        (with the same world size and workers), or, at another world size
+        or worker count, every sample the epoch had left, once.
+        """
+        stages = [dict(s) for s in (self._pending or [])]
+        if self._live is not None:
+            it, stages, (world, workers, even, rank, worker) = self._live
+            stages = [dict(s) for s in stages]
+            consumed: list[int | None] = [None] * workers
+            consumed[worker] = it.position
+            now = _state.stage(world, workers, even, rank, consumed)
+            if stages and _same_cut(stages[-1], now):
+                stages[-1] = now
+            else:
+                stages.append(now)
+        return _state.make(self._kind, self._ident(), self.epoch, stages)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes the epoch a :meth:`state_dict` was taken in, at the next iteration.
+
+        Also takes a ``StatefulDataLoader``'s own ``state_dict()`` (its
+        workers' states merged), which is what a resume at another world
+        size or worker count needs: load it here, before the DataLoader is
+        made, rather than into the new DataLoader.
+
+        Raises ValueError for a state of another dataset, plan, seed or
+        format version, naming what differs.
+        """
+        epoch, stages = _state.check(state, self._kind, self._ident(), repr(self))
+        self.epoch = epoch
+        self.start = 0
+        self._pending = stages
+        self._live = None
+
+    def _open(self, rank: int, world: int, worker: int, workers: int, stages: list[dict[str, Any]]) -> Any:
+        ds = self._dataset()
+        if stages:
+            return _native.resumed_epoch(
+                ds, self.plan, self.seed, self.epoch, self.buffer,
+                rank, world, worker, workers, self.even, _stage_args(stages), self.prefetch,
+            )
+        return ds.epoch(
+            self.plan,
+            seed=self.seed,
+            epoch=self.epoch,
+            buffer=self.buffer,
+            rank=rank,
+            world_size=world,
+            worker=worker,
+            num_workers=workers,
+            even=self.even,
+            start=self._start_for(worker, workers),
+            prefetch=self.prefetch,
+        )
 
     def rank_world(self) -> tuple[int, int]:
         """(rank, world_size) this process reads as, in the documented order."""
@@ -415,19 +504,11 @@ class IterableDataset:
     def __iter__(self) -> Iterator[Any]:
         rank, world = self.rank_world()
         worker, workers = self.worker_split()
-        return self._dataset().epoch(
-            self.plan,
-            seed=self.seed,
-            epoch=self.epoch,
-            buffer=self.buffer,
-            rank=rank,
-            world_size=world,
-            worker=worker,
-            num_workers=workers,
-            even=self.even,
-            start=self._start_for(worker, workers),
-            prefetch=self.prefetch,
-        )
+        # A loaded state resumes the next iteration only.
+        stages, self._pending = (self._pending or []), None
+        it = self._open(rank, world, worker, workers, stages)
+        self._live = (it, stages, (world, workers, self.even, rank, worker))
+        return it
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (all its workers together)."""
@@ -436,6 +517,253 @@ class IterableDataset:
 
     def __repr__(self) -> str:
         return f"bale.IterableDataset({self.path!r}, plan={self.plan!r}, seed={self.seed}, epoch={self.epoch})"
+
+
+class Mix(IterableDataset):
+    """Several datasets read as one epoch, each a set proportion of it.
+
+    Example::
+
+        mix = bale.Mix([("/data/web", 0.7), ("/data/books", 0.3)], shuffle=True, seed=1)
+        loader = torch.utils.data.DataLoader(mix, batch_size=64, num_workers=4, collate_fn=list)
+        for epoch in range(10):
+            mix.set_epoch(epoch)
+            for batch in loader:   # each sample's "__source__" is 0 or 1
+                ...
+
+    An epoch holds ``samples`` samples (default: the sources' total, as
+    MosaicML Streaming's epoch when its streams have proportions); source
+    ``i`` gives ``floor(samples * p_i)`` of them, ``p_i`` its weight over
+    the weights' sum, the few left over going to the largest fractions
+    (:attr:`counts` says how many). Without ``replacement``, a source gives
+    its samples in passes (a random subset each epoch when it gives fewer
+    than it has; every sample ``floor`` or ``ceil`` of ``count / size``
+    times when more, as MDS's ``repeat``); with ``replacement`` (shuffled
+    only) each draw is an independent uniform sample of the source.
+
+    The order is a list of ``(source, index)`` made from ``seed`` and
+    ``epoch`` alone, cut by rank and DataLoader worker as
+    :class:`IterableDataset` cuts a dataset's epoch, so every rank's share
+    holds each source in proportion; it resumes through
+    :meth:`state_dict`, at another world size too. ``plan`` is
+    ``"sequential"`` (sources in turns, each in order) or ``"shuffled"``.
+
+    Each sample is a dict (as :class:`Dataset` gives it) with
+    ``"__source__"``, the index of its source in ``sources``, and its
+    ``__index__`` in that source. ``classes``: ``"per_source"`` (default)
+    keeps each source's ``cls``; ``"merged"`` maps them onto one list,
+    the sources' class names in order of first appearance
+    (:attr:`classes`); a list of names maps onto that list (every source's
+    names must be in it).
+
+    Other arguments as :class:`IterableDataset`, for every source.
+    """
+
+    _kind = "Mix"
+
+    def __init__(
+        self,
+        sources: Sequence[tuple[str | os.PathLike[str], float]],
+        *,
+        samples: int | None = None,
+        replacement: bool = False,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        plan: str | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        worker: int | None = None,
+        num_workers: int | None = None,
+        even: bool = False,
+        classes: str | Sequence[str] = "per_source",
+        fields: Sequence[str] | None = None,
+        decode: None | str | Callable[[str, Any], Any] = None,
+        verify_on_read: bool = False,
+        backing: str = "mmap",
+        read_around: str = "auto",
+        prefetch: int = 1,
+        storage_options: Mapping[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+    ) -> None:
+        _register_with_torch()
+        if isinstance(sources, (str, bytes)) or not sources:
+            raise ValueError("sources must be a non-empty list of (path, weight) pairs")
+        pairs = []
+        for item in sources:
+            if isinstance(item, (str, bytes, os.PathLike)) or len(item) != 2:
+                raise ValueError(f"each source is a (path, weight) pair, not {item!r}")
+            path, weight = item
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) and type(weight).__module__ != "numpy":
+                raise TypeError(f"the weight of {path!r} must be a number, not {weight!r}")
+            pairs.append((os.fspath(path), float(weight)))
+        if plan is None:
+            plan = "shuffled" if _flag(shuffle, "shuffle") else "sequential"
+        if plan not in ("sequential", "shuffled"):
+            raise ValueError(f"a Mix's plan is 'sequential' or 'shuffled', not {plan!r}")
+        if fields is not None and isinstance(fields, str):
+            raise ValueError("a Mix yields dicts: give fields as a list of names")
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if (worker is None) != (num_workers is None):
+            raise ValueError("give both worker and num_workers, or neither")
+        if world_size is not None:
+            world_size = _whole(world_size, "world_size", 1)
+            rank = _whole(rank, "rank", 0, world_size - 1)
+        if num_workers is not None:
+            num_workers = _whole(num_workers, "num_workers", 1)
+            worker = _whole(worker, "worker", 0, num_workers - 1)
+        self.sources = [p for p, _ in pairs]
+        self.weights = [w for _, w in pairs]
+        self.samples = None if samples is None else _whole(samples, "samples")
+        self.replacement = _flag(replacement, "replacement")
+        if self.replacement and plan != "shuffled":
+            raise ValueError("replacement=True draws at random: give shuffle=True")
+        self.path = self.sources[0]
+        self.plan = plan
+        self.seed, self.epoch = _whole(seed, "seed"), _whole(epoch, "epoch")
+        self.buffer = 0
+        self.rank, self.world_size = rank, world_size
+        self.worker, self.num_workers = worker, num_workers
+        self.even = _flag(even, "even")
+        self.start = 0
+        self.fields = None if fields is None else list(fields)
+        self.as_tuple = False
+        self.decode = decode
+        self.verify_on_read = verify_on_read
+        self.backing = backing
+        self.read_around = read_around
+        self.prefetch = _whole(prefetch, "prefetch", 0, _MAX_PREFETCH_THREADS)
+        self.storage_options = None if storage_options is None else dict(storage_options)
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.cache_limit = cache_limit
+        self.class_mode = classes
+        self._detected = None
+        self._ds = None
+        self._mix: Any = None
+        self._pending = None
+        self._live = None
+        mix = self._dataset()  # fail early on bad paths, options or weights
+        self._fingerprint = [_native.fingerprint(d) for d in self._opened]
+        self._samples = len(mix)
+        self._labels, self.classes = _class_maps(self.sources, [d.classes for d in self._opened], classes)
+
+    def _dataset(self) -> Any:  # type: ignore[override]
+        if self._mix is None:
+            self._opened = [
+                Dataset(
+                    p,
+                    fields=self.fields,
+                    decode=self.decode,
+                    verify_on_read=self.verify_on_read,
+                    backing=self.backing,
+                    read_around=self.read_around,
+                    storage_options=self.storage_options,
+                    cache_dir=self.cache_dir,
+                    cache_limit=self.cache_limit,
+                )
+                for p in self.sources
+            ]
+            self._mix = _native.MixCounts(self._opened, self.weights, self.samples, self.replacement)
+        return self._mix
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_mix"] = None
+        state["_opened"] = None
+        return state
+
+    @property
+    def counts(self) -> list[int]:
+        """Samples each source gives per epoch."""
+        return list(self._dataset().counts)
+
+    def pairs(self, epoch: int | None = None) -> list[tuple[int, int]]:
+        """The epoch's list of ``(source, index)``, in order, before it is cut
+        by rank and worker (a list of the epoch's size: for inspection)."""
+        e = self.epoch if epoch is None else _whole(epoch, "epoch")
+        return self._dataset().pairs(self.plan, self.seed, e)
+
+    def _ident(self) -> dict[str, Any]:
+        return {
+            "datasets": self._fingerprint,
+            "weights": self.weights,
+            "samples": self._samples,
+            "replacement": self.replacement,
+            "plan": self.plan,
+            "seed": self.seed,
+        }
+
+    def _open(self, rank: int, world: int, worker: int, workers: int, stages: list[dict[str, Any]]) -> Any:
+        return self._dataset().epoch(
+            self.plan, self.seed, self.epoch, rank, world, worker, workers, self.even,
+            _stage_args(stages), self.prefetch, self._labels,
+        )
+
+    def _share(self, rank: int, world: int, worker: int, workers: int) -> int:
+        return _native.place(self._samples, "sequential", 0, 0, 1, rank, world, worker, workers, self.even, [])[2]
+
+    def worker_offsets(self, batches: int, batch_size: int, num_workers: int) -> list[int]:
+        """As :meth:`IterableDataset.worker_offsets`."""
+        rank, world = self.rank_world()
+        lengths = [self._share(rank, world, w, num_workers) for w in range(num_workers)]
+        return worker_offsets(batches, batch_size, num_workers, lengths)
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch (all its workers together)."""
+        rank, world = self.rank_world()
+        return self._share(rank, world, 0, 1)
+
+    def __repr__(self) -> str:
+        return f"bale.Mix({list(zip(self.sources, self.weights))!r}, plan={self.plan!r}, seed={self.seed}, epoch={self.epoch})"
+
+
+def _class_maps(
+    sources: Sequence[str], names: Sequence[list[str] | None], mode: str | Sequence[str]
+) -> tuple[list[list[int]] | None, list[str] | None]:
+    """Per source, each class index's index in the one list ``mode`` asks
+    for (None: labels stay per source), and that list."""
+    if isinstance(mode, str):
+        if mode == "per_source":
+            return None, None
+        if mode != "merged":
+            raise ValueError(f"classes must be 'per_source', 'merged' or a list of class names, not {mode!r}")
+        merged: list[str] = []
+        for ns in names:
+            for n in ns or []:
+                if n not in merged:
+                    merged.append(n)
+        target = merged
+    else:
+        target = list(mode)
+        if len(set(target)) != len(target):
+            raise ValueError("classes lists a name twice")
+    where = {n: i for i, n in enumerate(target)}
+    maps = []
+    for src, ns in zip(sources, names):
+        missing = [n for n in ns or [] if n not in where]
+        if missing:
+            raise ValueError(f"the classes of {src!r} are not all in the class list: {missing[:5]!r} missing")
+        maps.append([where[n] for n in ns or []])
+    return maps, target
+
+
+def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One state from the :meth:`IterableDataset.state_dict` of each
+    DataLoader worker of a rank (each holds its own count): what a resume
+    at another world size or worker count needs. (A ``StatefulDataLoader``'s
+    ``state_dict()`` can be given to :meth:`IterableDataset.load_state_dict`
+    as it is: its workers' states are merged there.)"""
+    return _state.merge(states)
+
+
+def _same_cut(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(a[k] == b[k] for k in ("world_size", "num_workers", "even"))
+
+
+def _stage_args(stages: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, bool, int, list[int | None]]]:
+    return [(s["world_size"], s["num_workers"], s["even"], s["rank"], list(s["consumed"])) for s in stages]
 
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -269,3 +269,40 @@ class Loader:
 
 def decode_image(data: bytes, ext: str, max_pixels: int) -> tuple[int, int, bytearray]:
     """(height, width, RGB bytearray) of the image decoded whole."""
+
+# Checkpoints and mixes (src/resume.rs). A stage is (world_size,
+# num_workers, even, rank, consumed per worker or None).
+_Stage = tuple[int, int, bool, int, list[int | None]]
+
+def fingerprint(ds: Dataset) -> str:
+    """The xxh3-64 of the shards' sample counts and index checksums, 16 hex digits."""
+
+def place(
+    len: int, plan: str, seed: int, epoch: int, buffer: int, rank: int, world_size: int,
+    worker: int, num_workers: int, even: bool, stages: list[_Stage],
+) -> tuple[int, int, int]:
+    """(stage, start, share) of a partition after ``stages``."""
+
+def resumed_epoch(
+    ds: Dataset, plan: str, seed: int, epoch: int, buffer: int, rank: int, world_size: int,
+    worker: int, num_workers: int, even: bool, stages: list[_Stage], prefetch: int,
+) -> SampleIterator: ...
+
+class MixIterator:
+    def __iter__(self) -> MixIterator: ...
+    def __next__(self) -> dict[str, Any]: ...
+    def __len__(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+
+class MixCounts:
+    def __init__(self, datasets: list[Dataset], weights: list[float], samples: int | None, replacement: bool) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def counts(self) -> list[int]: ...
+    def pairs(self, plan: str, seed: int, epoch: int) -> list[tuple[int, int]]: ...
+    def epoch(
+        self, plan: str, seed: int, epoch: int, rank: int, world_size: int, worker: int,
+        num_workers: int, even: bool, stages: list[_Stage], prefetch: int,
+        labels: list[list[int]] | None,
+    ) -> MixIterator: ...
