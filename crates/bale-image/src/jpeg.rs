@@ -117,12 +117,27 @@ fn walk<'a>(b: &'a [u8], mut f: impl FnMut(&Segment<'a>) -> bool) -> Result<(), 
 }
 
 /// Checks that `bytes` hold a whole JPEG: segments and scans complete up to
-/// the end-of-image marker (anything after it is ignored, as decoders do).
+/// the end-of-image marker (anything after it is ignored, as decoders do),
+/// and at most [`MAX_SCANS`](crate::policy::MAX_SCANS) scans.
 ///
 /// # Errors
-/// What is wrong and where, in words.
+/// What is wrong and where, in words; for a JPEG of more scans, the
+/// message of the `image` crate's decoder ("Too many scans, exceeded limit
+/// of 100"), found before any scan is decoded.
 pub(crate) fn check_complete(bytes: &[u8]) -> Result<(), String> {
-    walk(bytes, |_| true)
+    let mut scans = 0usize;
+    let mut over = false;
+    walk(bytes, |s| {
+        if s.marker == 0xda {
+            scans += 1;
+            over = scans > crate::policy::MAX_SCANS;
+        }
+        !over
+    })?;
+    if over {
+        return Err(crate::policy::too_many_scans());
+    }
+    Ok(())
 }
 
 /// The number of colour components of a JPEG's frame (4 for CMYK/YCCK),

@@ -13,12 +13,12 @@
 //! `resized_crop` on a PIL image.
 
 use std::cell::RefCell;
-use std::io::Cursor;
 
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
-use image::{ImageDecoder, ImageFormat, ImageReader};
+use image::{ImageDecoder, ImageFormat};
 
+use crate::policy::{check_format, check_pixels};
 use crate::{ImageError, format_of};
 
 /// A crop box in an image's pixels: left, top, width, height (fractions allowed).
@@ -156,24 +156,6 @@ fn pillow_rgb(
     Ok(())
 }
 
-/// Refuses an image of `w` x `h` over `max` pixels, or of none.
-fn check_pixels(ext: &str, w: u32, h: u32, max: u64) -> Result<(), ImageError> {
-    let pixels = u64::from(w) * u64::from(h);
-    if pixels > max {
-        return Err(ImageError::TooLarge {
-            ext: ext.to_owned(),
-            width: w,
-            height: h,
-            pixels,
-            max,
-        });
-    }
-    if pixels == 0 {
-        return Err(decode_err(ext, "the image has no pixels"));
-    }
-    Ok(())
-}
-
 /// Width and height of the image `bytes` of format `ext` (`jpg`, `png`,
 /// `npy`, ...), from its header.
 ///
@@ -192,9 +174,9 @@ pub fn dimensions(ext: &str, bytes: &[u8]) -> Result<(u32, u32), ImageError> {
             .map(|i| (i.width, i.height))
             .map_err(|m| decode_err(ext, m));
     }
-    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-    reader.no_limits();
-    let decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
+    let decoder = crate::policy::reader(format, bytes)
+        .into_decoder()
+        .map_err(|e| decode_err(ext, e))?;
     Ok(decoder.dimensions())
 }
 
@@ -400,7 +382,7 @@ impl RegionDecoder {
         let format = image_format(ext)?;
         #[cfg(feature = "libjpeg")]
         if format == ImageFormat::Jpeg {
-            crate::jpeg::check_complete(bytes).map_err(|m| decode_err(ext, m))?;
+            check_format(ext, format, bytes)?;
             let info = libjpeg::info(bytes).map_err(|m| decode_err(ext, m))?;
             check_pixels(ext, info.width, info.height, self.max_pixels)?;
             check_crop(ext, crop, info.width, info.height)?;
@@ -456,12 +438,10 @@ impl RegionDecoder {
                 Err(libjpeg::Failure::Error(m)) => return Err(decode_err(ext, m)),
             }
         }
-        if format == ImageFormat::Jpeg {
-            crate::jpeg::check_complete(bytes).map_err(|m| decode_err(ext, m))?;
-        }
-        let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-        reader.no_limits();
-        let decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
+        check_format(ext, format, bytes)?;
+        let decoder = crate::policy::reader(format, bytes)
+            .into_decoder()
+            .map_err(|e| decode_err(ext, e))?;
         let (w, h) = decoder.dimensions();
         check_pixels(ext, w, h, self.max_pixels)?;
         check_crop(ext, crop, w, h)?;
@@ -635,6 +615,7 @@ mod libjpeg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Cursor;
 
     #[test]
     fn dct_scale_keeps_the_crop_at_least_the_output() {
