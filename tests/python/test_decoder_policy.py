@@ -1,7 +1,8 @@
 """One decoder policy on every path: `bale.decode_image`, `bale.Loader`
 (libjpeg-turbo's region decoder), `bale verify --decode` and the pack's
 image stage refuse the same bombs with the same message, and bound what
-one image costs. The bombs are made here from small images."""
+one image costs. The bombs are made here from small images. Then the
+smaller promises of `decode_image`, `Dataset(fields=...)` and `timed`."""
 
 from __future__ import annotations
 
@@ -87,6 +88,48 @@ def test_verify_decode_and_the_image_stage_refuse_it_alike(bombed, tmp_path) -> 
     assert r.returncode != 0
     assert "bomb.jpg" in r.stderr and SCANS in r.stderr, r.stderr
     assert not (tmp_path / "out" / "bale.json").exists()
+
+
+# --- the smaller promises of decode_image, Dataset and timed -----------------
+
+
+def test_decode_image_takes_a_2d_npy_as_grey() -> None:
+    grey = (np.arange(12 * 7, dtype=np.uint8) * 3).reshape(12, 7)
+    buf = io.BytesIO()
+    np.save(buf, grey)
+    got = bale.decode_image(buf.getvalue(), "npy")
+    np.testing.assert_array_equal(got, np.repeat(grey[:, :, None], 3, axis=2))
+    buf = io.BytesIO()
+    np.save(buf, grey.astype(np.uint16))
+    with pytest.raises(bale.FormatError, match=r"\(H, W\)"):
+        bale.decode_image(buf.getvalue(), "npy")
+
+
+def test_decode_image_max_pixels_out_of_range_is_a_value_error() -> None:
+    data = progressive(10)
+    for bad in (-1, 2**64, 2**70):
+        with pytest.raises(ValueError, match="max_pixels must be from 0"):
+            bale.decode_image(data, "jpg", max_pixels=bad)
+    with pytest.raises(TypeError):
+        bale.decode_image(data, "jpg", max_pixels=1.5)
+    assert bale.decode_image(data, "jpg", max_pixels=np.int64(64 * 48)).shape == (48, 64, 3)
+
+
+def test_a_field_no_sample_has_is_refused_in_every_form(bombed) -> None:
+    _, ds = bombed
+    for fields in ("typo", ["typo"], ["jpg", "typo"]):
+        with pytest.raises(ValueError, match=r"no field .typo."):
+            bale.Dataset(ds, fields=fields)
+    assert set(bale.Dataset(ds, fields=["jpg", "__key__"])[0]) >= {"jpg", "__key__"}
+
+
+def test_timed_every_must_be_a_whole_number_of_steps() -> None:
+    for bad in (1.5, True, "10", None):
+        with pytest.raises(TypeError, match="whole number of steps"):
+            bale.timed([1, 2], every=bad)
+    with pytest.raises(ValueError, match="positive"):
+        bale.timed([1, 2], every=0)
+    assert bale.timed([1, 2], every=np.int64(3), gpu=False).every == 3
 
 
 def iccp_bomb(inflated_gib: int) -> bytes:

@@ -197,13 +197,24 @@ fn decode_err(ext: &str, e: impl std::fmt::Display) -> ImageError {
     }
 }
 
-/// Height, width and channels (1 or 3) of a uint8 `.npy` image.
+/// Height, width and channels (1 or 3) of a uint8 `.npy` image: an array
+/// of shape (H, W, 3), (H, W, 1) or (H, W) (grey, as (H, W, 1)).
 fn npy_hwc(ext: &str, bytes: &[u8]) -> Result<(u32, u32, u8), ImageError> {
-    let header = bale_format::npy::parse(bytes).map_err(|e| decode_err(ext, e))?;
+    let mut header = bale_format::npy::parse(bytes).map_err(|e| decode_err(ext, e))?;
+    if let bale_format::npy::Header::Simple { shape, .. } = &mut header
+        && shape.len() == 2
+    {
+        shape.push(1);
+    }
     let ([h, w, c], _) = header
         .u8_hwc(bytes.len() as u64)
         .filter(|(s, _)| s[2] == 1 || s[2] == 3)
-        .ok_or_else(|| decode_err(ext, "not a uint8 array of shape (H, W, 3) or (H, W, 1)"))?;
+        .ok_or_else(|| {
+            decode_err(
+                ext,
+                "not a uint8 array of shape (H, W, 3), (H, W, 1) or (H, W)",
+            )
+        })?;
     let fit = |v: usize| u32::try_from(v).map_err(|_| decode_err(ext, "array too large"));
     Ok((fit(h)?, fit(w)?, c as u8))
 }
