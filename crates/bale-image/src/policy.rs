@@ -16,7 +16,9 @@
 //!   bytes. The limit and its message ("Too many scans, exceeded limit of
 //!   100") are the `image` crate's decoder's, checked here from the marker
 //!   structure so that libjpeg-turbo, which has no such limit, refuses the
-//!   same files.
+//!   same files. Its frame must be Huffman-coded DCT (baseline, extended or
+//!   progressive): a lossless, hierarchical or arithmetic-coded frame, which
+//!   libjpeg-turbo decodes and the `image` crate does not, is refused by all.
 //! - **PNG**: what is not pixels (an ICC profile inflated from `iCCP`, the
 //!   other chunks) at most [`MAX_PNG_METADATA`] bytes ([`reader`]): a
 //!   profile of a few KiB that inflates to gigabytes is refused, not
@@ -34,6 +36,23 @@ pub const MAX_SCANS: usize = 100;
 /// The message of a JPEG over [`MAX_SCANS`], as the `image` crate's decoder words it.
 pub(crate) fn too_many_scans() -> String {
     format!("Too many scans, exceeded limit of {MAX_SCANS}")
+}
+
+/// The message of a JPEG whose frame is not Huffman-coded DCT (baseline,
+/// extended or progressive): lossless, hierarchical or arithmetic-coded
+/// frames, which libjpeg-turbo decodes and the `image` crate's decoder does
+/// not, are refused by every path alike.
+pub(crate) fn unsupported_frame(marker: u8) -> String {
+    let kind = match marker {
+        0xc3 => "lossless",
+        0xc5..=0xc7 => "hierarchical",
+        0xcb | 0xcf => "lossless, arithmetic-coded",
+        _ => "arithmetic-coded",
+    };
+    format!(
+        "a {kind} JPEG (frame marker 0xff{marker:02x}) is not decoded: only baseline, \
+         extended and progressive Huffman-coded JPEGs are"
+    )
 }
 
 /// Refuses an image of `w` x `h` over `max` pixels, or of none.

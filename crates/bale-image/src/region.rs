@@ -172,12 +172,25 @@ pub fn dimensions(ext: &str, bytes: &[u8]) -> Result<(u32, u32), ImageError> {
     if format == ImageFormat::Jpeg {
         return libjpeg::info(bytes)
             .map(|i| (i.width, i.height))
-            .map_err(|m| decode_err(ext, m));
+            .map_err(|m| policy_or(ext, format, bytes, m));
     }
     let decoder = crate::policy::reader(format, bytes)
         .into_decoder()
-        .map_err(|e| decode_err(ext, e))?;
+        .map_err(|e| policy_or(ext, format, bytes, e))?;
     Ok(decoder.dimensions())
+}
+
+/// The decoder policy's verdict on `bytes` when it refuses them, else
+/// `e`: a header a decoder refuses is reported as every path reports it.
+fn policy_or(
+    ext: &str,
+    format: ImageFormat,
+    bytes: &[u8],
+    e: impl std::fmt::Display,
+) -> ImageError {
+    check_format(ext, format, bytes)
+        .err()
+        .unwrap_or_else(|| decode_err(ext, e))
 }
 
 fn is_npy(ext: &str) -> bool {

@@ -48,7 +48,7 @@ fn verdicts(bytes: &[u8]) -> [Result<(), String>; 4] {
         ..ImageOptions::default()
     };
     let mut d = RegionDecoder::default();
-    let (w, h) = bale_image::region::dimensions("jpg", bytes).unwrap();
+    let (w, h) = bale_image::region::dimensions("jpg", bytes).unwrap_or((64, 48));
     let mut out = vec![0u8; 8 * 8 * 3];
     [
         transform(&opts, "jpg", bytes.to_vec()).map(|_| ()),
@@ -74,6 +74,38 @@ fn a_jpeg_of_more_scans_than_the_limit_is_refused_by_every_path_alike() {
             assert_eq!(
                 e, "jpg does not decode: Too many scans, exceeded limit of 100",
                 "{scans} scans"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_jpeg_frame_one_decoder_lacks_is_refused_by_every_path_alike() {
+    // A baseline JPEG relabelled as arithmetic-coded (SOF9), lossless
+    // (SOF3) or hierarchical (SOF5): libjpeg-turbo decodes (or tries to
+    // decode) such frames, the `image` crate refuses them.
+    let good = progressive(64, 48, 12);
+    for v in verdicts(&good) {
+        assert_eq!(v, Ok(()));
+    }
+    let at = good
+        .windows(2)
+        .position(|b| b == [0xff, 0xc2])
+        .expect("a progressive frame");
+    for (marker, kind) in [
+        (0xc9u8, "arithmetic-coded"),
+        (0xc3, "lossless"),
+        (0xc5, "hierarchical"),
+    ] {
+        let mut bad = good.clone();
+        bad[at + 1] = marker;
+        for v in verdicts(&bad) {
+            let e = v.unwrap_err();
+            assert!(
+                e.starts_with(&format!(
+                    "jpg does not decode: a {kind} JPEG (frame marker 0xff{marker:02x})"
+                )),
+                "{e}"
             );
         }
     }
