@@ -207,3 +207,23 @@ def test_skip_raises_when_a_shard_is_cut_short_under_pread_or_before_its_map(tmp
             assert loader.skipped == 0, backing
         finally:
             run_bale("pack", tree, "-o", ds, "--force", "--shard-size", "40KiB")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_skip_raises_when_a_shard_becomes_a_fifo_or_a_directory(tmp_path, kind) -> None:
+    tree = shard_tree(tmp_path / "tree", 60)
+    ds = tmp_path / "ds"
+    run_bale("pack", tree, "-o", ds, "--shard-size", "40KiB")
+    loader = skipping_loader(ds)
+    it = iter(loader)
+    next(it)
+    shard = ds / "shard-000001.tar"
+    shard.unlink()
+    if kind == "fifo":
+        os.mkfifo(shard)
+    else:
+        shard.mkdir()
+    with pytest.raises(bale.FormatError, match=r"shard-000001\.tar"):
+        for _ in it:
+            pass
+    assert loader.skipped == 0
