@@ -10,6 +10,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -224,6 +225,28 @@ def test_skip_raises_when_a_shard_becomes_a_fifo_or_a_directory(tmp_path, kind) 
     else:
         shard.mkdir()
     with pytest.raises(bale.FormatError, match=r"shard-000001\.tar"):
+        for _ in it:
+            pass
+    assert loader.skipped == 0
+
+
+@pytest.mark.parametrize("backing", ["mmap", "pread"])
+def test_skip_raises_when_an_open_shard_is_written_over_in_place(tmp_path, backing) -> None:
+    # The bytes the loader reads are another file's: images that do not
+    # decode, which skip must not take for damaged samples.
+    tree = shard_tree(tmp_path / "tree", 60)
+    ds = tmp_path / "ds"
+    run_bale("pack", tree, "-o", ds, "--shard-size", "1GiB")
+    loader = skipping_loader(ds, backing=backing)
+    it = iter(loader)
+    next(it)
+    shard = ds / "shard-000000.tar"
+    size = shard.stat().st_size
+    time.sleep(0.05)  # past the file system's clock step
+    with open(shard, "r+b") as f:
+        f.seek(size // 3)
+        f.write(b"\x5a" * (size - size // 3 - 1024))
+    with pytest.raises(bale.FormatError, match=r"shard-000000\.tar: the shard was replaced or changed"):
         for _ in it:
             pass
     assert loader.skipped == 0
