@@ -299,3 +299,84 @@ fn reader_reads_plain_zstd_labeled_and_shuffled_packs_byte_for_byte() {
         }
     }
 }
+
+/// A dataset repacked with `bale pack --force` into fewer shards, or a shard
+/// cut short, under an open reader: the error names the shard, says it
+/// changed, and is no damage of one sample's bytes, which a loader that
+/// skips damaged samples would leave out (with every sample after it).
+#[test]
+fn a_shard_removed_replaced_or_cut_short_under_a_reader_is_no_damaged_sample() {
+    use bale_reader::ReaderError;
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("tree");
+    tree(&input, 120);
+    let out = tmp.path().join("ds");
+    pack(&input, &out, &[]);
+    let shards = |dir: &Path| {
+        fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("tar".as_ref()))
+            .count()
+    };
+    assert!(shards(&out) >= 4, "{}", shards(&out));
+    for backing in [Backing::Mmap, Backing::Pread] {
+        let ds = Dataset::options().backing(backing).open(&out).unwrap();
+        let last = ds.len() - 1;
+        ds.get(0).unwrap();
+        // Repacked into one shard, as `--force` does, under the reader.
+        let o = Command::new(bale_bin())
+            .args(["pack", "--quiet", "--force", "--shard-size", "1GiB", "-o"])
+            .arg(&out)
+            .arg(&input)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(shards(&out), 1);
+        let err = ds.get(last).unwrap_err();
+        assert!(
+            matches!(err, ReaderError::ShardRemoved { .. }),
+            "{backing:?}: {err}"
+        );
+        assert!(!err.is_sample_damage(), "{err}");
+        assert!(err.to_string().contains("the shard was removed"), "{err}");
+        // The shard opened before the repack still reads the file it opened.
+        ds.get(1).unwrap();
+        pack(&input, &out, &["--force"]);
+    }
+    // Cut short in place: read through the open descriptor (pread), or
+    // before the shard is mapped (mmap; once mapped, a cut is SIGBUS, the
+    // documented trade-off of the map).
+    for (backing, shard, sample) in [
+        (Backing::Pread, "shard-000000.tar", 0),
+        (Backing::Mmap, "shard-000001.tar", 0),
+    ] {
+        let ds = Dataset::options().backing(backing).open(&out).unwrap();
+        ds.get(sample).unwrap();
+        let path = out.join(shard);
+        let len = fs::metadata(&path).unwrap().len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        // The last samples of the cut shard lie past its new end.
+        let s = (0..ds.len())
+            .rev()
+            .find(|&i| shard_name(&ds, i) == shard)
+            .unwrap();
+        let err = ds.get(s).unwrap_err();
+        assert!(
+            matches!(&err, ReaderError::ShardReplaced { path: p } if p.ends_with(shard)),
+            "{backing:?}: {err}"
+        );
+        assert!(!err.is_sample_damage(), "{err}");
+        pack(&input, &out, &["--force"]);
+    }
+}
+
+/// The file name of the shard holding sample `i`.
+fn shard_name(ds: &Dataset, i: u64) -> String {
+    let s = ds.shard_of(i).unwrap();
+    ds.manifest().shards[s].file.clone()
+}

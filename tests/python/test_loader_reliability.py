@@ -1,14 +1,16 @@
-"""bale.Loader's share of the read side's reliability (issue 59): what a
-user's options reach never aborts the process, labels are never cast, an
-empty dataset and an index out of range say so, and 16-bit PNGs decode
-as Pillow decodes them."""
+"""bale.Loader's share of the read side's reliability: what a user's
+options reach never aborts the process, labels are never cast, an empty
+dataset and an index out of range say so, 16-bit PNGs decode as Pillow
+decodes them, and on_error="skip" never hides an error of the storage."""
 
 from __future__ import annotations
 
 import io
+import os
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -152,3 +154,99 @@ def test_16_bit_pngs_decode_as_pillow_decodes_them(tmp_path, color_type) -> None
     run_bale("pack", root, "-o", tmp_path / "ds")
     (images, _), = list(bale.Loader(tmp_path / "ds", batch_size=1, size=(1, len(values)), crop="resize"))
     np.testing.assert_array_equal(images[0], want)
+
+
+# --- on_error="skip" never hides a storage error ---------------------------
+
+
+def shard_tree(root: Path, n: int) -> Path:
+    """`n` small PNGs in two classes, each of its own pixels."""
+    for i in range(n):
+        d = root / ("a" if i % 2 else "b")
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((12, 14, 3), i % 251, np.uint8)).save(d / f"{i:04d}.png")
+    return root
+
+
+def skipping_loader(ds: Path, **kw) -> bale.Loader:
+    return bale.Loader(ds, batch_size=10, size=8, crop="resize", on_error="skip", threads=1, prefetch=0, **kw)
+
+
+def test_skip_raises_when_the_dataset_is_repacked_into_fewer_shards_mid_epoch(tmp_path) -> None:
+    tree = shard_tree(tmp_path / "tree", 300)
+    ds = tmp_path / "ds"
+    run_bale("pack", tree, "-o", ds, "--shard-size", "40KiB")
+    shards = sorted(p.name for p in ds.glob("shard-*.tar"))
+    assert len(shards) >= 5, shards
+    loader = skipping_loader(ds)
+    it = iter(loader)
+    next(it)
+    # Repacked under the loader, as `bale pack --force` does: fewer shards.
+    run_bale("pack", tree, "-o", ds, "--force", "--shard-size", "1GiB")
+    assert sorted(p.name for p in ds.glob("shard-*.tar")) == ["shard-000000.tar"]
+    with pytest.raises(bale.FormatError, match=r"shard-0000(0[1-9]|[1-9]\d)\.tar: the shard was (removed|replaced)"):
+        for _ in it:
+            pass
+    assert loader.skipped == 0
+
+
+def test_skip_raises_when_a_shard_is_cut_short_under_pread_or_before_its_map(tmp_path) -> None:
+    tree = shard_tree(tmp_path / "tree", 120)
+    ds = tmp_path / "ds"
+    run_bale("pack", tree, "-o", ds, "--shard-size", "40KiB")
+    for backing, shard in (("pread", "shard-000000.tar"), ("mmap", "shard-000001.tar")):
+        loader = skipping_loader(ds, backing=backing)
+        it = iter(loader)
+        next(it)  # shard 0 is open now (read through its descriptor, or mapped)
+        path = ds / shard
+        size = path.stat().st_size
+        os.truncate(path, size // 2)
+        try:
+            with pytest.raises(bale.FormatError, match=rf"{shard}: the shard was replaced or changed"):
+                for _ in it:
+                    pass
+            assert loader.skipped == 0, backing
+        finally:
+            run_bale("pack", tree, "-o", ds, "--force", "--shard-size", "40KiB")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_skip_raises_when_a_shard_becomes_a_fifo_or_a_directory(tmp_path, kind) -> None:
+    tree = shard_tree(tmp_path / "tree", 60)
+    ds = tmp_path / "ds"
+    run_bale("pack", tree, "-o", ds, "--shard-size", "40KiB")
+    loader = skipping_loader(ds)
+    it = iter(loader)
+    next(it)
+    shard = ds / "shard-000001.tar"
+    shard.unlink()
+    if kind == "fifo":
+        os.mkfifo(shard)
+    else:
+        shard.mkdir()
+    with pytest.raises(bale.FormatError, match=r"shard-000001\.tar"):
+        for _ in it:
+            pass
+    assert loader.skipped == 0
+
+
+@pytest.mark.parametrize("backing", ["mmap", "pread"])
+def test_skip_raises_when_an_open_shard_is_written_over_in_place(tmp_path, backing) -> None:
+    # The bytes the loader reads are another file's: images that do not
+    # decode, which skip must not take for damaged samples.
+    tree = shard_tree(tmp_path / "tree", 60)
+    ds = tmp_path / "ds"
+    run_bale("pack", tree, "-o", ds, "--shard-size", "1GiB")
+    loader = skipping_loader(ds, backing=backing)
+    it = iter(loader)
+    next(it)
+    shard = ds / "shard-000000.tar"
+    size = shard.stat().st_size
+    time.sleep(0.05)  # past the file system's clock step
+    with open(shard, "r+b") as f:
+        f.seek(size // 3)
+        f.write(b"\x5a" * (size - size // 3 - 1024))
+    with pytest.raises(bale.FormatError, match=r"shard-000000\.tar: the shard was replaced or changed"):
+        for _ in it:
+            pass
+    assert loader.skipped == 0

@@ -117,12 +117,40 @@ fn walk<'a>(b: &'a [u8], mut f: impl FnMut(&Segment<'a>) -> bool) -> Result<(), 
 }
 
 /// Checks that `bytes` hold a whole JPEG: segments and scans complete up to
-/// the end-of-image marker (anything after it is ignored, as decoders do).
+/// the end-of-image marker (anything after it is ignored, as decoders do),
+/// and at most [`MAX_SCANS`](crate::policy::MAX_SCANS) scans.
 ///
 /// # Errors
-/// What is wrong and where, in words.
+/// What is wrong and where, in words; for a JPEG of more scans, the
+/// message of the `image` crate's decoder ("Too many scans, exceeded limit
+/// of 100"), found before any scan is decoded.
 pub(crate) fn check_complete(bytes: &[u8]) -> Result<(), String> {
-    walk(bytes, |_| true)
+    let mut scans = 0usize;
+    let mut over = false;
+    let mut frame = None;
+    walk(bytes, |s| {
+        if s.marker == 0xda {
+            scans += 1;
+            over = scans > crate::policy::MAX_SCANS;
+        }
+        if is_frame(s.marker) && !(0xc0..=0xc2).contains(&s.marker) {
+            frame = Some(s.marker);
+        }
+        !over && frame.is_none()
+    })?;
+    if over {
+        return Err(crate::policy::too_many_scans());
+    }
+    if let Some(m) = frame {
+        return Err(crate::policy::unsupported_frame(m));
+    }
+    Ok(())
+}
+
+/// Whether `marker` starts a frame: SOF0..SOF15, but DHT (C4), JPG (C8)
+/// and DAC (CC).
+fn is_frame(marker: u8) -> bool {
+    (0xc0..=0xcf).contains(&marker) && ![0xc4, 0xc8, 0xcc].contains(&marker)
 }
 
 /// The number of colour components of a JPEG's frame (4 for CMYK/YCCK),
@@ -130,8 +158,7 @@ pub(crate) fn check_complete(bytes: &[u8]) -> Result<(), String> {
 pub(crate) fn components(bytes: &[u8]) -> Option<u8> {
     let mut found = None;
     let _ = walk(bytes, |s| {
-        // SOF0..SOF15, but DHT (C4), JPG (C8) and DAC (CC).
-        if (0xc0..=0xcf).contains(&s.marker) && ![0xc4, 0xc8, 0xcc].contains(&s.marker) {
+        if is_frame(s.marker) {
             found = s.payload.get(5).copied();
             return false;
         }

@@ -10,6 +10,18 @@
 //! dimensions (`bale verify --decode`). [`region`] and [`mask`] are the
 //! loader's decoders: an image's crop, a mask's rows.
 //!
+//! # Decoder policy
+//!
+//! Every path that decodes an image (the pack's image stage, `bale verify
+//! --decode`, the loader's region decoder, libjpeg-turbo's included, and
+//! `bale.decode_image`) runs the same checks first, in one place
+//! (`policy.rs`), and gives the same verdict on every file: the header's
+//! pixels at most the pixel limit ([`DEFAULT_MAX_PIXELS`] unless raised), a
+//! JPEG whole and of at most [`MAX_SCANS`] scans ("Too many scans, exceeded
+//! limit of 100"), and the format's own bounds on the work its bytes can
+//! ask for. Decoding one image then costs time in proportion to its pixels
+//! and its bytes.
+//!
 //! ```
 //! use bale_image::{ImageOptions, OutputFormat, Resize};
 //! // A 4x2 grey PNG.
@@ -39,6 +51,7 @@ pub mod fuzzing;
 mod jpeg;
 pub mod mask;
 mod options;
+mod policy;
 pub mod region;
 mod transform;
 
@@ -47,6 +60,7 @@ pub use options::{
     ColorMode, DEFAULT_IMAGE_EXTS, DEFAULT_JPEG_QUALITY, DEFAULT_MAX_PIXELS, ImageOptions,
     OutputFormat, Resize,
 };
+pub use policy::MAX_SCANS;
 pub use transform::{Transformed, transform};
 
 use image::ImageFormat;
@@ -65,29 +79,32 @@ pub fn is_image_ext(ext: &str) -> bool {
     format_of(ext).is_some()
 }
 
-/// Decodes `bytes` fully as the image format `ext` names; returns `(width, height)`.
+/// Decodes `bytes` fully as the image format `ext` names; returns `(width,
+/// height)`. The decode is the loader's ([`region::RegionDecoder`]) under
+/// the one [decoder policy](crate#decoder-policy) and the default
+/// pixel limit, so `bale verify --decode` gives the verdict the loader and
+/// the pack's image stage give.
 ///
 /// # Errors
 /// [`ImageError::Unsupported`] when `ext` names no image format this build
-/// decodes; [`ImageError::Decode`] when the bytes are not a valid image of that
-/// format (truncated, corrupt, or another format).
+/// decodes; [`ImageError::TooLarge`] over [`DEFAULT_MAX_PIXELS`];
+/// [`ImageError::Decode`] when the bytes are not a valid image of that
+/// format (truncated, corrupt, another format, over [`MAX_SCANS`]).
 pub fn decode_check(ext: &str, bytes: &[u8]) -> Result<(u32, u32), ImageError> {
-    let format = format_of(ext).ok_or_else(|| ImageError::Unsupported {
+    format_of(ext).ok_or_else(|| ImageError::Unsupported {
         ext: ext.to_owned(),
     })?;
-    if format == ImageFormat::Jpeg {
-        jpeg::check_complete(bytes).map_err(|message| ImageError::Decode {
-            ext: ext.to_owned(),
-            message,
-        })?;
-    }
-    let img =
-        image::load_from_memory_with_format(bytes, format).map_err(|e| ImageError::Decode {
-            ext: ext.to_owned(),
-            message: e.to_string(),
-        })?;
-    Ok((img.width(), img.height()))
+    region::RegionDecoder::with(|d| {
+        d.set_max_pixels(DEFAULT_MAX_PIXELS);
+        let r = d.decode_rgb(ext, bytes).map(|(w, h, _)| (w, h));
+        // A thread that checked one huge image does not keep its memory.
+        d.trim(DECODE_CHECK_KEEP);
+        r
+    })
 }
+
+/// The most of its pixel buffer a thread keeps after [`decode_check`].
+const DECODE_CHECK_KEEP: usize = 16 << 20;
 
 #[cfg(test)]
 mod tests {

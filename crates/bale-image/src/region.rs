@@ -13,12 +13,12 @@
 //! `resized_crop` on a PIL image.
 
 use std::cell::RefCell;
-use std::io::Cursor;
 
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
-use image::{ImageDecoder, ImageFormat, ImageReader};
+use image::{ImageDecoder, ImageFormat};
 
+use crate::policy::{check_format, check_pixels};
 use crate::{ImageError, format_of};
 
 /// A crop box in an image's pixels: left, top, width, height (fractions allowed).
@@ -156,24 +156,6 @@ fn pillow_rgb(
     Ok(())
 }
 
-/// Refuses an image of `w` x `h` over `max` pixels, or of none.
-fn check_pixels(ext: &str, w: u32, h: u32, max: u64) -> Result<(), ImageError> {
-    let pixels = u64::from(w) * u64::from(h);
-    if pixels > max {
-        return Err(ImageError::TooLarge {
-            ext: ext.to_owned(),
-            width: w,
-            height: h,
-            pixels,
-            max,
-        });
-    }
-    if pixels == 0 {
-        return Err(decode_err(ext, "the image has no pixels"));
-    }
-    Ok(())
-}
-
 /// Width and height of the image `bytes` of format `ext` (`jpg`, `png`,
 /// `npy`, ...), from its header.
 ///
@@ -190,12 +172,25 @@ pub fn dimensions(ext: &str, bytes: &[u8]) -> Result<(u32, u32), ImageError> {
     if format == ImageFormat::Jpeg {
         return libjpeg::info(bytes)
             .map(|i| (i.width, i.height))
-            .map_err(|m| decode_err(ext, m));
+            .map_err(|m| policy_or(ext, format, bytes, m));
     }
-    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-    reader.no_limits();
-    let decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
+    let decoder = crate::policy::reader(format, bytes)
+        .into_decoder()
+        .map_err(|e| policy_or(ext, format, bytes, e))?;
     Ok(decoder.dimensions())
+}
+
+/// The decoder policy's verdict on `bytes` when it refuses them, else
+/// `e`: a header a decoder refuses is reported as every path reports it.
+fn policy_or(
+    ext: &str,
+    format: ImageFormat,
+    bytes: &[u8],
+    e: impl std::fmt::Display,
+) -> ImageError {
+    check_format(ext, format, bytes)
+        .err()
+        .unwrap_or_else(|| decode_err(ext, e))
 }
 
 fn is_npy(ext: &str) -> bool {
@@ -215,13 +210,24 @@ fn decode_err(ext: &str, e: impl std::fmt::Display) -> ImageError {
     }
 }
 
-/// Height, width and channels (1 or 3) of a uint8 `.npy` image.
+/// Height, width and channels (1 or 3) of a uint8 `.npy` image: an array
+/// of shape (H, W, 3), (H, W, 1) or (H, W) (grey, as (H, W, 1)).
 fn npy_hwc(ext: &str, bytes: &[u8]) -> Result<(u32, u32, u8), ImageError> {
-    let header = bale_format::npy::parse(bytes).map_err(|e| decode_err(ext, e))?;
+    let mut header = bale_format::npy::parse(bytes).map_err(|e| decode_err(ext, e))?;
+    if let bale_format::npy::Header::Simple { shape, .. } = &mut header
+        && shape.len() == 2
+    {
+        shape.push(1);
+    }
     let ([h, w, c], _) = header
         .u8_hwc(bytes.len() as u64)
         .filter(|(s, _)| s[2] == 1 || s[2] == 3)
-        .ok_or_else(|| decode_err(ext, "not a uint8 array of shape (H, W, 3) or (H, W, 1)"))?;
+        .ok_or_else(|| {
+            decode_err(
+                ext,
+                "not a uint8 array of shape (H, W, 3), (H, W, 1) or (H, W)",
+            )
+        })?;
     let fit = |v: usize| u32::try_from(v).map_err(|_| decode_err(ext, "array too large"));
     Ok((fit(h)?, fit(w)?, c as u8))
 }
@@ -400,7 +406,7 @@ impl RegionDecoder {
         let format = image_format(ext)?;
         #[cfg(feature = "libjpeg")]
         if format == ImageFormat::Jpeg {
-            crate::jpeg::check_complete(bytes).map_err(|m| decode_err(ext, m))?;
+            check_format(ext, format, bytes)?;
             let info = libjpeg::info(bytes).map_err(|m| decode_err(ext, m))?;
             check_pixels(ext, info.width, info.height, self.max_pixels)?;
             check_crop(ext, crop, info.width, info.height)?;
@@ -456,12 +462,10 @@ impl RegionDecoder {
                 Err(libjpeg::Failure::Error(m)) => return Err(decode_err(ext, m)),
             }
         }
-        if format == ImageFormat::Jpeg {
-            crate::jpeg::check_complete(bytes).map_err(|m| decode_err(ext, m))?;
-        }
-        let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-        reader.no_limits();
-        let decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
+        check_format(ext, format, bytes)?;
+        let decoder = crate::policy::reader(format, bytes)
+            .into_decoder()
+            .map_err(|e| decode_err(ext, e))?;
         let (w, h) = decoder.dimensions();
         check_pixels(ext, w, h, self.max_pixels)?;
         check_crop(ext, crop, w, h)?;
@@ -635,6 +639,7 @@ mod libjpeg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Cursor;
 
     #[test]
     fn dct_scale_keeps_the_crop_at_least_the_output() {

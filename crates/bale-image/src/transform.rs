@@ -6,7 +6,7 @@ use std::io::Cursor;
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use image::metadata::Orientation;
-use image::{ColorType, DynamicImage, ExtendedColorType, ImageDecoder, ImageFormat, ImageReader};
+use image::{ColorType, DynamicImage, ExtendedColorType, ImageDecoder, ImageFormat};
 
 use crate::options::{ColorMode, DEFAULT_JPEG_QUALITY, ImageOptions, OutputFormat};
 use crate::{ImageError, format_of};
@@ -250,28 +250,11 @@ pub fn transform(
     let source = format_of(ext).ok_or_else(|| ImageError::Unsupported {
         ext: ext.to_owned(),
     })?;
-    if source == ImageFormat::Jpeg {
-        crate::jpeg::check_complete(&bytes).map_err(|m| decode_err(ext, m))?;
-    }
-    let mut reader = ImageReader::with_format(Cursor::new(&bytes[..]), source);
-    // The pixel limit below is the guard; the crate's allocation limit would
-    // refuse images the user allowed with --max-pixels.
-    reader.no_limits();
+    crate::policy::check_format(ext, source, &bytes)?;
+    let reader = crate::policy::reader(source, &bytes);
     let mut decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
     let (w, h) = decoder.dimensions();
-    let pixels = u64::from(w) * u64::from(h);
-    if pixels > opts.max_pixels {
-        return Err(ImageError::TooLarge {
-            ext: ext.to_owned(),
-            width: w,
-            height: h,
-            pixels,
-            max: opts.max_pixels,
-        });
-    }
-    if pixels == 0 {
-        return Err(decode_err(ext, "the image has no pixels"));
-    }
+    crate::policy::check_pixels(ext, w, h, opts.max_pixels)?;
     // A damaged EXIF block does not make the image unusable: it is upright.
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let (dw, dh) = if swaps_sides(orientation) {

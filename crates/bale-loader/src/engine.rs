@@ -388,7 +388,7 @@ fn assemble(
             )));
         };
         if let Some(e) = slot.error {
-            if opts.on_error == OnError::Fail || !skippable(&e) {
+            if opts.on_error == OnError::Fail || !e.is_sample_damage() {
                 return Err(e);
             }
             skipped.push(Skipped {
@@ -411,29 +411,6 @@ fn assemble(
         batch.arrays_mut().for_each(|a| a.truncate(kept.len()));
     }
     Ok((kept, fields, skipped))
-}
-
-/// Whether `OnError::Skip` leaves the sample out for this error: the
-/// damage of one sample's bytes ([`is_sample_error`]), or a target that
-/// does not fit its image.
-fn skippable(e: &LoaderError) -> bool {
-    matches!(e, LoaderError::Target { .. }) || is_sample_error(e)
-}
-
-/// Whether an error concerns one sample's bytes (what `OnError::Skip` skips).
-fn is_sample_error(e: &LoaderError) -> bool {
-    use bale_reader::ReaderError as R;
-    match e {
-        LoaderError::Image { .. } | LoaderError::MissingField { .. } => true,
-        // A shard replaced under the loader, a process forked from it, or
-        // object storage failing (unreachable, refusing, or answering with
-        // another object) is no damaged sample: skipping would lose every
-        // sample after it, and an epoch against a store that refuses every
-        // request would end at once with nothing read.
-        LoaderError::Reader(R::ShardReplaced { .. } | R::Forked { .. } | R::Storage(_)) => false,
-        LoaderError::Reader(_) => true,
-        _ => false,
-    }
 }
 
 impl Iterator for Batches {
@@ -531,6 +508,17 @@ fn decode_sample(sh: &Shared, work: &Work<'_>, job: &Job, k: usize) -> Done {
     if let Err(e) = unsafe { render::render_sample(work, &sample, &job.slots, k) } {
         done.error = Some(e);
     }
+    // Damage a skip would leave out is the sample's own only in the file
+    // the dataset opened: bytes of a shard written over under its map are
+    // another file's, and the next samples would fail too.
+    if done
+        .error
+        .as_ref()
+        .is_some_and(LoaderError::is_sample_damage)
+        && let Err(e) = sh.ds.check_unchanged(index)
+    {
+        done.error = Some(e.into());
+    }
     done
 }
 
@@ -544,19 +532,41 @@ mod tests {
         let damaged = LoaderError::Reader(R::Format(bale_format::FormatError::Corrupt {
             path: "s.tar".into(),
             offset: 512,
-            what: "bad".into(),
+            what: "bad zstd frame".into(),
         }));
-        assert!(is_sample_error(&damaged));
+        assert!(damaged.is_sample_damage());
         let refused = LoaderError::Reader(R::Storage(bale_storage::StorageError::Request {
             url: "s3://b/ds/shard-000000.tar".into(),
             range: Some(0..512),
             status: Some(503),
             what: "HTTP 503".into(),
         }));
-        assert!(!is_sample_error(&refused));
-        let replaced = LoaderError::Reader(R::ShardReplaced {
-            path: "s.tar".into(),
-        });
-        assert!(!is_sample_error(&replaced));
+        assert!(!refused.is_sample_damage());
+        for storage in [
+            R::ShardReplaced {
+                path: "s.tar".into(),
+            },
+            R::ShardRemoved {
+                path: "s.tar".into(),
+            },
+            R::IndexDisagrees {
+                path: "s.tar".into(),
+                offset: 0,
+                what: "outside".into(),
+            },
+            R::Format(bale_format::FormatError::Truncated {
+                path: "s.tar".into(),
+                what: "sample data",
+                needed: 1024,
+                len: 512,
+            }),
+            R::Format(bale_format::FormatError::Io {
+                path: "s.tar".into(),
+                source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            }),
+        ] {
+            let e = LoaderError::Reader(storage);
+            assert!(!e.is_sample_damage(), "{e}");
+        }
     }
 }

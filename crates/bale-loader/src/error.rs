@@ -82,3 +82,24 @@ pub enum LoaderError {
     #[error("loader thread failed: {0}")]
     Thread(String),
 }
+
+impl LoaderError {
+    /// Whether this error is damage of one sample, the only kind
+    /// `OnError::Skip` leaves out: its image does not decode (or is over
+    /// the pixel or scan limit), it has no image member, a target does not
+    /// fit its image, or the reader found its own bytes damaged
+    /// ([`bale_reader::ReaderError::is_sample_damage`]). Anything else (a
+    /// shard missing, cut short or replaced under the loader, an I/O error,
+    /// object storage failing, an index that does not describe its shard,
+    /// memory, a thread) is raised whatever `on_error` says: skipping it
+    /// would leave out every sample after it.
+    pub fn is_sample_damage(&self) -> bool {
+        match self {
+            LoaderError::Image { .. }
+            | LoaderError::MissingField { .. }
+            | LoaderError::Target { .. } => true,
+            LoaderError::Reader(r) => r.is_sample_damage(),
+            _ => false,
+        }
+    }
+}

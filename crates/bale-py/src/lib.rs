@@ -119,6 +119,8 @@ struct Spec {
     storage_options: Option<BTreeMap<String, String>>,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
+    /// Names in `fields` that this dataset has not are allowed (a `Mix`'s).
+    any_fields: bool,
 }
 
 /// The reader's options for a dataset in object storage, from Python's arguments.
@@ -560,7 +562,7 @@ impl PyDataset {
 impl PyDataset {
     /// Opens the dataset in `path` (a directory holding `bale.json`).
     #[new]
-    #[pyo3(signature = (path, *, fields=None, as_tuple=false, decode=None, verify_on_read=false, backing="mmap", read_around="auto", storage_options=None, cache_dir=None, cache_limit=None))]
+    #[pyo3(signature = (path, *, fields=None, as_tuple=false, decode=None, verify_on_read=false, backing="mmap", read_around="auto", storage_options=None, cache_dir=None, cache_limit=None, _any_fields=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -574,6 +576,7 @@ impl PyDataset {
         storage_options: Option<BTreeMap<String, String>>,
         cache_dir: Option<PathBuf>,
         #[pyo3(from_py_with = cache_limit_arg)] cache_limit: Option<u64>,
+        _any_fields: bool,
     ) -> PyResult<Self> {
         let decode = match decode {
             None => Decode::Numpy,
@@ -604,9 +607,11 @@ impl PyDataset {
             cache_limit,
         )?;
         let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
-        // A dict leaves out the fields a sample lacks: one list of fields
-        // may serve datasets of different members.
-        if shape != Shape::Dict {
+        // A name no sample can have is a typo, in every form (a dict would
+        // silently lack it). A `Mix` (`_any_fields`) checks its names
+        // against all of its sources together: one list of fields serves
+        // datasets of different members there.
+        if !_any_fields {
             check_named(&ds, fields.as_deref().unwrap_or_default())?;
         }
         let names = ds
@@ -628,6 +633,7 @@ impl PyDataset {
                 storage_options,
                 cache_dir,
                 cache_limit,
+                any_fields: _any_fields,
             },
         })
     }
@@ -658,6 +664,9 @@ impl PyDataset {
         kwargs.set_item("read_around", read_around_name(self.spec.read_around))?;
         kwargs.set_item("storage_options", &self.spec.storage_options)?;
         kwargs.set_item("cache_dir", &self.spec.cache_dir)?;
+        if self.spec.any_fields {
+            kwargs.set_item("_any_fields", true)?;
+        }
         kwargs.set_item("cache_limit", self.spec.cache_limit)?;
         // A URL as text: pathlib would fold its `//`.
         let path = if bale_storage::is_url(&self.spec.path) {

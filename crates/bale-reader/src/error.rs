@@ -74,6 +74,33 @@ pub enum ReaderError {
         /// The shard file.
         path: PathBuf,
     },
+    /// A shard file removed after the dataset was opened (by a `bale pack
+    /// --force` into fewer shards, say): the index read at the open
+    /// describes a file that is gone.
+    #[error(
+        "{}: the shard was removed after the dataset was opened (by a `bale pack --force` \
+         or a removal?): open the dataset again to read what is there now",
+        bale_format::shown(path)
+    )]
+    ShardRemoved {
+        /// The shard file.
+        path: PathBuf,
+    },
+    /// The bytes a shard's index points to are not there: it puts a sample
+    /// or a member outside the bytes read for it. The index does not
+    /// describe the shard (it is damaged, or the shard is another file).
+    #[error(
+        "{} at offset {offset}: the index does not describe the shard: {what}",
+        bale_format::shown(path)
+    )]
+    IndexDisagrees {
+        /// The shard file.
+        path: PathBuf,
+        /// Where the sample starts in the shard.
+        offset: u64,
+        /// What lies where.
+        what: String,
+    },
     /// An iterator whose reading threads were started by another process,
     /// used in a process forked from it, which has none of them.
     #[error(
@@ -162,6 +189,39 @@ pub enum ReaderError {
         #[source]
         source: Box<ReaderError>,
     },
+}
+
+impl ReaderError {
+    /// Whether this error is damage to one sample's own bytes, found in a
+    /// shard that is still the file the dataset opened: a `.cls` member
+    /// that is no integer ([`ReaderError::BadLabel`]), a member whose
+    /// checksum does not match ([`FormatError::ChecksumMismatch`]), a zstd
+    /// frame that does not decompress ([`FormatError::Corrupt`]). The other
+    /// samples read as they did.
+    ///
+    /// Everything else concerns the storage or the dataset as a whole, and
+    /// a reader that leaves damaged samples out (`bale.Loader(on_error=
+    /// "skip")`) must raise it: a shard missing, shorter than its index,
+    /// replaced or changed since the open ([`ReaderError::ShardReplaced`],
+    /// [`ReaderError::ShardRemoved`]), not a regular file or unreadable
+    /// (I/O errors, permissions), an index that does not describe its shard
+    /// ([`ReaderError::IndexDisagrees`]), object storage failing or
+    /// answering with another object ([`ReaderError::Storage`]), a fork.
+    /// Skipping those would leave out every sample after them, silently.
+    ///
+    /// A read of a local shard checks, before it reports such damage, that
+    /// the shard is still the file it opened (its size, modification and
+    /// change times): one replaced or written over since is reported as
+    /// [`ReaderError::ShardReplaced`] instead.
+    pub fn is_sample_damage(&self) -> bool {
+        matches!(
+            self,
+            ReaderError::BadLabel { .. }
+                | ReaderError::Format(
+                    FormatError::ChecksumMismatch { .. } | FormatError::Corrupt { .. }
+                )
+        )
+    }
 }
 
 /// The cases of [`ReaderError::Stage`].

@@ -364,12 +364,11 @@ fn a_shard_truncated_after_open_is_an_error_with_pread() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    // The shard file is first opened here, and its length no longer matches.
+    // The shard file is first opened here: it is not the file the dataset
+    // found at the open (nor of the length its index describes).
     let err = ds.get(9).unwrap_err();
-    assert!(
-        matches!(err, ReaderError::Format(FormatError::Truncated { .. })),
-        "{err}"
-    );
+    assert!(matches!(err, ReaderError::ShardReplaced { .. }), "{err}");
+    assert!(!err.is_sample_damage(), "{err}");
     // Opened before the truncation: the read itself fails.
     let (dir, ds) = opened();
     ds.get(0).unwrap();
@@ -382,6 +381,9 @@ fn a_shard_truncated_after_open_is_an_error_with_pread() {
         .unwrap();
     let err = ds.get(9).unwrap_err();
     assert!(err.to_string().contains("shard-000000.tar"), "{err}");
+    // A read past the new end, of a file written since the open: the shard
+    // changed, which no reader may take for one damaged sample.
+    assert!(matches!(err, ReaderError::ShardReplaced { .. }), "{err}");
     assert!(ds.get(0).is_ok());
 
     // The index cut short after the open: read into memory at the open,

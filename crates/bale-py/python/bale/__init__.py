@@ -645,6 +645,12 @@ class Mix(IterableDataset):
         self._pending = None
         self._live = None
         mix = self._dataset()  # fail early on bad paths, options or weights
+        for name in self.fields or ():
+            # A name no source has is a typo (one some sources lack is not).
+            if name not in ("__key__", "__index__") and not any(
+                name in d.extensions or (name == "cls" and d.classes is not None) for d in self._opened
+            ):
+                raise ValueError(f"no field {name!r} in any source of the Mix: {self.sources}")
         self._fingerprint = [_native.fingerprint(d) for d in self._opened]
         self._samples = len(mix)
         self._labels, self.classes = _class_maps(self.sources, [d.classes for d in self._opened], classes)
@@ -662,6 +668,7 @@ class Mix(IterableDataset):
                     storage_options=self.storage_options,
                     cache_dir=self.cache_dir,
                     cache_limit=self.cache_limit,
+                    _any_fields=True,
                 )
                 for p in self.sources
             ]
@@ -866,18 +873,21 @@ def decode_image(
 ) -> Any:
     """Decodes one image whole, at full scale, to a NumPy ``uint8`` array
     ``(H, W, 3)`` (RGB), with the GIL released: the decoder of :class:`Loader`
-    (libjpeg-turbo for JPEG; PNG, WebP; ``.npy`` of ``(H, W)`` or
-    ``(H, W, 3)`` uint8 passes through). The array is writable and owns its
-    memory. ``ext`` names the format, as a
+    (libjpeg-turbo for JPEG; PNG, WebP; a uint8 ``.npy`` of ``(H, W)``,
+    ``(H, W, 1)`` or ``(H, W, 3)`` passes through, grey made RGB). The array
+    is writable and owns its memory. ``ext`` names the format, as a
     member's extension does. Raises :class:`FormatError` for damaged or
-    truncated bytes, and for an image over ``max_pixels`` (refused from its
-    header, before its pixels are allocated). Example:
+    truncated bytes, for an image over ``max_pixels`` (refused from its
+    header, before its pixels are allocated) and for one the decoder policy
+    refuses (a JPEG of more than 100 scans), as the Loader, ``bale verify
+    --decode`` and the pack's image stage refuse it; ``ValueError`` for a
+    ``max_pixels`` below 0 or of 2**64 or more. Example:
     ``bale.decode_image(ds[0]["jpg"])``.
     """
     import numpy
 
     raw = data if isinstance(data, bytes) else bytes(data)
-    height, width, pixels = _native.decode_image(raw, ext, max_pixels)
+    height, width, pixels = _native.decode_image(raw, ext, _whole(max_pixels, "max_pixels"))
     return numpy.frombuffer(pixels, dtype=numpy.uint8).reshape(height, width, 3)
 
 

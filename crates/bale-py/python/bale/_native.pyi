@@ -82,6 +82,7 @@ class Dataset:
         storage_options: Mapping[str, str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        _any_fields: bool = False,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, i: int) -> Sample:

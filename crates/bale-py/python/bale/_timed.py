@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import time
@@ -103,6 +104,14 @@ class timed:  # noqa: N801  (used like a function: ``for batch in bale.timed(loa
         gpu: bool = True,
         file: Any = None,
     ) -> None:
+        # A whole number of steps (NumPy's integers too): 1.5 would never
+        # report, and True is no count.
+        try:
+            if isinstance(every, bool):
+                raise TypeError
+            every = operator.index(every)
+        except TypeError:
+            raise TypeError(f"every={every!r}: expected a whole number of steps (an int)") from None
         if every < 1:
             raise ValueError(f"every={every}: expected a positive number of steps")
         self.iterable = iterable

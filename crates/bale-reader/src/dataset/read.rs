@@ -17,6 +17,11 @@ impl Dataset {
     /// mismatches naming the shard, key and member.
     pub fn read_member(&self, i: u64, ext: &str) -> Result<Option<Vec<u8>>> {
         let (s, local) = self.locate(i)?;
+        self.read_member_of(s, local, ext)
+            .map_err(|e| self.explain(s, e))
+    }
+
+    fn read_member_of(&self, s: usize, local: usize, ext: &str) -> Result<Option<Vec<u8>>> {
         let shard = &self.inner.shards[s];
         let index = &shard.index;
         let Some(m) = index.members(local).find(|m| m.ext == ext) else {
@@ -35,7 +40,7 @@ impl Dataset {
                     .checked_sub(e.tar_offset)
                     .and_then(|d| e.file_offset.checked_add(d))
             };
-            let at = at.ok_or_else(|| FormatError::Corrupt {
+            let at = at.ok_or_else(|| ReaderError::IndexDisagrees {
                 path: shard.path.clone(),
                 offset: e.file_offset,
                 what: format!(
@@ -289,8 +294,38 @@ impl Dataset {
         }
     }
 
+    /// Checks that the shard holding sample `i` is still the file the
+    /// dataset opened (its size, modification and change times; a `stat`
+    /// of its path). A caller that found the sample's bytes damaged after
+    /// they were read (an image that does not decode) asks before it takes
+    /// the damage for the sample's own: the bytes of a shard written over
+    /// in place under a map are another file's.
+    ///
+    /// # Errors
+    /// [`ReaderError::ShardReplaced`] or [`ReaderError::ShardRemoved`];
+    /// [`ReaderError::IndexOutOfRange`]. A shard in object storage is
+    /// checked at every answer instead: always `Ok` here.
+    pub fn check_unchanged(&self, i: u64) -> Result<()> {
+        let (s, _) = self.locate(i)?;
+        match self.inner.shards[s].changed() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// `e`, an error reading shard `s`, as [`Shard::explain`] tells it
+    /// apart from a shard changed since the open.
+    pub(super) fn explain(&self, s: usize, e: ReaderError) -> ReaderError {
+        self.inner.shards[s].explain(e)
+    }
+
     /// Sample `local` of shard `s`, not populated.
     pub(super) fn read_entry(&self, s: usize, local: usize, hint: Hint) -> Result<Sample> {
+        self.read_entry_of(s, local, hint)
+            .map_err(|e| self.explain(s, e))
+    }
+
+    fn read_entry_of(&self, s: usize, local: usize, hint: Hint) -> Result<Sample> {
         if let Some(obj) = self.remote_object(s)? {
             return self.read_remote(s, local, obj);
         }
@@ -402,7 +437,10 @@ impl Dataset {
                 .collect();
         }
         match self.try_read_run(s, local, count, populate) {
-            Ok(v) => v,
+            Ok(v) => v
+                .into_iter()
+                .map(|r| r.map_err(|e| self.explain(s, e)))
+                .collect(),
             Err(_) => (local..local + count)
                 .map(|l| self.read_local(s, l, populate))
                 .collect(),
@@ -503,15 +541,13 @@ impl Dataset {
                     bale_format::prefetch_sample(bytes);
                 }
             }
-            let outside = || {
-                ReaderError::from(FormatError::Corrupt {
-                    path: shard.path.clone(),
-                    offset: e.file_offset,
-                    what: format!(
-                        "sample {:?} lies outside the run read for it",
-                        shard.index.key(l)
-                    ),
-                })
+            let outside = || ReaderError::IndexDisagrees {
+                path: shard.path.clone(),
+                offset: e.file_offset,
+                what: format!(
+                    "sample {:?} lies outside the run read for it",
+                    shard.index.key(l)
+                ),
             };
             let r = match (compression, at) {
                 (_, None) => Err(outside()),
@@ -569,16 +605,17 @@ impl Dataset {
                 let a = base.checked_add(start)?;
                 Some(a..a.checked_add(len)?)
             })();
-            let data = range
-                .and_then(|r| buf.get(r))
-                .ok_or_else(|| FormatError::Corrupt {
-                    path: shard.path.clone(),
-                    offset: e.file_offset,
-                    what: format!(
-                        "member {key}.{} lies outside the bytes read for its sample",
-                        m.ext
-                    ),
-                })?;
+            let data =
+                range
+                    .and_then(|r| buf.get(r))
+                    .ok_or_else(|| ReaderError::IndexDisagrees {
+                        path: shard.path.clone(),
+                        offset: e.file_offset,
+                        what: format!(
+                            "member {key}.{} lies outside the bytes read for its sample",
+                            m.ext
+                        ),
+                    })?;
             if verify {
                 verify_member(&shard.path, key, &m, data)?;
             }

@@ -69,6 +69,56 @@ impl Shard {
     }
 }
 
+impl Shard {
+    /// `e`, an error reading this local shard; or, when the file at the
+    /// path is no longer the one the dataset opened (another size, other
+    /// modification or change times, or none at all) and `e` is one that a
+    /// changed file also gives (damage of one sample's bytes, a read past
+    /// the end), [`ReaderError::ShardReplaced`] or
+    /// [`ReaderError::ShardRemoved`]: a shard written over or cut short under
+    /// the reader never passes for a damaged sample
+    /// ([`ReaderError::is_sample_damage`]). Only called on errors: it costs
+    /// a `stat` of the path (and of the open descriptor, with
+    /// [`Backing::Pread`]).
+    pub(super) fn explain(&self, e: ReaderError) -> ReaderError {
+        let damage = e.is_sample_damage()
+            || matches!(
+                e,
+                ReaderError::Format(FormatError::Truncated { .. } | FormatError::IoAt { .. })
+            );
+        match self.changed().filter(|_| damage) {
+            Some(changed) => changed,
+            None => e,
+        }
+    }
+
+    /// The error of a local shard that is no longer the file the dataset
+    /// opened, if it is not: [`ReaderError::ShardRemoved`] when nothing is at
+    /// the path, [`ReaderError::ShardReplaced`] when another file is (or,
+    /// with [`Backing::Pread`], when the open file was written over).
+    pub(super) fn changed(&self) -> Option<ReaderError> {
+        let found = self.found?;
+        let changed = |m: &std::io::Result<std::fs::Metadata>| {
+            m.as_ref().is_ok_and(|m| FileId::of(m) != found)
+        };
+        let path = || self.path.clone();
+        match std::fs::metadata(&self.path) {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Some(ReaderError::ShardRemoved { path: path() });
+            }
+            m if changed(&m) => return Some(ReaderError::ShardReplaced { path: path() }),
+            _ => {}
+        }
+        // With `Backing::Pread`, the open file itself (written over in place).
+        if let Some(Handle { file: Some(f), .. }) = self.handle.get()
+            && changed(&f.metadata())
+        {
+            return Some(ReaderError::ShardReplaced { path: path() });
+        }
+        None
+    }
+}
+
 /// A shard in object storage.
 #[derive(Debug)]
 pub(super) struct RemoteShard {
@@ -368,17 +418,23 @@ pub(super) fn open_handle(shard: &Shard, backing: Backing) -> Result<Handle> {
             source: e,
         })
     };
-    let file = bale_format::files::open_regular(path)?;
+    let file = match bale_format::files::open_regular(path) {
+        // Gone since the dataset opened (a `--force` repack into fewer shards).
+        Err(FormatError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound && shard.found.is_some() =>
+        {
+            return Err(ReaderError::ShardRemoved { path: path.clone() });
+        }
+        r => r?,
+    };
     let meta = file.metadata().map_err(io)?;
     let len = meta.len();
-    check_shard_len(path, len, &shard.index)?;
-    // The index was read when the dataset opened; a file put at the path
-    // since then is another shard, whose offsets the index does not give,
-    // even at the same length (one of another length is refused above, as
-    // not the shard the index describes).
+    // Another file than the one found at the open: replaced, even at the
+    // same length, or cut short (then its length says nothing of the index).
     if shard.found.is_some_and(|f| f != FileId::of(&meta)) {
         return Err(ReaderError::ShardReplaced { path: path.clone() });
     }
+    check_shard_len(path, len, &shard.index)?;
     match backing {
         Backing::Pread => {
             // Every read says exactly what it needs: no read-ahead beyond it,
