@@ -38,6 +38,7 @@ mod error;
 pub mod fuzzing;
 mod jpeg;
 pub mod mask;
+pub mod ops;
 mod options;
 pub mod region;
 mod transform;
