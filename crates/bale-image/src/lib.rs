@@ -50,6 +50,7 @@ mod error;
 pub mod fuzzing;
 mod jpeg;
 pub mod mask;
+pub mod ops;
 mod options;
 mod policy;
 pub mod region;

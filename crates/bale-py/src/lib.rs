@@ -1086,6 +1086,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyBatches>()?;
     m.add_class::<loader::BatchBuffer>()?;
     m.add_function(wrap_pyfunction!(loader::decode_image, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::apply_op, m)?)?;
     m.add_class::<resume::PyMix>()?;
     m.add_class::<resume::PyMixIter>()?;
     m.add_function(wrap_pyfunction!(resume::fingerprint, m)?)?;

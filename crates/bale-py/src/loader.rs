@@ -476,3 +476,52 @@ pub fn decode_image<'py>(
     });
     Ok((h, w, pixels))
 }
+
+/// `bale._native._apply_op(name, pixels, height, width, value, fill)`: one
+/// of bale-image's pixel operations on `height x width` RGB bytes, returned
+/// as new bytes. For testing them against torchvision: `name` is a
+/// functional op taking its torchvision argument as `value`
+/// (`"brightness"`, `"contrast"`, `"saturation"`, `"hue"`, `"grayscale"`,
+/// `"sharpness"`, `"posterize"`, `"solarize"`, `"autocontrast"`,
+/// `"equalize"`, `"invert"`, `"rotate"`) or an `AutoAugment` op taking its
+/// magnitude (`"ShearX"`, `"TranslateY"`, `"Color"`, ...). Not a stable API.
+#[pyfunction]
+#[pyo3(name = "_apply_op")]
+pub fn apply_op<'py>(
+    py: Python<'py>,
+    name: &str,
+    pixels: &[u8],
+    height: usize,
+    width: usize,
+    value: f64,
+    fill: [u8; 3],
+) -> PyResult<Bound<'py, PyBytes>> {
+    use bale_image::ops;
+    if height.checked_mul(width).and_then(|n| n.checked_mul(3)) != Some(pixels.len()) {
+        return Err(PyValueError::new_err(format!(
+            "{} bytes are not {height} x {width} RGB pixels",
+            pixels.len()
+        )));
+    }
+    let mut px = pixels.to_vec();
+    let mut scratch = Vec::new();
+    match name {
+        "brightness" => ops::adjust_brightness(&mut px, value),
+        "contrast" => ops::adjust_contrast(&mut px, value),
+        "saturation" => ops::adjust_saturation(&mut px, value),
+        "hue" => ops::adjust_hue(&mut px, value),
+        "grayscale" => ops::rgb_to_grayscale(&mut px),
+        "sharpness" => ops::adjust_sharpness(&mut px, width, height, value, &mut scratch),
+        "posterize" => ops::posterize(&mut px, value as u8),
+        "solarize" => ops::solarize(&mut px, value),
+        "autocontrast" => ops::autocontrast(&mut px),
+        "equalize" => ops::equalize(&mut px),
+        "invert" => ops::invert(&mut px),
+        "rotate" => ops::rotate(&mut px, width, height, value, fill, &mut scratch),
+        other => match ops::Op::from_name(other, value) {
+            Some(op) => op.apply(&mut px, width, height, fill, &mut scratch),
+            None => return Err(PyValueError::new_err(format!("no op {other:?}"))),
+        },
+    }
+    Ok(PyBytes::new(py, &px))
+}

@@ -271,6 +271,11 @@ class Loader:
 def decode_image(data: bytes, ext: str, max_pixels: int) -> tuple[int, int, bytearray]:
     """(height, width, RGB bytearray) of the image decoded whole."""
 
+def _apply_op(
+    name: str, pixels: bytes, height: int, width: int, value: float, fill: list[int]
+) -> bytes:
+    """One pixel operation on RGB bytes, for tests (see ``bale._ops``)."""
+
 # Checkpoints and mixes (src/resume.rs). A stage is (world_size,
 # num_workers, even, rank, consumed per worker or None).
 _Stage = tuple[int, int, bool, int, list[int | None]]
