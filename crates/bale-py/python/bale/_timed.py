@@ -91,6 +91,9 @@ class timed:  # noqa: N801  (used like a function: ``for batch in bale.timed(loa
     memory over the same window (at most every 0.1 s, on the loop's own
     thread); without them it says so once.
 
+    ``every`` is a whole number of steps: ``1.5`` or ``True`` is a
+    ``TypeError``, ``0`` a ``ValueError``.
+
     The first batch (worker start-up, first reads) is timed apart
     (``first_batch_sec``) and left out of the shares. The wrapper starts no
     thread; its cost is two clock reads per step.
