@@ -503,3 +503,53 @@ fn image_flags_are_checked() {
         text(&o)
     );
 }
+
+#[test]
+fn resize_refuses_to_resample_a_palette_mask_beside_its_image() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    fs::create_dir_all(&input).unwrap();
+    fs::write(
+        input.join("a.jpg"),
+        encode(&picture(64, 48, 1), ImageFormat::Jpeg),
+    )
+    .unwrap();
+    // A 64x48 palette mask of classes 0-2 (PIL's mode "P", 2-bit indices):
+    // Lanczos would invent others.
+    let hex = "89504e470d0a1a0a0000000d4948445200000040000000300203000000dc25948c00000009504c5445000000ff000000ff00f483bf7e0000002449444154789c636460606060600d60606060086560606060624003a302a302a302300000b3e4010ab06ea9cc0000000049454e44ae426082";
+    let mask: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    assert_eq!(image::load_from_memory(&mask).unwrap().width(), 64);
+    fs::write(input.join("a.mask.png"), &mask).unwrap();
+    let out = t.path().join("out");
+    let o = bale(
+        &["pack", "-q", "--resize", "shorter:16", "-o"],
+        &[&out, &input],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("a.mask.png") && err.contains("without --resize"),
+        "{err}"
+    );
+    assert!(!out.join("bale.json").exists(), "no dataset on failure");
+    // Naming the images alone leaves the mask's bytes as they are.
+    let o = bale(
+        &[
+            "pack",
+            "-q",
+            "--resize",
+            "shorter:16",
+            "--image-exts",
+            "jpg",
+            "-o",
+        ],
+        &[&out, &input],
+    );
+    ok(&o);
+    let s = &samples(&out)["a"];
+    assert_eq!(s["mask.png"], mask);
+    assert_eq!(dims("jpg", &s["jpg"]), (21, 16));
+}

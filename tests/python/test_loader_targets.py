@@ -95,12 +95,23 @@ def mask_of(ds: bale.Dataset, index: int, member: str) -> tv_tensors.Mask:
     return tv_tensors.Mask(torch.from_numpy(arr))
 
 
+def flips(p: dict, x):
+    if p["flip"]:
+        x = F.horizontal_flip(x)
+    if p["vflip"]:
+        x = F.vertical_flip(x)
+    return x
+
+
 def reference(p: dict, x, fill, resized: bool):
     """torchvision v2's functional ops with the loader's decisions `p`:
     resize to the scaled size, pad, crop (then resize, for the resizing
-    crops), flips."""
+    crops), flips; or, with `flip_first` (the segmentation reference's
+    order), resize, flips, pad, crop."""
     if tuple(p["scaled_size"]) != tuple(p["image_size"]):
         x = F.resize(x, list(p["scaled_size"]), antialias=True)
+    if p["flip_first"]:
+        x = flips(p, x)
     top, left, h, w = p["crop"]
     if resized:
         x = F.resized_crop(x, top, left, h, w, list(p["size"]), antialias=True)
@@ -109,11 +120,7 @@ def reference(p: dict, x, fill, resized: bool):
         if any(p["padding"]):
             x = F.pad(x, [pl, pt, pr, pb], fill=fill)
         x = F.crop(x, top + pt, left + pl, h, w)
-    if p["flip"]:
-        x = F.horizontal_flip(x)
-    if p["vflip"]:
-        x = F.vertical_flip(x)
-    return x
+    return x if p["flip_first"] else flips(p, x)
 
 
 MASKS = ["mask.png", "pal.png", "deep.png", "seg.npy"]
@@ -141,7 +148,7 @@ def test_masks_equal_torchvision_pixel_for_pixel_and_images_within_40_db(seg, ge
     # A scale stage then a resizing crop: bale resizes once, from the
     # source, where torchvision resamples twice; close, not equal.
     db = 35 if resized and "resize" in geometry else 40
-    seen, padded, flips = 0, 0, 0
+    seen, padded, flipped, flipped_padded = 0, 0, 0, 0
     for batch in loader:
         assert set(batch) == {"images", "labels", "masks", "indices"}
         for k, index in enumerate(batch["indices"]):
@@ -149,7 +156,9 @@ def test_masks_equal_torchvision_pixel_for_pixel_and_images_within_40_db(seg, ge
             p = loader.sample_params(index)
             assert tuple(p["image_size"]) == image_of(ds, index).shape[1:]
             padded += any(p["padding"])
-            flips += p["flip"] + p["vflip"]
+            flipped += p["flip"] + p["vflip"]
+            flipped_padded += p["flip"] and p["padding"][2] > 0
+            assert p["flip_first"] == (geometry["crop"] == "random")
             want = reference(p, image_of(ds, index), [10, 200, 30], resized).permute(1, 2, 0).numpy()
             assert psnr(batch["images"][k], want) >= db, (index, p, psnr(batch["images"][k], want))
             for member in MASKS:
@@ -158,9 +167,11 @@ def test_masks_equal_torchvision_pixel_for_pixel_and_images_within_40_db(seg, ge
                 assert got.dtype == np.int64
                 np.testing.assert_array_equal(got, want, err_msg=f"{member} of sample {index}: {p}")
             seen += 1
-    assert seen == N and flips > 0
+    assert seen == N and flipped > 0
     if geometry["crop"] in ("random", "center", "fixed_size"):
         assert padded > 0, "the geometry should pad some samples"
+    if geometry["crop"] in ("random", "fixed_size"):
+        assert flipped_padded > 0, "the geometry should flip some padded samples"
 
 
 def test_masks_hold_only_source_values_and_dct_scaling_stays_close(seg) -> None:
@@ -235,6 +246,8 @@ def reference_boxes(p: dict, boxes: np.ndarray, labels: np.ndarray, crop: str, m
     b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes.copy()), format="XYXY", canvas_size=(h, w))
     if tuple(p["scaled_size"]) != (h, w):
         b = F.resize(b, list(p["scaled_size"]))
+    if p["flip_first"]:
+        b = flips(p, b)
     top, left, ch, cw = p["crop"]
     if crop in ("random_resized", "resize"):
         b = F.resized_crop(b, top, left, ch, cw, list(p["size"])) if crop == "random_resized" else F.resize(b, list(p["size"]))
@@ -244,10 +257,8 @@ def reference_boxes(p: dict, boxes: np.ndarray, labels: np.ndarray, crop: str, m
             b = F.pad(b, [pl, pt, pr, pb])
         if (ch, cw) != tuple(b.canvas_size) or top + pt or left + pl:
             b = F.crop(b, top + pt, left + pl, ch, cw)
-    if p["flip"]:
-        b = F.horizontal_flip(b)
-    if p["vflip"]:
-        b = F.vertical_flip(b)
+    if not p["flip_first"]:
+        b = flips(p, b)
     out = v2.SanitizeBoundingBoxes(min_size=min_size, min_area=min_area)(
         {"boxes": b, "labels": torch.from_numpy(labels)}
     )

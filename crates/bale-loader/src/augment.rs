@@ -3,6 +3,11 @@
 //! run gives the same scales, crops and flips whatever the thread count, and
 //! a resumed run gives what the uninterrupted one would have.
 //!
+//! `crop="random"` flips before it pads and crops, as torchvision's
+//! segmentation reference does (its window is then in the flipped image's
+//! pixels); the other crops flip their output, as the classification and
+//! detection references do.
+//!
 //! The draws come in a fixed order: the scale stage's, the crop's, the
 //! flip's, the vertical flip's (a draw is made only where the stage is
 //! asked for, so the random-resized crops of a loader without a scale stage
@@ -136,6 +141,7 @@ pub fn sample_params(
         out: (out_w, out_h),
         flip,
         vflip,
+        flip_first: opts.crop == Crop::Random,
     }
 }
 

@@ -31,6 +31,12 @@ pub struct SampleParams {
     pub flip: bool,
     /// Whether the output is flipped upside down.
     pub vflip: bool,
+    /// Whether the flips apply to the scaled image before it is padded and
+    /// cropped (torchvision's segmentation reference: `RandomResize`,
+    /// `RandomHorizontalFlip`, then `RandomCrop` padded on the right and
+    /// bottom), so `crop` is in the flipped image's pixels and the padding
+    /// stays on the right and bottom; otherwise the output is flipped.
+    pub flip_first: bool,
 }
 
 /// A window of the scaled image, in its pixels.
@@ -93,13 +99,23 @@ impl SampleParams {
         }
     }
 
-    /// The horizontal and vertical axes.
+    /// The horizontal and vertical axes, their windows in the unflipped
+    /// scaled image's pixels.
     pub(crate) fn axes(&self) -> (Axis, Axis) {
+        // A window of the flipped image is the mirrored window of the
+        // unflipped one, whose output is flipped.
+        let unflip = |flip: bool, start: i64, len: u32, scaled: u32| {
+            if self.flip_first && flip {
+                i64::from(scaled) - start - i64::from(len)
+            } else {
+                start
+            }
+        };
         (
             Axis {
                 src: self.image.0,
                 scaled: self.scaled.0,
-                start: self.crop.left,
+                start: unflip(self.flip, self.crop.left, self.crop.width, self.scaled.0),
                 len: self.crop.width,
                 out: self.out.0,
                 flip: self.flip,
@@ -107,7 +123,7 @@ impl SampleParams {
             Axis {
                 src: self.image.1,
                 scaled: self.scaled.1,
-                start: self.crop.top,
+                start: unflip(self.vflip, self.crop.top, self.crop.height, self.scaled.1),
                 len: self.crop.height,
                 out: self.out.1,
                 flip: self.vflip,
@@ -256,6 +272,7 @@ mod tests {
             out: (crop.width, crop.height),
             flip,
             vflip: false,
+            flip_first: false,
         }
     }
 
@@ -293,5 +310,22 @@ mod tests {
         assert_eq!(xf.source(0), None);
         assert_eq!(xf.edges(95.0, 100.0, true), (44.0, 54.0));
         assert_eq!(x.edges(95.0, 100.0, true), (10.0, 20.0));
+        // Flipped first (the segmentation order): the window is in the
+        // flipped image, so the padding stays on the right.
+        let first = SampleParams {
+            flip_first: true,
+            ..params(p.crop, true)
+        };
+        assert_eq!(first.padding(), p.padding());
+        let (xf, _) = first.axes();
+        // Column 180 of the flipped scaled image is its column 19.
+        assert_eq!(xf.source(0), Some(9));
+        assert_eq!(xf.source(19), Some(0));
+        assert_eq!(xf.source(20), None);
+        assert_eq!(xf.source(63), None);
+        assert_eq!(xf.image_span(), Some((44, 64, 0.0, 10.0)));
+        // x 0..5 of the source is 0..10 scaled, 190..200 flipped: 10..20.
+        assert_eq!(xf.edges(0.0, 5.0, true), (10.0, 20.0));
+        assert!((first.source_box().x + 22.0).abs() < 1e-9);
     }
 }

@@ -332,11 +332,13 @@ fn masks_and_boxes_follow_each_samples_geometry() {
             let (sw, sh) = p.scaled;
             for oy in 0..24u32 {
                 for ox in 0..32u32 {
-                    let fx = if p.flip { 31 - ox } else { ox };
-                    let fy = if p.vflip { 23 - oy } else { oy };
-                    let (cx, cy) = (p.crop.left + i64::from(fx), p.crop.top + i64::from(fy));
+                    // The crop is taken from the flipped scaled image.
+                    assert!(p.flip_first);
+                    let (cx, cy) = (p.crop.left + i64::from(ox), p.crop.top + i64::from(oy));
                     let want = if cx < i64::from(sw) && cy < i64::from(sh) {
-                        let (x, y) = (nearest(cx as u32, 40, sw), nearest(cy as u32, 30, sh));
+                        let fx = if p.flip { i64::from(sw) - 1 - cx } else { cx };
+                        let fy = if p.vflip { i64::from(sh) - 1 - cy } else { cy };
+                        let (x, y) = (nearest(fx as u32, 40, sw), nearest(fy as u32, 30, sh));
                         (x + 40 * (y % 5)) as u8
                     } else {
                         255
@@ -349,12 +351,9 @@ fn masks_and_boxes_follow_each_samples_geometry() {
             let n = counts[k] as usize;
             let first = &coords[k * 12..k * 12 + 4];
             let (iw, ih) = ((sw.min(32)) as f32, (sh.min(24)) as f32);
-            let (x1, x2) = if p.flip { (32.0 - iw, 32.0) } else { (0.0, iw) };
-            let (y1, y2) = if p.vflip {
-                (24.0 - ih, 24.0)
-            } else {
-                (0.0, ih)
-            };
+            // Flipped or not, the padding is on the right and bottom.
+            let (x1, x2) = (0.0, iw);
+            let (y1, y2) = (0.0, ih);
             assert!(n >= 1, "{p:?}");
             for (g, w) in first.iter().zip([x1, y1, x2, y2]) {
                 assert!(

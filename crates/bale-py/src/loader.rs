@@ -208,7 +208,9 @@ impl PyLoader {
     /// fractional where the scale stage resized), `image_size` and
     /// `scaled_size` (height, width), `crop` (top, left, height, width in the
     /// scaled image's pixels), `padding` (left, top, right, bottom), `size`
-    /// (the output's height and width), `flip`, `vflip`.
+    /// (the output's height and width), `flip`, `vflip`, and `flip_first`
+    /// (the flips come before the padding and the crop, whose window is in
+    /// the flipped image: `crop="random"`; else they flip the output).
     fn sample_params<'py>(
         &self,
         py: Python<'py>,
@@ -235,6 +237,7 @@ impl PyLoader {
         d.set_item("size", (p.out.1, p.out.0))?;
         d.set_item("flip", p.flip)?;
         d.set_item("vflip", p.vflip)?;
+        d.set_item("flip_first", p.flip_first)?;
         Ok(d)
     }
 }
