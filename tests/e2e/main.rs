@@ -25,4 +25,5 @@ mod stage;
 mod stat;
 mod store;
 mod verify;
+mod write_checks;
 mod wrong_success;

@@ -31,7 +31,7 @@ use crate::atomic::{AtomicFile, TEMP_PREFIX};
 use crate::error::{FormatError, Result};
 use crate::index::{Compression, IndexBuilder};
 use crate::manifest::{FieldStats, ShardEntry, hex64};
-use crate::name::validate_ext;
+use crate::name::validate_written_ext;
 use crate::shard::{KeySet, Member, check_new_sample, index_file_name};
 
 /// Copy buffer for spools (4 MiB).
@@ -202,7 +202,7 @@ impl H5ShardWriter {
     }
 
     fn check_member(&self, ext: &str) -> Result<()> {
-        validate_ext(ext)?;
+        validate_written_ext(ext)?;
         let cur = self.cur.as_ref().ok_or_else(|| FormatError::Limit {
             path: self.dest.clone(),
             what: format!("member .{ext} added outside a sample"),
@@ -571,7 +571,7 @@ fn parse_cls(ext: &str, data: &[u8]) -> Option<i64> {
     if ext != "cls" {
         return None;
     }
-    std::str::from_utf8(data).ok()?.trim().parse().ok()
+    crate::name::parse_label(data)
 }
 
 /// Records a `.npy` member's shape on its spool (or stops tracking the field).

@@ -1347,6 +1347,85 @@ impl ShardIndex {
         }
         None
     }
+
+    /// The lookup table: `(xxh3 of the key, sample number)` for every
+    /// sample, in ascending order of hash (then as the table stores them).
+    pub fn key_hashes(&self) -> impl ExactSizeIterator<Item = (u64, usize)> + '_ {
+        let b: &[u8] = &self.bytes;
+        (0..self.samples).map(move |k| {
+            let at = self.lookup_at + LOOKUP_LEN * k;
+            (u64_at(b, at), u64_at(b, at + 8) as usize)
+        })
+    }
+}
+
+/// A key two samples share: the key, and each sample as
+/// `(position in the list of indexes, sample number)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateKey {
+    /// The key.
+    pub key: String,
+    /// The first sample that has it.
+    pub first: (usize, usize),
+    /// Another sample that has it.
+    pub second: (usize, usize),
+}
+
+/// Finds keys that more than one sample of `indexes` shares (the samples of
+/// a dataset, shard by shard), at most `limit` of them, in one merged pass
+/// over the indexes' lookup tables, which are sorted by key hash: memory is
+/// one cursor per index, whatever the sample count. Keys whose hashes are
+/// equal are compared byte for byte, so a hash collision is no duplicate.
+pub fn duplicate_keys(indexes: &[&ShardIndex], limit: usize) -> Vec<DuplicateKey> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut found = Vec::new();
+    let mut cursors: Vec<_> = indexes.iter().map(|x| x.key_hashes()).collect();
+    let mut heap = BinaryHeap::new();
+    for (s, c) in cursors.iter_mut().enumerate() {
+        if let Some((h, i)) = c.next() {
+            heap.push(Reverse((h, s, i)));
+        }
+    }
+    // The samples of the current hash, across indexes.
+    let mut run: Vec<(usize, usize)> = Vec::new();
+    let mut run_hash = None;
+    let check = |run: &mut Vec<(usize, usize)>, found: &mut Vec<DuplicateKey>| {
+        for a in 0..run.len() {
+            for b in a + 1..run.len() {
+                let (ka, kb) = (
+                    indexes[run[a].0].key(run[a].1),
+                    indexes[run[b].0].key(run[b].1),
+                );
+                if ka == kb
+                    && found.len() < limit
+                    && !found.iter().any(|d: &DuplicateKey| d.key == ka)
+                {
+                    found.push(DuplicateKey {
+                        key: ka.to_owned(),
+                        first: run[a].min(run[b]),
+                        second: run[a].max(run[b]),
+                    });
+                }
+            }
+        }
+        run.clear();
+    };
+    while let Some(Reverse((h, s, i))) = heap.pop() {
+        if found.len() >= limit {
+            break;
+        }
+        if run_hash != Some(h) {
+            check(&mut run, &mut found);
+            run_hash = Some(h);
+        }
+        run.push((s, i));
+        if let Some((h, i)) = cursors[s].next() {
+            heap.push(Reverse((h, s, i)));
+        }
+    }
+    check(&mut run, &mut found);
+    found
 }
 
 #[cfg(test)]

@@ -61,15 +61,19 @@ pub mod verify;
 
 pub use error::{FormatError, Result, Shown, shown};
 pub use index::{
-    Compression, IndexBuilder, MemberEntry, SampleEntry, ShardIndex, ZSTD_DICT_FRAME_MAGIC,
-    ZSTD_DICT_MAX, ZSTD_DICT_MIN, checksum, index_file_bytes, index_len_max, index_len_min,
-    is_index_head, prefetch, prefetch_sample, zstd_dict_ok,
+    Compression, DuplicateKey, IndexBuilder, MemberEntry, SampleEntry, ShardIndex,
+    ZSTD_DICT_FRAME_MAGIC, ZSTD_DICT_MAX, ZSTD_DICT_MIN, checksum, duplicate_keys,
+    index_file_bytes, index_len_max, index_len_min, is_index_head, prefetch, prefetch_sample,
+    zstd_dict_ok,
 };
 pub use manifest::{
     CreatedBy, FieldStats, ImageTransform, MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest,
     ORIGINAL_SIZE_EXT, ShardEntry, hex64, indexed_in_place, listed_files, parse_hex64,
 };
-pub use name::{split_member_name, validate_ext, validate_key};
+pub use name::{
+    MAX_LABEL_BYTES, is_reserved_ext, parse_label, split_member_name, validate_ext, validate_key,
+    validate_written_ext,
+};
 pub use shard::{
     DEFAULT_ZSTD_LEVEL, EncodedSample, Member, MemberSource, ShardBuf, ShardFileWriter,
     ShardSummary, ShardWriter, index_file_name, is_bale_file_name, shard_file_name,

@@ -123,6 +123,46 @@ pub fn validate_ext(ext: &str) -> Result<()> {
     })
 }
 
+/// Whether `ext` is a name the readers reserve for a sample's own fields:
+/// any extension that starts and ends with two underscores (`__key__`,
+/// `__index__`, `__source__`, WebDataset's `__url__` ...). A member with such
+/// a name would shadow the field in a reader's dict, so no writer accepts it.
+pub fn is_reserved_ext(ext: &str) -> bool {
+    ext.len() >= 4 && ext.starts_with("__") && ext.ends_with("__")
+}
+
+/// [`validate_ext`], and refuses a name the readers reserve
+/// ([`is_reserved_ext`]): the check of every command that writes a member.
+///
+/// # Errors
+/// [`FormatError::InvalidName`] saying what is wrong.
+pub fn validate_written_ext(ext: &str) -> Result<()> {
+    validate_ext(ext)?;
+    if is_reserved_ext(ext) {
+        return Err(FormatError::InvalidName {
+            name: ext.to_owned(),
+            reason: "names that start and end with \"__\" are reserved for the fields readers add (__key__, __index__ ...)",
+        });
+    }
+    Ok(())
+}
+
+/// The most bytes of a `.cls` member a writer reads to check it: a label is
+/// a decimal integer of at most 20 characters; the rest is room for whitespace.
+pub const MAX_LABEL_BYTES: u64 = 4096;
+
+/// Parses a `.cls` member: a decimal integer in ASCII (an optional `+` or
+/// `-`, then the digits 0-9) that fits an `i64`, surrounding ASCII whitespace
+/// allowed. The one rule of every reader, and of every writer's check.
+///
+/// ```
+/// assert_eq!(bale_format::parse_label(b" 12\n"), Some(12));
+/// assert_eq!(bale_format::parse_label(b"3.0"), None);
+/// ```
+pub fn parse_label(data: &[u8]) -> Option<i64> {
+    std::str::from_utf8(data.trim_ascii()).ok()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +211,34 @@ mod tests {
     }
 
     #[test]
+    fn labels_parse_by_one_rule() {
+        for (text, want) in [
+            (&b"3"[..], Some(3)),
+            (b" 12\n", Some(12)),
+            (b"+3", Some(3)),
+            (b"03", Some(3)),
+            (b"-0", Some(0)),
+            (b"-9223372036854775808", Some(i64::MIN)),
+            (b"9223372036854775808", None),
+            (b"", None),
+            (b"abc", None),
+            (b"3.0", None),
+            (b"1_000", None),
+            (b"\xd9\xa3", None),  // ARABIC-INDIC DIGIT THREE
+            (b"\xc2\xa03", None), // NO-BREAK SPACE: not ASCII whitespace
+            (b"3\0", None),
+            (b"\xff", None),
+        ] {
+            assert_eq!(
+                parse_label(text),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+
+    #[test]
     fn keys_and_exts_are_checked() {
         for ok in ["a", "a/b/c", "n01440764/img_001"] {
             validate_key(ok).unwrap();
@@ -183,6 +251,19 @@ mod tests {
         }
         for ok in ["jpg", "seg.png", "__meta__"] {
             validate_ext(ok).unwrap();
+        }
+        for ok in ["jpg", "__", "___", "__a", "a__", "_key_", "__key__.txt"] {
+            validate_written_ext(ok).unwrap();
+        }
+        for bad in [
+            "__key__",
+            "__index__",
+            "__source__",
+            "__url__",
+            "____",
+            "__KEY__",
+        ] {
+            assert!(validate_written_ext(bad).is_err(), "{bad:?}");
         }
         for bad in ["", "a/b", ".jpg", "jpg.", "a..b", "a\0", "jp\ng", "\u{1b}"] {
             assert!(validate_ext(bad).is_err(), "{bad:?}");

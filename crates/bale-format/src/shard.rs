@@ -13,7 +13,7 @@ use crate::atomic::AtomicFile;
 use crate::error::{FormatError, Result};
 use crate::index::{Compression, IndexBuilder, ZSTD_DICT_FRAME_MAGIC, ZSTD_DICT_MAX, zstd_dict_ok};
 use crate::manifest::{FieldStats, ShardEntry};
-use crate::name::{validate_ext, validate_key};
+use crate::name::{validate_key, validate_written_ext};
 use crate::tar::{BLOCK, encode_member_header, padded};
 
 /// Default zstd level for `.tar.zst` shards.
@@ -137,7 +137,7 @@ impl EncodedSample {
     }
 
     fn header(&mut self, ext: &str, size: u64) -> Result<()> {
-        validate_ext(ext)?;
+        validate_written_ext(ext)?;
         if self.members.iter().any(|m| m.0 == ext) {
             return Err(FormatError::InvalidName {
                 name: format!("{}.{ext}", self.key),
@@ -428,7 +428,7 @@ impl<W: Write> ShardWriter<W> {
     }
 
     fn member_header(&mut self, ext: &str, size: u64) -> Result<()> {
-        validate_ext(ext)?;
+        validate_written_ext(ext)?;
         let cur = self.cur.as_ref().ok_or_else(|| FormatError::Limit {
             path: self.path.clone(),
             what: format!("member .{ext} added outside a sample"),
@@ -975,7 +975,7 @@ pub(crate) fn check_sample_names(key: &str, members: &[Member<'_>]) -> Result<()
         });
     }
     for (i, m) in members.iter().enumerate() {
-        validate_ext(m.ext)?;
+        validate_written_ext(m.ext)?;
         if members[..i].iter().any(|p| p.ext == m.ext) {
             return Err(FormatError::InvalidName {
                 name: format!("{key}.{}", m.ext),

@@ -936,7 +936,7 @@ impl Rules<'_> {
         }
         let why = match (
             bale_format::validate_key(key),
-            bale_format::validate_ext(ext),
+            bale_format::validate_written_ext(ext),
         ) {
             (Err(e), _) => Some(format!(
                 "its sample key {key:?} is not valid: {}",
@@ -946,6 +946,7 @@ impl Rules<'_> {
                 "its extension {ext:?} (everything after the first dot of the file name) is not valid: {}",
                 reason(&e)
             )),
+            _ if ext == "cls" => bad_label(path),
             _ => None,
         };
         if let Some(why) = why {
@@ -963,6 +964,32 @@ impl Rules<'_> {
             dot,
         });
         Step::Next
+    }
+}
+
+/// Why the `.cls` file `path` holds no label a reader can parse
+/// ([`bale_format::parse_label`]), or `None` when it holds one.
+fn bad_label(path: &Path) -> Option<String> {
+    let max = bale_format::MAX_LABEL_BYTES;
+    let mut data = Vec::new();
+    let read = bale_format::files::open_regular(path)
+        .map_err(|e| e.to_string())
+        .and_then(|f| {
+            f.take(max + 1)
+                .read_to_end(&mut data)
+                .map_err(|e| e.to_string())
+        });
+    match read {
+        // Read errors are the reader threads' to report, with the others.
+        Err(_) => None,
+        Ok(_) if data.len() as u64 > max => Some(format!(
+            "it is a .cls file of more than {max} bytes, not a decimal integer label"
+        )),
+        Ok(_) if bale_format::parse_label(&data).is_none() => Some(format!(
+            "it is a .cls file that holds {:?}, not a decimal integer label (such as 3)",
+            String::from_utf8_lossy(&data)
+        )),
+        Ok(_) => None,
     }
 }
 

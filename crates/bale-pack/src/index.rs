@@ -41,6 +41,9 @@ pub struct IndexOptions {
     pub split: SplitPolicy,
     /// Replace a manifest, index or wids file already there (never a tar).
     pub force: bool,
+    /// Index tars whose samples share keys (default: refuse them; a key
+    /// lookup of such a key is then refused as ambiguous).
+    pub allow_duplicate_keys: bool,
     /// Shards scanned at once (0: one per core).
     pub jobs: usize,
 }
@@ -244,6 +247,28 @@ pub fn index(
     if cancel.load(Ordering::Relaxed) {
         return Err(PackError::Cancelled);
     }
+    if !opts.allow_duplicate_keys {
+        let staged: Vec<_> = (0..plan.len())
+            .map(|k| bale_format::ShardIndex::open(staged(k)))
+            .collect::<std::result::Result<_, _>>()?;
+        let refs: Vec<&bale_format::ShardIndex> = staged.iter().collect();
+        if let Some(d) = bale_format::duplicate_keys(&refs, 1).first() {
+            let (a, b) = (&plan[d.first.0].given, &plan[d.second.0].given);
+            return Err(PackError::BadTar {
+                path: b.clone(),
+                what: format!(
+                    "its sample {} has the key {:?}, which sample {} of {} has too: keys must be \
+                     unique across the tars (a lookup by key could not tell them apart); rename \
+                     the samples, index the tars as separate datasets, or pass \
+                     --allow-duplicate-keys",
+                    d.second.1,
+                    d.key,
+                    d.first.1,
+                    bale_format::shown(a)
+                ),
+            });
+        }
+    }
     // The wids file is written beside its place under a temporary name,
     // and takes its name with the indexes: a run that fails before (a bad
     // tar) keeps the old one.
@@ -293,6 +318,7 @@ pub fn index(
             "absolute": opts.absolute,
             "rename_split": opts.split == SplitPolicy::Rename,
             "allow_split": opts.split == SplitPolicy::Regroup,
+            "allow_duplicate_keys": opts.allow_duplicate_keys,
         }),
     };
     let entries = done.iter().map(|(e, _)| e.clone()).collect();
@@ -514,13 +540,35 @@ fn refuse_foreign_manifest(dir: &Path) -> Result<()> {
     }
     let bytes = bale_format::files::read_capped(&path, bale_format::MAX_MANIFEST_BYTES, "manifest")
         .map_err(|e| refuse(e.to_string()))?;
-    bale_format::indexed_in_place(&bytes)
-        .map(|_| ())
-        .map_err(|why| {
-            refuse(format!(
-                "it cannot be taken for an old dataset of bale's: {why}"
-            ))
-        })
+    match bale_format::indexed_in_place(&bytes) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => {
+            // Another command's dataset: its indexes carry checksums, and its
+            // manifest the labels, classes, transforms and stats of the run;
+            // an index of the tars given would keep none of that.
+            let command = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|m| m["created_by"]["command"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| "another command".into());
+            let shards = match bale_format::listed_files(&bytes).len() / 2 {
+                1 => "1 shard".to_owned(),
+                n => format!("{n} shards"),
+            };
+            Err(PackError::Refused {
+                what: format!(
+                    "it is the manifest of a dataset `bale {command}` wrote ({shards}), and even \
+                     --force does not replace it: an index in place would drop what that run \
+                     recorded (checksummed indexes, labels, classes, stats) and keep only the \
+                     tars given; to rewrite that dataset run `bale {command} --force` again, \
+                     check it with `bale verify`, or index the tars into another directory (-o)"
+                ),
+                path: path.clone(),
+            })
+        }
+        Err(why) => Err(refuse(format!(
+            "it cannot be taken for an old dataset of bale's: {why}"
+        ))),
+    }
 }
 
 /// Refuses, --force or not, a file at the name of `p`'s index that is not

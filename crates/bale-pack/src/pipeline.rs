@@ -312,7 +312,7 @@ fn read_sample(
     })?;
     out.sort_by(|a, b| a.ext.cmp(&b.ext));
     for (i, m) in out.iter().enumerate() {
-        bale_format::validate_ext(&m.ext).map_err(|e| {
+        bale_format::validate_written_ext(&m.ext).map_err(|e| {
             refuse(
                 None,
                 format!("the transform returned a member named {:?}: {e}", m.ext),

@@ -401,7 +401,12 @@ impl PyDataset {
             d.set_item(intern!(py, "cls"), label)?;
         }
         for (ext, bytes) in s.fields() {
-            if (ext == "cls" && s.label().is_some()) || !want(fields, ext) {
+            // A member under a reserved name (written before writers refused
+            // them) never shadows `__key__`, `__index__` or `__source__`.
+            if (ext == "cls" && s.label().is_some())
+                || bale_format::is_reserved_ext(ext)
+                || !want(fields, ext)
+            {
                 continue;
             }
             let value = self.field_value(py, s, ext, bytes)?;
@@ -754,9 +759,9 @@ impl PyDataset {
         // Read as `ds[i]` reads (hinted only while reads wait for storage);
         // an unknown key gets `get_by_key`'s error, which names the dataset.
         let s = py
-            .detach(|| match self.ds.find(key) {
-                Some(i) => self.ds.get_populated(i),
-                None => self.ds.get_by_key(key),
+            .detach(|| match self.ds.find_all(key)[..] {
+                [i] => self.ds.get_populated(i),
+                _ => self.ds.get_by_key(key),
             })
             .map_err(to_py)?;
         self.to_value(py, &s)

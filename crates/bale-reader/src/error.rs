@@ -46,6 +46,20 @@ pub enum ReaderError {
         /// The key asked for.
         key: String,
     },
+    /// More than one sample has the key asked for.
+    #[error(
+        "the key {key:?} names {} samples of the dataset {} (indices {indices:?}): its keys are not unique; read by index",
+        indices.len(),
+        bale_format::shown(dir)
+    )]
+    AmbiguousKey {
+        /// The dataset directory.
+        dir: PathBuf,
+        /// The key asked for.
+        key: String,
+        /// The global indices of the samples that have it.
+        indices: Vec<u64>,
+    },
     /// A shard's index or file disagrees with what the manifest records.
     #[error(
         "shard {shard} ({}) does not match the manifest {}: {what}",

@@ -431,7 +431,8 @@ pub(crate) fn will_need(map: &Mmap, offset: u64, len: u64) {
     }
 }
 
-/// Parses a `.cls` member: a decimal integer in ASCII, surrounding whitespace allowed.
+/// Parses a `.cls` member: a decimal integer in ASCII, surrounding whitespace
+/// allowed ([`bale_format::parse_label`], the rule the writers check too).
 pub fn parse_label(data: &[u8]) -> Option<i64> {
-    std::str::from_utf8(data).ok()?.trim().parse().ok()
+    bale_format::parse_label(data)
 }

@@ -4,9 +4,11 @@ use std::path::PathBuf;
 
 /// Write a sample's members to stdout or a directory.
 ///
-/// SAMPLE is a key, or a sample index: a string that parses as an integer
-/// smaller than the number of samples is taken as an index (use `--key` to
-/// look such a string up as a key). With `--ext`, that member's bytes go to
+/// SAMPLE is a key, or a sample index: a string that is a key is that key; a
+/// string that is no key and parses as an integer smaller than the number of
+/// samples is that index. A string that is both a key and the index of
+/// another sample is refused as ambiguous: say `--key` or `--index`. A key
+/// that more than one sample has is refused, naming their indices. With `--ext`, that member's bytes go to
 /// stdout (or to the file `-o` names). Without it, `-o DIR` is required and
 /// every member is written to `DIR/<key>.<ext>`, creating subdirectories;
 /// names that would escape DIR (through `..`, absolute paths or symlinks) are
@@ -23,9 +25,12 @@ pub struct GetArgs {
     /// The sample: a key, or an index.
     #[arg(value_name = "KEY|INDEX")]
     pub sample: String,
-    /// Take SAMPLE as a key even when it looks like an index.
-    #[arg(long)]
+    /// Take SAMPLE as a key, never as an index.
+    #[arg(long, conflicts_with = "index")]
     pub key: bool,
+    /// Take SAMPLE as a sample index, never as a key.
+    #[arg(long)]
+    pub index: bool,
     /// Write only this member's bytes (to stdout, or to the file `-o` names).
     #[arg(long, value_name = "EXT")]
     pub ext: Option<String>,

@@ -89,13 +89,21 @@ pub struct IndexArgs {
     #[arg(long)]
     pub allow_split: bool,
 
+    /// Index tars whose samples share keys (refused by default, naming the
+    /// key and both tars). A lookup of such a key by `bale get` or
+    /// `get_by_key` is refused as ambiguous, naming the samples' indices;
+    /// `bale verify` reports the shared keys.
+    #[arg(long)]
+    pub allow_duplicate_keys: bool,
+
     /// Replace an existing bale.json (and the indexes of the tars given, and
     /// the --wids-json file) in DATASET_DIR. The old ones stay until every
     /// tar is scanned: a run that fails before leaves the old dataset whole
     /// (with -o URL they are deleted then, before the new indexes are
     /// uploaded). A bale.json that no bale run wrote, and a `<tar>.idx` that is
     /// not one of bale's indexes (DALI's tar indexer writes that name too),
-    /// are never replaced.
+    /// are never replaced, nor is one that `bale pack`, `merge` or `convert`
+    /// wrote (an index in place would drop its checksums, labels and stats).
     #[arg(long)]
     pub force: bool,
 

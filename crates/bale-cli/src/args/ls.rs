@@ -6,7 +6,8 @@ use std::path::PathBuf;
 ///
 /// One line per sample: `INDEX<TAB>KEY<TAB>LABEL<TAB>EXT:SIZE,EXT:SIZE`. LABEL
 /// is the class name when the sample has a `.cls` member and the manifest names
-/// the classes, else the `.cls` text, else `-`.
+/// the classes, else the label, else `-` (also for a `.cls` member that is not
+/// a decimal integer, with a warning).
 #[derive(Debug, clap::Args)]
 pub struct LsArgs {
     /// Options for a dataset in object storage.

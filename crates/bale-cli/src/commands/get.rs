@@ -52,31 +52,63 @@ impl Fetched {
     }
 }
 
-/// The global index of `sample`: a number below the sample count (unless
-/// `force_key`), else a key.
-fn locate(ds: &Dataset, sample: &str, force_key: bool) -> anyhow::Result<u64> {
-    if !force_key
-        && let Ok(n) = sample.parse::<u64>()
-        && n < ds.len()
-    {
-        return Ok(n);
+/// How SAMPLE is taken: `--key`, `--index`, or either when unambiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Select {
+    Either,
+    Key,
+    Index,
+}
+
+/// The global index of `sample`: the sample with that key, or the sample at
+/// that index. A string that is a key and also the index of another sample
+/// is refused unless `select` says which, as is a key more than one sample has.
+fn locate(ds: &Dataset, sample: &str, select: Select) -> anyhow::Result<u64> {
+    let as_index = sample.parse::<u64>().ok();
+    if select == Select::Index {
+        return match as_index {
+            Some(n) if n < ds.len() => Ok(n),
+            _ => bail!(
+                "--index: {} is not a sample index: the dataset has {} samples (0..{})",
+                quoted(sample),
+                ds.len(),
+                ds.len()
+            ),
+        };
     }
-    if let Some(i) = ds.find(sample) {
-        return Ok(i);
-    }
-    if !force_key && sample.parse::<u64>().is_ok() {
+    let keys = ds.find_all(sample);
+    if keys.len() > 1 {
+        let list: Vec<String> = keys.iter().map(u64::to_string).collect();
         bail!(
+            "the key {} names {} samples of {} (indices {}): its keys are not unique; name one with --index",
+            quoted(sample),
+            keys.len(),
+            bale_format::shown(ds.dir()),
+            list.join(", ")
+        );
+    }
+    let index = as_index.filter(|n| *n < ds.len());
+    match (keys.first(), index) {
+        (Some(&k), Some(n)) if select == Select::Either && k != n => bail!(
+            "{} is ambiguous: it is the key of sample {k} and the index of sample {n} (key {}); \
+             say --key or --index",
+            quoted(sample),
+            quoted(ds.key(n)?)
+        ),
+        (Some(&k), _) => Ok(k),
+        (None, Some(n)) if select == Select::Either => Ok(n),
+        (None, _) if select == Select::Either && as_index.is_some() => bail!(
             "no sample with key {}, and {sample} is not an index: the dataset has {} samples (0..{})",
             quoted(sample),
             ds.len(),
             ds.len()
-        );
+        ),
+        (None, _) => bail!(
+            "no sample with key {} in {}",
+            quoted(sample),
+            bale_format::shown(ds.dir())
+        ),
     }
-    bail!(
-        "no sample with key {} in {}",
-        quoted(sample),
-        bale_format::shown(ds.dir())
-    )
 }
 
 /// Runs `bale get`.
@@ -84,7 +116,12 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     let ds = Dataset::options()
         .storage_options(args.storage.options()?)
         .open(&args.path)?;
-    let i = locate(&ds, &args.sample, args.key)?;
+    let select = match (args.key, args.index) {
+        (true, _) => Select::Key,
+        (_, true) => Select::Index,
+        _ => Select::Either,
+    };
+    let i = locate(&ds, &args.sample, select)?;
     let read = || -> anyhow::Result<Fetched> {
         let mut members = Vec::new();
         for m in ds.members(i)? {

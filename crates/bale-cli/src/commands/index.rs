@@ -58,6 +58,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
             SplitPolicy::Refuse
         },
         force: args.force && remote.is_none(),
+        allow_duplicate_keys: args.allow_duplicate_keys,
         jobs: args.jobs.unwrap_or(0),
     };
     let quiet = args.out.quiet || args.out.json;

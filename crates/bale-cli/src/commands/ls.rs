@@ -44,6 +44,7 @@ pub fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
         .open(&args.path)?;
     let labelled = !args.no_labels && ds.fields().iter().any(|f| f == "cls");
     let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut unreadable = 0u64;
     for i in 0..ds.len() {
         let key = ds.key(i)?;
         let cls = if labelled {
@@ -52,6 +53,19 @@ pub fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
             None
         };
         let label = cls.as_deref().and_then(parse_label);
+        if cls.is_some() && label.is_none() {
+            if unreadable == 0 {
+                eprintln!(
+                    "warning: sample {i} ({}) has a .cls member that is not a decimal integer \
+                     ({}): no reader can use it as a label; `bale verify` reports every such sample",
+                    crate::escape::quoted(key),
+                    crate::escape::quoted(&String::from_utf8_lossy(
+                        cls.as_deref().unwrap_or_default()
+                    ))
+                );
+            }
+            unreadable += 1;
+        }
         let label_name = label.and_then(|l| ds.label_name(l));
         if args.json {
             let shard = &ds.manifest().shards[ds.shard_of(i)?].file;
@@ -75,8 +89,7 @@ pub fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
             let label_text = match (label_name, label, &cls) {
                 (Some(n), _, _) => n.to_owned(),
                 (None, Some(l), _) => l.to_string(),
-                (None, None, Some(raw)) => String::from_utf8_lossy(raw).trim().to_owned(),
-                (None, None, None) => "-".to_owned(),
+                (None, None, _) => "-".to_owned(),
             };
             write!(out, "{i}\t{}\t{}\t", field(key), field(&label_text))?;
             for (j, m) in ds.members(i)?.enumerate() {
@@ -89,5 +102,8 @@ pub fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
         }
     }
     out.flush()?;
+    if unreadable > 1 {
+        eprintln!("warning: {unreadable} samples have a .cls member that is not a decimal integer");
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -89,6 +89,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let mut reports: Vec<ShardReport> = Vec::new();
     if let Some(m) = &manifest {
         problems.extend(verify::check_manifest(dir, m));
+        problems.extend(verify::check_keys(dir, m));
         let rules = NameRules::for_manifest(m);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(bale_pack::check_jobs(args.jobs.unwrap_or(0))?)

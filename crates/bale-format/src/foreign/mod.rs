@@ -46,6 +46,11 @@ pub const MAX_INDEX_BYTES: u64 = crate::MAX_MANIFEST_BYTES;
 /// (4 bytes a sample).
 pub const MAX_SHARD_SAMPLES: u64 = 1 << 24;
 
+/// The most bytes of one stored sample bale reads from an MDS or LitData
+/// shard (256 MiB): a sample is held whole while it is split into members,
+/// so this bounds what a small compressed shard can make bale allocate.
+pub const MAX_SAMPLE_BYTES: u64 = 256 << 20;
+
 /// A sample's key and its members `(ext, bytes)`, as [`check_bytes`] returns them.
 pub type KeyedSample = (String, Vec<(String, Vec<u8>)>);
 
@@ -207,10 +212,20 @@ impl ForeignDataset {
             })?;
         let mut seen = std::collections::BTreeMap::new();
         for c in &columns {
-            crate::validate_ext(&c.ext).map_err(|e| FormatError::Unsupported {
+            crate::validate_written_ext(&c.ext).map_err(|e| FormatError::Unsupported {
                 path: path.clone(),
                 what: format!("column {:?} cannot name a member: {e}", c.name),
             })?;
+            if c.ext == "cls" && matches!(c.value, values::Value::Float { .. }) {
+                return Err(FormatError::Unsupported {
+                    path,
+                    what: format!(
+                        "column {:?} has type {}, but it becomes the .cls member, which readers \
+                         parse as an integer label; store integer labels",
+                        c.name, c.encoding
+                    ),
+                });
+            }
             if let Some(other) = seen.insert(c.ext.clone(), c.name.clone()) {
                 return Err(FormatError::Unsupported {
                     path,
@@ -355,6 +370,20 @@ impl ForeignDataset {
                 .value
                 .convert(&raw[at..end])
                 .map_err(|e| corrupt(at, format!("column {:?} ({}): {e}", c.name, c.encoding)))?;
+            if c.ext == "cls" && crate::name::parse_label(&data).is_none() {
+                return Err(FormatError::Unsupported {
+                    path: path.to_path_buf(),
+                    what: format!(
+                        "sample {number} (at offset {}): column {:?} ({}) holds {:?}, which as a .cls member \
+                         is not a decimal integer label no reader could parse; convert it as a \
+                         column of another name, or store integer labels",
+                        offset + at as u64,
+                        c.name,
+                        c.encoding,
+                        String::from_utf8_lossy(&data[..data.len().min(64)])
+                    ),
+                });
+            }
             out.push((c.ext.clone(), data));
             at = end;
         }

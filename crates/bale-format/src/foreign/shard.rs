@@ -4,7 +4,7 @@
 use std::io::{BufReader, Read};
 use std::path::PathBuf;
 
-use super::{MAX_SHARD_SAMPLES, ShardSpec};
+use super::{MAX_SAMPLE_BYTES, MAX_SHARD_SAMPLES, ShardSpec};
 use crate::error::{FormatError, Result};
 
 /// Bytes read ahead of a sample of unknown real length: a size field can
@@ -216,7 +216,17 @@ impl<R: Read> ShardStream<R> {
         self.next += 1;
         let offset = self.pos;
         debug_assert_eq!(offset, u64::from(start));
-        let bytes = self.read_vec(u64::from(end - start), "a sample")?;
+        let size = u64::from(end - start);
+        if size > MAX_SAMPLE_BYTES {
+            return Err(FormatError::Unsupported {
+                path: self.path.clone(),
+                what: format!(
+                    "sample {i} (at offset {offset}) takes {size} bytes; bale converts samples of \
+                     at most {MAX_SAMPLE_BYTES} bytes (256 MiB), each held whole while it is split"
+                ),
+            });
+        }
+        let bytes = self.read_vec(size, "a sample")?;
         Ok((offset, bytes))
     }
 

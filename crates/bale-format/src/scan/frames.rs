@@ -342,7 +342,7 @@ pub(super) fn scan_zstd(
                 }
                 continue;
             };
-            let sum = member_sum(&mut src, &m, opts.checksums)?;
+            let sum = member_sum(&mut src, path, &m, opts.checksums)?;
             match open.as_mut() {
                 Some(o) if o.tar_key == m.key => g.add(o, m, sum)?,
                 Some(o) => {

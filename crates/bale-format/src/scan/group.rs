@@ -73,7 +73,7 @@ impl<'a> Grouper<'a> {
             self.stats.skipped_no_extension += 1;
             return Ok(None);
         };
-        for check in [validate_key(key), validate_ext(ext)] {
+        for check in [validate_key(key), crate::name::validate_written_ext(ext)] {
             if let Err(FormatError::InvalidName { reason, .. }) = check {
                 return Err(FormatError::tar(
                     self.path,
@@ -300,7 +300,41 @@ impl<'a> Grouper<'a> {
 }
 
 /// The xxh3 of member `m`'s data when checksums are asked for, else 0.
-pub(super) fn member_sum(src: &mut dyn ByteSource, m: &Found, checksums: bool) -> Result<u64> {
+/// A `.cls` member is read whatever `checksums` says: a label no reader can
+/// parse ([`crate::parse_label`]) is refused, naming the sample.
+pub(super) fn member_sum(
+    src: &mut dyn ByteSource,
+    path: &Path,
+    m: &Found,
+    checksums: bool,
+) -> Result<u64> {
+    if m.ext == "cls" {
+        let bad = |what: String| {
+            Err(FormatError::tar(
+                path,
+                m.header_offset,
+                format!(
+                    "sample {:?} has a .cls member that is not a decimal integer{what}; \
+                     a label is an integer in ASCII (such as 3), which every reader parses",
+                    m.key
+                ),
+            ))
+        };
+        if m.size > crate::name::MAX_LABEL_BYTES {
+            return bad(format!(" ({} bytes)", m.size));
+        }
+        let mut data = vec![0u8; m.size as usize];
+        src.read_at(m.data_offset, &mut data)?;
+        if crate::name::parse_label(&data).is_none() {
+            let shown = String::from_utf8_lossy(&data[..data.len().min(64)]);
+            return bad(format!(": {shown:?}"));
+        }
+        return Ok(if checksums {
+            crate::hash::xxh3_64(&data)
+        } else {
+            0
+        });
+    }
     if checksums {
         src.hash_at(m.data_offset, m.size)
     } else {

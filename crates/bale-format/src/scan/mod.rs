@@ -44,7 +44,7 @@ use crate::atomic::write_atomic;
 use crate::error::{FormatError, Result};
 use crate::index::{Compression, IndexBuilder, ShardIndex};
 use crate::manifest::{FieldStats, ShardEntry, hex64};
-use crate::name::{split_member_name, validate_ext, validate_key};
+use crate::name::{split_member_name, validate_key};
 use crate::tar::{BLOCK, Entry, EntryHeaders, EntryKind, HeaderStep, padded};
 
 mod entry;

@@ -48,7 +48,7 @@ pub(super) fn scan_plain(
         let Some(m) = g.member_of(&e)? else {
             continue;
         };
-        let sum = member_sum(src, &m, opts.checksums)?;
+        let sum = member_sum(src, path, &m, opts.checksums)?;
         match open.as_mut() {
             Some(o) if o.tar_key == m.key => g.add(o, m, sum)?,
             _ => {

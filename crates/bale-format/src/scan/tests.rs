@@ -78,8 +78,9 @@ fn groups_members_skips_non_members_and_pads() {
     assert_eq!(s.stats.skipped_no_extension, 1);
     assert_eq!(s.stats.stripped_dot_slash, 2);
     assert_eq!(s.shard_checksum, None);
-    // Headers only: 8 headers of 512 bytes (7 entries and the zero block).
-    assert_eq!(s.stats.bytes_read, 8 * 512);
+    // Headers only: 8 headers of 512 bytes (7 entries and the zero block),
+    // and the one byte of the .cls member (a label is checked).
+    assert_eq!(s.stats.bytes_read, 8 * 512 + 1);
     let got = read_back(&s, dir.path());
     assert_eq!(got[0].0, "d/0001");
     assert_eq!(

@@ -133,7 +133,9 @@ pub(super) fn full_pass(
         let Some(idx) = idx else {
             // No index to compare with: the structure was parsed, members read.
             for m in &s.members {
-                if let Some(what) = visitor.member(&s.key, &m.ext, &m.data) {
+                if let Some(what) = member_problem(&m.ext, &m.data)
+                    .or_else(|| visitor.member(&s.key, &m.ext, &m.data))
+                {
                     r.push(
                         Problem::new(&name, what)
                             .key(&s.key)
@@ -260,7 +262,9 @@ pub(super) fn full_pass(
                     continue;
                 }
             }
-            if let Some(what) = visitor.member(key, &sm.ext, &sm.data) {
+            if let Some(what) =
+                member_problem(&sm.ext, &sm.data).or_else(|| visitor.member(key, &sm.ext, &sm.data))
+            {
                 r.push(p(what));
             }
         }

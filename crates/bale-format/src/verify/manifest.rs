@@ -49,6 +49,41 @@ pub(super) fn looks_like_shard(name: &str) -> bool {
         .any(|s| name.ends_with(s))
 }
 
+/// At most this many shared keys are listed by [`check_keys`].
+pub const MAX_DUPLICATE_KEYS: usize = 10;
+
+/// Keys that more than one sample of the dataset has, each naming the two
+/// shards (and sample numbers) that share it: one merged pass over the
+/// indexes' hash-sorted lookup tables ([`crate::duplicate_keys`]), so memory
+/// is one cursor per shard whatever the sample count. Errors, or warnings
+/// when the writing run was asked to allow them (`--allow-duplicate-keys`).
+/// Indexes that cannot be opened are left to the shard checks.
+pub fn check_keys(dir: &Path, m: &Manifest) -> Vec<Problem> {
+    let opened: Vec<(usize, ShardIndex)> = m
+        .shards
+        .iter()
+        .enumerate()
+        .filter_map(|(s, e)| Some((s, ShardIndex::open(Manifest::resolve(dir, &e.index)).ok()?)))
+        .collect();
+    let refs: Vec<&ShardIndex> = opened.iter().map(|(_, x)| x).collect();
+    let allowed = m.created_by.options["allow_duplicate_keys"].as_bool() == Some(true);
+    crate::duplicate_keys(&refs, MAX_DUPLICATE_KEYS)
+        .into_iter()
+        .map(|d| {
+            let (a, b) = (&m.shards[opened[d.first.0].0], &m.shards[opened[d.second.0].0]);
+            let p = Problem::new(
+                &b.file,
+                format!(
+                    "the key is not unique: sample {} of {} has it too (a lookup by key is refused as ambiguous)",
+                    d.first.1, a.file
+                ),
+            )
+            .key(&d.key);
+            if allowed { p.warning() } else { p }
+        })
+        .collect()
+}
+
 /// Checks the manifest against itself and the dataset directory: totals
 /// (samples, bytes, per-extension counts) against the shard entries, shard
 /// entries naming the same file twice, and files in the directory that are

@@ -90,7 +90,7 @@ mod tests;
 
 use full::*;
 use manifest::*;
-pub use manifest::{check_manifest, load_manifest};
+pub use manifest::{MAX_DUPLICATE_KEYS, check_keys, check_manifest, load_manifest};
 use quick::*;
 use scattered::*;
 
@@ -203,6 +203,41 @@ impl fmt::Display for Problem {
             write!(f, " at offset {o}")?;
         }
         write!(f, ": {}", crate::shown(Path::new(&self.what)))
+    }
+}
+
+/// What is wrong with a member's bytes whatever the visitor checks: a
+/// `.cls` member that no reader can parse as a label
+/// ([`crate::parse_label`]).
+pub(crate) fn member_problem(ext: &str, data: &[u8]) -> Option<String> {
+    (ext == "cls" && crate::name::parse_label(data).is_none()).then(|| {
+        format!(
+            "a .cls member that is not a decimal integer label ({:?}): every reader refuses it",
+            String::from_utf8_lossy(&data[..data.len().min(64)])
+        )
+    })
+}
+
+/// Problems of the samples of `idx` that the index alone shows: members
+/// under names the readers reserve ([`crate::is_reserved_ext`]).
+fn check_member_names(r: &mut ShardReport, idx: &ShardIndex) {
+    let name = r.shard.clone();
+    for i in 0..idx.len() {
+        for m in idx.members(i) {
+            if crate::name::is_reserved_ext(m.ext) {
+                r.push(
+                    Problem::new(
+                        &name,
+                        format!(
+                            "member name .{} is reserved for a field readers add; a reader ignores it",
+                            m.ext
+                        ),
+                    )
+                    .key(idx.key(i))
+                    .member(m.ext),
+                );
+            }
+        }
     }
 }
 
@@ -531,6 +566,7 @@ pub fn check_shard_with(
     if let Some(idx) = &index {
         r.member_checksums = Some(idx.has_checksums());
         check_index_against_manifest(&mut r, idx, entry, shard_len);
+        check_member_names(&mut r, idx);
     }
 
     let Some(shard_len) = shard_len else {

@@ -182,7 +182,9 @@ pub(super) fn check_scattered(
                 );
                 continue;
             }
-            if let Some(what) = visitor.member(key, m.ext, &data) {
+            if let Some(what) =
+                member_problem(m.ext, &data).or_else(|| visitor.member(key, m.ext, &data))
+            {
                 r.push(
                     Problem::new(&name, what)
                         .key(key)

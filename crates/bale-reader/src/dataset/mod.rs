@@ -321,7 +321,23 @@ impl Dataset {
         Ok(self.inner.shards[s].index.key(local))
     }
 
-    /// The global index of the sample with key `key`, if any (see [`Dataset::get_by_key`]).
+    /// The global indices of every sample with key `key`, in dataset order:
+    /// more than one only in a dataset whose shards share keys (which the
+    /// writers refuse and `bale verify` reports).
+    pub fn find_all(&self, key: &str) -> Vec<u64> {
+        let shards = self.inner.shards.iter().enumerate();
+        shards
+            .filter_map(|(s, shard)| {
+                shard
+                    .index
+                    .find(key)
+                    .map(|l| self.inner.offsets[s] + l as u64)
+            })
+            .collect()
+    }
+
+    /// The global index of the sample with key `key`, if any (the first, in a
+    /// dataset whose keys are not unique: see [`Dataset::find_all`]).
     pub fn find(&self, key: &str) -> Option<u64> {
         self.inner.shards.iter().enumerate().find_map(|(s, shard)| {
             shard

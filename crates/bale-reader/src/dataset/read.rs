@@ -218,17 +218,25 @@ impl Dataset {
     /// its hash table each): `O(shards * log samples)`, no memory held.
     ///
     /// # Errors
-    /// [`ReaderError::UnknownKey`]; as [`Dataset::get`].
+    /// [`ReaderError::UnknownKey`], [`ReaderError::AmbiguousKey`] when more
+    /// than one sample has it; as [`Dataset::get`].
     pub fn get_by_key(&self, key: &str) -> Result<Sample> {
-        for (s, shard) in self.inner.shards.iter().enumerate() {
-            if let Some(local) = shard.index.find(key) {
-                return self.read_local(s, local, false);
+        let found = self.find_all(key);
+        match found[..] {
+            [i] => {
+                let (s, local) = self.locate(i)?;
+                self.read_local(s, local, false)
             }
+            [] => Err(ReaderError::UnknownKey {
+                dir: self.inner.dir.clone(),
+                key: key.to_owned(),
+            }),
+            _ => Err(ReaderError::AmbiguousKey {
+                dir: self.inner.dir.clone(),
+                key: key.to_owned(),
+                indices: found,
+            }),
         }
-        Err(ReaderError::UnknownKey {
-            dir: self.inner.dir.clone(),
-            key: key.to_owned(),
-        })
     }
 
     pub(super) fn handle(&self, s: usize) -> Result<&Handle> {
