@@ -33,7 +33,9 @@
 //!     `target/ci/wheels`, which finds every dependency built by step 5 and compiles
 //!     only our crates (see [`build_wheel`]); installed (with numpy) into a fresh
 //!     venv whose PATH has no Rust toolchain, where tests/wheel/check_wheel.py
-//!     packs with `bale` and reads through the package;
+//!     runs the wheel's `bale` command (its entry point and `python -m bale`)
+//!     beside the test step's `bale` binary (same output and exit codes), packs
+//!     with it and reads through the package;
 //! 11. `pytest -q tests/python`, if it holds `test_*.py` files (exit code 5, no tests
 //!     collected, counts as success), with `BALE_BIN` set to `target/debug/bale`, after
 //!     the wheel of step 10 has been installed into the venv.

@@ -13,6 +13,7 @@ mod demo;
 mod gen_tree;
 mod pair;
 mod util;
+mod wheel;
 
 use std::process::ExitCode;
 
@@ -37,6 +38,10 @@ const TASKS: &[(&str, &str)] = &[
         "time two shell commands against each other, alternating: pair --base CMD --new CMD [--runs N]",
     ),
     (
+        "wheel",
+        "build the release wheel (manylinux2014, abi3 and CPython 3.9/3.10) and check its tag: wheel [--check-old-glibc]",
+    ),
+    (
         "bench",
         "generate the benchmark tree, then run benchmarks: bench [pack|read|image|index|python|loader|all]",
     ),
@@ -56,6 +61,7 @@ fn main() -> ExitCode {
         Some("demo") => demo::main(rest),
         Some("bench") => bench::main(rest),
         Some("pair") => pair::main(rest),
+        Some("wheel") => wheel::main(rest),
         Some(other) => {
             print_help();
             Err(anyhow::anyhow!("unknown task {other:?}"))

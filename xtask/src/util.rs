@@ -210,6 +210,13 @@ impl Args {
             .map_err(|e| anyhow::anyhow!("invalid value {raw:?} for {name}: {e}"))
     }
 
+    /// Removes the flag `name` (one without a value); true when it was given.
+    pub fn flag(&mut self, name: &str) -> bool {
+        let before = self.rest.len();
+        self.rest.retain(|a| a != name);
+        self.rest.len() != before
+    }
+
     /// Removes and returns the first argument that is not a flag.
     pub fn positional(&mut self) -> Option<String> {
         let i = self.rest.iter().position(|a| !a.starts_with('-'))?;

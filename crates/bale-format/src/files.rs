@@ -219,9 +219,15 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let f = CString::new(from.as_os_str().as_bytes())?;
         let t = CString::new(to.as_os_str().as_bytes())?;
-        // SAFETY: two valid NUL-terminated paths, relative to the current directory.
+        // The system call, not glibc's wrapper (glibc 2.28 on): the wheel
+        // links against glibc 2.17. A kernel without it (before 3.15) says
+        // ENOSYS, a file system without RENAME_NOREPLACE EINVAL: both take
+        // the two-step path below.
+        // SAFETY: two valid NUL-terminated paths, relative to the current
+        // directory, each argument of the type the kernel takes.
         let r = unsafe {
-            libc::renameat2(
+            libc::syscall(
+                libc::SYS_renameat2,
                 libc::AT_FDCWD,
                 f.as_ptr(),
                 libc::AT_FDCWD,

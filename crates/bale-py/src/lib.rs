@@ -16,6 +16,7 @@
 //! decompressed into. Other fields are `bytes` (one copy).
 #![deny(missing_docs)]
 
+mod cli;
 mod loader;
 mod resume;
 
@@ -1097,6 +1098,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(resume::fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(resume::place, m)?)?;
     m.add_function(wrap_pyfunction!(resume::resumed_epoch, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add("BaleError", py.get_type::<BaleError>())?;
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -268,6 +268,9 @@ class Loader:
     def sample_params(self, epoch: int, index: int) -> dict[str, Any]:
         """Every decision for sample ``index`` (see ``bale.Loader.sample_params``)."""
 
+def cli_main(argv: list[str]) -> int:
+    """Runs the ``bale`` command line ``argv`` (program name first); returns its exit code."""
+
 def decode_image(data: bytes, ext: str, max_pixels: int) -> tuple[int, int, bytearray]:
     """(height, width, RGB bytearray) of the image decoded whole."""
 

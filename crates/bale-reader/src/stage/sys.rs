@@ -114,14 +114,19 @@ fn statx_mount_root(path: &Path) -> Option<bool> {
     let c = cpath(path).ok()?;
     // SAFETY: statx is plain old data; all-zero is a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path, `stx` a writable statx.
+    // The system call, not glibc's wrapper (glibc 2.28 on): the wheel links
+    // against glibc 2.17. A kernel without statx (before 4.11) says ENOSYS,
+    // and the caller then compares devices.
+    // SAFETY: `c` is a valid NUL-terminated path, `stx` a writable statx,
+    // each argument of the type the kernel takes.
     let r = unsafe {
-        libc::statx(
+        libc::syscall(
+            libc::SYS_statx,
             libc::AT_FDCWD,
             c.as_ptr(),
-            0,
+            0 as libc::c_int,
             libc::STATX_BASIC_STATS,
-            &mut stx,
+            &mut stx as *mut libc::statx,
         )
     };
     let flag = libc::STATX_ATTR_MOUNT_ROOT as u64;
@@ -517,6 +522,24 @@ mod tests {
             assert!(!check(&inside), "{name}: a link into /proc");
             assert!(!check(&d.path().join("missing")), "{name}: a missing path");
         }
+    }
+
+    #[test]
+    fn statx_through_the_system_call_reports_mount_roots() {
+        // This kernel (5.8 or later) reports STATX_ATTR_MOUNT_ROOT: the call
+        // must reach it, not fall back.
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+        let major: u32 = parts.next().unwrap().parse().unwrap();
+        let minor: u32 = parts.next().unwrap().parse().unwrap();
+        if (major, minor) < (5, 8) {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(statx_mount_root(Path::new("/")), Some(true));
+        assert_eq!(statx_mount_root(Path::new("/proc")), Some(true));
+        assert_eq!(statx_mount_root(d.path()), Some(false));
+        assert_eq!(statx_mount_root(&d.path().join("missing")), None);
     }
 
     #[test]
