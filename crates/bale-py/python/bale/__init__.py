@@ -1025,6 +1025,17 @@ class Loader:
         max_pixels: an image larger than this (a decompression bomb) is
             refused from its header, as a damaged image (``on_error``
             applies); Pillow's limit by default.
+        color_jitter: ``ColorJitter(brightness, contrast, saturation,
+            hue)``: four values, each a number or a ``(min, max)`` pair.
+        auto_augment: ``"trivial_wide"`` (``TrivialAugmentWide()``),
+            ``"rand"`` (``RandAugment()``) or ``"imagenet"``
+            (``AutoAugment(IMAGENET)``); refused with masks or boxes.
+        random_grayscale: ``RandomGrayscale(p)``'s probability.
+        random_erasing, erasing_scale, erasing_ratio, erasing_value:
+            ``RandomErasing(p, scale, ratio, value)`` on the output (in its
+            units: normalised for float outputs).
+            The pixel stages run in that order after the geometry; see
+            docs/loader.md's Augmentations.
 
     The options are checked when the loader is made (``ValueError`` naming
     the option), the batches in flight included: ``prefetch + 1`` batches
