@@ -75,6 +75,7 @@ mod error;
 mod geometry;
 mod options;
 mod pipeline;
+mod policy;
 mod render;
 mod targets;
 
@@ -88,6 +89,7 @@ pub use options::{
     Crop, Dtype, IMAGENET_MEAN, IMAGENET_STD, LabelSource, LoaderOptions, MAX_IN_FLIGHT_BYTES,
     MaskDtype, OnError, Order, Resize, ScaleJitter,
 };
+pub use policy::{Augment, AutoAugment, ColorJitter, EraseBox, Erasing, JitterDraw, PixelParams};
 
 /// Members the loader takes the image from when none is named, in this
 /// order (each matched regardless of case: `JPEG`, `Png`).
@@ -294,6 +296,23 @@ impl Loader {
             epoch,
         };
         render::params_of(&work, &s)
+    }
+
+    /// The pixel decisions for sample `index` in `epoch`: the
+    /// `ColorJitter` factors and their order, the auto-augment ops and
+    /// magnitudes, the grey conversion and the erased box. They depend on
+    /// `(seed, epoch, index)` alone; the sample is not read.
+    ///
+    /// # Errors
+    /// [`LoaderError::Index`] for an index past the dataset's end.
+    pub fn pixel_params(&self, epoch: u64, index: u64) -> Result<PixelParams> {
+        if index >= self.ds.len() {
+            return Err(LoaderError::Index {
+                index,
+                len: self.ds.len(),
+            });
+        }
+        Ok(policy::pixel_params(&self.opts, epoch, index))
     }
 }
 

@@ -398,6 +398,9 @@ pub struct LoaderOptions {
     /// or a mislabelled scan) is refused from its header as a damaged image
     /// (default: `bale_image::DEFAULT_MAX_PIXELS`, Pillow's bomb limit).
     pub max_pixels: u64,
+    /// Pixel augmentations after the geometry: `ColorJitter`, an
+    /// auto-augment policy, `RandomGrayscale`, `RandomErasing` (default none).
+    pub augment: crate::policy::Augment,
 }
 
 /// The most bytes of batches a loader keeps in flight (`prefetch + 1`
@@ -447,6 +450,7 @@ impl Default for LoaderOptions {
             drop_last: false,
             dct_scaling: true,
             max_pixels: bale_image::DEFAULT_MAX_PIXELS,
+            augment: crate::policy::Augment::default(),
         }
     }
 }
@@ -578,6 +582,7 @@ impl LoaderOptions {
             );
         }
         self.check_members()?;
+        crate::policy::check(self)?;
         if self.boxes.is_none() {
             if self.box_labels.is_some() {
                 return bad("box_labels", "labels boxes: name the boxes member too");

@@ -172,8 +172,13 @@ pub(crate) unsafe fn render_sample(
     let (width, height) =
         bale_image::region::dimensions(ext, bytes).map_err(|e| image_err(sample, e))?;
     let p = sample_params(opts, w.epoch, sample.index(), width, height);
+    let pixel = crate::policy::pixel_params(opts, w.epoch, sample.index());
     let per = plane * 3;
-    let render = |hwc: &mut [u8]| render_image(opts, ext, bytes, &p, hwc);
+    let render = |hwc: &mut [u8]| {
+        render_image(opts, ext, bytes, &p, hwc)?;
+        crate::policy::apply(&pixel, hwc, out_w, out_h, opts.fill);
+        Ok::<(), ImageError>(())
+    };
     match (w.output, slots.image) {
         (Output::InPlace, ImagePtr::U8(base)) => {
             // SAFETY: slot k of the images; see the contract.
@@ -191,6 +196,10 @@ pub(crate) unsafe fn render_sample(
                 Ok(())
             })
             .map_err(|e| image_err(sample, e))?,
+    }
+    if let (Some(b), Some(e)) = (pixel.erase, opts.augment.erasing) {
+        // SAFETY: slot k of the images; see the contract.
+        unsafe { erase(opts, slots.image, k, per, plane, b, e.value) };
     }
     if !slots.masks.is_empty() {
         let masks = slots
@@ -380,6 +389,42 @@ unsafe fn convert(
         }
     }
     debug_assert!(opts.dtype != Dtype::U8 || matches!(image, ImagePtr::U8(_)));
+}
+
+/// `RandomErasing`'s box written into slot `k` of the image array, in the
+/// output's units (`uint8` takes the value rounded and clamped).
+///
+/// # Safety
+/// As [`render_sample`].
+unsafe fn erase(
+    opts: &LoaderOptions,
+    image: ImagePtr,
+    k: usize,
+    per: usize,
+    plane: usize,
+    b: crate::policy::EraseBox,
+    value: [f32; 3],
+) {
+    let width = opts.size.1 as usize;
+    let cf = opts.channels_first;
+    match image {
+        ImagePtr::U8(base) => {
+            // SAFETY: the caller's contract.
+            let out = unsafe { slot(base, k, per) };
+            let v = value.map(|v| v.round().clamp(0.0, 255.0) as u8);
+            crate::policy::erase(out, b, width, plane, cf, v);
+        }
+        ImagePtr::F32(base) => {
+            // SAFETY: as above.
+            let out = unsafe { slot(base, k, per) };
+            crate::policy::erase(out, b, width, plane, cf, value);
+        }
+        ImagePtr::F16(base) => {
+            // SAFETY: as above.
+            let out = unsafe { slot(base, k, per) };
+            crate::policy::erase(out, b, width, plane, cf, value.map(f16::from_f32));
+        }
+    }
 }
 
 /// `(x / 255 - mean) / std` as `x * scale + shift`, per channel.

@@ -48,7 +48,7 @@ impl PyLoader {
         threads, prefetch, on_error, image, masks, mask_dtype, boxes, box_labels, max_boxes,
         min_box_size, min_box_area, label, fields, drop_last, dct_scaling, max_pixels,
         storage_options=None, cache_dir=None, cache_limit=None, verify_on_read=false,
-        backing="mmap", read_around="auto"
+        backing="mmap", read_around="auto", augment=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -97,6 +97,7 @@ impl PyLoader {
         verify_on_read: bool,
         backing: &str,
         read_around: &str,
+        augment: Option<AugmentArgs<'_>>,
     ) -> PyResult<Self> {
         let opts = LoaderOptions {
             batch_size,
@@ -145,6 +146,10 @@ impl PyLoader {
             drop_last,
             dct_scaling,
             max_pixels,
+            augment: match augment {
+                Some(a) => augment_of(a)?,
+                None => bale_loader::Augment::default(),
+            },
         };
         // The options first: a wrong one is named before the dataset is opened.
         opts.check().map_err(loader_err)?;
@@ -238,8 +243,98 @@ impl PyLoader {
         d.set_item("flip", p.flip)?;
         d.set_item("vflip", p.vflip)?;
         d.set_item("flip_first", p.flip_first)?;
+        let px = self.loader.pixel_params(epoch, index).map_err(loader_err)?;
+        let jitter = match px.jitter {
+            Some(j) => {
+                let jd = PyDict::new(py);
+                jd.set_item("order", j.order.to_vec())?;
+                jd.set_item("brightness", j.brightness)?;
+                jd.set_item("contrast", j.contrast)?;
+                jd.set_item("saturation", j.saturation)?;
+                jd.set_item("hue", j.hue)?;
+                jd.into_any()
+            }
+            None => py.None().into_bound(py),
+        };
+        d.set_item("color_jitter", jitter)?;
+        let ops: Vec<(&str, f64)> = px.ops.iter().map(|o| (o.name(), o.magnitude())).collect();
+        d.set_item("augment", ops)?;
+        d.set_item("grayscale", px.grayscale)?;
+        d.set_item(
+            "erase",
+            px.erase.map(|b| (b.top, b.left, b.height, b.width)),
+        )?;
         Ok(d)
     }
+}
+
+/// `bale.Loader`'s augmentation arguments: `(color_jitter, auto_augment,
+/// random_grayscale, erasing)`, where `color_jitter` is four values, each
+/// a number or a `(min, max)` pair, and `erasing` is `(p, scale, ratio,
+/// value)`.
+type AugmentArgs<'py> = (
+    Option<Vec<Bound<'py, PyAny>>>,
+    Option<String>,
+    f64,
+    Option<(f64, (f64, f64), (f64, f64), [f32; 3])>,
+);
+
+/// The [`bale_loader::Augment`] of `bale.Loader`'s arguments (checked by
+/// [`LoaderOptions::check`]).
+fn augment_of(
+    (jitter, auto, grayscale, erasing): AugmentArgs<'_>,
+) -> PyResult<bale_loader::Augment> {
+    use bale_loader::{Augment, ColorJitter, Erasing};
+    let color_jitter = match jitter {
+        None => None,
+        Some(v) if v.len() == 4 => {
+            // torchvision's _check_input: a number v is [max(0, 1 - v), 1 + v]
+            // ([-v, v] for hue), a pair is the range itself.
+            let mut ranges = [None; 4];
+            for (k, item) in v.iter().enumerate() {
+                ranges[k] = if let Ok(x) = item.extract::<f64>() {
+                    if x < 0.0 {
+                        return Err(PyValueError::new_err(format!(
+                            "color_jitter: {x} is negative (a number v is the range 1 - v to 1 + v, -v to v for hue)"
+                        )));
+                    }
+                    let one = ColorJitter::new(x, x, x, x);
+                    if k == 3 { one.hue } else { one.brightness }
+                } else if let Ok((a, b)) = item.extract::<(f64, f64)>() {
+                    let center = if k == 3 { 0.0 } else { 1.0 };
+                    (!(a == center && b == center)).then_some((a, b))
+                } else {
+                    return Err(PyValueError::new_err(format!(
+                        "color_jitter: each of the four values is a number or a (min, max) pair, not {item}"
+                    )));
+                };
+            }
+            Some(ColorJitter {
+                brightness: ranges[0],
+                contrast: ranges[1],
+                saturation: ranges[2],
+                hue: ranges[3],
+            })
+        }
+        Some(v) => {
+            return Err(PyValueError::new_err(format!(
+                "color_jitter takes four values (brightness, contrast, saturation, hue), not {}",
+                v.len()
+            )));
+        }
+    };
+    let auto_augment = auto.map(|a| a.parse()).transpose().map_err(loader_err)?;
+    Ok(Augment {
+        color_jitter,
+        auto_augment,
+        grayscale,
+        erasing: erasing.map(|(p, scale, ratio, value)| Erasing {
+            p,
+            scale,
+            ratio,
+            value,
+        }),
+    })
 }
 
 /// The batches of one epoch: `next()` returns a batch as `batch_to_py`

@@ -891,6 +891,42 @@ def decode_image(
     return numpy.frombuffer(pixels, dtype=numpy.uint8).reshape(height, width, 3)
 
 
+def _augment_args(
+    color_jitter: Any,
+    auto_augment: str | None,
+    random_grayscale: float,
+    random_erasing: float,
+    erasing_scale: Sequence[float],
+    erasing_ratio: Sequence[float],
+    erasing_value: float | Sequence[float],
+) -> Any:
+    """The native loader's ``augment`` argument (None when nothing is asked for)."""
+    jitter = None
+    if color_jitter is not None:
+        if isinstance(color_jitter, (str, bytes)) or not isinstance(color_jitter, Sequence):
+            raise ValueError(
+                f"color_jitter takes (brightness, contrast, saturation, hue), not {color_jitter!r}"
+            )
+        jitter = list(color_jitter)
+    grey = _reals([random_grayscale], "random_grayscale", 1, "a probability")[0]
+    p = _reals([random_erasing], "random_erasing", 1, "a probability")[0]
+    erasing = None
+    if p > 0:
+        if isinstance(erasing_value, (int, float)):
+            value = [float(erasing_value)] * 3
+        else:
+            value = _reals(erasing_value, "erasing_value", 3, "one per channel, or one number")
+        erasing = (
+            p,
+            tuple(_reals(erasing_scale, "erasing_scale", 2, "the least and most share of the area")),
+            tuple(_reals(erasing_ratio, "erasing_ratio", 2, "the least and most aspect ratio")),
+            value,
+        )
+    if jitter is None and auto_augment is None and grey == 0 and erasing is None:
+        return None
+    return (jitter, auto_augment, grey, erasing)
+
+
 class Loader:
     """Decoded, augmented batches straight from a bale dataset: images, and
     the targets that move with them (masks, boxes, labels).
@@ -999,6 +1035,17 @@ class Loader:
         max_pixels: an image larger than this (a decompression bomb) is
             refused from its header, as a damaged image (``on_error``
             applies); Pillow's limit by default.
+        color_jitter: ``ColorJitter(brightness, contrast, saturation,
+            hue)``: four values, each a number or a ``(min, max)`` pair.
+        auto_augment: ``"trivial_wide"`` (``TrivialAugmentWide()``),
+            ``"rand"`` (``RandAugment()``) or ``"imagenet"``
+            (``AutoAugment(IMAGENET)``); refused with masks or boxes.
+        random_grayscale: ``RandomGrayscale(p)``'s probability.
+        random_erasing, erasing_scale, erasing_ratio, erasing_value:
+            ``RandomErasing(p, scale, ratio, value)`` on the output (in its
+            units: normalised for float outputs).
+            The pixel stages run in that order after the geometry; see
+            docs/loader.md's Augmentations.
 
     The options are checked when the loader is made (``ValueError`` naming
     the option), the batches in flight included: ``prefetch + 1`` batches
@@ -1055,6 +1102,13 @@ class Loader:
         cache_limit: int | None = None,
         verify_on_read: bool | None = None,
         backing: str | None = None,
+        color_jitter: Sequence[float | Sequence[float]] | None = None,
+        auto_augment: str | None = None,
+        random_grayscale: float = 0.0,
+        random_erasing: float = 0.0,
+        erasing_scale: Sequence[float] = (0.02, 0.33),
+        erasing_ratio: Sequence[float] = (0.3, 3.3),
+        erasing_value: float | Sequence[float] = 0.0,
     ) -> None:
         import numpy  # noqa: F401  (the batches are NumPy arrays)
 
@@ -1173,6 +1227,10 @@ class Loader:
             verify_on_read=bool(verify_on_read),
             backing=backing or "mmap",
             read_around=read_around,
+            augment=_augment_args(
+                color_jitter, auto_augment, random_grayscale, random_erasing,
+                erasing_scale, erasing_ratio, erasing_value,
+            ),
         )
         self.rank, self.world_size = rank, world_size
         #: Decoding threads (``threads=0`` resolved to the cores this process may use).
@@ -1218,7 +1276,13 @@ class Loader:
         ``scaled_size`` (height, width before and after the scale stage),
         ``crop`` (top, left, height, width in the scaled image's pixels,
         past its edges where padded), ``padding`` (left, top, right, bottom
-        pixels of fill), ``size`` (the output's), ``flip`` and ``vflip``.
+        pixels of fill), ``size`` (the output's), ``flip`` and ``vflip``;
+        then the pixel stages: ``color_jitter`` (None, or ``order``, the
+        components' order as ``ColorJitter``'s ``fn_idx``, 0 brightness to 3
+        hue, and each factor or None), ``augment`` (the auto-augment ops
+        applied, ``(name, magnitude)`` as torchvision's
+        ``_apply_image_or_video_transform`` takes them), ``grayscale`` and
+        ``erase`` (None, or the erased box's top, left, height, width).
         An index outside the dataset (a negative one too) is an IndexError."""
         if isinstance(index, bool) or not isinstance(index, int) and not hasattr(index, "__index__"):
             raise TypeError(f"index must be an int, not {type(index).__name__} {index!r}")

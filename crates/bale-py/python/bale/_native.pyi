@@ -254,6 +254,7 @@ class Loader:
         verify_on_read: bool = False,
         backing: str = "mmap",
         read_around: str = "auto",
+        augment: Any = None,
     ) -> None: ...
     def __len__(self) -> int:
         """Batches per epoch."""
