@@ -154,13 +154,17 @@ pub fn key_strategy() -> impl Strategy<Value = String> {
         })
 }
 
-/// Extensions obeying [`bale_format::validate_ext`].
+/// Extensions a writer takes ([`bale_format::validate_written_ext`]).
 pub fn ext_strategy() -> impl Strategy<Value = String> {
     prop_oneof![
         4 => "[a-z0-9_]{1,5}",
         1 => "[a-z]{1,4}\\.[a-z0-9]{1,4}",
         1 => "[^/\\\\.\\p{Cc}]{1,6}",
     ]
+    // `__*__` names are reserved for the readers' fields.
+    .prop_filter("a valid extension", |e| {
+        bale_format::validate_written_ext(e).is_ok()
+    })
 }
 
 /// Member data: empty, small, around a block boundary, a few blocks.
