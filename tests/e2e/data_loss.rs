@@ -17,8 +17,14 @@ use crate::common::{Running, snapshot, text_tree};
 /// Packs `n` text samples into the one-shard dataset `out` and returns the
 /// path of its shard (`out/shard-000000.tar`).
 fn packed(work: &Path, name: &str, n: usize) -> PathBuf {
+    packed_under(work, name, "a", n)
+}
+
+/// Like [`packed`], its keys under `sub/`: shards packed under different
+/// `sub`s share no key, so an index of them all is no index of duplicates.
+fn packed_under(work: &Path, name: &str, sub: &str, n: usize) -> PathBuf {
     let input = work.join(format!("{name}-in"));
-    text_tree(&input, "a", name, n);
+    text_tree(&input, sub, name, n);
     let out = work.join(name);
     ok(&bale(
         &["pack", "-q", "--labels", "none", "-o"],
@@ -371,7 +377,7 @@ fn a_failed_index_keeps_every_file_it_did_not_write() {
     verifies(&wd);
     // Forced with good tars, it is replaced (a file named like its
     // temporary is not left).
-    fs::copy(&shard, wd.join("b.tar")).unwrap();
+    fs::copy(packed_under(t.path(), "src-b", "b", 10), wd.join("b.tar")).unwrap();
     let o = bale(
         &["index", "-q", "--force", "--wids-json", p(&wids), "-o"],
         &[&wd, &wd.join("a.tar"), &wd.join("b.tar")],
@@ -660,8 +666,9 @@ fn force_never_deletes_tars_indexed_in_place() {
     let shard = packed(t.path(), "src", 6);
     let wd = t.path().join("wd");
     fs::create_dir(&wd).unwrap();
-    for n in 0..2 {
-        fs::copy(&shard, wd.join(format!("shard-00000{n}.tar"))).unwrap();
+    let shards = [shard.clone(), packed_under(t.path(), "src-b", "b", 6)];
+    for (n, shard) in shards.iter().enumerate() {
+        fs::copy(shard, wd.join(format!("shard-00000{n}.tar"))).unwrap();
     }
     let pattern = format!("{}/shard-*.tar", wd.display());
     ok(&bale(&["index", "-q", "-o", p(&wd), &pattern], &[]));
@@ -732,8 +739,8 @@ fn force_never_deletes_tars_indexed_in_place() {
     // name the old place, and the tars are still the user's.
     let abs = t.path().join("abs");
     fs::create_dir(&abs).unwrap();
-    for n in 0..2 {
-        fs::copy(&shard, abs.join(format!("shard-00000{n}.tar"))).unwrap();
+    for (n, shard) in shards.iter().enumerate() {
+        fs::copy(shard, abs.join(format!("shard-00000{n}.tar"))).unwrap();
     }
     let pattern = format!("{}/shard-*.tar", abs.display());
     ok(&bale(
