@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -113,8 +114,6 @@ def test_mix_dicts_keep_their_source(older) -> None:
 
 
 def test_verify_reports_each_reserved_member(older) -> None:
-    import subprocess
-
     r = subprocess.run([str(bale_bin()), "verify", str(older)], capture_output=True, text=True)
     assert r.returncode == 1, (r.stdout, r.stderr)
     for name in RESERVED:
