@@ -476,3 +476,423 @@ fn convert_refuses_a_sample_a_small_zstd_shard_decompresses_to_past_the_limit() 
     }
     assert!(!out.exists(), "{err}");
 }
+
+/// Packs the files `names` (each holding its name) under `root` as part
+/// `part` of `out`, without labels.
+fn pack_part(root: &Path, names: &[&str], part: &str, out: &Path) {
+    for n in names {
+        let path = root.join(n);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, format!("{} {n}", root.display())).unwrap();
+    }
+    ok(&bale(&[
+        "pack",
+        "-q",
+        "--labels",
+        "none",
+        "--part",
+        part,
+        "-o",
+        p(out),
+        p(root),
+    ]));
+}
+
+#[test]
+fn merge_and_convert_refuse_shared_keys_unless_asked_and_verify_reports_them() {
+    let t = tempfile::tempdir().unwrap();
+    // Parts of two inputs packed with the same options: part 0 of `a`
+    // holds d/0 and d/1, part 1 of `b` holds d/0 and d/9.
+    let (p0, p1) = (t.path().join("p0"), t.path().join("p1"));
+    pack_part(
+        &t.path().join("a"),
+        &["d/0.txt", "d/1.txt", "d/2.txt", "d/3.txt"],
+        "0/2",
+        &p0,
+    );
+    pack_part(
+        &t.path().join("b"),
+        &["c/0.txt", "c/1.txt", "d/0.txt", "d/9.txt"],
+        "1/2",
+        &p1,
+    );
+    let before = (crate::common::snapshot(&p0), crate::common::snapshot(&p1));
+    let merged = t.path().join("merged");
+    let err = fails(
+        &bale(&["merge", "-q", p(&p0), p(&p1), "-o", p(&merged)]),
+        &["\"d/0\"", "--allow-duplicate-keys", "nothing was merged"],
+    );
+    assert!(
+        err.contains(p(&p0.join("part-0000-of-0002-shard-000000.tar")))
+            && err.contains(p(&p1.join("part-0001-of-0002-shard-000000.tar"))),
+        "{err}"
+    );
+    assert_eq!(
+        (crate::common::snapshot(&p0), crate::common::snapshot(&p1)),
+        before,
+        "the parts are untouched"
+    );
+    assert!(!merged.join("bale.json").exists());
+
+    ok(&bale(&[
+        "merge",
+        "-q",
+        "--allow-duplicate-keys",
+        p(&p0),
+        p(&p1),
+        "-o",
+        p(&merged),
+    ]));
+    // Allowed: verify warns of the key, a lookup by it is ambiguous.
+    let o = bale(&["verify", p(&merged)]);
+    ok(&o);
+    assert!(
+        stdout(&o).contains("warning: ") && stdout(&o).contains("key \"d/0\""),
+        "{}",
+        describe(&o)
+    );
+    fails(
+        &bale(&["get", p(&merged), "d/0", "--key", "--ext", "txt"]),
+        &["\"d/0\"", "not unique"],
+    );
+
+    // Convert repeats the ambiguity only when asked, and says so.
+    let conv = t.path().join("converted");
+    fails(
+        &bale(&["convert", "-q", p(&merged), "-o", p(&conv)]),
+        &[
+            "\"d/0\"",
+            "shard-000000.tar",
+            "shard-000001.tar",
+            "--allow-duplicate-keys",
+        ],
+    );
+    assert!(!conv.exists());
+    for format in ["tar", "tar.zst"] {
+        let conv = t.path().join(format!("converted.{format}"));
+        ok(&bale(&[
+            "convert",
+            "-q",
+            "--format",
+            format,
+            "--allow-duplicate-keys",
+            p(&merged),
+            "-o",
+            p(&conv),
+        ]));
+        let o = bale(&["verify", p(&conv)]);
+        ok(&o);
+        assert!(stdout(&o).contains("key \"d/0\""), "{}", describe(&o));
+    }
+
+    // Not allowed by the manifest (hand-edited here): verify's error.
+    let path = merged.join("bale.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    m["created_by"]["options"]["allow_duplicate_keys"] = false.into();
+    fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    for level in [&[][..], &["--quick"][..]] {
+        let mut args = vec!["verify"];
+        args.extend_from_slice(level);
+        args.push(p(&merged));
+        let o = bale(&args);
+        assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+        let out = stdout(&o);
+        let line = out
+            .lines()
+            .find(|l| l.contains("key \"d/0\""))
+            .unwrap_or_else(|| panic!("{}", describe(&o)));
+        assert!(
+            !line.starts_with("warning")
+                && line.contains("not unique")
+                && line.contains("shard-000000.tar"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn verify_quick_checks_labels_too() {
+    let t = tempfile::tempdir().unwrap();
+    let tar = t.path().join("a.tar");
+    tar_of(&tar, &[("k.cls", b"1"), ("k.txt", b"x"), ("m.cls", b"2")]);
+    let ds = t.path().join("ds");
+    ok(&index(&ds, &[&tar], &[]));
+    ok(&bale(&["verify", "-q", "--quick", p(&ds)]));
+    let mut bytes = fs::read(&tar).unwrap();
+    assert_eq!(bytes[512], b'1');
+    bytes[512] = b'x';
+    fs::write(&tar, bytes).unwrap();
+    let o = bale(&["verify", "--quick", p(&ds)]);
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("key \"k\" member \"cls\"") && out.contains("not a decimal integer"),
+        "{}",
+        describe(&o)
+    );
+    assert!(!out.contains("key \"m\""), "{out}");
+}
+
+#[test]
+fn verify_decode_takes_the_max_pixels_its_message_names() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    fs::create_dir_all(input.join("d")).unwrap();
+    image::RgbImage::from_pixel(20, 10, image::Rgb([9, 9, 9]))
+        .save(input.join("d/big.png"))
+        .unwrap();
+    let ds = t.path().join("ds");
+    ok(&bale(&[
+        "pack",
+        "-q",
+        "--labels",
+        "none",
+        "-o",
+        p(&ds),
+        p(&input),
+    ]));
+    ok(&bale(&["verify", "-q", "--decode", p(&ds)]));
+    let o = bale(&["verify", "--decode", "--max-pixels", "199", p(&ds)]);
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("key \"d/big\"")
+            && out.contains("20x10 = 200 pixels")
+            && out.contains("--max-pixels"),
+        "{out}"
+    );
+    ok(&bale(&[
+        "verify",
+        "-q",
+        "--decode",
+        "--max-pixels",
+        "200",
+        p(&ds),
+    ]));
+    // Only with --decode, and at least 1.
+    assert_eq!(
+        bale(&["verify", "--max-pixels", "200", p(&ds)])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        bale(&["verify", "--decode", "--max-pixels", "0", p(&ds)])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn convert_follows_a_symlinked_shard_as_the_readers_do_and_refuses_what_they_refuse() {
+    let t = tempfile::tempdir().unwrap();
+    let outside = t.path().join("elsewhere");
+    fs::create_dir_all(&outside).unwrap();
+    // A bale dataset and an MDS one, each with its shard moved out of its
+    // directory and a symlink left in its place.
+    let input = t.path().join("in");
+    fs::create_dir_all(input.join("d")).unwrap();
+    fs::write(input.join("d/a.txt"), b"bale sample").unwrap();
+    let bale_ds = t.path().join("bale");
+    ok(&bale(&[
+        "pack",
+        "-q",
+        "--labels",
+        "none",
+        "-o",
+        p(&bale_ds),
+        p(&input),
+    ]));
+    let mds = t.path().join("mds");
+    mds_one_column(&mds, "txt", "str", None, &[b"mds sample".to_vec()]);
+    let shards = [
+        (bale_ds.join("shard-000000.tar"), outside.join("bale.tar")),
+        (mds.join("shard.00000.mds"), outside.join("shard.mds")),
+    ];
+    for (at, to) in &shards {
+        fs::rename(at, to).unwrap();
+        std::os::unix::fs::symlink(to, at).unwrap();
+    }
+    // Followed to a regular file: read by every reader, converted by convert.
+    let o = bale(&["get", p(&bale_ds), "d/a", "--ext", "txt"]);
+    ok(&o);
+    assert_eq!(stdout(&o), "bale sample");
+    for (src, want) in [(&bale_ds, "bale sample"), (&mds, "mds sample")] {
+        let out = t.path().join(format!(
+            "out-{}",
+            src.file_name().unwrap().to_str().unwrap()
+        ));
+        ok(&convert(src, &out));
+        let all = crate::common::samples(&out);
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].1[0].1, want.as_bytes());
+    }
+    // A link to a device, a FIFO or nothing: refused by the readers and by
+    // convert alike, naming the shard, never read or waited on.
+    let fifo = outside.join("fifo");
+    crate::common::mkfifo(&fifo);
+    for (target, what) in [
+        (Path::new("/dev/zero"), "not a regular file"),
+        (fifo.as_path(), "not a regular file"),
+        (outside.join("gone").as_path(), "No such file"),
+    ] {
+        for (at, _) in &shards {
+            fs::remove_file(at).unwrap();
+            std::os::unix::fs::symlink(target, at).unwrap();
+        }
+        let o = crate::common::output_within(
+            &mut crate::common::bale_cmd(&["get", p(&bale_ds), "d/a", "--ext", "txt"]),
+            std::time::Duration::from_secs(20),
+        );
+        fails(&o, &["shard-000000.tar", what]);
+        for src in [&bale_ds, &mds] {
+            let out = t.path().join("refused");
+            let o = crate::common::output_within(
+                &mut crate::common::bale_cmd(&["convert", "-q", p(src), "-o", p(&out)]),
+                std::time::Duration::from_secs(20),
+            );
+            let name = if src == &mds {
+                "shard.00000.mds"
+            } else {
+                "shard-000000.tar"
+            };
+            fails(&o, &[name, what]);
+            assert!(!out.join("bale.json").exists());
+        }
+    }
+}
+
+#[test]
+fn pack_makes_one_sample_of_a_key_and_refuses_two_files_for_one_member() {
+    let t = tempfile::tempdir().unwrap();
+    let (r1, r2) = (t.path().join("r1"), t.path().join("r2"));
+    for (root, ext) in [(&r1, "txt"), (&r2, "txt"), (&r2, "json")] {
+        fs::create_dir_all(root.join("a")).unwrap();
+        fs::write(
+            root.join(format!("a/0001.{ext}")),
+            format!("{}", root.display()),
+        )
+        .unwrap();
+    }
+    // Two files for member .txt of key a/0001: refused, naming both.
+    let out = t.path().join("out");
+    let o = bale(&[
+        "pack",
+        "-q",
+        "--labels",
+        "none",
+        "-o",
+        p(&out),
+        p(&r1),
+        p(&r2),
+    ]);
+    assert!(!o.status.success(), "{}", describe(&o));
+    let err = stderr(&o);
+    for want in [
+        p(&r1.join("a/0001.txt")),
+        p(&r2.join("a/0001.txt")),
+        "\"a/0001\"",
+        "unique",
+    ] {
+        assert!(err.contains(want), "stderr lacks {want:?}:\n{err}");
+    }
+    assert!(!out.join("bale.json").exists());
+    // One file listed twice (by two spellings of its path) is one member.
+    let list = t.path().join("list");
+    fs::write(
+        &list,
+        "a/0001.txt\n./a/0001.txt\na/../a/0001.json\na/0001.json\n",
+    )
+    .unwrap();
+    ok(&bale(&[
+        "pack",
+        "-q",
+        "--labels",
+        "none",
+        "--files-from",
+        p(&list),
+        "-o",
+        p(&out),
+        p(&r2),
+    ]));
+    let all = crate::common::samples(&out);
+    assert_eq!(all.len(), 1, "{all:?}");
+    let exts: Vec<&str> = all[0].1.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!((all[0].0.as_str(), exts), ("a/0001", vec!["json", "txt"]));
+}
+
+// ---- decoder bounds -----------------------------------------------------
+
+/// A GIF whose logical screen is `screen` x `screen` pixels and whose one
+/// frame is `frame` x `frame`, at the screen's corner.
+fn gif_past_its_screen(frame: u16, screen: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    {
+        let mut enc = image::codecs::gif::GifEncoder::new_with_speed(&mut out, 30);
+        let img = image::RgbaImage::from_pixel(
+            u32::from(frame),
+            u32::from(frame),
+            image::Rgba([7, 7, 7, 255]),
+        );
+        enc.encode_frame(image::Frame::new(img)).unwrap();
+    }
+    out[6..8].copy_from_slice(&screen.to_le_bytes());
+    out[8..10].copy_from_slice(&screen.to_le_bytes());
+    out
+}
+
+#[test]
+fn a_gif_frame_past_its_screen_counts_against_the_pixel_limit() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    fs::create_dir_all(input.join("d")).unwrap();
+    fs::write(input.join("d/wide.gif"), gif_past_its_screen(1200, 10)).unwrap();
+    let ds = t.path().join("ds");
+    ok(&bale(&[
+        "pack",
+        "-q",
+        "--labels",
+        "none",
+        "-o",
+        p(&ds),
+        p(&input),
+    ]));
+    // The header says 10x10 = 100 pixels; the frame holds 1,440,000.
+    let o = bale(&["verify", "--decode", "--max-pixels", "1000000", p(&ds)]);
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    assert!(
+        stdout(&o).contains("1200x1200 = 1440000 pixels, more than the limit of 1000000"),
+        "{}",
+        describe(&o)
+    );
+    ok(&bale(&[
+        "verify",
+        "-q",
+        "--decode",
+        "--max-pixels",
+        "1440000",
+        p(&ds),
+    ]));
+    // The pack's image stage gives the same verdict.
+    let out = t.path().join("staged");
+    let o = bale(&[
+        "pack",
+        "-q",
+        "--labels",
+        "none",
+        "--image-format",
+        "png",
+        "--max-pixels",
+        "1000000",
+        "-o",
+        p(&out),
+        p(&input),
+    ]);
+    assert!(!o.status.success(), "{}", describe(&o));
+    assert!(
+        stderr(&o).contains("1200x1200 = 1440000 pixels"),
+        "{}",
+        describe(&o)
+    );
+}

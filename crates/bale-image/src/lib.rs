@@ -92,11 +92,24 @@ pub fn is_image_ext(ext: &str) -> bool {
 /// [`ImageError::Decode`] when the bytes are not a valid image of that
 /// format (truncated, corrupt, another format, over [`MAX_SCANS`]).
 pub fn decode_check(ext: &str, bytes: &[u8]) -> Result<(u32, u32), ImageError> {
+    decode_check_with(ext, bytes, DEFAULT_MAX_PIXELS)
+}
+
+/// [`decode_check`] with the pixel limit `max_pixels` (`bale verify
+/// --decode --max-pixels`), as the loader's `max_pixels` raises it.
+///
+/// # Errors
+/// As [`decode_check`], [`ImageError::TooLarge`] over `max_pixels`.
+pub fn decode_check_with(
+    ext: &str,
+    bytes: &[u8],
+    max_pixels: u64,
+) -> Result<(u32, u32), ImageError> {
     format_of(ext).ok_or_else(|| ImageError::Unsupported {
         ext: ext.to_owned(),
     })?;
     region::RegionDecoder::with(|d| {
-        d.set_max_pixels(DEFAULT_MAX_PIXELS);
+        d.set_max_pixels(max_pixels);
         let r = d.decode_rgb(ext, bytes).map(|(w, h, _)| (w, h));
         // A thread that checked one huge image does not keep its memory.
         d.trim(DECODE_CHECK_KEEP);

@@ -24,6 +24,13 @@
 //!   profile of a few KiB that inflates to gigabytes is refused, not
 //!   inflated. Data after the last row is not inflated, nor are text chunks.
 //!
+//! - **GIF**: the pixel limit holds for the first frame's extent too
+//!   ([`check_extent`]): a frame may reach past the logical screen the
+//!   header gives, and is decoded whole (Pillow enlarges the image to it
+//!   and refuses it over its limit), so a header of 10x10 pixels cannot
+//!   hide a frame of 20000x20000 (1.6 GB and seconds of decoding for a
+//!   300 KB file).
+//!
 //! With those, decoding an image costs time in proportion to its pixels
 //! (times at most [`MAX_SCANS`] passes for a progressive JPEG) plus its
 //! bytes, whichever decoder runs.
@@ -74,6 +81,69 @@ pub(crate) fn check_pixels(ext: &str, w: u32, h: u32, max: u64) -> Result<(), Im
         });
     }
     Ok(())
+}
+
+/// Refuses an image whose first frame reaches past `max` pixels: a GIF's
+/// frame may lie beyond its logical screen (the header's `w` x `h`), and
+/// is decoded whole. The frame's place is read from the block structure;
+/// a structure that does not parse is left to the decoder.
+///
+/// # Errors
+/// [`ImageError::TooLarge`] naming the extent (screen and frame together).
+pub(crate) fn check_extent(
+    ext: &str,
+    format: image::ImageFormat,
+    bytes: &[u8],
+    max: u64,
+) -> Result<(), ImageError> {
+    if format != image::ImageFormat::Gif {
+        return Ok(());
+    }
+    match gif_extent(bytes) {
+        Some((w, h)) => check_pixels(ext, w, h, max),
+        None => Ok(()),
+    }
+}
+
+/// The extent of a GIF's logical screen and first frame together, as
+/// Pillow sizes the image: `(max(screen, left + width), max(screen, top +
+/// height))`. `None` when the blocks before the frame do not parse.
+fn gif_extent(b: &[u8]) -> Option<(u32, u32)> {
+    let u16_at = |at: usize| -> Option<u32> {
+        Some(u32::from(u16::from_le_bytes([
+            *b.get(at)?,
+            *b.get(at + 1)?,
+        ])))
+    };
+    if !b.starts_with(b"GIF87a") && !b.starts_with(b"GIF89a") {
+        return None;
+    }
+    let (sw, sh, flags) = (u16_at(6)?, u16_at(8)?, *b.get(10)?);
+    let mut at = 13usize;
+    if flags & 0x80 != 0 {
+        at += 3 << ((flags & 7) + 1);
+    }
+    loop {
+        match *b.get(at)? {
+            // An extension: its label, then sub-blocks up to an empty one.
+            0x21 => {
+                at += 2;
+                loop {
+                    let n = usize::from(*b.get(at)?);
+                    at += 1 + n;
+                    if n == 0 {
+                        break;
+                    }
+                }
+            }
+            0x2c => {
+                let (left, top) = (u16_at(at + 1)?, u16_at(at + 3)?);
+                let (w, h) = (u16_at(at + 5)?, u16_at(at + 7)?);
+                return Some((sw.max(left + w), sh.max(top + h)));
+            }
+            _ => return None,
+        }
+    }
 }
 
 /// The most the PNG decoder may allocate for what is not pixels (an ICC

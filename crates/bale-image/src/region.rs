@@ -468,6 +468,7 @@ impl RegionDecoder {
             .map_err(|e| decode_err(ext, e))?;
         let (w, h) = decoder.dimensions();
         check_pixels(ext, w, h, self.max_pixels)?;
+        crate::policy::check_extent(ext, format, bytes, self.max_pixels)?;
         check_crop(ext, crop, w, h)?;
         // Into buffers of this decoder's, grown without aborting, then to
         // RGB by Pillow's rules.

@@ -255,6 +255,7 @@ pub fn transform(
     let mut decoder = reader.into_decoder().map_err(|e| decode_err(ext, e))?;
     let (w, h) = decoder.dimensions();
     crate::policy::check_pixels(ext, w, h, opts.max_pixels)?;
+    crate::policy::check_extent(ext, source, &bytes, opts.max_pixels)?;
     // A damaged EXIF block does not make the image unusable: it is upright.
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let (dw, dh) = if swaps_sides(orientation) {

@@ -77,6 +77,10 @@ pub struct ConvertOptions {
     /// files there are removed first (as `bale pack --force`); for `dir`,
     /// new files go beside the existing ones, and a name that exists is an error.
     pub force: bool,
+    /// Convert a bale dataset whose samples share keys (default: `false`:
+    /// refused before anything is written, naming the key and both shards);
+    /// recorded in the output's manifest, as `bale index` records it.
+    pub allow_duplicate_keys: bool,
 }
 
 impl Default for ConvertOptions {
@@ -86,6 +90,7 @@ impl Default for ConvertOptions {
             shard_size: crate::DEFAULT_SHARD_SIZE,
             shard_samples: None,
             force: false,
+            allow_duplicate_keys: false,
         }
     }
 }
@@ -175,6 +180,7 @@ pub fn convert(
         ));
     }
     let source = open_source(src)?;
+    check_keys(&source, opts.allow_duplicate_keys)?;
     if same_dir(src, dst) {
         return Err(PackError::Option(format!(
             "the output {} is the source dataset",
@@ -230,6 +236,40 @@ fn open_source(src: &Path) -> Result<Source> {
         ))),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Refuses a bale source whose samples share a key, unless `allow`,
+/// naming the key and both shards: the output would repeat the ambiguity
+/// (and `--format dir` would collide on the file names). MDS and LitData
+/// keys are sample numbers, unique by construction. One merged pass over
+/// the indexes' hash-sorted lookup tables.
+fn check_keys(source: &Source, allow: bool) -> Result<()> {
+    let Source::Bale { dir, manifest } = source else {
+        return Ok(());
+    };
+    if allow {
+        return Ok(());
+    }
+    let opened = manifest
+        .shards
+        .iter()
+        .map(|e| bale_format::ShardIndex::open(Manifest::resolve(dir, &e.index)))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let refs: Vec<&bale_format::ShardIndex> = opened.iter().collect();
+    let Some(d) = bale_format::duplicate_keys(&refs, 1).into_iter().next() else {
+        return Ok(());
+    };
+    let shard = |k: usize| Manifest::resolve(dir, &manifest.shards[k].file);
+    Err(PackError::Option(format!(
+        "{}: its sample {} has the key {:?}, which sample {} of {} has too (the source was \
+         indexed with --allow-duplicate-keys); a lookup by key in the output could not tell \
+         them apart: pass --allow-duplicate-keys to convert it anyway",
+        bale_format::shown(&shard(d.second.0)),
+        d.second.1,
+        d.key,
+        d.first.1,
+        bale_format::shown(&shard(d.first.0)),
+    )))
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
@@ -377,15 +417,26 @@ fn to_shards(
     let mut cur: Option<(ShardOut, u64, u64)> = None;
     let (mut samples, mut members, mut bytes) = (0u64, 0u64, 0u64);
     let end_blocks = TAR_END_LEN;
+    let mut shard_keys = std::collections::HashSet::new();
     src.for_each(cancel, |key, list| {
         let tar: u64 = list
             .iter()
             .map(|(ext, d)| tar_member_len(key, ext, d.len() as u64))
             .sum();
+        // A key the open shard holds already (allowed duplicates only: a
+        // shard's keys are unique) starts the next shard.
+        let repeated = opts.allow_duplicate_keys && shard_keys.contains(key);
         let full = cur.as_ref().is_some_and(|(_, tar_bytes, n)| {
-            tar_bytes + tar + end_blocks > opts.shard_size
+            repeated
+                || tar_bytes + tar + end_blocks > opts.shard_size
                 || opts.shard_samples.is_some_and(|m| *n >= m)
         });
+        if full {
+            shard_keys.clear();
+        }
+        if opts.allow_duplicate_keys {
+            shard_keys.insert(key.to_owned());
+        }
         if full && let Some((w, _, _)) = cur.take() {
             let entry = w.finish()?;
             out.track(dst.join(&entry.file));
@@ -428,6 +479,7 @@ fn to_shards(
             "shard_size": opts.shard_size,
             "shard_samples": opts.shard_samples,
             "zstd_level": match opts.format { ConvertFormat::TarZst(l) => Some(l), _ => None },
+            "allow_duplicate_keys": opts.allow_duplicate_keys,
         }),
     };
     let mut manifest = Manifest::new(shards, src.labels(), created_by);

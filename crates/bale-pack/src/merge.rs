@@ -37,6 +37,10 @@ pub struct MergeOptions {
     pub copy: bool,
     /// Write into a non-empty output directory (default: `false`).
     pub force: bool,
+    /// Merge parts whose samples share keys (default: `false`: refused,
+    /// naming the key and both shards); recorded in the manifest, so that
+    /// `bale verify` reports them as warnings.
+    pub allow_duplicate_keys: bool,
 }
 
 /// What a merge did.
@@ -413,6 +417,45 @@ fn check_files(part: &PartIn) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a merge whose parts share a key, unless `allow`, naming the key
+/// and the two shards (`shard_name(k)` names shard `k` of the merged
+/// manifest, in part order, whose index is `indexes[k]`): parts packed
+/// from different inputs with the same options may repeat samples, and a
+/// lookup by key could not tell them apart. One merged pass over the
+/// indexes' hash-sorted lookup tables ([`bale_format::duplicate_keys`]).
+/// When allowed, the merged manifest records it, as `bale index` does.
+pub(crate) fn check_shared_keys(
+    plan: &mut MergePlan,
+    indexes: &[&ShardIndex],
+    shard_name: impl Fn(usize) -> String,
+    allow: bool,
+) -> Result<()> {
+    if allow {
+        if let serde_json::Value::Object(map) = &mut plan.manifest.created_by.options {
+            map.insert("allow_duplicate_keys".into(), true.into());
+        }
+        return Ok(());
+    }
+    let Some(d) = bale_format::duplicate_keys(indexes, 1).into_iter().next() else {
+        return Ok(());
+    };
+    let part_of = |k: usize| plan.files.get(2 * k).map_or(0, |f| f.part);
+    Err(merr(
+        &plan.parts[part_of(d.second.0)],
+        format!(
+            "sample {} of {} has the key {:?}, which sample {} of {} has too: keys must be \
+             unique across the parts (a lookup by key could not tell them apart; were the \
+             parts packed from different inputs?); pass --allow-duplicate-keys to merge them \
+             anyway",
+            d.second.1,
+            shard_name(d.second.0),
+            d.key,
+            d.first.1,
+            shard_name(d.first.0)
+        ),
+    ))
+}
+
 /// One file of a part and its name in the merged dataset.
 #[derive(Debug, Clone)]
 pub struct MergeFile {
@@ -625,7 +668,7 @@ pub fn merge_cancellable(
         });
     }
     let ins: Vec<PartIn> = parts.iter().map(|p| read_part(p)).collect::<Result<_>>()?;
-    let (ins, plan) = plan_parts(ins)?;
+    let (ins, mut plan) = plan_parts(ins)?;
     let out_canon = fs::canonicalize(output).ok();
     for p in &ins {
         if out_canon.is_some() && fs::canonicalize(&p.dir).ok() == out_canon {
@@ -636,6 +679,29 @@ pub fn merge_cancellable(
         }
         check_files(p)?;
     }
+    // Keys the parts share (before the output is touched).
+    let shards: Vec<(PathBuf, PathBuf)> = ins
+        .iter()
+        .flat_map(|p| {
+            p.manifest.shards.iter().map(|s| {
+                (
+                    Manifest::resolve(&p.dir, &s.file),
+                    Manifest::resolve(&p.dir, &s.index),
+                )
+            })
+        })
+        .collect();
+    let opened = shards
+        .iter()
+        .map(|(_, index)| ShardIndex::open(index))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    check_shared_keys(
+        &mut plan,
+        &opened.iter().collect::<Vec<_>>(),
+        |k| bale_format::shown(&shards[k].0).to_string(),
+        opts.allow_duplicate_keys,
+    )?;
+    drop(opened);
 
     let mut out = Output::open(output, opts.force)?;
     // The parts lose their files: no other bale command may write them meanwhile.

@@ -506,17 +506,20 @@ pub fn merge_remote(
         stores.push(store);
     }
     let manifests: Vec<Manifest> = read.iter().map(|(_, m)| m.clone()).collect();
-    let plan = crate::plan_merge(read)?;
+    let mut plan = crate::plan_merge(read)?;
     // The plan sorted the parts by index: each one's store again.
     let order: Vec<usize> = plan
         .parts
         .iter()
         .map(|d| parts.iter().position(|p| Path::new(p) == d).unwrap_or(0))
         .collect();
+    let mut indexes = Vec::new();
+    let mut shard_urls = Vec::new();
     for &i in &order {
         let (store, manifest) = (&stores[i], &manifests[i]);
         for s in &manifest.shards {
             let shard = store.object(&s.file)?;
+            shard_urls.push(shard.url().to_string());
             let len = shard.head()?;
             if len != s.bytes {
                 return Err(merr(
@@ -540,8 +543,16 @@ pub fn merge_remote(
                     ),
                 ));
             }
+            indexes.push(parsed);
         }
     }
+    crate::merge::check_shared_keys(
+        &mut plan,
+        &indexes.iter().collect::<Vec<_>>(),
+        |k| shard_urls[k].clone(),
+        opts.allow_duplicate_keys,
+    )?;
+    drop(indexes);
     // Every copy must be one the server can make, checked before the output
     // is taken (with --force, cleared).
     let out_store = Store::open(output, storage)?;

@@ -67,6 +67,14 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Convert a dataset whose samples share keys (refused by default,
+    /// naming the key and both shards).
+    ///
+    /// Such a dataset is one `bale index --allow-duplicate-keys` made. The
+    /// exception is recorded in the output's manifest.
+    #[arg(long)]
+    pub allow_duplicate_keys: bool,
+
     /// Options for object storage: an output there (`-o s3://bucket/prefix`:
     /// the shards are written to a local spool, then uploaded, `bale.json`
     /// last), and a source whose manifest names its shards by URL (`bale

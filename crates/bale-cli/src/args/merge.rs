@@ -36,6 +36,15 @@ pub struct MergeArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Merge parts whose samples share keys (refused by default, naming the
+    /// key and both shards).
+    ///
+    /// Parts packed from different inputs may repeat a key. Recorded in the
+    /// manifest; `bale verify` then reports the shared keys as warnings, and
+    /// a lookup by such a key is refused as ambiguous.
+    #[arg(long)]
+    pub allow_duplicate_keys: bool,
+
     /// Options for parts and output in object storage.
     #[command(flatten)]
     pub storage: super::storage::StorageArgs,

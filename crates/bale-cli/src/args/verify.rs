@@ -20,7 +20,8 @@ Examples:
 /// unknown shard in the directory, every index against the manifest, then one
 /// sequential read of each shard comparing every tar member (name, offset,
 /// size) with the index and every member's bytes with its checksum. `--quick`
-/// reads only the tar headers at the offsets the indexes give. Problems are
+/// reads only the tar headers at the offsets the indexes give, and the `.cls`
+/// members (a label no reader parses is reported at both levels). Problems are
 /// listed one per line on stdout (`shard: key "K" member "EXT" at offset N:
 /// what`, warnings prefixed `warning: `), a summary goes to stderr.
 ///
@@ -54,12 +55,17 @@ pub struct VerifyArgs {
     /// The dataset directory.
     #[arg(value_name = "DATASET")]
     pub path: PathBuf,
-    /// Quick check: sizes, tar headers and index checksums only (no member checksums).
+    /// Quick check: sizes, tar headers, index checksums and `.cls` labels only
+    /// (no member checksums).
     #[arg(long, conflicts_with = "decode")]
     pub quick: bool,
     /// Also decode every image member (jpg, jpeg, png, webp, gif, bmp, tif, tiff).
     #[arg(long)]
     pub decode: bool,
+    /// With --decode: refuse images of more pixels (width x height) than N,
+    /// as the loader's max_pixels does (the default is Pillow's bomb limit).
+    #[arg(long, value_name = "N", requires = "decode", default_value_t = bale_image::DEFAULT_MAX_PIXELS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_pixels: u64,
     /// Print the result as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,

@@ -85,6 +85,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         shard_size: args.shard_size,
         shard_samples: args.shard_samples,
         force: args.force && remote.is_none(),
+        allow_duplicate_keys: args.allow_duplicate_keys,
     };
     let bar = Bar {
         quiet: args.out.quiet,

@@ -28,6 +28,7 @@ pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
     let opts = MergeOptions {
         copy: args.copy,
         force: args.force,
+        allow_duplicate_keys: args.allow_duplicate_keys,
     };
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
@@ -93,6 +94,7 @@ fn run_remote(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     let opts = MergeOptions {
         copy: true,
         force: args.force,
+        allow_duplicate_keys: args.allow_duplicate_keys,
     };
     let s = match merge_remote(&parts, &out_url, &storage, &opts, &cancel) {
         Ok(s) => s,

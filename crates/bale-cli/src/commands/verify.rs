@@ -53,6 +53,7 @@ struct Report<'a> {
 struct CliVisitor {
     pb: ProgressBar,
     decode: bool,
+    max_pixels: u64,
     bytes_progress: bool,
 }
 
@@ -61,7 +62,7 @@ impl Visitor for CliVisitor {
         if !self.decode || !bale_image::is_image_ext(ext) {
             return None;
         }
-        bale_image::decode_check(ext, data)
+        bale_image::decode_check_with(ext, data, self.max_pixels)
             .err()
             .map(|e| format!("image does not decode: {e}"))
     }
@@ -110,6 +111,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
                     let mut v = CliVisitor {
                         pb: pb.clone(),
                         decode: args.decode,
+                        max_pixels: args.max_pixels,
                         bytes_progress,
                     };
                     let r = verify::check_shard_with(dir, entry, level, rules, &mut v);

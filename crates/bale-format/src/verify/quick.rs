@@ -78,6 +78,10 @@ pub(super) fn check_header(
     }
 }
 
+/// The largest `.cls` member the quick check reads to check it is a label
+/// (a label is a few bytes; a larger one is left to the full check).
+pub(super) const MAX_QUICK_LABEL: u64 = 64 << 10;
+
 pub(super) fn quick_headers(
     r: &mut ShardReport,
     path: &Path,
@@ -189,6 +193,30 @@ pub(super) fn quick_headers(
                         .member(m.ext)
                         .offset(start),
                 );
+            }
+            // A label is read too (a few bytes beside the header just read):
+            // one no reader parses is reported at every level.
+            if m.ext == "cls" && m.size <= MAX_QUICK_LABEL {
+                let data = match &buf {
+                    Some(b) => {
+                        let a = (m.offset - b.tar_offset) as usize;
+                        b.data.get(a..a + m.size as usize).map(<[u8]>::to_vec)
+                    }
+                    None => read_exact_at(&*file, path, m.offset, m.size).ok(),
+                };
+                let what = match data {
+                    Some(d) => member_problem(m.ext, &d),
+                    None => Some("the .cls member cannot be read".into()),
+                };
+                if let Some(what) = what {
+                    r.push(
+                        Problem::new(&name, what)
+                            .key(key)
+                            .member(m.ext)
+                            .offset(m.offset),
+                    );
+                }
+                read += m.size;
             }
             r.members_checked += 1;
             start = m.offset + crate::tar::padded(m.size);

@@ -117,6 +117,28 @@ pub(super) fn check_scattered(
         check_regrouped_tar(r, path, idx, visitor);
     }
     if level == Level::Quick {
+        // Labels are checked at every level (a few bytes a sample).
+        if let Some(idx) = idx {
+            for i in 0..idx.len() {
+                for m in idx.members(i) {
+                    if m.ext != "cls" || m.size > super::quick::MAX_QUICK_LABEL {
+                        continue;
+                    }
+                    let what = match crate::read::read_member(&*file, path, &m) {
+                        Ok(d) => member_problem(m.ext, &d),
+                        Err(e) => Some(format!("member cannot be read: {e}")),
+                    };
+                    if let Some(what) = what {
+                        r.push(
+                            Problem::new(&name, what)
+                                .key(idx.key(i))
+                                .member(m.ext)
+                                .offset(m.offset),
+                        );
+                    }
+                }
+            }
+        }
         return;
     }
     if let Some(want) = &entry.shard_xxh3 {
