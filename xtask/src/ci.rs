@@ -68,7 +68,7 @@ for the Slurm recipe's test) are installed with
 apt-get when run as root; otherwise ci stops with the apt-get command to run.";
 
 /// Requirements of the Python tests, relative to the repository root.
-const REQUIREMENTS: &str = "tests/python/requirements.txt";
+pub(crate) const REQUIREMENTS: &str = "tests/python/requirements.txt";
 /// `cargo` arguments that build the `bale` binary the end-to-end tests run (see
 /// `bale_tests::bale_bin`): bale-cli alone with hdf5, in the dev profile.
 const BALE_CLI_HDF5: &[&str] = &["build", "--locked", "-p", "bale-cli", "--features", "hdf5"];
@@ -956,7 +956,7 @@ fn apt_get() -> Command {
     cmd
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     util::output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
 }
 
