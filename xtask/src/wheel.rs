@@ -298,6 +298,38 @@ fn maturin(root: &Path, python: &Path, py: &Path, out: &Path) -> Result<Command>
     Ok(cmd)
 }
 
+/// rustc arguments that find the system libjpeg-turbo, which zig's linker
+/// (seeing only its own glibc 2.17 stubs) does not look for on its own.
+pub const LIBRARY_PATH: &[&str] = &["-L", "native=/usr/lib/x86_64-linux-gnu"];
+
+/// Writes `dir/zigcc`: `zig cc` (PyPI `ziglang`, in the venv of `python`)
+/// linking for x86_64 glibc 2.17, as the wrapper `maturin build --zig`
+/// makes for itself (through maturin's `zig cc`, which mends the arguments
+/// rustc gives a linker); returns its path.
+pub fn zig_linker(python: &Path, dir: &Path) -> Result<PathBuf> {
+    let maturin = python
+        .parent()
+        .context("the venv's python has no directory")?
+        .join("maturin");
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    let script = format!(
+        "#!/bin/sh\n\
+         export CARGO_ZIGBUILD_ZIG_COMMAND={python}\n\
+         export CARGO_ZIGBUILD_ZIG_COMMAND_ARGS='-m ziglang'\n\
+         exec {maturin} zig cc -- -g -fno-sanitize=all -target x86_64-linux-gnu.2.17 \"$@\"\n",
+        python = quote(python),
+        maturin = quote(&maturin),
+    );
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join("zigcc");
+    if fs::read_to_string(&path).ok().as_deref() != Some(script.as_str()) {
+        use std::os::unix::fs::PermissionsExt;
+        fs::write(&path, &script).with_context(|| format!("cannot write {}", path.display()))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(path)
+}
+
 /// Removes the bale wheels in `dir`.
 fn remove_wheels(dir: &Path) -> Result<()> {
     if let Ok(entries) = fs::read_dir(dir) {
