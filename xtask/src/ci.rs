@@ -31,7 +31,10 @@
 //!    outside loader would: built, and run over a dataset packed here;
 //! 10. the abi3 wheel: `maturin build --profile dev` (without debug info) into
 //!     `target/ci/wheels`, which finds every dependency built by step 5 and compiles
-//!     only our crates (see [`build_wheel`]); installed (with numpy) into a fresh
+//!     only our crates (see [`build_wheel`]), linked by zig against glibc 2.17's
+//!     symbols as the release wheel is, and `auditwheel show` must report its
+//!     `manylinux2014` tag (`cargo xtask wheel` builds the release wheels and
+//!     bounds their size); installed (with numpy) into a fresh
 //!     venv whose PATH has no Rust toolchain, where tests/wheel/check_wheel.py
 //!     runs the wheel's `bale` command (its entry point and `python -m bale`)
 //!     beside the test step's `bale` binary (same output and exit codes), packs
@@ -68,7 +71,7 @@ for the Slurm recipe's test) are installed with
 apt-get when run as root; otherwise ci stops with the apt-get command to run.";
 
 /// Requirements of the Python tests, relative to the repository root.
-const REQUIREMENTS: &str = "tests/python/requirements.txt";
+pub(crate) const REQUIREMENTS: &str = "tests/python/requirements.txt";
 /// `cargo` arguments that build the `bale` binary the end-to-end tests run (see
 /// `bale_tests::bale_bin`): bale-cli alone with hdf5, in the dev profile.
 const BALE_CLI_HDF5: &[&str] = &["build", "--locked", "-p", "bale-cli", "--features", "hdf5"];
@@ -240,7 +243,8 @@ impl Ci {
         )?;
         self.step(
             "wheel",
-            "maturin build --profile dev; install into a fresh venv without Rust; read test",
+            "maturin build --profile dev, linked by zig for manylinux2014; auditwheel show; \
+             install into a fresh venv without Rust; read test",
             |ci| {
                 let python = ci.python.clone().context("the venv step did not run")?;
                 let wheel = build_wheel(ci, &python)?;
@@ -663,6 +667,12 @@ fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
     // script would run again and ring, rustls, reqwest, object_store, ... be
     // built again (see `bale_tests::cargo`).
     bale_tests::without_crate_vars(&mut cmd);
+    // Linked as the release wheel is, by zig against glibc 2.17's symbols,
+    // and held to the same tag: `-C linker` and the library path go to the
+    // extension module's rustc alone (maturin passes what follows `--` to
+    // it), so the test step's units stay up to date. (`--zig` would build
+    // every dependency again, for an explicit `--target`.)
+    let linker = crate::wheel::zig_linker(python, &ci.target().join("ci"))?;
     cmd.env("PATH", path)
         .args([
             "build",
@@ -671,6 +681,8 @@ fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
             "--config",
             "profile.dev.debug=0",
             "--strip",
+            "--compatibility",
+            crate::wheel::PLATFORM,
             "--quiet",
             "-m",
             "crates/bale-py/Cargo.toml",
@@ -678,7 +690,10 @@ fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
         ])
         .arg(python)
         .arg("--out")
-        .arg(&out);
+        .arg(&out)
+        .arg("--")
+        .arg(format!("-Clinker={}", linker.display()))
+        .args(crate::wheel::LIBRARY_PATH);
     util::run(&mut cmd).context("building the wheel (crates/bale-py) failed")?;
     let wheels: Vec<PathBuf> = fs::read_dir(&out)?
         .flatten()
@@ -695,7 +710,8 @@ fn build_wheel(ci: &Ci, python: &Path) -> Result<PathBuf> {
             if !name.contains("abi3") {
                 bail!("{name} is not an abi3 wheel");
             }
-            eprintln!("ci: wheel: {}", util::shown(one));
+            let tag = crate::wheel::audit(python, one)?;
+            eprintln!("ci: wheel: {}; auditwheel: {tag}", util::shown(one));
             Ok(one.clone())
         }
         _ => bail!(
@@ -956,7 +972,7 @@ fn apt_get() -> Command {
     cmd
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     util::output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
 }
 

@@ -1332,20 +1332,37 @@ class Loader:
                 out["fields"] = extra
             yield out
 
-    def into(self, images: Any, labels: Any) -> Iterator[int]:
-        """Iterates the epoch writing each batch into the arrays you give
-        (e.g. views of pinned host memory reused across steps) and yields the
-        number of images written (the last batch may be short). Costs one
-        copy of each batch into your buffer. ``images`` must have the shape
-        and dtype of a full batch, ``labels`` those of its labels: shape
+    def into(self, images: Any, labels: Any, *, wait: Callable[[int], Any] | None = None) -> Iterator[Any]:
+        """Iterates the epoch writing each batch into arrays you give (e.g.
+        views of pinned host memory reused across steps). Costs one copy of
+        each batch into your buffer. ``images`` must have the shape and dtype
+        of a full batch, ``labels`` those of its labels: shape
         ``(batch_size,)`` and dtype int64 (``(batch_size, C)`` float32 for
         ``.npy`` labels); another dtype is refused, not cast (an int32 buffer
-        would truncate labels of 2**31 and more)::
+        would truncate labels of 2**31 and more).
 
-            pinned = torch.empty((64, 224, 224, 3), dtype=torch.uint8).pin_memory()
-            y = torch.empty(64, dtype=torch.int64).pin_memory()
-            for n in loader.into(pinned.numpy(), y.numpy()):
-                x = pinned[:n].cuda(non_blocking=True)
+        Given one array each, it yields the number of images written (the
+        last batch may be short). Given lists of arrays (a ring of buffers,
+        ``images[i]`` with ``labels[i]``), batch ``k`` goes into buffer
+        ``i = k % len(images)`` and it yields ``(i, n)``.
+
+        A copy you start from a buffer without waiting for it (``.cuda(
+        non_blocking=True)``) still reads the buffer after the loop has
+        asked for the next batch: ``wait(i)`` is called before buffer ``i``
+        is written again, and must return only once what you started from
+        it is done (e.g. ``events[i].synchronize()`` of a CUDA event
+        recorded after the copy). With a ring of two, the next batch is
+        written while the last one is copied::
+
+            images = [torch.empty((64, 224, 224, 3), dtype=torch.uint8).pin_memory() for _ in range(2)]
+            labels = [torch.empty(64, dtype=torch.int64).pin_memory() for _ in range(2)]
+            copied = [torch.cuda.Event() for _ in range(2)]
+            ring = loader.into([t.numpy() for t in images], [t.numpy() for t in labels],
+                               wait=lambda i: copied[i].synchronize())
+            for i, n in ring:
+                x = images[i][:n].cuda(non_blocking=True)
+                y = labels[i][:n].cuda(non_blocking=True)
+                copied[i].record()
 
         A loader with masks or boxes yields dicts: ``into`` refuses it.
         """
@@ -1353,27 +1370,48 @@ class Loader:
 
         if self._targets:
             raise ValueError("into() copies images and labels; this loader's batches also hold masks or boxes")
-        for batch in self:
+        ring = isinstance(images, (list, tuple))
+        if ring != isinstance(labels, (list, tuple)):
+            raise ValueError("into() takes one array each for images and labels, or a list of each")
+        image_bufs = list(images) if ring else [images]
+        label_bufs = list(labels) if ring else [labels]
+        if not image_bufs or len(image_bufs) != len(label_bufs):
+            raise ValueError(
+                f"into() needs as many label buffers as image buffers, and at least one"
+                f" (got {len(image_bufs)} and {len(label_bufs)})"
+            )
+        if wait is not None and not callable(wait):
+            raise TypeError(f"wait must be callable with a buffer's index, not {type(wait).__name__}")
+        written = [False] * len(image_bufs)
+        for step, batch in enumerate(self):
+            i = step % len(image_bufs)
+            out, out_labels = image_bufs[i], label_bufs[i]
             if isinstance(batch, dict):
                 got, got_labels = batch["images"], batch.get("labels")
             else:
                 got, got_labels = batch[0], batch[1]
             n = len(got)
-            if images.shape[1:] != got.shape[1:] or images.dtype != got.dtype or len(images) < n:
+            if out.shape[1:] != got.shape[1:] or out.dtype != got.dtype or len(out) < n:
                 raise ValueError(
                     f"images must be {got.dtype} of shape ({self.batch_size}, {', '.join(map(str, got.shape[1:]))}),"
-                    f" not {images.dtype} {tuple(images.shape)}"
+                    f" not {out.dtype} {tuple(out.shape)}"
                 )
+            if got_labels is not None and (
+                out_labels.shape[1:] != got_labels.shape[1:] or out_labels.dtype != got_labels.dtype or len(out_labels) < n
+            ):
+                want = ", ".join(map(str, (self.batch_size,) + got_labels.shape[1:]))
+                raise ValueError(
+                    f"labels must be {got_labels.dtype} of shape ({want}), not {out_labels.dtype} {tuple(out_labels.shape)}"
+                )
+            # What the caller started from this buffer (a copy in flight)
+            # is over before the buffer is written again.
+            if written[i] and wait is not None:
+                wait(i)
             if got_labels is not None:
-                if labels.shape[1:] != got_labels.shape[1:] or labels.dtype != got_labels.dtype or len(labels) < n:
-                    want = ", ".join(map(str, (self.batch_size,) + got_labels.shape[1:]))
-                    raise ValueError(
-                        f"labels must be {got_labels.dtype} of shape ({want}),"
-                        f" not {labels.dtype} {tuple(labels.shape)}"
-                    )
-                numpy.copyto(labels[:n], got_labels)
-            numpy.copyto(images[:n], got)
-            yield n
+                numpy.copyto(out_labels[:n], got_labels)
+            numpy.copyto(out[:n], got)
+            written[i] = True
+            yield (i, n) if ring else n
 
     def __repr__(self) -> str:
         return f"bale.Loader({self.path!r}, batch_size={self.batch_size}, epoch={self.epoch})"
