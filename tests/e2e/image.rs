@@ -504,52 +504,194 @@ fn image_flags_are_checked() {
     );
 }
 
+/// torch's `interpolate(mode="nearest")` source index of output index `o`
+/// (the special cases of the same size and twice it agree with the float
+/// formula for these sizes).
+fn torch_nearest(o: u32, n_in: u32, n_out: u32) -> u32 {
+    ((o as f32 * (n_in as f32 / n_out as f32)).floor() as u32).min(n_in - 1)
+}
+
+/// A mask's values, row by row, as the loader reads them.
+fn mask_values(ext: &str, bytes: &[u8]) -> (u32, u32, Vec<u16>) {
+    let mut v = Vec::new();
+    let info = bale_image::mask::MaskDecoder::default()
+        .rows(ext, bytes, u64::MAX, u32::MAX, |_, r| {
+            match r {
+                bale_image::mask::MaskRow::U8(r) => v.extend(r.iter().map(|&x| u16::from(x))),
+                bale_image::mask::MaskRow::U16(r) => v.extend_from_slice(r),
+            }
+            Ok(())
+        })
+        .unwrap();
+    (info.width, info.height, v)
+}
+
+/// `src` (w x h) resized to `ow` x `oh` by torch's nearest rule.
+fn nearest_of(src: &[u16], w: u32, h: u32, ow: u32, oh: u32) -> Vec<u16> {
+    let mut out = Vec::new();
+    for y in 0..oh {
+        for x in 0..ow {
+            out.push(src[(torch_nearest(y, h, oh) * w + torch_nearest(x, w, ow)) as usize]);
+        }
+    }
+    out
+}
+
 #[test]
-fn resize_refuses_to_resample_a_palette_mask_beside_its_image() {
+fn resize_takes_masks_with_their_image_nearest_and_refuses_what_it_cannot() {
     let t = tempfile::tempdir().unwrap();
     let input = t.path().join("in");
     fs::create_dir_all(&input).unwrap();
-    fs::write(
-        input.join("a.jpg"),
-        encode(&picture(64, 48, 1), ImageFormat::Jpeg),
-    )
-    .unwrap();
-    // A 64x48 palette mask of classes 0-2 (PIL's mode "P", 2-bit indices):
-    // Lanczos would invent others.
+    let jpg = encode(&picture(64, 48, 1), ImageFormat::Jpeg);
+    // A 64x48 palette mask of classes 0-2 (PIL's mode "P", 2-bit indices).
     let hex = "89504e470d0a1a0a0000000d4948445200000040000000300203000000dc25948c00000009504c5445000000ff000000ff00f483bf7e0000002449444154789c636460606060600d60606060086560606060624003a302a302a302300000b3e4010ab06ea9cc0000000049454e44ae426082";
-    let mask: Vec<u8> = (0..hex.len())
+    let palette: Vec<u8> = (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
         .collect();
-    assert_eq!(image::load_from_memory(&mask).unwrap().width(), 64);
-    fs::write(input.join("a.mask.png"), &mask).unwrap();
+    // Grey masks with a value per pixel (8 and 16 bits), and a uint8 .npy
+    // of shape (H, W), all 64x48.
+    let grey = image::GrayImage::from_fn(64, 48, |x, y| image::Luma([(x * 3 + y * 5) as u8]));
+    let grey16 = image::ImageBuffer::<image::Luma<u16>, _>::from_fn(64, 48, |x, y| {
+        image::Luma([(x * 997 + y) as u16])
+    });
+    let npy_vals: Vec<u8> = (0..64 * 48).map(|i| (i % 251) as u8).collect();
+    let npy = bale_format::npy::encode_shape("|u1", &[48, 64], &npy_vals);
+    fs::write(input.join("a.jpg"), &jpg).unwrap();
+    fs::write(input.join("a.mask.png"), &palette).unwrap();
+    fs::write(
+        input.join("a.label.png"),
+        encode(&DynamicImage::ImageLuma8(grey.clone()), ImageFormat::Png),
+    )
+    .unwrap();
+    fs::write(
+        input.join("a.depth.png"),
+        encode(&DynamicImage::ImageLuma16(grey16.clone()), ImageFormat::Png),
+    )
+    .unwrap();
+    fs::write(input.join("a.seg.npy"), &npy).unwrap();
+    fs::write(input.join("a.cls"), "1").unwrap();
+    let source: BTreeMap<&str, (u32, u32, Vec<u16>)> = [
+        ("mask.png", mask_values("png", &palette)),
+        (
+            "label.png",
+            (64, 48, grey.pixels().map(|p| u16::from(p.0[0])).collect()),
+        ),
+        (
+            "depth.png",
+            (64, 48, grey16.pixels().map(|p| p.0[0]).collect()),
+        ),
+        (
+            "seg.npy",
+            (64, 48, npy_vals.iter().map(|&v| u16::from(v)).collect()),
+        ),
+    ]
+    .into();
     let out = t.path().join("out");
-    let o = bale(
-        &["pack", "-q", "--resize", "shorter:16", "-o"],
+    for exts in [None, Some("jpg")] {
+        // Named or not as images, masks move with the image.
+        let mut args = vec!["pack", "-q", "--force", "--resize", "shorter:16"];
+        args.extend(exts.iter().flat_map(|e| ["--image-exts", e]));
+        args.push("-o");
+        ok(&bale(&args, &[&out, &input]));
+        let s = &samples(&out)["a"];
+        assert_eq!(dims("jpg", &s["jpg"]), (21, 16));
+        for (ext, (w, h, src)) in &source {
+            let (mw, mh, got) = mask_values(ext, &s[*ext]);
+            assert_eq!((mw, mh), (21, 16), "{ext}");
+            assert_eq!(
+                got,
+                nearest_of(src, *w, *h, 21, 16),
+                "{ext}: torch's nearest"
+            );
+        }
+        assert_eq!(s["cls"], b"1");
+        // The palette PNG stays one: PIL opens it as mode "P" with its colours.
+        assert!(bale_image::mask::mask_info("png", &s["mask.png"]).is_ok());
+        let pal = image::load_from_memory(&s["mask.png"]).unwrap().to_rgb8();
+        let src = image::load_from_memory(&palette).unwrap().to_rgb8();
+        let colours = |i: &image::RgbImage| {
+            i.pixels()
+                .map(|p| p.0)
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        assert!(colours(&pal).is_subset(&colours(&src)));
+    }
+    // A format change alone leaves masks as they are: never a JPEG.
+    ok(&bale(
+        &["pack", "-q", "--force", "--image-format", "jpeg:60", "-o"],
         &[&out, &input],
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("a.mask.png") && err.contains("without --resize"),
-        "{err}"
-    );
-    assert!(!out.join("bale.json").exists(), "no dataset on failure");
-    // Naming the images alone leaves the mask's bytes as they are.
+    ));
+    let s = &samples(&out)["a"];
+    assert_ne!(s["jpg"], jpg);
+    assert_eq!(s["mask.png"], palette);
+    assert_eq!(s["seg.npy"], npy);
+    // What may be a mask but no nearest resize keeps exact is refused,
+    // naming the file; --on-error skip drops that sample alone.
+    let bad = t.path().join("bad");
+    fs::create_dir_all(&bad).unwrap();
+    let gray_alpha = image::GrayAlphaImage::from_fn(64, 48, |x, _| image::LumaA([x as u8, 255]));
+    for (key, ext, data, says) in [
+        (
+            "b",
+            "mask.png",
+            encode(&DynamicImage::ImageLumaA8(gray_alpha), ImageFormat::Png),
+            "without alpha",
+        ),
+        (
+            "c",
+            "depth.npy",
+            bale_format::npy::encode_shape("<f4", &[48, 64], &vec![0; 64 * 48 * 4]),
+            "<f4",
+        ),
+        (
+            "d",
+            "mask.png",
+            encode(
+                &DynamicImage::ImageLuma8(image::GrayImage::new(32, 24)),
+                ImageFormat::Png,
+            ),
+            "not the image's 64x48",
+        ),
+    ] {
+        let one = t.path().join(format!("one-{key}"));
+        let one_out = t.path().join(format!("out-{key}"));
+        fs::create_dir_all(&one).unwrap();
+        for dir in [&one, &bad] {
+            fs::write(dir.join(format!("{key}.jpg")), &jpg).unwrap();
+            fs::write(dir.join(format!("{key}.{ext}")), &data).unwrap();
+        }
+        let o = bale(
+            &["pack", "-q", "--force", "--resize", "shorter:16", "-o"],
+            &[&one_out, &one],
+        );
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("{key}.{ext}"))
+                && err.contains(says)
+                && err.contains("without --resize"),
+            "{err}"
+        );
+        assert!(!one_out.join("bale.json").exists(), "no dataset on failure");
+    }
+    let bad_out = t.path().join("bad-out");
+    fs::write(bad.join("e.jpg"), &jpg).unwrap();
+    fs::write(bad.join("e.mask.png"), &palette).unwrap();
     let o = bale(
         &[
             "pack",
             "-q",
             "--resize",
             "shorter:16",
-            "--image-exts",
-            "jpg",
+            "--on-error",
+            "skip",
             "-o",
         ],
-        &[&out, &input],
+        &[&bad_out, &bad],
     );
     ok(&o);
-    let s = &samples(&out)["a"];
-    assert_eq!(s["mask.png"], mask);
-    assert_eq!(dims("jpg", &s["jpg"]), (21, 16));
+    let s = samples(&bad_out);
+    assert_eq!(s.keys().collect::<Vec<_>>(), ["e"]);
+    assert_eq!(mask_values("png", &s["e"]["mask.png"]).0, 21);
 }

@@ -308,6 +308,134 @@ impl MaskDecoder {
     }
 }
 
+/// torch's `interpolate(mode="nearest")` source index of output index `o`
+/// for a resize of `n_in` to `n_out` pixels: `min(floor(o * (n_in /
+/// n_out)), n_in - 1)` with the scale and the product in `float32`, and its
+/// two special cases (the same size, and twice it). This is the rule of
+/// torchvision v2's `Resize` of a `Mask` and of `bale.Loader`.
+pub fn nearest(o: u32, n_in: u32, n_out: u32) -> u32 {
+    if n_in == n_out {
+        o
+    } else if u64::from(n_out) == 2 * u64::from(n_in) {
+        o >> 1
+    } else {
+        let scale = n_in as f32 / n_out as f32;
+        ((o as f32 * scale).floor() as u32).min(n_in - 1)
+    }
+}
+
+/// The mask `bytes` of format `ext` resized to `width` x `height`, each
+/// output pixel the value of its source pixel by [`nearest`]: it holds no
+/// value the source does not. The result is of the source's format: a
+/// `.npy` keeps its dtype and its shape's rank; a palette PNG becomes an
+/// 8-bit palette PNG with the same palette (and transparency chunk); a
+/// grey PNG an 8- or 16-bit grey PNG of the values [`MaskDecoder::rows`]
+/// reads (grey below 8 bits is stored scaled, as it reads).
+///
+/// # Errors
+/// Those of [`MaskDecoder::rows`], and [`ImageError::Encode`] for a zero
+/// size.
+pub fn resize_nearest(
+    ext: &str,
+    bytes: &[u8],
+    max_pixels: u64,
+    width: u32,
+    height: u32,
+) -> Result<Vec<u8>, ImageError> {
+    let encode_err = |message: &str| ImageError::Encode {
+        format: "mask".into(),
+        width,
+        height,
+        message: message.to_owned(),
+    };
+    if width == 0 || height == 0 {
+        return Err(encode_err("a mask has at least one pixel"));
+    }
+    let info = mask_info(ext, bytes)?;
+    check_pixels(ext, info, max_pixels)?;
+    let (ow, oh) = (width as usize, height as usize);
+    let xs: Vec<usize> = (0..width)
+        .map(|o| nearest(o, info.width, width) as usize)
+        .collect();
+    let mut out8: Vec<u8> = Vec::new();
+    let mut out16: Vec<u16> = Vec::new();
+    if info.sixteen_bit {
+        grow(ext, &mut out16, ow * oh)?;
+    } else {
+        grow(ext, &mut out8, ow * oh)?;
+    }
+    let last = nearest(height - 1, info.height, height);
+    let mut next = 0usize;
+    MaskDecoder::default().rows(ext, bytes, max_pixels, last + 1, |y, row| {
+        while next < oh && nearest(next as u32, info.height, height) == y {
+            let at = next * ow;
+            match row {
+                MaskRow::U8(v) => {
+                    for (d, &x) in out8[at..at + ow].iter_mut().zip(&xs) {
+                        *d = v[x];
+                    }
+                }
+                MaskRow::U16(v) => {
+                    for (d, &x) in out16[at..at + ow].iter_mut().zip(&xs) {
+                        *d = v[x];
+                    }
+                }
+            }
+            next += 1;
+        }
+        Ok(())
+    })?;
+    if next < oh {
+        return Err(err(ext, "the mask ends before its last row"));
+    }
+    if is_npy(ext) {
+        let Ok(bale_format::npy::Header::Simple { descr, shape, .. }) =
+            bale_format::npy::parse(bytes)
+        else {
+            unreachable!("mask_info parsed the header")
+        };
+        let mut dims = vec![u64::from(height), u64::from(width)];
+        dims.extend(shape.get(2).copied());
+        let data: Vec<u8> = if info.sixteen_bit {
+            out16.iter().flat_map(|v| v.to_le_bytes()).collect()
+        } else {
+            out8
+        };
+        return Ok(bale_format::npy::encode_shape(&descr, &dims, &data));
+    }
+    let reader = png_decoder(ext, bytes)?
+        .read_info()
+        .map_err(|e| err(ext, e))?;
+    let src = reader.info();
+    let mut png_out = Vec::new();
+    let mut enc = png::Encoder::new(&mut png_out, width, height);
+    let data: Vec<u8> = if info.sixteen_bit {
+        enc.set_color(png::ColorType::Grayscale);
+        enc.set_depth(png::BitDepth::Sixteen);
+        out16.iter().flat_map(|v| v.to_be_bytes()).collect()
+    } else {
+        if src.color_type == png::ColorType::Indexed {
+            enc.set_color(png::ColorType::Indexed);
+            if let Some(p) = &src.palette {
+                enc.set_palette(p.to_vec());
+            }
+            if let Some(t) = &src.trns {
+                enc.set_trns(t.to_vec());
+            }
+        } else {
+            enc.set_color(png::ColorType::Grayscale);
+        }
+        enc.set_depth(png::BitDepth::Eight);
+        out8
+    };
+    enc.set_compression(png::Compression::Balanced);
+    let mut w = enc.write_header().map_err(|e| encode_err(&e.to_string()))?;
+    w.write_image_data(&data)
+        .map_err(|e| encode_err(&e.to_string()))?;
+    w.finish().map_err(|e| encode_err(&e.to_string()))?;
+    Ok(png_out)
+}
+
 fn check_pixels(ext: &str, info: MaskInfo, max: u64) -> Result<(), ImageError> {
     let pixels = u64::from(info.width) * u64::from(info.height);
     if pixels > max {
@@ -432,5 +560,60 @@ mod tests {
         );
         let short = bale_format::npy::encode_shape("<u2", &[2, 3], &vals);
         assert!(mask_info("npy", &short).is_err());
+    }
+
+    #[test]
+    fn a_resized_mask_holds_only_its_values_in_its_format() {
+        // 5x3 4-bit palette indices 0..15, resized to 3x7 by torch's rule.
+        let vals: Vec<u8> = (0..15u8).collect();
+        let packed: Vec<u8> = vals
+            .chunks(5)
+            .flat_map(|r| {
+                let mut r = r.to_vec();
+                r.push(0);
+                r.chunks(2).map(|p| p[0] << 4 | p[1]).collect::<Vec<_>>()
+            })
+            .collect();
+        let p = png_of(5, 3, png::ColorType::Indexed, png::BitDepth::Four, &packed);
+        let out = resize_nearest("mask.png", &p, u64::MAX, 3, 7).unwrap();
+        let (info, rows) = all_rows("png", &out, 99);
+        assert_eq!((info.width, info.height), (3, 7));
+        let want: Vec<Vec<u16>> = (0..7)
+            .map(|y| {
+                (0..3)
+                    .map(|x| {
+                        u16::from(vals[nearest(y, 3, 7) as usize * 5 + nearest(x, 5, 3) as usize])
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!(rows, want);
+        let mut d = png::Decoder::new(Cursor::new(&out[..]))
+            .read_info()
+            .unwrap();
+        assert_eq!(d.info().color_type, png::ColorType::Indexed);
+        assert_eq!(d.info().palette.as_deref(), Some(&[9u8; 48][..]));
+        let mut frame = vec![0; d.output_buffer_size().unwrap()];
+        d.next_frame(&mut frame).unwrap();
+        // .npy, 16 bits, (H, W, 1): dtype and rank kept.
+        let v16: Vec<u8> = [7u16, 300, 65535, 1]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let npy = bale_format::npy::encode_shape("<u2", &[2, 2, 1], &v16);
+        let out = resize_nearest("seg.npy", &npy, u64::MAX, 3, 1).unwrap();
+        let want: Vec<u8> = [7u16, 7, 300]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(
+            out,
+            bale_format::npy::encode_shape("<u2", &[1, 3, 1], &want)
+        );
+        assert!(
+            resize_nearest("seg.npy", &npy, 3, 3, 1).is_err(),
+            "pixel limit"
+        );
+        assert!(resize_nearest("seg.npy", &npy, u64::MAX, 0, 1).is_err());
     }
 }

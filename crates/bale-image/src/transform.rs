@@ -30,6 +30,9 @@ pub struct Transformed {
     pub out_height: u32,
     /// Whether the original bytes were kept unchanged (`keep` and nothing to do).
     pub kept: bool,
+    /// Whether the image's EXIF orientation turned or mirrored its pixels:
+    /// the stored pixels then no longer line up with the source's.
+    pub oriented: bool,
 }
 
 thread_local! {
@@ -281,6 +284,7 @@ pub fn transform(
             out_width: dw,
             out_height: dh,
             kept: true,
+            oriented: false,
         });
     }
     let mut img = DynamicImage::from_decoder(decoder).map_err(|e| decode_err(ext, e))?;
@@ -314,5 +318,6 @@ pub fn transform(
         out_width: img.width(),
         out_height: img.height(),
         kept: false,
+        oriented: orientation != Orientation::NoTransforms,
     })
 }

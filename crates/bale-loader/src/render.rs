@@ -286,21 +286,39 @@ fn render_image(
             if (x0, x1, y0, y1) == (0, out_w, 0, out_h) {
                 decode(crop, out_w, out_h, hwc)?;
             } else {
-                // Padded: the image's part decoded aside, placed in the fill.
+                // Padded: the image's part decoded aside, placed (flipped
+                // as it is copied) in the fill, which covers the rest.
                 let (pw, ph) = ((x1 - x0) as usize, (y1 - y0) as usize);
+                let (ox, oy) = (
+                    if p.flip { out_w - x1 } else { x0 } as usize,
+                    if p.vflip { out_h - y1 } else { y0 } as usize,
+                );
                 PART.with(|part| {
                     let mut part = part.borrow_mut();
                     grow(&mut part, pw * ph * 3)?;
                     let part = &mut part[..pw * ph * 3];
                     decode(crop, x1 - x0, y1 - y0, part)?;
-                    fill_rgb(hwc, opts.fill);
                     let row = out_w as usize * 3;
-                    for (r, src) in part.chunks_exact(pw * 3).enumerate() {
-                        let at = (y0 as usize + r) * row + x0 as usize * 3;
-                        hwc[at..at + pw * 3].copy_from_slice(src);
+                    let (top, rest) = hwc.split_at_mut(oy * row);
+                    let (middle, bottom) = rest.split_at_mut(ph * row);
+                    fill_rgb(top, opts.fill);
+                    fill_rgb(bottom, opts.fill);
+                    for (r, dst) in middle.chunks_exact_mut(row).enumerate() {
+                        let src = if p.vflip { ph - 1 - r } else { r };
+                        let src = &part[src * pw * 3..(src + 1) * pw * 3];
+                        let (left, rest) = dst.split_at_mut(ox * 3);
+                        let (image, right) = rest.split_at_mut(pw * 3);
+                        fill_rgb(left, opts.fill);
+                        fill_rgb(right, opts.fill);
+                        if p.flip {
+                            copy_flipped(image, src);
+                        } else {
+                            image.copy_from_slice(src);
+                        }
                     }
                     Ok::<(), ImageError>(())
                 })?;
+                return Ok(());
             }
         }
         // The window holds none of the image (a degenerate scale).
@@ -440,15 +458,25 @@ fn normalisation(opts: &LoaderOptions) -> ([f32; 3], [f32; 3]) {
 
 /// Flips RGB rows of `width` pixels left-right, in place.
 pub(crate) fn flip_rows(pixels: &mut [u8], width: usize) {
+    let half = width / 2 * 3;
     for row in pixels.chunks_exact_mut(width * 3) {
-        let (mut a, mut b) = (0, width - 1);
-        while a < b {
-            for c in 0..3 {
-                row.swap(a * 3 + c, b * 3 + c);
-            }
-            a += 1;
-            b -= 1;
+        // The left half against the right half from its end; an odd
+        // width's middle pixel stays.
+        let (left, rest) = row.split_at_mut(half);
+        let at = rest.len() - half;
+        let right = &mut rest[at..];
+        for (a, b) in left.chunks_exact_mut(3).zip(right.rchunks_exact_mut(3)) {
+            let t = [a[0], a[1], a[2]];
+            a.copy_from_slice(b);
+            b.copy_from_slice(&t);
         }
+    }
+}
+
+/// Copies the RGB row `src` into `dst` (of its length) flipped left-right.
+fn copy_flipped(dst: &mut [u8], src: &[u8]) {
+    for (d, s) in dst.chunks_exact_mut(3).zip(src.chunks_exact(3).rev()) {
+        d.copy_from_slice(s);
     }
 }
 
@@ -476,5 +504,12 @@ mod tests {
         let mut px: Vec<u8> = (0..9).collect();
         flip_vertical(&mut px, 3);
         assert_eq!(px, [6, 7, 8, 3, 4, 5, 0, 1, 2]);
+        // Even widths, and a row copied flipped.
+        let mut px: Vec<u8> = (0..12).collect();
+        flip_rows(&mut px, 4);
+        assert_eq!(px, [9, 10, 11, 6, 7, 8, 3, 4, 5, 0, 1, 2]);
+        let mut out = [0; 12];
+        copy_flipped(&mut out, &px);
+        assert_eq!(out.to_vec(), (0..12).collect::<Vec<u8>>());
     }
 }

@@ -10,12 +10,15 @@ and its boxes alike:
 1. torchvision v2 `ScaleJitter(target_size=(1024, 1024), scale_range=(0.1,
    2.0))`: the image scaled by min(1024/h, 1024/w) x U(0.1, 2.0), so a
    640x480 photo becomes 64x48 to 2048x1536;
-2. `FixedSizeCrop(1024, 1024)`: pad right and bottom to 1024 where smaller
+2. horizontal flip of the scaled image, p=1/2, before the crop, as
+   bale.Loader's crop="random" flips (the reference's lsj flips after its
+   FixedSizeCrop: the same distribution, but the padding of a flipped sample
+   then lands on the left);
+3. `FixedSizeCrop(1024, 1024)`: pad right and bottom to 1024 where smaller
    (fill 0), then a random 1024x1024 crop where larger; v2 has no
    FixedSizeCrop (the reference writes its own), so the torchvision row does
    it as the segmentation reference does, `PadIfSmaller` then `RandomCrop`
    (which clips the boxes to the crop);
-3. horizontal flip, p=1/2;
 4. `SanitizeBoundingBoxes()` (min_size 1: a box narrower or lower than one
    pixel after the clip is dropped with its label);
 5. batches of 8, uint8 1024x1024 images, boxes and labels.
@@ -40,8 +43,10 @@ Rows:
   window of it; fn.decoders.image_slice decodes only the window's region of
   the source (with a margin for the filter) and fn.resize(roi_start, roi_end)
   scales it to the window (the same pixels as scaling all, then cropping),
-  fn.pad to 1024x1024 (right and bottom), fn.flip; the boxes scaled, shifted,
-  clipped and flipped by DALI's arithmetic operators. DALI
+  fn.flip, then fn.pad to 1024x1024 (right and bottom: a uniform window,
+  flipped, is a uniform window of the flipped image, so this is the
+  flip-first order on the window's pixels alone); the boxes scaled, shifted,
+  clipped and flipped in the window by DALI's arithmetic operators. DALI
   cannot drop boxes: no operator removes the elements of a tensor by a
   condition (fn.random_bbox_crop prunes boxes, but by its own rules of a crop it
   picks), so the graph computes SanitizeBoundingBoxes' keep mask (width and
@@ -66,7 +71,7 @@ MAX_BOXES = 50
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    g = ap.add_argument_group("detection (ScaleJitter, FixedSizeCrop 1024, flip, sanitize)")
+    g = ap.add_argument_group("detection (ScaleJitter, flip, FixedSizeCrop 1024, sanitize)")
     g.add_argument("--det-tree", type=Path, help="the COCO-like tree (loose files)")
     g.add_argument("--det-dataset", type=Path, help="the tree, packed (`bale pack --labels none`)")
 
@@ -86,7 +91,7 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
             key=KEY,
             title=f"detection ({ds})",
             about=(
-                f"ScaleJitter({SIZE}, {JITTER}), FixedSizeCrop{SIZE}, flip, SanitizeBoundingBoxes; "
+                f"ScaleJitter({SIZE}, {JITTER}), flip, FixedSizeCrop{SIZE}, SanitizeBoundingBoxes; "
                 f"uint8; {n} threads or workers"
             ),
             batch=BATCH,
@@ -130,9 +135,9 @@ def torchvision_loader(tree: Path, n_cores: int, seed: int):
     t = v2.Compose(
         [
             v2.ScaleJitter(SIZE, JITTER),
+            v2.RandomHorizontalFlip(),
             PadIfSmaller(SIZE, fill=0),
             v2.RandomCrop(SIZE),
-            v2.RandomHorizontalFlip(),
             v2.SanitizeBoundingBoxes(),
         ]
     )
@@ -217,17 +222,18 @@ def dali_loader(dataset: Path, n_cores: int, seed: int):
             interp_type=types.INTERP_LINEAR,
             antialias=True,
         )
-        img = fn.pad(img, axis_names="HW", shape=[height, width], fill_value=0)
         sx, sy = nw / w, nh / h
         b = boxes * fn.stack(sx, sy, sx, sy) - fn.stack(left, top, left, top)
         b = dmath.clamp(b, 0.0, float(max(height, width)))
-        x1, y1 = dmath.min(b[:, 0], float(width)), dmath.min(b[:, 1], float(height))
-        x2, y2 = dmath.min(b[:, 2], float(width)), dmath.min(b[:, 3], float(height))
+        x1, y1 = dmath.min(b[:, 0], cw), dmath.min(b[:, 1], ch)
+        x2, y2 = dmath.min(b[:, 2], cw), dmath.min(b[:, 3], ch)
+        # Flip first (in the window, cw wide), then pad right and bottom.
         flip = fn.random.coin_flip()
         f = fn.cast(flip, dtype=types.FLOAT)
-        fx1 = f * (width - x2) + (1.0 - f) * x1
-        fx2 = f * (width - x1) + (1.0 - f) * x2
+        fx1 = f * (cw - x2) + (1.0 - f) * x1
+        fx2 = f * (cw - x1) + (1.0 - f) * x2
         img = fn.flip(img, horizontal=flip)
+        img = fn.pad(img, axis_names="HW", shape=[height, width], fill_value=0)
         keep = ((fx2 - fx1) >= 1.0) & ((y2 - y1) >= 1.0)
         return img, fn.stack(fx1, y1, fx2, y2, axis=1), labels, keep
 

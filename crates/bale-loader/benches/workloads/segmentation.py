@@ -8,14 +8,14 @@ segmentation recipe with Cityscapes' crop):
 1. scale 0.5-2.0 of a base size of 1024: torchvision v2
    `RandomResize(512, 2048)`, the shorter side to a size drawn in [512, 2048)
    (bilinear with antialias for the image, nearest for the mask);
-2. pad right and bottom where the scaled image is smaller than the crop (image
+2. horizontal flip of the scaled image, p=1/2, before the pad and the crop,
+   as the reference does and as bale.Loader's crop="random" does (the padding
+   stays on the right and bottom of a flipped sample);
+3. pad right and bottom where the scaled image is smaller than the crop (image
    0, mask 255: the reference's `PadIfSmaller`); with this corpus's 2:1 images
    the smallest scale is exactly 512x1024, so no sample needs it, but every row
    runs the step;
-3. `RandomCrop(512, 1024)` (height, width, as mmsegmentation's Cityscapes crop);
-4. horizontal flip, p=1/2 (after the crop: the same distribution as the
-   reference's flip before it, on 1/4 to 8x fewer pixels, so no row pays for a
-   flip it need not do);
+4. `RandomCrop(512, 1024)` (height, width, as mmsegmentation's Cityscapes crop);
 5. batches of 8, uint8 images and masks out (the model's own float
    conversion is not the loader's work).
 
@@ -34,8 +34,10 @@ Rows:
   region of the source; fn.decoders.image_slice decodes only that region
   (with a margin for the filter) and fn.resize(roi_start, roi_end) scales it
   to the window (linear with antialias); the mask is decoded whole (GRAY) and
-  scaled the same way with INTERP_NN; fn.pad to 512x1024 (right and bottom,
-  as PadIfSmaller; image 0, mask 255); fn.flip of both with one coin. Where
+  scaled the same way with INTERP_NN; fn.flip of both with one coin, then
+  fn.pad to 512x1024 (right and bottom, as PadIfSmaller; image 0, mask 255):
+  a window drawn uniformly and flipped is a uniform window of the flipped
+  image, so this is the flip-first order on the window's pixels alone. Where
   DALI cannot express the work exactly: its INTERP_NN samples each output
   pixel's centre (torchvision's NEAREST_EXACT), not torchvision's NEAREST
   (floor(i * in/out)), so some of the mask's scaled rows and columns come
@@ -63,7 +65,7 @@ MASK = "mask.png"
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    g = ap.add_argument_group("segmentation (scale 0.5-2, pad, crop 512x1024, flip)")
+    g = ap.add_argument_group("segmentation (scale 0.5-2, flip, pad, crop 512x1024)")
     g.add_argument("--seg-tree", type=Path, help="the Cityscapes-like tree (loose files)")
     g.add_argument("--seg-dataset", type=Path, help="the tree, packed (`bale pack --labels none`)")
 
@@ -83,7 +85,7 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
             key=KEY,
             title=f"segmentation ({ds})",
             about=(
-                f"RandomResize{SCALE} of the shorter side, pad, RandomCrop{CROP}, flip, on image "
+                f"RandomResize{SCALE} of the shorter side, flip, pad, RandomCrop{CROP}, on image "
                 f"and mask; uint8; {n} threads or workers"
             ),
             batch=BATCH,
@@ -125,9 +127,9 @@ def torchvision_loader(tree: Path, n_cores: int, seed: int):
     t = v2.Compose(
         [
             v2.RandomResize(*SCALE),
+            v2.RandomHorizontalFlip(),
             PadIfSmaller(CROP, fill={tv_tensors.Mask: 255, "others": 0}),
             v2.RandomCrop(CROP),
-            v2.RandomHorizontalFlip(),
         ]
     )
     g = torch.Generator().manual_seed(seed)
@@ -202,10 +204,12 @@ def dali_loader(dataset: Path, n_cores: int, seed: int):
             roi_relative=False,
             interp_type=types.INTERP_NN,
         )
+        # Flip first: the padding stays on the right and bottom.
+        flip = fn.random.coin_flip()
+        img, mask = fn.flip(img, horizontal=flip), fn.flip(mask, horizontal=flip)
         img = fn.pad(img, axis_names="HW", shape=list(CROP), fill_value=0)
         mask = fn.pad(mask, axis_names="HW", shape=list(CROP), fill_value=255)
-        flip = fn.random.coin_flip()
-        return fn.flip(img, horizontal=flip), fn.flip(mask, horizontal=flip)
+        return img, mask
 
     p = pipe()
     p.build()
