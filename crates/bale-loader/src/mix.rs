@@ -90,7 +90,7 @@ impl MixParams {
 }
 
 /// The stream of the mixing draws within a batch's generator.
-const MIX_STREAM: u64 = 0x6d69_7875_70;
+const MIX_STREAM: u64 = 0x006d_6978_7570;
 
 fn unit(rng: &mut SplitMix64) -> f64 {
     (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
@@ -380,7 +380,7 @@ pub(crate) fn apply(
     let b = p.label_lam as f32;
     if let Some(Elements::F32(v)) = batch.labels.as_mut().map(|l| &mut l.data) {
         // Label vectors (probabilities) are mixed as they are.
-        let per = if n == 0 { 0 } else { v.len() / n };
+        let per = v.len().checked_div(n).unwrap_or(0);
         mix_images(v, n, per, &MixParams { cut: None, ..*p }, (0, 0), false);
         return Ok(());
     }

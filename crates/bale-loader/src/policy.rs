@@ -621,7 +621,7 @@ pub(crate) fn apply(p: &PixelParams, px: &mut [u8], width: usize, height: usize,
 }
 
 /// The stream of `RandomErasing`'s noise within a sample's generator.
-const NOISE_STREAM: u64 = 0x6e6f_6973_65;
+const NOISE_STREAM: u64 = 0x006e_6f69_7365;
 
 /// `F.erase` of box `b` in an image of `width` columns, laid out channels
 /// first or last: the box's elements, channel by channel and row by row,
