@@ -13,7 +13,10 @@
 //!    --kind seg`) and packs it (`target/bench/loader/seg`);
 //! 4. detection: generates the COCO-like corpus ([`DET_TREE`], `gen-tree --kind
 //!    det`) and packs it (`target/bench/loader/det`);
-//! 5. runs crates/bale-loader/benches/loader.py on them all, which prints
+//! 5. augment: RandomResizedCrop + flip + TrivialAugmentWide + RandomErasing on
+//!    the plain row's as-is dataset, and the cost of ColorJitter and
+//!    TrivialAugmentWide over bale's crop + flip (`--only augment`);
+//! 6. runs crates/bale-loader/benches/loader.py on them all, which prints
 //!    images/s of each row with its range and the load average, the ratios of
 //!    bale.Loader to each peer, and the per-core decode rates, and writes
 //!    `target/bench/loader/results.json`.
@@ -72,16 +75,19 @@ fn selected(extra: &[String]) -> Vec<String> {
             only = args.next().cloned();
         }
     }
-    only.unwrap_or_else(|| "plain,seg,det".into())
+    only.unwrap_or_else(|| "plain,seg,det,augment".into())
         .split(',')
         .map(str::to_string)
         .collect()
 }
 
-/// True when the run reads the ImageNet-like tree: its plain row is selected,
+/// True when the run reads the ImageNet-like tree: its plain or augment row is selected,
 /// and the script is not only asked for its `--help`.
 pub fn reads_tree(extra: &[String]) -> bool {
-    !wants_help(extra) && selected(extra).iter().any(|k| k == "plain")
+    !wants_help(extra)
+        && selected(extra)
+            .iter()
+            .any(|k| k == "plain" || k == "augment")
 }
 
 fn wants_help(extra: &[String]) -> bool {
@@ -102,7 +108,10 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|st| st.success());
-    if !has_dali && !extra.iter().any(|a| a == "--no-dali") && (wants("plain") || wants("seg")) {
+    if !has_dali
+        && !extra.iter().any(|a| a == "--no-dali")
+        && (wants("plain") || wants("seg") || wants("augment"))
+    {
         anyhow::bail!(
             "`import nvidia.dali` fails in {}: the venv lacks tests/python/requirements.txt \
              (run `cargo xtask ci`, which installs it), or pass `-- --no-dali`",
@@ -115,7 +124,8 @@ pub fn run(root: &Path, tree: &Path, python: &Path, extra: &[String]) -> Result<
     let base = root.join("target/bench/loader");
     let mut cmd = Command::new(python);
     cmd.current_dir(root).arg(root.join(SCRIPT));
-    if wants("plain") {
+    // The augment rows read the plain row's tree and datasets.
+    if wants("plain") || wants("augment") {
         let as_is = base.join("as-is");
         let short = base.join("short256");
         pack_once(&bale, tree, &as_is, &[])?;
@@ -161,7 +171,11 @@ mod tests {
 
     #[test]
     fn only_selects_the_workloads_to_make() {
-        assert_eq!(selected(&args(&["--rounds", "1"])), ["plain", "seg", "det"]);
+        assert_eq!(
+            selected(&args(&["--rounds", "1"])),
+            ["plain", "seg", "det", "augment"]
+        );
+        assert!(reads_tree(&args(&["--only", "augment"])));
         assert_eq!(selected(&args(&["--only", "seg,det"])), ["seg", "det"]);
         assert_eq!(selected(&args(&["--only=det", "--batches", "2"])), ["det"]);
         assert!(reads_tree(&args(&["--only", "seg,plain"])));

@@ -8,7 +8,7 @@ by hand:
         --tree TREE --dataset as-is=DATASET [--dataset short256=DATASET2] \
         [--seg-tree SEG_TREE --seg-dataset SEG_DATASET] \
         [--det-tree DET_TREE --det-dataset DET_DATASET] \
-        [--only plain,seg,det] [--batches N] [--rounds 3]
+        [--only plain,seg,det,augment] [--batches N] [--rounds 3]
 
 The workloads (each module of workloads/ says exactly what its rows do):
 - plain (workloads/plain.py): RandomResizedCrop 224 + flip, batches of 64, on
@@ -20,6 +20,10 @@ The workloads (each module of workloads/ says exactly what its rows do):
 - det (workloads/detection.py): large-scale jitter (ScaleJitter to 1024,
   FixedSizeCrop 1024, flip, SanitizeBoundingBoxes), batches of 8: torchvision
   v2 + DataLoader, bale.Loader;
+- augment (workloads/augment.py): RandomResizedCrop 224 + flip +
+  TrivialAugmentWide + RandomErasing, batches of 64, on the first --dataset:
+  torchvision v2 + DataLoader, DALI's CPU pipeline, bale.Loader; and
+  ColorJitter's and TrivialAugmentWide's cost over bale's crop + flip;
 - per core (workloads/per_core.py): decode and per-sample rates of one thread.
 
 Each round runs every row of a workload once, in turn (so drift hits them

@@ -238,8 +238,10 @@ pub struct Batch {
     /// The images.
     pub images: Array,
     /// Each sample's label: `(batch,)` `int64` (`-1` for a sample without a
-    /// `.cls`), or `(batch, classes)` `float32` from a `.npy` member;
-    /// `None` when [`crate::LabelSource::None`] was asked for.
+    /// `.cls`), or `(batch, classes)` `float32` from a `.npy` member, or
+    /// with [`crate::LoaderOptions::mix`] the soft labels `(batch,
+    /// num_classes)` `float32`; `None` when [`crate::LabelSource::None`]
+    /// was asked for.
     pub labels: Option<Array>,
     /// Each sample's global index.
     pub indices: Vec<u64>,

@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     /// Values per `.npy` label (1 otherwise).
     pub classes: usize,
     pub epoch: u64,
+    /// The number in the epoch of the first batch (a resumed epoch's is not 0).
+    pub first_batch: u64,
     pub pool: Arc<BufferPool>,
 }
 
@@ -350,16 +352,22 @@ impl Batches {
             fields: Vec::new(),
             skipped: Vec::new(),
         };
-        Some(
-            assemble(&self.shared.opts, &job.indices, &mut batch, slots).map(
-                |(indices, fields, skipped)| {
-                    batch.indices = indices;
-                    batch.fields = fields;
-                    batch.skipped = skipped;
-                    batch
-                },
-            ),
-        )
+        let (indices, fields, skipped) =
+            match assemble(&self.shared.opts, &job.indices, &mut batch, slots) {
+                Ok(a) => a,
+                Err(e) => return Some(Err(e)),
+            };
+        batch.indices = indices;
+        batch.fields = fields;
+        batch.skipped = skipped;
+        // The last stage: mixing the batch as it comes out.
+        let sh = &self.shared;
+        if let Some(p) = crate::mix::mix_params(&sh.opts, sh.epoch, sh.first_batch + job.number)
+            && let Err(e) = crate::mix::apply(&sh.opts, &p, &mut batch, &sh.pool)
+        {
+            return Some(Err(e));
+        }
+        Some(Ok(batch))
     }
 }
 
@@ -507,6 +515,20 @@ fn decode_sample(sh: &Shared, work: &Work<'_>, job: &Job, k: usize) -> Done {
     // (see `Job`).
     if let Err(e) = unsafe { render::render_sample(work, &sample, &job.slots, k) } {
         done.error = Some(e);
+    }
+    if done.error.is_none()
+        && let (Some(m), LabelPtr::Class(base)) = (sh.opts.mix, job.slots.labels)
+    {
+        // SAFETY: slot k of the (batch,) labels, this task's alone.
+        let label = unsafe { *base.add(k) };
+        if let Err(what) = crate::mix::check_label(label, m.num_classes) {
+            done.error = Some(LoaderError::Target {
+                index,
+                key: sample.key().to_owned(),
+                member: sh.opts.label.member().unwrap_or("cls").to_owned(),
+                what,
+            });
+        }
     }
     // Damage a skip would leave out is the sample's own only in the file
     // the dataset opened: bytes of a shard written over under its map are

@@ -73,6 +73,7 @@ mod batch;
 mod engine;
 mod error;
 mod geometry;
+mod mix;
 mod options;
 mod pipeline;
 mod policy;
@@ -85,11 +86,14 @@ pub use batch::{Array, Batch, Boxes, Element, Elements, Skipped};
 pub use engine::Batches;
 pub use error::{LoaderError, Result};
 pub use geometry::{Padding, SampleParams, Window, nearest};
+pub use mix::{CutBox, Mix, MixKind, MixParams};
 pub use options::{
     Crop, Dtype, IMAGENET_MEAN, IMAGENET_STD, LabelSource, LoaderOptions, MAX_IN_FLIGHT_BYTES,
     MaskDtype, OnError, Order, Resize, ScaleJitter,
 };
-pub use policy::{Augment, AutoAugment, ColorJitter, EraseBox, Erasing, JitterDraw, PixelParams};
+pub use policy::{
+    Augment, AutoAugment, ColorJitter, EraseBox, EraseValue, Erasing, JitterDraw, PixelParams,
+};
 
 /// Members the loader takes the image from when none is named, in this
 /// order (each matched regardless of case: `JPEG`, `Png`).
@@ -181,12 +185,16 @@ impl Loader {
             LabelSource::Npy { member } => {
                 let classes = first_vector_len(&ds, member)?;
                 opts.check_in_flight(classes)?;
+                mix::check_vectors(&opts, classes)?;
                 classes
             }
             _ => 1,
         };
         // Arrays of a batch, times the batches in flight and one held.
-        let arrays = 2 + opts.masks.len() + if opts.boxes.is_some() { 3 } else { 0 };
+        let arrays = 2
+            + opts.masks.len()
+            + if opts.boxes.is_some() { 3 } else { 0 }
+            + usize::from(opts.mix.is_some());
         let keep = arrays * (opts.prefetch + 2);
         Ok(Loader {
             ds,
@@ -266,6 +274,7 @@ impl Loader {
                 image: self.image.clone(),
                 classes: self.classes,
                 epoch,
+                first_batch: start / self.opts.batch_size as u64,
                 pool: std::sync::Arc::clone(&self.pool),
             },
             iter,
@@ -313,6 +322,27 @@ impl Loader {
             });
         }
         Ok(policy::pixel_params(&self.opts, epoch, index))
+    }
+
+    /// The mixing decisions for batch `batch` of `epoch` (counted from the
+    /// epoch's start: a run resumed at sample `start` begins with batch
+    /// `start / batch_size`), `None` without `MixUp` or `CutMix`: which one,
+    /// its `lambda`, `CutMix`'s box. Each sample's partner is the one
+    /// before it in the batch as it comes out ([`MixParams::partner`]).
+    /// They depend on `(seed, epoch, batch)` alone.
+    ///
+    /// # Errors
+    /// [`LoaderError::Option`] for a batch past the epoch's end; an invalid
+    /// partition.
+    pub fn batch_params(&self, epoch: u64, batch: u64) -> Result<Option<MixParams>> {
+        let batches = self.batches_per_epoch()?;
+        if batch >= batches {
+            return Err(LoaderError::Option {
+                name: "batch",
+                what: format!("{batch} is past the epoch's end ({batches} batches)"),
+            });
+        }
+        Ok(mix::mix_params(&self.opts, epoch, batch))
     }
 }
 

@@ -401,6 +401,8 @@ pub struct LoaderOptions {
     /// Pixel augmentations after the geometry: `ColorJitter`, an
     /// auto-augment policy, `RandomGrayscale`, `RandomErasing` (default none).
     pub augment: crate::policy::Augment,
+    /// `MixUp` and `CutMix` per batch, the last stage (default none).
+    pub mix: Option<crate::mix::Mix>,
 }
 
 /// The most bytes of batches a loader keeps in flight (`prefetch + 1`
@@ -451,6 +453,7 @@ impl Default for LoaderOptions {
             dct_scaling: true,
             max_pixels: bale_image::DEFAULT_MAX_PIXELS,
             augment: crate::policy::Augment::default(),
+            mix: None,
         }
     }
 }
@@ -583,6 +586,7 @@ impl LoaderOptions {
         }
         self.check_members()?;
         crate::policy::check(self)?;
+        crate::mix::check(self)?;
         if self.boxes.is_none() {
             if self.box_labels.is_some() {
                 return bad("box_labels", "labels boxes: name the boxes member too");
@@ -700,6 +704,12 @@ impl LoaderOptions {
             LabelSource::Npy { .. } => classes as u64 * 4,
             _ => 8,
         };
+        if let Some(m) = self.mix
+            && !matches!(self.label, LabelSource::Npy { .. })
+        {
+            // The soft labels, besides the classes they are made from.
+            bytes += m.num_classes as u64 * 4;
+        }
         bytes + 8
     }
 

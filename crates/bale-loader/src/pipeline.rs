@@ -8,8 +8,10 @@
 //!    augmentations belong here: a stage per operation, not a flag);
 //! 4. [`Output`]: the crop left as it is, or converted to the batch's
 //!    layout and type;
-//! 5. the batch: samples compacted past skipped ones (per-batch stages,
-//!    such as mixing samples, belong after it).
+//! 5. `RandomErasing` on the output;
+//! 6. the batch: samples compacted past skipped ones;
+//! 7. per batch, `MixUp` or `CutMix` (`mix.rs`), on the consumer's thread
+//!    as the batch is handed out: images mixed in place, labels made soft.
 
 use crate::options::{Dtype, LoaderOptions};
 

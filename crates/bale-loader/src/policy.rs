@@ -104,7 +104,7 @@ impl FromStr for AutoAugment {
 /// torchvision v2's `RandomErasing(p, scale, ratio, value)`, on the output
 /// (after normalisation, as in torchvision's recipes): `value` is written
 /// in the output's units (a float output's normalised values; a `uint8`
-/// output takes it rounded).
+/// output takes it rounded); see [`EraseValue`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Erasing {
     /// The probability of erasing a box.
@@ -113,8 +113,22 @@ pub struct Erasing {
     pub scale: (f64, f64),
     /// Bounds of its height / width, drawn log-uniformly (default 0.3 to 3.3).
     pub ratio: (f64, f64),
-    /// The value per channel (default 0).
-    pub value: [f32; 3],
+    /// What the box is filled with (default 0 on every channel).
+    pub value: EraseValue,
+}
+
+/// What `RandomErasing` fills its box with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EraseValue {
+    /// A value per channel, in the output's units.
+    Fill([f32; 3]),
+    /// torchvision's `value="random"`: a standard normal draw per element
+    /// of the box (channel by channel, row by row: `torch.empty((3, h,
+    /// w)).normal_()`), from a stream of the sample's own. A float output
+    /// takes it as it is (its normalised units); a `uint8` output takes the
+    /// pixel that normalising by the loader's `mean` and `std` turns into
+    /// it, `round(255 * (mean + std * z))`, clamped to 0 to 255.
+    Random,
 }
 
 impl Erasing {
@@ -124,7 +138,7 @@ impl Erasing {
             p,
             scale: (0.02, 0.33),
             ratio: (0.3, 3.3),
-            value: [0.0; 3],
+            value: EraseValue::Fill([0.0; 3]),
         }
     }
 }
@@ -230,8 +244,10 @@ pub(crate) fn check(opts: &LoaderOptions) -> Result<()> {
                 format!("{:?}: want 0 < min <= max", e.ratio),
             );
         }
-        if e.value.iter().any(|v| !v.is_finite()) {
-            return bad("erasing_value", format!("{:?}: finite values", e.value));
+        if let EraseValue::Fill(v) = e.value
+            && v.iter().any(|v| !v.is_finite())
+        {
+            return bad("erasing_value", format!("{v:?}: finite values"));
         }
     }
     Ok(())
@@ -604,28 +620,48 @@ pub(crate) fn apply(p: &PixelParams, px: &mut [u8], width: usize, height: usize,
     }
 }
 
-/// `F.erase` of box `b` with `value` in an image of `width` columns, laid
-/// out channels first or last: each element written through `put`.
-pub(crate) fn erase<T: Copy>(
+/// The stream of `RandomErasing`'s noise within a sample's generator.
+const NOISE_STREAM: u64 = 0x006e_6f69_7365;
+
+/// `F.erase` of box `b` in an image of `width` columns, laid out channels
+/// first or last: the box's elements, channel by channel and row by row,
+/// take the values `value` gives in that order.
+pub(crate) fn erase<T>(
     out: &mut [T],
     b: EraseBox,
     width: usize,
     plane: usize,
     channels_first: bool,
-    value: [T; 3],
+    mut value: impl FnMut(usize) -> T,
 ) {
-    for y in b.top as usize..(b.top + b.height) as usize {
-        for x in b.left as usize..(b.left + b.width) as usize {
-            let p = y * width + x;
-            for (c, v) in value.iter().enumerate() {
+    for c in 0..3 {
+        for y in b.top as usize..(b.top + b.height) as usize {
+            for x in b.left as usize..(b.left + b.width) as usize {
+                let p = y * width + x;
                 let at = if channels_first {
                     c * plane + p
                 } else {
                     p * 3 + c
                 };
-                out[at] = *v;
+                out[at] = value(c);
             }
         }
+    }
+}
+
+/// The values `RandomErasing` writes for sample `index` of `epoch`, per
+/// channel in [`erase`]'s order, in normalised units (a constant, or the
+/// normal noise of the sample's stream).
+pub(crate) fn erase_values(
+    opts: &LoaderOptions,
+    epoch: u64,
+    index: u64,
+    value: EraseValue,
+) -> impl FnMut(usize) -> f32 {
+    let mut rng = SplitMix64::new(derive_seed(opts.seed, &[epoch, index, NOISE_STREAM]));
+    move |c| match value {
+        EraseValue::Fill(v) => v[c],
+        EraseValue::Random => crate::mix::normal(&mut rng) as f32,
     }
 }
 

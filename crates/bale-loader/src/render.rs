@@ -198,8 +198,9 @@ pub(crate) unsafe fn render_sample(
             .map_err(|e| image_err(sample, e))?,
     }
     if let (Some(b), Some(e)) = (pixel.erase, opts.augment.erasing) {
+        let values = crate::policy::erase_values(opts, w.epoch, sample.index(), e.value);
         // SAFETY: slot k of the images; see the contract.
-        unsafe { erase(opts, slots.image, k, per, plane, b, e.value) };
+        unsafe { erase(opts, slots.image, k, per, plane, b, values) };
     }
     if !slots.masks.is_empty() {
         let masks = slots
@@ -421,7 +422,7 @@ unsafe fn erase(
     per: usize,
     plane: usize,
     b: crate::policy::EraseBox,
-    value: [f32; 3],
+    mut value: impl FnMut(usize) -> f32,
 ) {
     let width = opts.size.1 as usize;
     let cf = opts.channels_first;
@@ -429,8 +430,21 @@ unsafe fn erase(
         ImagePtr::U8(base) => {
             // SAFETY: the caller's contract.
             let out = unsafe { slot(base, k, per) };
-            let v = value.map(|v| v.round().clamp(0.0, 255.0) as u8);
-            crate::policy::erase(out, b, width, plane, cf, v);
+            let random = matches!(
+                opts.augment.erasing.map(|e| e.value),
+                Some(crate::policy::EraseValue::Random)
+            );
+            let pixel = |c: usize| {
+                let v = value(c);
+                // Noise is in normalised units: the pixel normalising makes it.
+                let v = if random {
+                    255.0 * (opts.mean[c] + opts.std[c] * v)
+                } else {
+                    v
+                };
+                v.round().clamp(0.0, 255.0) as u8
+            };
+            crate::policy::erase(out, b, width, plane, cf, pixel);
         }
         ImagePtr::F32(base) => {
             // SAFETY: as above.
@@ -440,7 +454,7 @@ unsafe fn erase(
         ImagePtr::F16(base) => {
             // SAFETY: as above.
             let out = unsafe { slot(base, k, per) };
-            crate::policy::erase(out, b, width, plane, cf, value.map(f16::from_f32));
+            crate::policy::erase(out, b, width, plane, cf, |c| f16::from_f32(value(c)));
         }
     }
 }

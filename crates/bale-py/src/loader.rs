@@ -48,7 +48,7 @@ impl PyLoader {
         threads, prefetch, on_error, image, masks, mask_dtype, boxes, box_labels, max_boxes,
         min_box_size, min_box_area, label, fields, drop_last, dct_scaling, max_pixels,
         storage_options=None, cache_dir=None, cache_limit=None, verify_on_read=false,
-        backing="mmap", read_around="auto", augment=None
+        backing="mmap", read_around="auto", augment=None, mix=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -98,6 +98,7 @@ impl PyLoader {
         backing: &str,
         read_around: &str,
         augment: Option<AugmentArgs<'_>>,
+        mix: Option<(f64, f64, usize)>,
     ) -> PyResult<Self> {
         let opts = LoaderOptions {
             batch_size,
@@ -150,6 +151,13 @@ impl PyLoader {
                 Some(a) => augment_of(a)?,
                 None => bale_loader::Augment::default(),
             },
+            mix: mix.map(
+                |(mixup_alpha, cutmix_alpha, num_classes)| bale_loader::Mix {
+                    mixup_alpha,
+                    cutmix_alpha,
+                    num_classes,
+                },
+            ),
         };
         // The options first: a wrong one is named before the dataset is opened.
         opts.check().map_err(loader_err)?;
@@ -266,17 +274,40 @@ impl PyLoader {
         )?;
         Ok(d)
     }
+
+    /// The mixing decisions of batch `batch` of `epoch` as a dict, None
+    /// without mixing: `mix` (`"MixUp"` or `"CutMix"`), `lam` (drawn from
+    /// `Beta(alpha, alpha)`), `label_lam` (what labels and MixUp's pixels are
+    /// mixed with: CutMix's corrected by its box), `center` (x, y) and `box`
+    /// (x1, y1, x2, y2) of CutMix, else None.
+    fn batch_params<'py>(
+        &self,
+        py: Python<'py>,
+        epoch: u64,
+        batch: u64,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(p) = self.loader.batch_params(epoch, batch).map_err(loader_err)? else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("mix", p.kind.name())?;
+        d.set_item("lam", p.lam)?;
+        d.set_item("label_lam", p.label_lam)?;
+        d.set_item("center", p.center)?;
+        d.set_item("box", p.cut.map(|c| (c.x1, c.y1, c.x2, c.y2)))?;
+        Ok(Some(d))
+    }
 }
 
 /// `bale.Loader`'s augmentation arguments: `(color_jitter, auto_augment,
 /// random_grayscale, erasing)`, where `color_jitter` is four values, each
 /// a number or a `(min, max)` pair, and `erasing` is `(p, scale, ratio,
-/// value)`.
+/// value)` (value None: `"random"`).
 type AugmentArgs<'py> = (
     Option<Vec<Bound<'py, PyAny>>>,
     Option<String>,
     f64,
-    Option<(f64, (f64, f64), (f64, f64), [f32; 3])>,
+    Option<(f64, (f64, f64), (f64, f64), Option<[f32; 3]>)>,
 );
 
 /// The [`bale_loader::Augment`] of `bale.Loader`'s arguments (checked by
@@ -284,7 +315,7 @@ type AugmentArgs<'py> = (
 fn augment_of(
     (jitter, auto, grayscale, erasing): AugmentArgs<'_>,
 ) -> PyResult<bale_loader::Augment> {
-    use bale_loader::{Augment, ColorJitter, Erasing};
+    use bale_loader::{Augment, ColorJitter, EraseValue, Erasing};
     let color_jitter = match jitter {
         None => None,
         Some(v) if v.len() == 4 => {
@@ -332,7 +363,7 @@ fn augment_of(
             p,
             scale,
             ratio,
-            value,
+            value: value.map_or(EraseValue::Random, EraseValue::Fill),
         }),
     })
 }

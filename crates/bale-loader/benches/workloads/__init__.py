@@ -6,6 +6,6 @@ were not given). To add a workload, write a module like `segmentation.py` and
 append it to MODULES; to add a row to one, append a `Row` to its list.
 """
 
-from . import detection, plain, segmentation
+from . import augment, detection, plain, segmentation
 
-MODULES = (plain, segmentation, detection)
+MODULES = (plain, segmentation, detection, augment)

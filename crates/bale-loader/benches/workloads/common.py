@@ -60,7 +60,8 @@ class Workload:
     rows: list[Row]
     batches: int = 40
     warmup: int = 4
-    notes: list[str] = field(default_factory=list)
+    # Strings, or callables of the medians per row that return one.
+    notes: list[Any] = field(default_factory=list)
 
 
 def timed(row: Row, check: Callable[[Any], int], warmup: int, batches: int) -> float:
@@ -140,7 +141,9 @@ def run(w: Workload, rounds: int, warmup: int | None, batches: int | None) -> di
         print(f"  {name:<44} {fmt(rate):>10} {f'{fmt(lo)}-{fmt(hi)}':>15} {ratio:>15}")
     load1 = load()
     print(f"  load average: {load0:.2f} at start, {load1:.2f} at end")
-    for note in w.notes:
+    # A note may be computed from the medians (a callable).
+    notes = [note(med) if callable(note) else note for note in w.notes]
+    for note in notes:
         print(f"  note: {note}")
     return {
         "title": w.title,
@@ -155,7 +158,7 @@ def run(w: Workload, rounds: int, warmup: int | None, batches: int | None) -> di
         "errors": errors,
         "load_start": load0,
         "load_end": load1,
-        "notes": w.notes,
+        "notes": notes,
     }
 
 

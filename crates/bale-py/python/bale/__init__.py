@@ -898,7 +898,7 @@ def _augment_args(
     random_erasing: float,
     erasing_scale: Sequence[float],
     erasing_ratio: Sequence[float],
-    erasing_value: float | Sequence[float],
+    erasing_value: float | Sequence[float] | str,
 ) -> Any:
     """The native loader's ``augment`` argument (None when nothing is asked for)."""
     jitter = None
@@ -912,7 +912,11 @@ def _augment_args(
     p = _reals([random_erasing], "random_erasing", 1, "a probability")[0]
     erasing = None
     if p > 0:
-        if isinstance(erasing_value, (int, float)):
+        if isinstance(erasing_value, str):
+            if erasing_value != "random":
+                raise ValueError(f'erasing_value takes a number, one per channel or "random", not {erasing_value!r}')
+            value = None
+        elif isinstance(erasing_value, (int, float)) and not isinstance(erasing_value, bool):
             value = [float(erasing_value)] * 3
         else:
             value = _reals(erasing_value, "erasing_value", 3, "one per channel, or one number")
@@ -925,6 +929,16 @@ def _augment_args(
     if jitter is None and auto_augment is None and grey == 0 and erasing is None:
         return None
     return (jitter, auto_augment, grey, erasing)
+
+
+def _mix_args(mixup_alpha: float, cutmix_alpha: float, num_classes: int | None) -> Any:
+    """The native loader's ``mix`` argument (None when nothing is asked for);
+    checked by the native options."""
+    mixup = _reals([mixup_alpha], "mixup_alpha", 1, "the Beta distribution's alpha")[0]
+    cutmix = _reals([cutmix_alpha], "cutmix_alpha", 1, "the Beta distribution's alpha")[0]
+    if mixup == 0 and cutmix == 0 and num_classes is None:
+        return None
+    return (mixup, cutmix, 0 if num_classes is None else _whole(num_classes, "num_classes"))
 
 
 class Loader:
@@ -1043,9 +1057,19 @@ class Loader:
         random_grayscale: ``RandomGrayscale(p)``'s probability.
         random_erasing, erasing_scale, erasing_ratio, erasing_value:
             ``RandomErasing(p, scale, ratio, value)`` on the output (in its
-            units: normalised for float outputs).
+            units: normalised for float outputs); ``erasing_value="random"``
+            is normal noise per element (for ``uint8`` outputs the pixels
+            that ``mean`` and ``std`` normalise into it).
             The pixel stages run in that order after the geometry; see
             docs/loader.md's Augmentations.
+        mixup_alpha, cutmix_alpha, num_classes: ``MixUp(alpha,
+            num_classes)`` and ``CutMix(alpha, num_classes)`` per batch, the
+            last stage (0 leaves one out; with both, one is chosen per batch
+            with probability 1/2, as ``RandomChoice``): each sample is mixed
+            with the one before it in the batch, and the labels become soft
+            labels ``(B, num_classes)`` float32 (``.npy`` label vectors
+            are mixed as they are). Refused with masks or boxes;
+            :meth:`batch_params` says what each batch got.
 
     The options are checked when the loader is made (``ValueError`` naming
     the option), the batches in flight included: ``prefetch + 1`` batches
@@ -1108,7 +1132,10 @@ class Loader:
         random_erasing: float = 0.0,
         erasing_scale: Sequence[float] = (0.02, 0.33),
         erasing_ratio: Sequence[float] = (0.3, 3.3),
-        erasing_value: float | Sequence[float] = 0.0,
+        erasing_value: float | Sequence[float] | str = 0.0,
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
+        num_classes: int | None = None,
     ) -> None:
         import numpy  # noqa: F401  (the batches are NumPy arrays)
 
@@ -1231,6 +1258,7 @@ class Loader:
                 color_jitter, auto_augment, random_grayscale, random_erasing,
                 erasing_scale, erasing_ratio, erasing_value,
             ),
+            mix=_mix_args(mixup_alpha, cutmix_alpha, num_classes),
         )
         self.rank, self.world_size = rank, world_size
         #: Decoding threads (``threads=0`` resolved to the cores this process may use).
@@ -1291,6 +1319,29 @@ class Loader:
             raise IndexError(f"sample index {i} is not in the dataset (indices start at 0)")
         e = self.epoch if epoch is None else _whole(epoch, "epoch")
         return self._native.sample_params(e, i)
+
+    def batch_params(self, batch: int, epoch: int | None = None) -> dict[str, Any] | None:
+        """The mixing decisions of batch ``batch`` (of epoch ``epoch``, by
+        default the current one; counted from the epoch's start, so a run
+        resumed at sample ``start`` begins with batch ``start //
+        batch_size``), or None without ``mixup_alpha``/``cutmix_alpha``:
+        ``mix`` (``"MixUp"`` or ``"CutMix"``), ``lam`` (drawn from
+        ``Beta(alpha, alpha)``), ``label_lam`` (the labels' and MixUp's
+        pixels' lambda: CutMix's corrected by its box, torchvision's
+        ``lam_adjusted``), CutMix's ``center`` (x, y) and ``box`` (x1, y1,
+        x2, y2; None for MixUp), and ``partners``: sample ``k``'s partner is
+        ``partners[k]``, the one before it (the batch rolled by one) in the
+        batch as it comes out. They depend on ``(seed, epoch, batch)`` only.
+        A batch outside the epoch is an IndexError."""
+        b = _whole(batch, "batch")
+        if b >= len(self):
+            raise IndexError(f"batch {b} is not in the epoch ({len(self)} batches)")
+        e = self.epoch if epoch is None else _whole(epoch, "epoch")
+        p = self._native.batch_params(e, b)
+        if p is not None:
+            n = min(self.batch_size, self._native.samples_per_epoch() - b * self.batch_size)
+            p["partners"] = [(k - 1) % n for k in range(n)]
+        return p
 
     def __iter__(self) -> Iterator[Any]:
         import numpy
