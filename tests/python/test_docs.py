@@ -174,9 +174,10 @@ def mds(dir: Path) -> None:
 
 def litdata(dir: Path) -> None:
     code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
         import litdata as ld
-        def item(i):
-            return {{"label": i % 2, "caption": f"item {{i}}"}}
+        from test_migrate import _lit_write as item  # items bale's LitData reader is tested on
         if __name__ == "__main__":
             ld.optimize(fn=item, inputs=list(range(6)), output_dir={str(dir)!r}, chunk_bytes="4KB",
                         num_workers=1, mode="overwrite")
