@@ -346,7 +346,7 @@ fn non_utf8_names_fail_or_are_skipped() {
     // Quiet, but a skipped file is an error: it is still named.
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("skipped 1 files (--on-error skip):") && err.contains("caf\\xe9.jpg"),
+        err.contains("skipped 1 file (--on-error skip):") && err.contains("caf\\xe9.jpg"),
         "{}",
         text(&o)
     );
