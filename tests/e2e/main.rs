@@ -1,6 +1,7 @@
 //! End-to-end tests: one binary, a module per area.
 
 mod bench;
+mod cli;
 mod common;
 mod convert;
 mod crash;

@@ -346,7 +346,7 @@ fn non_utf8_names_fail_or_are_skipped() {
     // Quiet, but a skipped file is an error: it is still named.
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("skipped 1 files (--on-error skip):") && err.contains("caf\\xe9.jpg"),
+        err.contains("skipped 1 file (--on-error skip):") && err.contains("caf\\xe9.jpg"),
         "{}",
         text(&o)
     );
@@ -729,10 +729,11 @@ fn merge_across_filesystems_needs_copy_and_then_keeps_the_parts() {
     assert_eq!(keys.len(), 12);
 }
 
-/// A pack that finds no sample says so (a typo in a path or a glob), and
+/// A pack that finds no sample fails (a typo in a path or a glob) and
+/// writes nothing; with --allow-empty it writes the empty dataset, warns and
 /// names the first file of each kind it left out.
 #[test]
-fn a_pack_of_no_sample_warns_and_names_what_it_left_out() {
+fn a_pack_of_no_sample_fails_unless_allowed_and_names_what_it_left_out() {
     let t = tempfile::tempdir().unwrap();
     let input = t.path().join("in");
     fs::create_dir_all(input.join(".hidden")).unwrap();
@@ -740,6 +741,14 @@ fn a_pack_of_no_sample_warns_and_names_what_it_left_out() {
     fs::write(input.join("README"), b"x").unwrap();
     let out = t.path().join("out");
     let o = bale(&["pack", "-o"], &[&out, &input]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("error: no sample to pack") && err.contains("--allow-empty"),
+        "{err}"
+    );
+    assert!(!out.join("bale.json").exists(), "{}", text(&o));
+    let o = bale(&["pack", "--allow-empty", "-o"], &[&out, &input]);
     ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

@@ -1000,7 +1000,7 @@ fn a_reused_copy_is_checked_and_redone_when_damaged() {
     assert_eq!(out, format!("{}\n", target.display()));
     assert!(err.contains("fails its check"), "{err}");
     assert!(
-        err.contains("1 files copied") && err.contains("5 already in place"),
+        err.contains("1 file copied") && err.contains("5 already in place"),
         "{err}"
     );
     same_files(&ds, &target, &dataset_files(&ds));
@@ -1012,7 +1012,7 @@ fn a_reused_copy_is_checked_and_redone_when_damaged() {
         err.contains("fails its check") && err.contains("does not match the manifest's checksum"),
         "{err}"
     );
-    assert!(err.contains("1 files copied"), "{err}");
+    assert!(err.contains("1 file copied"), "{err}");
     same_files(&ds, &target, &dataset_files(&ds));
     let (code, _, err) = stage(&ds, &target, &["--verify"]);
     assert_eq!(code, 0, "{err}");

@@ -4,6 +4,10 @@
 //! has a JSON sidecar, so some samples have two members) into `target/demo/tree`,
 //! then packs it with the release build of `bale` into `target/demo/dataset`,
 //! verifies it and prints its statistics.
+//!
+//! The generator's stamp (which lets a second run skip the generation) waits
+//! beside the tree, not in it, while bale packs: in the tree it is a hidden
+//! file the pack would report as ignored, as if the user's tree held it.
 
 use std::fs;
 use std::path::Path;
@@ -23,6 +27,8 @@ the release build of bale:
   bale stat target/demo/dataset";
 
 const TREE: &str = "target/demo/tree";
+/// Where the generator's stamp waits while the tree is packed.
+const STAMP_ASIDE: &str = "target/demo/tree.stamp";
 const DATASET: &str = "target/demo/dataset";
 
 /// `cargo xtask demo`
@@ -46,7 +52,10 @@ pub fn main(args: Args) -> Result<()> {
          a JSON sidecar for every {}th image",
         params.files, params.classes, params.json_every
     );
-    let tree = gen_tree::generate(&root.join(TREE), &params)?;
+    let (tree_dir, aside) = (root.join(TREE), root.join(STAMP_ASIDE));
+    stamp_back(&tree_dir, &aside)?;
+    let tree = gen_tree::generate(&tree_dir, &params)?;
+    stamp_aside(&tree_dir, &aside)?;
 
     eprintln!("\ndemo [2/4] packing it with the release build of bale (built first if needed)");
     bale(
@@ -67,6 +76,28 @@ pub fn main(args: Args) -> Result<()> {
         params.classes
     );
     list(&root.join(DATASET))?;
+    Ok(())
+}
+
+/// Moves the generator's stamp out of `tree` to `aside`, so that the tree
+/// holds only the example's files.
+fn stamp_aside(tree: &Path, aside: &Path) -> Result<()> {
+    let stamp = tree.join(gen_tree::STAMP);
+    if stamp.exists() {
+        fs::rename(&stamp, aside)
+            .with_context(|| format!("cannot move {} to {}", stamp.display(), aside.display()))?;
+    }
+    Ok(())
+}
+
+/// Puts a stamp [`stamp_aside`] moved back into `tree`, so that the
+/// generator sees the tree is complete and skips it.
+fn stamp_back(tree: &Path, aside: &Path) -> Result<()> {
+    if aside.exists() && tree.is_dir() {
+        let stamp = tree.join(gen_tree::STAMP);
+        fs::rename(aside, &stamp)
+            .with_context(|| format!("cannot move {} to {}", aside.display(), stamp.display()))?;
+    }
     Ok(())
 }
 
@@ -97,4 +128,51 @@ fn list(dir: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tree bale packs holds no file of the generator's, and a second
+    /// run finds the stamp again (so it skips the generation).
+    #[test]
+    fn the_stamp_waits_outside_the_tree_while_it_is_packed() {
+        let t = std::env::temp_dir().join(format!("xtask-demo-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&t);
+        let (tree, aside) = (t.join("tree"), t.join("tree.stamp"));
+        let params = Params {
+            files: 4,
+            classes: 2,
+            kind: Kind::Jpeg,
+            seed: 0,
+            json_every: 0,
+        };
+        gen_tree::generate(&tree, &params).unwrap();
+        assert!(tree.join(gen_tree::STAMP).exists());
+        stamp_aside(&tree, &aside).unwrap();
+        let hidden: Vec<_> = walk(&tree)
+            .into_iter()
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(hidden.is_empty(), "{hidden:?}");
+        assert!(aside.exists());
+        stamp_back(&tree, &aside).unwrap();
+        assert!(tree.join(gen_tree::STAMP).exists() && !aside.exists());
+        // Nothing to put back: no error.
+        stamp_back(&tree, &aside).unwrap();
+        fs::remove_dir_all(&t).unwrap();
+    }
+
+    fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            }
+            out.push(p);
+        }
+        out
+    }
 }

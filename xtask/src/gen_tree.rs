@@ -40,7 +40,7 @@ mod detection;
 mod segmentation;
 
 /// Name of the stamp written into OUT once the tree is complete.
-const STAMP: &str = ".bale-gen-tree";
+pub(crate) const STAMP: &str = ".bale-gen-tree";
 /// Marker present while a tree is being written (removed when the stamp lands).
 const PARTIAL: &str = ".bale-gen-tree.partial";
 /// Bump when the bytes generated for given parameters change, so old trees are redone.

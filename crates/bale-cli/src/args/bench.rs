@@ -18,7 +18,7 @@ The target is what the training step consumes: batch size / step time
 ///
 /// Answers "why is my GPU at 30%?" for your data on your machine, before and
 /// after packing. On a plain tree (loose files) or a bale dataset (shards),
-/// measures samples/s and MB/s for sequential and random order, with a warm
+/// measures samples/s and MiB/s for sequential and random order, with a warm
 /// page cache and a cold one (pages evicted with posix_fadvise DONTNEED;
 /// inode and dentry caches are not evicted), with 1 thread and with N; with
 /// `--decode`, the image decode cost per sample. A dataset in object storage

@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod completions;
 pub mod convert;
 pub mod export_index;
 pub mod get;
@@ -16,6 +17,17 @@ pub mod stat;
 pub mod storage;
 pub mod verify;
 
+/// Shown after the commands and options by `bale --help` and in the manual
+/// page (verbatim: clap reflows doc comments into paragraphs).
+pub const EXIT_STATUS: &str = "\
+Exit status:
+  0    success
+  1    problems found (bale verify: the dataset is damaged)
+  2    an error (bad input, I/O, a dataset that cannot be read), or a usage
+       error: usage errors print clap's message, then the usage line and
+       \"For more information, try '--help'.\"
+  130  interrupted by Ctrl-C (a second Ctrl-C exits at once)";
+
 /// bale packs many small training files into a few large, indexed tar shards
 /// and reads them back fast.
 ///
@@ -23,6 +35,7 @@ pub mod verify;
 /// read DATASET from your data loader (Rust: bale-reader; Python: `import bale`).
 #[derive(Debug, Parser)]
 #[command(name = "bale", version, about, long_about, propagate_version = true)]
+#[command(after_help = EXIT_STATUS)]
 pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
@@ -52,4 +65,6 @@ pub enum Command {
     Stage(stage::StageArgs),
     Unstage(stage::UnstageArgs),
     Bench(bench::BenchArgs),
+    Completions(completions::CompletionsArgs),
+    Man(completions::ManArgs),
 }

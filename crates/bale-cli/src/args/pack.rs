@@ -171,9 +171,15 @@ pub struct PackArgs {
     #[arg(long, value_name = "N", help_heading = "Image stage")]
     pub max_pixels: Option<u64>,
 
-    /// Pack part I of N (I from 0) of the input, for `bale merge`.
+    /// Pack part I of N (I from 0) of the input, for `bale merge`. A part
+    /// that gets no sample (N above the number of samples) is written empty.
     #[arg(long, value_name = "I/N")]
     pub part: Option<Part>,
+
+    /// Write a dataset of 0 samples when the input holds no file that makes
+    /// one (without it, such a pack fails: usually a wrong path or glob).
+    #[arg(long)]
+    pub allow_empty: bool,
 
     /// Write into a non-empty output directory or prefix, removing an old dataset there once the
     /// input is walked and checked (in a bucket: just before the first upload); a failure after

@@ -144,13 +144,13 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
     };
     args.out.summary(&s, || {
         format!(
-            "converted {} samples ({} members, {}) to {} in {}: {} shards, {}",
-            s.samples,
-            s.members,
+            "converted {} ({}, {}) to {} in {}: {}, {}",
+            crate::units::count(s.samples, "sample"),
+            crate::units::count(s.members, "member"),
             crate::units::size(s.bytes),
             s.format,
             bale_format::shown(&s.output),
-            s.shards,
+            crate::units::count(s.shards, "shard"),
             crate::units::size(s.output_bytes)
         )
     })?;

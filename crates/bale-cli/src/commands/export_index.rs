@@ -25,9 +25,9 @@ pub fn print_summary(out: &OutputFlags, s: &DaliSummary) -> anyhow::Result<()> {
 /// The one-line summary.
 pub fn line(s: &DaliSummary) -> String {
     format!(
-        "wrote {} DALI index files ({} samples) to {}",
-        s.files.len(),
-        s.samples,
+        "wrote {} ({}) to {}",
+        crate::units::count(s.files.len(), "DALI index file"),
+        crate::units::count(s.samples, "sample"),
         crate::escape::message(&s.output.display().to_string())
     )
 }

@@ -115,11 +115,11 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
     let rate = summary.bytes as f64 / summary.seconds.max(1e-9);
     writeln!(
         stdout,
-        "indexed {} shards into {}: {} samples, {} members, {} of tars in {:.2} s ({}/s, {})",
-        summary.shards.len(),
+        "indexed {} into {}: {}, {}, {} of tars in {:.2} s ({}/s, {})",
+        crate::units::count(summary.shards.len(), "shard"),
         summary.output,
-        summary.samples,
-        summary.members,
+        crate::units::count(summary.samples, "sample"),
+        crate::units::count(summary.members, "member"),
         crate::units::size(summary.bytes),
         summary.seconds,
         crate::units::size(rate as u64),
@@ -156,36 +156,52 @@ fn notes(s: &IndexSummary, wids: bool) -> Vec<String> {
     );
     if dirs + noext > 0 {
         out.push(format!(
-            "note: skipped {dirs} directories, links and other non-file entries and {noext} files without an \
-             extension (they belong to no sample, as in WebDataset)"
+            "note: skipped {} and {} without an extension (they belong to no sample, as in \
+             WebDataset)",
+            crate::units::count_irregular(
+                dirs,
+                "directory, link or other non-file entry",
+                "directories, links and other non-file entries"
+            ),
+            crate::units::count(noext, "file"),
         ));
     }
     if dots > 0 {
         out.push(format!(
-            "note: removed a leading \"./\" from {dots} member names (the keys are the names without it)"
+            "note: removed a leading \"./\" from {} (the keys are the names without it)",
+            crate::units::count(dots, "member name"),
         ));
     }
     for e in &s.shards {
         if let Some((tar_key, offset, key)) = &e.first_renamed {
             out.push(format!(
-                "note: {}: {} samples renamed because their key reappeared after other samples (first: {:?} at \
+                "note: {}: {} renamed because their key reappeared after other samples (first: {:?} at \
                  offset {} is now {:?})",
-                e.file, e.renamed, tar_key, offset, key
+                e.file,
+                crate::units::count(e.renamed, "sample"),
+                tar_key,
+                offset,
+                key
             ));
         }
         if let Some((key, offset, first)) = &e.first_regrouped {
             out.push(format!(
-                "note: {}: {} later runs of keys regrouped into their first run's sample (first: {:?} at offset {} \
+                "note: {}: {} of keys regrouped into their first run's sample (first: {:?} at offset {} \
                  joined to offset {}); its index is scattered (layout 1.1), so every sample of this shard is read \
                  member by member",
-                e.file, e.regrouped, key, offset, first
+                e.file,
+                crate::units::count(e.regrouped, "later run"),
+                key,
+                offset,
+                first
             ));
         }
         if wids && e.long_names > 0 {
             out.push(format!(
-                "warning: {}: {} member names do not fit the 100-byte tar name field; wids reads only that \
+                "warning: {}: {} not fit the 100-byte tar name field; wids reads only that \
                  field and will misread them (bale reads them correctly)",
-                e.file, e.long_names
+                e.file,
+                crate::units::count_irregular(e.long_names, "member name does", "member names do")
             ));
         }
     }

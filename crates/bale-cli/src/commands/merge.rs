@@ -61,13 +61,13 @@ pub fn run(args: MergeArgs) -> anyhow::Result<ExitCode> {
     }
     args.out.summary(&s, || {
         format!(
-            "merged {} parts into {}: {} samples in {} shards, {} ({} files renamed, {} copied) in {:.2} s",
-            s.parts,
+            "merged {} into {}: {} in {}, {} ({} renamed, {} copied) in {:.2} s",
+            crate::units::count(s.parts, "part"),
             s.output,
-            s.samples,
-            s.shards,
+            crate::units::count(s.samples, "sample"),
+            crate::units::count(s.shards, "shard"),
             crate::units::size(s.bytes),
-            s.renamed,
+            crate::units::count(s.renamed, "file"),
             s.copied,
             s.seconds
         )
@@ -117,13 +117,13 @@ fn run_remote(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     };
     args.out.summary(&s, || {
         format!(
-            "merged {} parts into {}: {} samples in {} shards, {} ({} objects copied on the server; the parts are unchanged) in {:.2} s",
-            s.parts,
+            "merged {} into {}: {} in {}, {} ({} copied on the server; the parts are unchanged) in {:.2} s",
+            crate::units::count(s.parts, "part"),
             s.output,
-            s.samples,
-            s.shards,
+            crate::units::count(s.samples, "sample"),
+            crate::units::count(s.shards, "shard"),
             crate::units::size(s.bytes),
-            s.copied,
+            crate::units::count(s.copied, "object"),
             s.seconds
         )
     })?;

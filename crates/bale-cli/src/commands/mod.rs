@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use crate::args::{Cli, Command};
 
 pub mod bench;
+pub mod completions;
 pub mod convert;
 pub mod export_index;
 pub mod get;
@@ -68,5 +69,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Stage(a) => stage::run(a),
         Command::Unstage(a) => stage::run_unstage(a),
         Command::Bench(a) => bench::run(a),
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => completions::run_man(a),
     }
 }

@@ -46,6 +46,10 @@ pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
 struct Forward<'a> {
     bars: &'a Bars,
     remote: Option<&'a RemoteOut>,
+    /// Set to refuse a plan of no sample: the run is cancelled before it
+    /// touches the output, and `empty` says why.
+    refuse_empty: Option<&'a AtomicBool>,
+    empty: AtomicBool,
 }
 
 impl PackProgress for Forward<'_> {
@@ -53,6 +57,14 @@ impl PackProgress for Forward<'_> {
         self.bars.discovering(files);
     }
     fn planned(&self, samples: u64, bytes: u64) {
+        if samples == 0
+            && let Some(cancel) = self.refuse_empty
+        {
+            // The packer checks the flag next, before it clears or writes
+            // anything: an old dataset in the output stays as it was.
+            self.empty.store(true, Ordering::SeqCst);
+            cancel.store(true, Ordering::SeqCst);
+        }
         self.bars.planned(samples, bytes);
     }
     fn sample_written(&self, samples: u64, bytes: u64) {
@@ -162,7 +174,10 @@ impl PackProgress for Bars {
             b.enable_steady_tick(Duration::from_millis(200));
             b
         });
-        b.set_message(format!("discovering: {files} files"));
+        b.set_message(format!(
+            "discovering: {}",
+            crate::units::count(files, "file")
+        ));
     }
 
     fn planned(&self, samples: u64, bytes: u64) {
@@ -220,7 +235,7 @@ fn ignored_line(ig: &Ignored) -> Option<String> {
     let mut parts = Vec::new();
     // Each kind with its first path: a name the user did not expect to be
     // left out is seen at once.
-    let mut add = |k: &bale_pack::IgnoredKind, what: &str| {
+    let mut add = |k: &bale_pack::IgnoredKind, one: &str, many: &str| {
         if k.count > 0 {
             let first = k
                 .examples
@@ -231,14 +246,26 @@ fn ignored_line(ig: &Ignored) -> Option<String> {
                     None => format!(", e.g. \"{}\"", bale_format::shown(e)),
                 })
                 .unwrap_or_default();
-            parts.push(format!("{} {what}{first}", k.count));
+            let what = crate::units::count_irregular(k.count, one, many);
+            parts.push(format!("{what}{first}"));
         }
     };
-    add(&ig.no_extension, "without an extension");
-    add(&ig.hidden, "hidden");
-    add(&ig.symlinks, "symlinks (not followed; see --follow-links)");
-    add(&ig.excluded, "excluded by globs");
-    add(&ig.outside_class, "outside a class directory");
+    let same = |what| (what, what);
+    for (kind, (one, many)) in [
+        (&ig.no_extension, same("without an extension")),
+        (&ig.hidden, same("hidden")),
+        (
+            &ig.symlinks,
+            (
+                "symlink (not followed; see --follow-links)",
+                "symlinks (not followed; see --follow-links)",
+            ),
+        ),
+        (&ig.excluded, same("excluded by globs")),
+        (&ig.outside_class, same("outside a class directory")),
+    ] {
+        add(kind, one, many);
+    }
     (!parts.is_empty()).then(|| format!("ignored: {}", parts.join(", ")))
 }
 
@@ -246,17 +273,19 @@ fn ignored_line(ig: &Ignored) -> Option<String> {
 pub fn summary_line(s: &PackSummary) -> String {
     let labels = match s.labels.as_str() {
         "none" => String::new(),
-        mode => format!(", labels: {mode} ({} classes)", s.classes),
+        mode => format!(
+            ", labels: {mode} ({})",
+            crate::units::count_irregular(s.classes, "class", "classes")
+        ),
     };
     let part = s.part.map(|p| format!(" (part {p})")).unwrap_or_default();
-    let plural = if s.shards == 1 { "" } else { "s" };
     format!(
-        "packed {} samples into {} shard{plural}{part}: {} in {:.2} s, {:.1} MB/s, {} written to {}{labels}",
-        s.samples,
-        s.shards,
+        "packed {} into {}{part}: {} in {:.2} s, {}, {} written to {}{labels}",
+        crate::units::count(s.samples, "sample"),
+        crate::units::count(s.shards, "shard"),
         crate::units::size(s.input_bytes),
         s.seconds,
-        s.mb_per_second(),
+        crate::units::mib_per_sec(s.mb_per_second() * 1e6),
         crate::units::size(s.bytes),
         bale_format::shown(&s.output),
     )
@@ -375,11 +404,26 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     let packer = b.build().map_err(|e| anyhow!("{e}"))?;
     let bars = Bars::new(args.out.quiet);
     let old = super::OldDataset::before(&args.output, args.force);
-    let result = packer.run(&Forward {
+    let forward = Forward {
         bars: &bars,
         remote: remote.as_ref(),
-    });
+        refuse_empty: (!args.allow_empty && args.part.is_none()).then_some(&*cancel),
+        empty: AtomicBool::new(false),
+    };
+    let result = packer.run(&forward);
     bars.finish();
+    if forward.empty.load(Ordering::SeqCst) && result.is_err() {
+        if let Some(r) = remote {
+            drop(r.undo());
+        }
+        anyhow::bail!(
+            "no sample to pack: {} holds no file that makes one\n\
+             hint: files need an extension (`KEY.EXT`); hidden files, symlinks and files that \
+             --include/--exclude leave out are ignored; `bale stat DIR` shows what a directory \
+             holds; --allow-empty writes a dataset of 0 samples",
+            inputs_shown(&args)
+        );
+    }
     let summary = match (result, remote) {
         (Ok(s), None) => s,
         (Ok(mut s), Some(r)) => {
@@ -427,8 +471,8 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     if !summary.skipped.is_empty() {
         let _ = writeln!(
             err,
-            "skipped {} files (--on-error skip):",
-            summary.skipped.len()
+            "skipped {} (--on-error skip):",
+            crate::units::count(summary.skipped.len(), "file")
         );
         for f in summary.skipped.iter().take(SKIPPED_SHOWN) {
             let _ = writeln!(
@@ -450,15 +494,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     if summary.samples == 0 {
         // Legitimate for an empty part of `--part I/N`; more often a typo in
         // a path or a glob.
-        let inputs = if args.inputs.is_empty() {
-            "the list given with --files-from".to_owned()
-        } else {
-            args.inputs
-                .iter()
-                .map(|p| bale_format::shown(p).to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let inputs = inputs_shown(&args);
         let _ = writeln!(
             err,
             "warning: no sample was packed: {inputs} holds no file that makes one (check the input, --include and --exclude); the dataset has 0 samples"
@@ -473,6 +509,19 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         &args.out,
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The inputs, for a message: the directories given, or the `--files-from` list.
+fn inputs_shown(args: &PackArgs) -> String {
+    if args.inputs.is_empty() {
+        "the list given with --files-from".to_owned()
+    } else {
+        args.inputs
+            .iter()
+            .map(|p| bale_format::shown(p).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// The shard compression from `--format` and `--compress`.

@@ -89,9 +89,9 @@ pub fn run(args: StageArgs) -> anyhow::Result<ExitCode> {
             String::new()
         };
         eprintln!(
-            "staged {}: {} files copied ({}){kept} in {:.1}s",
+            "staged {}: {} copied ({}){kept} in {:.1}s",
             bale_format::shown(&summary.source),
-            summary.files_copied,
+            crate::units::count(summary.files_copied, "file"),
             crate::units::size(summary.bytes_copied),
             start.elapsed().as_secs_f64()
         );

@@ -156,6 +156,52 @@ fn print_exts(out: &mut impl Write, exts: &[ExtRow]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `n` with thousands separators and the noun in the right number.
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", HumanCount(n), if n == 1 { one } else { many })
+}
+
+/// The options a dataset was made with (`created_by.options`), as
+/// `key=value` pairs a reader takes in at a glance, not JSON: nested objects
+/// give dotted keys (`image.resize=shorter:256`), strings lose their quotes,
+/// lists are joined with commas, nulls and empty lists are left out.
+fn options_line(options: &serde_json::Value) -> String {
+    fn flat(prefix: &str, v: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match v {
+            Value::Null => {}
+            Value::Array(a) if a.is_empty() => {}
+            Value::Object(m) => {
+                for (k, v) in m {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    flat(&key, v, out);
+                }
+            }
+            leaf => out.push(format!("{prefix}={}", scalar(leaf))),
+        }
+    }
+    fn scalar(v: &serde_json::Value) -> String {
+        use serde_json::Value;
+        match v {
+            Value::String(s) => s.clone(),
+            Value::Array(a) => a.iter().map(scalar).collect::<Vec<_>>().join(","),
+            Value::Object(_) => v.to_string(),
+            other => other.to_string(),
+        }
+    }
+    let mut out = Vec::new();
+    match options {
+        serde_json::Value::Object(_) => flat("", options, &mut out),
+        serde_json::Value::Null => {}
+        other => out.push(scalar(other)),
+    }
+    out.join(", ")
+}
+
 fn print_dataset(out: &mut impl Write, s: &DatasetReport, all: bool) -> std::io::Result<()> {
     writeln!(
         out,
@@ -164,10 +210,9 @@ fn print_dataset(out: &mut impl Write, s: &DatasetReport, all: bool) -> std::io:
         field(&s.format_version)
     )?;
     let c = &s.created_by;
-    let options = if c.options.is_null() {
-        String::new()
-    } else {
-        format!(" {}", c.options)
+    let options = match options_line(&c.options) {
+        o if o.is_empty() => String::new(),
+        o => format!(" ({o})"),
     };
     writeln!(
         out,
@@ -179,10 +224,10 @@ fn print_dataset(out: &mut impl Write, s: &DatasetReport, all: bool) -> std::io:
     )?;
     writeln!(
         out,
-        "samples      {} in {} shards ({} members)",
+        "samples      {} in {} ({})",
         HumanCount(s.samples),
-        HumanCount(s.shards),
-        HumanCount(s.members)
+        counted(s.shards, "shard", "shards"),
+        counted(s.members, "member", "members")
     )?;
     if s.compression == "none" {
         writeln!(
@@ -209,8 +254,8 @@ fn print_dataset(out: &mut impl Write, s: &DatasetReport, all: bool) -> std::io:
     if s.skipped > 0 {
         writeln!(
             out,
-            "skipped      {} input files when packing",
-            HumanCount(s.skipped)
+            "skipped      {} when packing",
+            counted(s.skipped, "input file", "input files")
         )?;
     }
     print_sizes(out, "sample size", &s.sample_bytes)?;
@@ -236,8 +281,8 @@ fn print_dataset(out: &mut impl Write, s: &DatasetReport, all: bool) -> std::io:
     if s.shard_table.len() > rows {
         writeln!(
             out,
-            "... {} more shards (--all to show them)",
-            s.shard_table.len() - rows
+            "... {} more (--all to show them)",
+            counted((s.shard_table.len() - rows) as u64, "shard", "shards")
         )?;
     }
     writeln!(out)?;
@@ -251,8 +296,8 @@ fn print_dataset(out: &mut impl Write, s: &DatasetReport, all: bool) -> std::io:
         };
         writeln!(
             out,
-            "labels ({} classes; .cls members read: {how})",
-            l.classes.len()
+            "labels ({}; .cls members read: {how})",
+            counted(l.classes.len() as u64, "class", "classes")
         )?;
         let rows = if all { l.classes.len() } else { LABEL_ROWS };
         for c in l.classes.iter().take(rows) {
@@ -267,22 +312,22 @@ fn print_dataset(out: &mut impl Write, s: &DatasetReport, all: bool) -> std::io:
         if l.classes.len() > rows {
             writeln!(
                 out,
-                "... {} more classes (--all to show them)",
-                l.classes.len() - rows
+                "... {} more (--all to show them)",
+                counted((l.classes.len() - rows) as u64, "class", "classes")
             )?;
         }
         if l.unlabeled > 0 {
             writeln!(
                 out,
-                "{} samples have no .cls member",
-                HumanCount(l.unlabeled)
+                "{} no .cls member",
+                counted(l.unlabeled, "sample has", "samples have")
             )?;
         }
         if l.unparsed > 0 {
             writeln!(
                 out,
-                "{} .cls members are not integers",
-                HumanCount(l.unparsed)
+                "{} not integers",
+                counted(l.unparsed, ".cls member is", ".cls members are")
             )?;
         }
     }
@@ -297,26 +342,62 @@ fn print_tree(out: &mut impl Write, s: &TreeStat) -> std::io::Result<()> {
     )?;
     writeln!(
         out,
-        "files        {} ({}), forming {} samples",
+        "files        {} ({}), forming {}",
         HumanCount(s.files),
         crate::units::size(s.bytes),
-        HumanCount(s.samples)
+        counted(s.samples, "sample", "samples")
     )?;
     print_sizes(out, "file size", &s.file_bytes)?;
     if s.no_extension > 0 {
         writeln!(
             out,
-            "skipped      {} files without an extension (or hidden)",
-            HumanCount(s.no_extension)
+            "skipped      {} without an extension (or hidden)",
+            counted(s.no_extension, "file", "files")
         )?;
     }
     if s.not_regular > 0 {
         writeln!(
             out,
-            "skipped      {} entries that are not regular files (symlinks...)",
-            HumanCount(s.not_regular)
+            "skipped      {} (symlinks...)",
+            counted(
+                s.not_regular,
+                "entry that is not a regular file",
+                "entries that are not regular files"
+            )
         )?;
     }
     writeln!(out)?;
     print_exts(out, &s.extensions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_read_as_key_value_pairs_not_json() {
+        let v = serde_json::json!({
+            "shard_size": 1073741824u64,
+            "shuffle": true,
+            "labels": "dir",
+            "seed": null,
+            "image": {"resize": "shorter:256", "format": "jpeg:90"},
+            "exts": ["jpg", "png"],
+            "include": [],
+        });
+        // serde_json's map keeps keys sorted.
+        assert_eq!(
+            options_line(&v),
+            "exts=jpg,png, image.format=jpeg:90, image.resize=shorter:256, labels=dir, \
+             shard_size=1073741824, shuffle=true"
+        );
+        assert_eq!(options_line(&serde_json::Value::Null), "");
+        assert_eq!(options_line(&serde_json::json!({})), "");
+    }
+
+    #[test]
+    fn counts_keep_separators_and_agree_with_their_noun() {
+        assert_eq!(counted(1, "shard", "shards"), "1 shard");
+        assert_eq!(counted(1_281_167, "sample", "samples"), "1,281,167 samples");
+    }
 }

@@ -221,15 +221,15 @@ fn summary(dir: &Path, r: &Report<'_>, secs: f64) -> String {
     } else {
         String::new()
     };
-    let shards = if r.shards_checked == 1 {
-        "shard"
+    let samples = if r.samples_checked == 1 {
+        "sample"
     } else {
-        "shards"
+        "samples"
     };
     format!(
-        "{}: {verdict}{warn} ({what} of {} {shards}, {} samples, {} read in {secs:.1}s{note})",
+        "{}: {verdict}{warn} ({what} of {}, {} {samples}, {} read in {secs:.1}s{note})",
         bale_format::shown(dir),
-        r.shards_checked,
+        crate::units::count(r.shards_checked, "shard"),
         HumanCount(r.samples_checked),
         crate::units::size(r.bytes_read),
     )

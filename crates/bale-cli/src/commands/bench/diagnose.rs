@@ -9,7 +9,8 @@
 //! 2. With `--decode`: when `threads / decode cost` (what the cores decode per
 //!    second) is below the random cold rate at N threads (what storage
 //!    delivers), decoding bounds the pipeline: [`Bound::DecodeCpu`]; `bale
-//!    pack --resize` (fewer pixels) or `--image-format raw` (no decode) relieve it.
+//!    pack --resize shorter:N` (fewer pixels) or `--image-format raw` (no
+//!    decode) relieve it.
 //! 3. When random cold reads reach less than [`SEEK_RATIO`] of the sequential
 //!    cold MB/s, the per-sample open and seek cost bounds it:
 //!    [`Bound::OpensAndSeeks`]; `bale pack` for a tree, `bale stage` (or
@@ -20,7 +21,7 @@
 //!    bound it ([`Bound::OpensAndSeeks`], `bale pack`), for a dataset the CPU
 //!    that copies and checksums the bytes ([`Bound::ReadCpu`]: more loader workers).
 //! 5. Otherwise the device's bandwidth bounds it: [`Bound::DiskBandwidth`];
-//!    `bale stage` (RAM or local NVMe) or `bale pack --resize` (fewer bytes).
+//!    `bale stage` (RAM or local NVMe) or `bale pack --resize shorter:N` (fewer bytes).
 //!
 //! A dataset whose shards are in object storage skips rules 3-5: every pass
 //! there, warm or cold, is requests to the store (nothing to evict, nothing
@@ -63,7 +64,14 @@ impl Rate {
         }
     }
 
-    /// Megabytes (10^6 bytes) per second; 0 when nothing was measured.
+    /// Mebibytes (2^20 bytes) per second, as the text output shows rates
+    /// beside sizes in KiB, MiB and GiB; 0 when nothing was measured.
+    pub fn mib_per_sec(&self) -> f64 {
+        self.mb_per_sec() * 1e6 / (1024.0 * 1024.0)
+    }
+
+    /// Megabytes (10^6 bytes) per second (the JSON's `mb_per_sec`); 0 when
+    /// nothing was measured.
     pub fn mb_per_sec(&self) -> f64 {
         if self.samples == 0 || self.secs <= 0.0 {
             0.0
@@ -207,7 +215,8 @@ pub fn diagnose(m: &Metrics) -> Diagnosis {
     } else if let Some(d) = decode_rate.filter(|d| *d < storage) {
         (
             Bound::DecodeCpu,
-            "bale pack --resize WxH (fewer pixels to decode) or --image-format raw (no decode)"
+            "bale pack --resize shorter:256 (fewer pixels to decode; N a little above the \
+             training crop) or --image-format raw (no decode)"
                 .to_owned(),
             format!(
                 "{} cores decode {} samples/s, storage delivers {}",
@@ -226,10 +235,10 @@ pub fn diagnose(m: &Metrics) -> Diagnosis {
             Bound::ObjectStorage,
             remedy.to_owned(),
             format!(
-                "random reads from the store reach {} samples/s ({:.0} MB/s), sequential {:.0} MB/s",
+                "random reads from the store reach {} samples/s ({:.0} MiB/s), sequential {:.0} MiB/s",
                 fmt_rate(storage),
-                m.rand_cold_n.mb_per_sec(),
-                m.seq_cold_n.mb_per_sec()
+                m.rand_cold_n.mib_per_sec(),
+                m.seq_cold_n.mib_per_sec()
             ),
         )
     } else if m.seq_cold_n.measured()
@@ -244,9 +253,9 @@ pub fn diagnose(m: &Metrics) -> Diagnosis {
             Bound::OpensAndSeeks,
             remedy.to_owned(),
             format!(
-                "random cold reads reach {:.0} MB/s, sequential {:.0} MB/s",
-                m.rand_cold_n.mb_per_sec(),
-                m.seq_cold_n.mb_per_sec()
+                "random cold reads reach {:.0} MiB/s, sequential {:.0} MiB/s",
+                m.rand_cold_n.mib_per_sec(),
+                m.seq_cold_n.mib_per_sec()
             ),
         )
     } else if m.rand_warm_n.measured() && storage >= CACHE_RATIO * m.rand_warm_n.samples_per_sec() {
@@ -271,12 +280,12 @@ pub fn diagnose(m: &Metrics) -> Diagnosis {
     } else {
         (
             Bound::DiskBandwidth,
-            "bale stage (copy to RAM or local NVMe) or bale pack --resize WxH (fewer bytes)"
+            "bale stage (copy to RAM or local NVMe) or bale pack --resize shorter:256 (fewer bytes)"
                 .to_owned(),
             format!(
-                "random cold reads reach {:.0} MB/s against {:.0} MB/s warm",
-                m.rand_cold_n.mb_per_sec(),
-                m.rand_warm_n.mb_per_sec()
+                "random cold reads reach {:.0} MiB/s against {:.0} MiB/s warm",
+                m.rand_cold_n.mib_per_sec(),
+                m.rand_warm_n.mib_per_sec()
             ),
         )
     };
@@ -394,12 +403,13 @@ mod tests {
 
     #[test]
     fn slow_random_reads_of_a_tree_are_opens_and_seeks_and_pack_relieves_them() {
-        // Sequential 10,000 samples/s (1000 MB/s), random cold 2,000 (200 MB/s).
+        // Sequential 10,000 samples/s (1000 MB/s), random cold 2,000 (200 MB/s,
+        // 191 MiB/s).
         let d = diagnose(&metrics(true, 10_000.0, 40_000.0, 400.0, 2_000.0));
         assert_eq!(d.bound, Bound::OpensAndSeeks);
         assert!(d.remedy.starts_with("bale pack"), "{}", d.remedy);
         assert!(d.line.contains("file opens and seeks"), "{}", d.line);
-        assert!(d.line.contains("200 MB/s"), "{}", d.line);
+        assert!(d.line.contains("191 MiB/s"), "{}", d.line);
         // On a dataset the same figures point at stage instead.
         let d = diagnose(&metrics(false, 10_000.0, 40_000.0, 400.0, 2_000.0));
         assert_eq!(d.bound, Bound::OpensAndSeeks);
@@ -411,7 +421,20 @@ mod tests {
         let d = diagnose(&metrics(false, 5_000.0, 50_000.0, 1_000.0, 4_000.0));
         assert_eq!(d.bound, Bound::DiskBandwidth);
         assert!(d.remedy.contains("bale stage"), "{}", d.remedy);
-        assert!(d.remedy.contains("--resize"), "{}", d.remedy);
+        assert_resize_parses(&d.remedy);
+    }
+
+    /// The `--resize` rule a remedy recommends is one `bale pack` accepts.
+    fn assert_resize_parses(remedy: &str) {
+        let rule = remedy
+            .split_whitespace()
+            .skip_while(|w| *w != "--resize")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no --resize RULE in {remedy:?}"));
+        let parsed = <crate::args::Cli as clap::Parser>::try_parse_from([
+            "bale", "pack", "in", "-o", "out", "--resize", rule,
+        ]);
+        assert!(parsed.is_ok(), "{remedy:?}: {}", parsed.unwrap_err());
     }
 
     #[test]
@@ -466,7 +489,8 @@ mod tests {
         m.decode_secs_per_sample = Some(0.005);
         let d = diagnose(&m);
         assert_eq!(d.bound, Bound::DecodeCpu);
-        assert!(d.remedy.contains("--resize") && d.remedy.contains("raw"));
+        assert!(d.remedy.contains("raw"), "{}", d.remedy);
+        assert_resize_parses(&d.remedy);
         assert!((d.decode_samples_per_sec.unwrap() - 1_600.0).abs() < 1e-6);
         // One worker: 1 / (1/1000 + 0.005) = 166.7/s; 8 workers: 1,333/s.
         assert!((d.worker_samples_per_sec - 1000.0 / 6.0).abs() < 1e-6);

@@ -246,7 +246,7 @@ pub fn print_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
         writeln!(
             out,
             "  {:<10} {:<5} {:>7} {:>11} {:>9} {:>9} {:>7}",
-            "order", "cache", "threads", "samples/s", "MB/s", "samples", "secs"
+            "order", "cache", "threads", "samples/s", "MiB/s", "samples", "secs"
         )?;
         for run in &s.runs {
             writeln!(
@@ -256,7 +256,7 @@ pub fn print_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
                 run.cache,
                 run.threads,
                 fmt_rate(run.samples_per_sec),
-                fmt_rate(run.mb_per_sec),
+                fmt_rate(run.mb_per_sec * 1e6 / (1024.0 * 1024.0)),
                 fmt_count(run.samples),
                 run.secs
             )?;
@@ -264,7 +264,7 @@ pub fn print_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
         if let Some(d) = &s.decode {
             for run in &d.runs {
                 let mbps = if run.secs > 0.0 {
-                    run.bytes as f64 / 1e6 / run.secs
+                    run.bytes as f64 / (1024.0 * 1024.0) / run.secs
                 } else {
                     0.0
                 };
