@@ -50,6 +50,11 @@ VARIANTS = {
     ("loader.md", "for epoch in range(90):"): "for epoch in range(1):",
     ("loader.md", "torchvision.models.resnet50()"): "torchvision.models.resnet18()",
     ("loader.md", 'batch_size=256, crop="random_resized", size=224'): 'batch_size=4, crop="random_resized", size=224',
+    # The pinned ring of `into`, on CPU: plain tensors, copies that clone, and
+    # an event that is always done.
+    ("loader.md", ".pin_memory()"): "",
+    ("loader.md", ".cuda(non_blocking=True)"): ".clone()",
+    ("loader.md", "torch.cuda.Event()"): "type('Event', (), {'record': lambda e: None, 'synchronize': lambda e: None})()",
     # A bench of a few seconds' budget per pass, on a tree of a dozen images.
     ("README.md", "--target 2560 --plot bench.svg"): "--target 2560 --plot bench.svg --budget 0.05",
     ("bench.md", "--target 2560 --plot bench.svg"): "--target 2560 --plot bench.svg --budget 0.05",
