@@ -113,7 +113,7 @@ def test_into_requires_int64_labels(small) -> None:
 
 def test_an_empty_dataset_says_it_is_empty(tmp_path) -> None:
     (tmp_path / "tree").mkdir()
-    run_bale("pack", tmp_path / "tree", "-o", tmp_path / "ds")
+    run_bale("pack", tmp_path / "tree", "-o", tmp_path / "ds", "--allow-empty")
     with pytest.raises(ValueError, match="is empty"):
         bale.Loader(tmp_path / "ds")
 
