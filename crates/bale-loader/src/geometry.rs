@@ -146,20 +146,9 @@ impl SampleParams {
     }
 }
 
-/// torch's `interpolate(mode="nearest")` source index of output index `o`
-/// for a resize of `n_in` to `n_out` pixels: `min(floor(o * (n_in /
-/// n_out)), n_in - 1)` with the scale and the product in `float32`, and its
-/// two special cases (the same size, and twice it).
-pub fn nearest(o: u32, n_in: u32, n_out: u32) -> u32 {
-    if n_in == n_out {
-        o
-    } else if u64::from(n_out) == 2 * u64::from(n_in) {
-        o >> 1
-    } else {
-        let scale = n_in as f32 / n_out as f32;
-        ((o as f32 * scale).floor() as u32).min(n_in - 1)
-    }
-}
+/// torch's `interpolate(mode="nearest")` source index: one rule for the
+/// loader's masks and for the pack's, defined beside the pack's mask resize.
+pub use bale_image::mask::nearest;
 
 /// One axis of a sample's geometry (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
