@@ -19,6 +19,9 @@ pub(crate) const PIP_INSTALL: &[&str] = &[
     "--disable-pip-version-check",
     "--no-input",
     "--no-compile",
+    // pip's cache would keep a second copy of every wheel (torch's CUDA
+    // libraries and DALI: about 4 GB) beside the installed venv.
+    "--no-cache-dir",
     "-q",
 ];
 
