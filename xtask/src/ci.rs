@@ -7,6 +7,7 @@
 //!    (`slurm-wlm`, `munge`, for tests/e2e/slurm.rs), `strace` (for
 //!    tests/e2e/crash.rs); installed with apt-get
 //!    when missing and we are root, else a message naming the apt-get command;
+//!    and a warning when the disk has less room than the run will take;
 //! 2. the Python venv at `.venv` with `tests/python/requirements.txt` installed
 //!    (skipped when `.venv` records that file's sha256). It is set up in the
 //!    background while steps 3 and 4 run (pip mostly waits on the network and the
@@ -44,7 +45,8 @@
 //!     the wheel of step 10 has been installed into the venv.
 //!
 //! Steps 5..11 see `BALE_TEST_PYTHON` set to the venv's interpreter, and
-//! Python writes its bytecode to `target/ci/pycache` (see `Ci::python_env`).
+//! Python writes its bytecode to `target/ci/pycache`, and cargo builds without incremental state (see
+//! `Ci::child_env`).
 
 use std::fs;
 use std::io::Write;
@@ -141,8 +143,9 @@ enum Outcome {
 
 impl Ci {
     fn run_all(&mut self) -> Result<()> {
-        self.step("tools", "python3 with venv, GNU tar, zstd", |_| {
+        self.step("tools", "python3 with venv, GNU tar, zstd", |ci| {
             check_tools()?;
+            warn_if_disk_is_short(&ci.root, &ci.target());
             Ok(Outcome::Passed)
         })?;
         let venv = self.start_venv()?;
@@ -404,12 +407,17 @@ impl Ci {
     fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(program);
         cmd.current_dir(&self.root);
-        self.python_env(&mut cmd);
+        self.child_env(&mut cmd);
         cmd
     }
 
-    /// `BALE_TEST_PYTHON`, and Python bytecode written to
-    /// `target/ci/pycache` even where `PYTHONDONTWRITEBYTECODE` is set.
+    /// `BALE_TEST_PYTHON`, Python bytecode written to `target/ci/pycache`
+    /// even where `PYTHONDONTWRITEBYTECODE` is set, and `CARGO_INCREMENTAL=0`.
+    ///
+    /// A run of ci builds each of our crates once: incremental state would
+    /// only take disk (4.6 GB of an 11 GB target/ in a debug build of the
+    /// workspace), and a machine whose disk filled made the venv's install
+    /// fail. A `CARGO_INCREMENTAL` the caller set is kept.
     ///
     /// pip installs the venv without bytecode (`--no-compile`, see
     /// `util::PIP_INSTALL`). With `PYTHONDONTWRITEBYTECODE=1` in the
@@ -419,7 +427,10 @@ impl Ci {
     /// written on first import (docs/benchmarks.md). The cache goes under
     /// target/, not beside the sources; a `PYTHONPYCACHEPREFIX` the caller set
     /// is kept.
-    fn python_env(&self, cmd: &mut Command) {
+    fn child_env(&self, cmd: &mut Command) {
+        if std::env::var_os("CARGO_INCREMENTAL").is_none() {
+            cmd.env("CARGO_INCREMENTAL", "0");
+        }
         if let Some(python) = &self.python {
             cmd.env("BALE_TEST_PYTHON", python);
         }
@@ -437,7 +448,7 @@ impl Ci {
     fn cargo(&self) -> Command {
         let mut cmd = util::cargo();
         cmd.current_dir(&self.root);
-        self.python_env(&mut cmd);
+        self.child_env(&mut cmd);
         cmd
     }
 }
@@ -873,6 +884,48 @@ fn gnu_tar_present() -> bool {
         && util::output(Command::new("tar").arg("--version")).is_ok_and(|v| v.contains("GNU tar"))
 }
 
+/// What a run from scratch adds to the disk, in GB: a debug build of the
+/// workspace without incremental state (target/debug, 6.4 GB) and the venv
+/// with torch's CUDA libraries and DALI (7.6 GB), rounded up.
+const BUILD_GB: u64 = 7;
+const VENV_GB: u64 = 8;
+
+/// Says up front when the disk has less room than this run will take, so
+/// that a full disk is not first seen as pip's or the linker's `No space left
+/// on device` half an hour in. A warning, not a stop: the figures are
+/// estimates, and a run over a warm target/ and venv takes little.
+fn warn_if_disk_is_short(root: &Path, target: &Path) {
+    let mut need = 1;
+    if !target.join("debug").is_dir() {
+        need += BUILD_GB;
+    }
+    if !root.join(".venv").join(VENV_STAMP).is_file() {
+        need += VENV_GB;
+    }
+    let Some(free) = free_gb(root) else { return };
+    if free < need {
+        eprintln!(
+            "ci: warning: {free} GB free on the disk of {}; this run needs about {need} GB \
+             (a build from scratch about {BUILD_GB} GB, the venv about {VENV_GB} GB): free some \
+             space, or steps will fail with `No space left on device`",
+            root.display()
+        );
+    }
+}
+
+/// Free space, in whole GB, of the file system holding `dir` (`df -Pk`).
+fn free_gb(dir: &Path) -> Option<u64> {
+    let out = util::output(Command::new("df").arg("-Pk").arg(dir)).ok()?;
+    let kb: u64 = out
+        .lines()
+        .nth(1)?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()?;
+    Some(kb / (1024 * 1024))
+}
+
 fn check_tools() -> Result<()> {
     let missing: Vec<&Tool> = TOOLS.iter().filter(|t| !(t.present)()).collect();
     // One `Apt` for both, so `apt-get update` runs at most once. `--all-features`
@@ -1037,6 +1090,25 @@ fn ensure_venv_to(root: &Path, log: Option<&fs::File>) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `df -Pk` is read as this machine's df prints it: the repository's disk
+    /// has a size, and some room (the build is on it).
+    #[test]
+    fn free_space_is_read_off_df() {
+        let free = free_gb(&util::repo_root()).expect("df -Pk of the repository parses");
+        let out = util::output(Command::new("df").arg("-Pk").arg(util::repo_root())).unwrap();
+        let kb: u64 = out
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .nth(3)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(free, kb / (1024 * 1024));
+        assert!(free_gb(Path::new("/no/such/dir")).is_none());
+    }
 
     /// `cargo tree` lines `<crate> v<version> <features>` of the normal
     /// dependencies from crates.io (path crates, ours, are left out).
