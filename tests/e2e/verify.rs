@@ -733,6 +733,8 @@ fn every_help_text_is_as_snapshotted() {
         "stage",
         "unstage",
         "bench",
+        "completions",
+        "man",
     ] {
         insta::assert_snapshot!(format!("help-{cmd}"), help(&[cmd, "--help"]));
         insta::assert_snapshot!(format!("help-{cmd}-short"), help(&[cmd, "-h"]));
