@@ -228,3 +228,23 @@ def test_litdata_layouts_bale_cannot_read_are_refused(tmp_path):
     r = subprocess.run([str(bale_bin()), "convert", str(src), "-o", str(tmp_path / "out")], capture_output=True, text=True)
     assert r.returncode == 2 and "batch" in r.stderr and "index.json" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _lit_text(i: int) -> dict:
+    return {"label": i % 4, "caption": f"caption {i} " * (i % 7 + 1)}
+
+
+def test_litdata_rows_kept_only_in_arrow_are_refused_by_name(tmp_path):
+    """LitData keeps samples that are dicts of strings and numbers only in an
+    Arrow IPC file at the chunk's end, leaving its own samples empty: bale
+    says so, instead of calling the chunk corrupt or converting empty samples."""
+    import litdata as ld
+
+    src = tmp_path / "lit"
+    ld.optimize(fn=_lit_text, inputs=list(range(50)), output_dir=str(src), chunk_bytes="4KB",
+                num_workers=1, mode="overwrite")  # fmt: skip
+    assert ld.StreamingDataset(input_dir=str(src))[3]["caption"] == _lit_text(3)["caption"]
+    r = subprocess.run([str(bale_bin()), "convert", str(src), "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "Arrow IPC" in r.stderr and "chunk-0-0.bin" in r.stderr and "corrupt" not in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()

@@ -116,8 +116,10 @@ proptest! {
         }
     }
 
+    /// With or without the Arrow IPC copy of the rows LitData may append
+    /// (`<IPC file> <u32 length> "LDARW01\0"`), the samples are the same.
     #[test]
-    fn litdata_items_come_back_as_members(items in prop::collection::vec((any::<i64>(), any::<f64>(), prop::collection::vec(any::<f32>(), 0..5)), 0..10)) {
+    fn litdata_items_come_back_as_members(items in prop::collection::vec((any::<i64>(), any::<f64>(), prop::collection::vec(any::<f32>(), 0..5)), 0..10), footer in prop::option::of(prop::collection::vec(any::<u8>(), 0..64))) {
         let index = br#"{"chunks":[{"chunk_bytes":CHUNK,"chunk_size":COUNT,"dim":null,"filename":"chunk-0-0.bin"}],"config":{"compression":null,"data_format":["int","float","no_header_numpy:9"],"data_spec":"[1, {\"type\": \"builtins.dict\", \"context\": \"[\\\"label\\\", \\\"score\\\", \\\"vec\\\"]\", \"children_spec\": [{\"type\": null, \"context\": null, \"children_spec\": []}, {\"type\": null, \"context\": null, \"children_spec\": []}, {\"type\": null, \"context\": null, \"children_spec\": []}]}]","encryption":null,"item_loader":"PyTreeLoader"}}"#;
         let encoded: Vec<Vec<u8>> = items.iter().map(|(l, s, v)| {
             let mut out = Vec::new();
@@ -141,6 +143,9 @@ proptest! {
         for e in &encoded {
             chunk.extend_from_slice(e);
         }
+        if let Some(ipc) = &footer {
+            arrow_footer(&mut chunk, ipc);
+        }
         let index = String::from_utf8_lossy(index)
             .replace("CHUNK", &chunk.len().to_string())
             .replace("COUNT", &items.len().to_string());
@@ -156,4 +161,49 @@ proptest! {
             prop_assert_eq!(h.data_len(), Some(4 * v.len() as u64));
         }
     }
+}
+
+/// Appends LitData's Arrow footer of IPC bytes `ipc` to `chunk`.
+fn arrow_footer(chunk: &mut Vec<u8>, ipc: &[u8]) {
+    chunk.extend_from_slice(ipc);
+    chunk.extend_from_slice(&(ipc.len() as u32).to_le_bytes());
+    chunk.extend_from_slice(b"LDARW01\0");
+}
+
+/// A chunk whose rows are only in the Arrow footer (every sample empty, as
+/// LitData writes dicts of strings and numbers) is refused by name, not
+/// called corrupt, and a footer whose length does not match the samples'
+/// end still is.
+#[test]
+fn litdata_rows_only_in_arrow_are_refused_by_name() {
+    let index = |bytes: usize| {
+        format!(
+            r#"{{"chunks":[{{"chunk_bytes":{bytes},"chunk_size":3,"dim":null,"filename":"chunk-0-0.bin"}}],"config":{{"compression":null,"data_format":["int","str"],"data_spec":"[1, {{\"type\": \"builtins.dict\", \"context\": \"[\\\"label\\\", \\\"caption\\\"]\", \"children_spec\": [{{\"type\": null, \"context\": null, \"children_spec\": []}}, {{\"type\": null, \"context\": null, \"children_spec\": []}}]}}]","encryption":null,"item_loader":"PyTreeLoader"}}}}"#
+        )
+    };
+    let header = 4 * (3 + 2) as u32;
+    let mut chunk = 3u32.to_le_bytes().to_vec();
+    for _ in 0..4 {
+        chunk.extend_from_slice(&header.to_le_bytes());
+    }
+    arrow_footer(&mut chunk, b"ARROW1\0\0 stands for the IPC file");
+    let e = read_foreign(index(chunk.len()).as_bytes(), &chunk).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, bale_format::FormatError::Unsupported { .. }),
+        "{e:?}"
+    );
+    assert!(
+        msg.contains("Arrow") && msg.contains("chunk-0-0.bin"),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("offset {header}")), "{msg}");
+    // One byte more in the footer's length field: no longer LitData's layout.
+    let n = chunk.len();
+    chunk[n - 12] += 1;
+    let e = read_foreign(index(chunk.len()).as_bytes(), &chunk).unwrap_err();
+    assert!(
+        matches!(e, bale_format::FormatError::Corrupt { .. }),
+        "{e:?}"
+    );
 }

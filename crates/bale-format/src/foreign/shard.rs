@@ -11,6 +11,19 @@ use crate::error::{FormatError, Result};
 /// claim far more than the file holds, so buffers grow with the data read.
 const GROW: u64 = 8 << 20;
 
+/// The end of a LitData chunk that carries its rows again as an Arrow IPC
+/// file: `<IPC file> <its length: u32 LE> "LDARW01\0"`. LitData writes it
+/// for samples that are flat dicts of strings and numbers.
+const ARROW_FOOTER_MAGIC: &[u8; 8] = b"LDARW01\0";
+
+/// The length of the Arrow footer `tail` (a chunk's last 12 bytes) ends,
+/// magic and length field included; `None` when it ends none.
+fn arrow_footer(tail: &[u8]) -> Option<u64> {
+    let (len, magic) = tail.split_last_chunk::<8>()?;
+    let (_, len) = len.split_last_chunk::<4>()?;
+    (magic == ARROW_FOOTER_MAGIC).then(|| u64::from(u32::from_le_bytes(*len)) + 12)
+}
+
 pub(crate) struct ShardStream<R> {
     r: R,
     path: PathBuf,
@@ -28,7 +41,7 @@ pub(crate) fn open(spec: &ShardSpec) -> Result<ShardStream<Box<dyn Read>>> {
     let path = &spec.path;
     let file = crate::files::open_regular(path)?;
     let file_len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
-    let (reader, len): (Box<dyn Read>, u64) = if spec.zstd {
+    let (reader, len, footer): (Box<dyn Read>, u64, _) = if spec.zstd {
         let Some(raw) = spec.raw_bytes else {
             return Err(FormatError::Unsupported {
                 path: path.clone(),
@@ -36,7 +49,8 @@ pub(crate) fn open(spec: &ShardSpec) -> Result<ShardStream<Box<dyn Read>>> {
             });
         };
         let d = zstd::stream::read::Decoder::new(file).map_err(|e| FormatError::io(path, e))?;
-        (Box::new(d), raw)
+        // LitData does not compress a chunk that ends with an Arrow footer.
+        (Box::new(d), raw, None)
     } else {
         if let Some(raw) = spec.raw_bytes.filter(|r| *r != file_len) {
             return Err(FormatError::Corrupt {
@@ -45,9 +59,23 @@ pub(crate) fn open(spec: &ShardSpec) -> Result<ShardStream<Box<dyn Read>>> {
                 what: format!("index.json records {raw} bytes, the file has {file_len}"),
             });
         }
-        (Box::new(BufReader::with_capacity(1 << 20, file)), file_len)
+        let footer = if spec.has_config || file_len < 12 {
+            None
+        } else {
+            use std::os::unix::fs::FileExt;
+            let mut tail = [0u8; 12];
+            let at = file_len - 12;
+            file.read_exact_at(&mut tail, at)
+                .map_err(|e| FormatError::io_at(path, at, e))?;
+            arrow_footer(&tail)
+        };
+        (
+            Box::new(BufReader::with_capacity(1 << 20, file)),
+            file_len,
+            footer,
+        )
     };
-    ShardStream::start(reader, path.clone(), len, spec)
+    ShardStream::start(reader, path.clone(), len, spec, footer)
 }
 
 /// A shard held in memory (the fuzz target and tests).
@@ -58,11 +86,17 @@ pub(crate) fn from_bytes<'a>(spec: &ShardSpec, bytes: &'a [u8]) -> Result<ShardS
         zstd: false,
         ..spec.clone()
     };
-    ShardStream::start(bytes, spec.path.clone(), bytes.len() as u64, &spec)
+    let footer = if spec.has_config {
+        None
+    } else {
+        bytes.last_chunk::<12>().and_then(|t| arrow_footer(t))
+    };
+    ShardStream::start(bytes, spec.path.clone(), bytes.len() as u64, &spec, footer)
 }
 
 impl<R: Read> ShardStream<R> {
-    fn start(r: R, path: PathBuf, len: u64, spec: &ShardSpec) -> Result<Self> {
+    /// `footer`: the length of the Arrow footer the shard ends with, if any.
+    fn start(r: R, path: PathBuf, len: u64, spec: &ShardSpec, footer: Option<u64>) -> Result<Self> {
         let mut s = ShardStream {
             r,
             path,
@@ -128,6 +162,21 @@ impl<R: Read> ShardStream<R> {
             }
         }
         let last = u64::from(s.offsets[n as usize]);
+        if footer.is_some_and(|f| last.checked_add(f) == Some(s.len)) {
+            if n > 0 && last == first {
+                return Err(FormatError::Unsupported {
+                    path: s.path.clone(),
+                    what: format!(
+                        "its {n} samples are empty: LitData stored the rows only in the Arrow \
+                         IPC file at offset {last} (as it does for dicts of strings and numbers), \
+                         which bale convert does not read; it converts the samples LitData \
+                         serialises itself (images, arrays, bytes)"
+                    ),
+                });
+            }
+            // The rows again, after the samples: left out.
+            s.len = last;
+        }
         if last != s.len {
             return Err(s.corrupt(
                 4 + 4 * n,
