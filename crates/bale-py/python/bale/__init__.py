@@ -1087,6 +1087,11 @@ class Loader:
 
     Memory: ``prefetch + 1`` batches in flight, reused once the arrays you
     received are freed, and per thread one decoded crop and one mask row.
+
+    Checkpoints: :meth:`state_dict` and :meth:`load_state_dict` (what
+    Lightning's ``Trainer`` calls) save and restore the place in the epoch
+    after the batches yielded, also at another world size
+    (docs/python.md, "Checkpointing" and "Elastic resume").
     """
 
     def __init__(
