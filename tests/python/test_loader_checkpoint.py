@@ -155,6 +155,38 @@ def test_states_of_another_dataset_seed_order_batch_size_or_augment_are_refused(
         run(bad)
 
 
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory) -> Path:
+    """30 PNGs, samples 5 and 6 not images."""
+    base = tmp_path_factory.mktemp("lck")
+    d = base / "tree" / "ant"
+    d.mkdir(parents=True)
+    for i in range(30):
+        if i in (5, 6):
+            (d / f"{i:04d}.png").write_bytes(b"not a png at all")
+        else:
+            Image.fromarray(np.full((10, 12, 3), i, dtype=np.uint8)).save(d / f"{i:04d}.png")
+    run_bale("pack", base / "tree", "-o", base / "ds", "-q")
+    return base / "ds"
+
+
+@pytest.mark.filterwarnings("ignore:bale.Loader skipped sample")
+def test_skipped_samples_count_in_the_state(damaged: Path) -> None:
+    def mk():
+        return make(damaged, "sequential", batch_size=4, on_error="skip")
+
+    whole, _ = run(mk())
+    assert [len(b[0]) for b in whole[:3]] == [4, 2, 4]
+    head, state = run(mk(), 2)
+    # Two batches are 8 samples of the epoch, two of them skipped.
+    assert state["stages"][0]["consumed"] == [8]
+    resumed = mk()
+    resumed.load_state_dict(state)
+    rest, _ = run(resumed)
+    assert_same(head + rest, whole)
+    assert resumed.skipped == 0
+
+
 def lockstep(path: Path, order: str, world: int, steps: int, **kw) -> tuple[list[int], dict]:
     """Every rank of a run takes `steps` batches; the indices they saw and rank 0's state."""
     seen, state = [], None
