@@ -268,20 +268,23 @@ def test_a_second_elastic_resume_goes_on_from_the_first(pngs: Path) -> None:
     assert sorted(seen) == list(range(N))
 
 
-def test_lightning_resumes_mid_epoch_from_its_checkpoint(pngs: Path, tmp_path: Path) -> None:
+def lightning(path: Path):
+    """A tiny LightningModule over a Loader of `path` (rank and world size
+    given: one Trainer per simulated rank), recording (epoch, indices,
+    pixel sum) of each batch it trains on, and a Trainer factory."""
     torch = pytest.importorskip("torch")
     L = pytest.importorskip("lightning.pytorch")
 
     class Model(L.LightningModule):
-        def __init__(self, ckpt: Path | None = None, at: tuple[int, int] = (-1, -1)) -> None:
+        def __init__(self, ckpt: Path | None = None, at: tuple[int, int] = (-1, -1), rank: int = 0, world: int = 1):
             super().__init__()
-            self.ckpt, self.at = ckpt, at
+            self.ckpt, self.at, self.cut = ckpt, at, (rank, world)
             self.w = torch.nn.Parameter(torch.zeros(1))
             self.seen: list[tuple[int, list[int], float]] = []
             self.loader: bale.Loader | None = None
 
         def train_dataloader(self):
-            self.loader = make(pngs, seed=3)
+            self.loader = make(path, seed=3, rank=self.cut[0], world_size=self.cut[1])
             return self.loader
 
         def on_train_epoch_start(self):
@@ -299,19 +302,42 @@ def test_lightning_resumes_mid_epoch_from_its_checkpoint(pngs: Path, tmp_path: P
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    def trainer():
+    def trainer(epochs: int):
         return L.Trainer(
-            max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+            max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False,
         )
 
+    return torch, Model, trainer
+
+
+def test_lightning_resumes_mid_epoch_from_its_checkpoint(pngs: Path, tmp_path: Path) -> None:
+    torch, Model, trainer = lightning(pngs)
     ckpt = tmp_path / "mid.ckpt"
     first = Model(ckpt, at=(0, 5))
-    trainer().fit(first)
+    trainer(2).fit(first)
     assert len(first.seen) == 26 and ckpt.exists()
     assert sorted(i for e, idx, _ in first.seen if e == 1 for i in idx) == list(range(N))
     saved = torch.load(ckpt, weights_only=False)["loops"]["fit_loop"]["state_dict"]["combined_loader"]
     assert saved[0]["bale"] == "Loader" and saved[0]["stages"][0]["consumed"] == [48]
     again = Model()
-    trainer().fit(again, ckpt_path=ckpt)
+    trainer(2).fit(again, ckpt_path=ckpt)
     assert again.seen == first.seen[6:]
+
+
+@pytest.mark.parametrize(("world", "to"), [(2, 5), (4, 3)])
+def test_lightning_resumes_a_checkpoint_at_another_world_size(pngs: Path, tmp_path: Path, world: int, to: int) -> None:
+    # One Trainer per simulated rank; rank 0 saves after its third batch,
+    # every rank having trained on three.
+    _, Model, trainer = lightning(pngs)
+    ckpt = tmp_path / "rank0.ckpt"
+    seen: list[int] = []
+    for r in range(world):
+        m = Model(ckpt if r == 0 else None, at=(0, 2), rank=r, world=world)
+        trainer(1).fit(m)
+        seen += [i for _, idx, _ in m.seen[:3] for i in idx]
+    for r in range(to):
+        m = Model(rank=r, world=to)
+        trainer(1).fit(m, ckpt_path=ckpt)
+        seen += [i for _, idx, _ in m.seen for i in idx]
+    assert sorted(seen) == list(range(N))
