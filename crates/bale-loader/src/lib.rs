@@ -265,6 +265,28 @@ impl Loader {
     /// As [`Loader::epoch`]; `start` past the end of the epoch.
     pub fn epoch_from(&self, epoch: u64, start: u64) -> Result<Batches> {
         let order = self.ds.order(self.opts.plan(epoch), self.opts.partition)?;
+        self.batches(epoch, &order, start)
+    }
+
+    /// As [`Loader::epoch_from`], at `place` in an epoch resumed from a
+    /// checkpoint ([`bale_reader::resume::Resume::place`]): with a new
+    /// stage, the part of what the epoch had left that this partition gets
+    /// (a checkpoint of another world size). Batches are numbered from the
+    /// start of the stage.
+    ///
+    /// # Errors
+    /// As [`Loader::epoch_from`]; a place that does not fit the dataset.
+    pub fn epoch_at(&self, epoch: u64, place: &bale_reader::resume::Place) -> Result<Batches> {
+        let order = bale_reader::Order::resumed(
+            self.opts.plan(epoch),
+            self.opts.partition,
+            &self.ds.shard_sizes(),
+            place,
+        )?;
+        self.batches(epoch, &order, place.start)
+    }
+
+    fn batches(&self, epoch: u64, order: &bale_reader::Order, start: u64) -> Result<Batches> {
         let iter = order.iter_from(start)?;
         let samples = order.len() - start;
         Batches::start(

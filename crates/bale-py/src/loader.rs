@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use bale_image::region::RegionDecoder;
 use bale_loader::{Array, Batch, Batches, Loader, LoaderError, LoaderOptions, Resize, ScaleJitter};
+use bale_reader::resume::Cut;
 use bale_reader::{ForkGuard, Partition};
 use pyo3::exceptions::{PyIndexError, PyMemoryError, PyValueError};
 use pyo3::ffi;
@@ -199,6 +200,18 @@ impl PyLoader {
         self.loader.dataset().fields().to_vec()
     }
 
+    /// The fingerprint of the dataset's content (`bale_reader::resume::fingerprint`).
+    #[getter]
+    fn fingerprint(&self) -> String {
+        bale_reader::resume::fingerprint(self.loader.dataset().manifest())
+    }
+
+    /// Samples in the dataset (the length of an epoch's list, all ranks').
+    #[getter]
+    fn dataset_len(&self) -> u64 {
+        self.loader.dataset().len()
+    }
+
     /// Values per label: the length of a `.npy` label vector, else 1.
     #[getter]
     fn label_classes(&self) -> usize {
@@ -214,6 +227,42 @@ impl PyLoader {
             inner: Mutex::new(b),
             fork: ForkGuard::new(),
         })
+    }
+
+    /// The batches of `epoch` resumed after `stages` (a state's, as
+    /// `resume::place` takes them): with the last stage's cut (world size,
+    /// `even`) they go on where it stopped; with another, a new stage cuts
+    /// what the epoch had left. Returns the batches, the stage's number,
+    /// the samples of this rank's share of it already read, and the share.
+    fn epoch_resumed(
+        &self,
+        py: Python<'_>,
+        epoch: u64,
+        stages: Vec<crate::resume::StageArg>,
+    ) -> PyResult<(PyBatches, u64, u64, u64)> {
+        let opts = self.loader.options();
+        let part = opts.partition;
+        let cut = Cut::new(part.world_size, 1, part.even);
+        let plan = opts.plan(epoch);
+        let len = self.loader.dataset().len();
+        let resume = crate::resume::resume_of(stages);
+        let (b, place) = py.detach(|| -> PyResult<_> {
+            let place = resume
+                .place(len, cut, part.rank, 0, crate::resume::mixing_of(plan))
+                .map_err(to_py)?;
+            let b = self.loader.epoch_at(epoch, &place).map_err(loader_err)?;
+            Ok((b, place))
+        })?;
+        let total = place.rest.as_ref().map_or(len, |r| r.len());
+        Ok((
+            PyBatches {
+                inner: Mutex::new(b),
+                fork: ForkGuard::new(),
+            },
+            place.stage,
+            place.start,
+            cut.share(total, part.rank, 0),
+        ))
     }
 
     /// Every decision for sample `index` in `epoch`, as a dict: the crop in

@@ -19,9 +19,9 @@ use crate::{PREFETCH_BYTES, PREFETCH_SAMPLES, PyDataset, PyIter, parse_plan, to_
 
 /// One stage of a state as Python passes it: `(world_size, num_workers,
 /// even, rank, consumed)`, `consumed` one count (or None) per worker.
-type StageArg = (u64, u64, bool, u64, Vec<Option<u64>>);
+pub(crate) type StageArg = (u64, u64, bool, u64, Vec<Option<u64>>);
 
-fn resume_of(stages: Vec<StageArg>) -> Resume {
+pub(crate) fn resume_of(stages: Vec<StageArg>) -> Resume {
     Resume::new(
         stages
             .into_iter()
@@ -34,7 +34,7 @@ fn resume_of(stages: Vec<StageArg>) -> Resume {
     )
 }
 
-fn mixing_of(plan: EpochPlan) -> Option<Mixing> {
+pub(crate) fn mixing_of(plan: EpochPlan) -> Option<Mixing> {
     match plan {
         EpochPlan::ShardShuffled {
             seed,

@@ -44,7 +44,9 @@ docs/python.md).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import operator
 import os
 import sys
@@ -773,6 +775,14 @@ def _stage_args(stages: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, boo
     return [(s["world_size"], s["num_workers"], s["even"], s["rank"], list(s["consumed"])) for s in stages]
 
 
+#: Options of the native loader a checkpoint need not match: the cut (a
+#: resume may change it; each stage of a state records its own), how the
+#: data is read, and what the state names itself.
+_LOADER_RUNTIME = frozenset({
+    "rank", "world_size", "even", "threads", "prefetch", "on_error", "storage_options", "cache_dir",
+    "cache_limit", "verify_on_read", "backing", "read_around", "order", "seed", "buffer", "batch_size",
+})
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -1077,6 +1087,11 @@ class Loader:
 
     Memory: ``prefetch + 1`` batches in flight, reused once the arrays you
     received are freed, and per thread one decoded crop and one mask row.
+
+    Checkpoints: :meth:`state_dict` and :meth:`load_state_dict` (what
+    Lightning's ``Trainer`` calls) save and restore the place in the epoch
+    after the batches yielded, also at another world size
+    (docs/python.md, "Checkpointing" and "Elastic resume").
     """
 
     def __init__(
@@ -1209,8 +1224,7 @@ class Loader:
         masks_list = _names(masks, "masks")
         self._targets = bool(masks_list) or boxes is not None
         self._dict = self._targets or label != "cls"
-        self._native = _native.Loader(
-            path,
+        options = dict(
             batch_size=self.batch_size,
             size=(height, width),
             crop=crop,
@@ -1260,14 +1274,35 @@ class Loader:
             ),
             mix=_mix_args(mixup_alpha, cutmix_alpha, num_classes),
         )
+        self._native = _native.Loader(path, **options)
         self.rank, self.world_size = rank, world_size
+        # What a checkpoint must match: the dataset, the order, the batch
+        # size, and every option that changes what a batch holds (not the
+        # world size, which a resume may change, nor how it is read).
+        settings = {k: v for k, v in options.items() if k not in _LOADER_RUNTIME}
+        self._ident_: dict[str, Any] = {
+            "dataset": self._native.fingerprint,
+            "samples": self._native.dataset_len,
+            "plan": order,
+            "seed": options["seed"],
+            "buffer": options["buffer"],
+            "batch_size": self.batch_size,
+            "augment": hashlib.sha256(json.dumps(settings, sort_keys=True, default=repr).encode()).hexdigest()[:16],
+        }
+        # A loaded state, for the next iteration; the stages the current
+        # iteration resumed (None: no iteration since set_epoch or a load).
+        self._pending: list[dict[str, Any]] | None = None
+        self._live: list[dict[str, Any]] | None = None
         #: Decoding threads (``threads=0`` resolved to the cores this process may use).
         self.threads = threads if threads > 0 else len(os.sched_getaffinity(0))
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the next iteration reads (and clears ``start``)."""
+        """Sets the epoch the next iteration reads (and clears ``start`` and
+        a loaded state: a resumed epoch is resumed once)."""
         self.epoch = _whole(epoch, "epoch")
         self.start = 0
+        self._pending = None
+        self._live = None
 
     def resume(self, epoch: int, start: int) -> None:
         """The next iteration reads ``epoch`` from its ``start``-th sample on
@@ -1275,6 +1310,48 @@ class Loader:
         times the batch size when no image was skipped)."""
         epoch, start = _whole(epoch, "epoch"), _whole(start, "start")
         self.epoch, self.start = epoch, start
+        self._pending = None
+        self._live = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The place of this loader in its epoch, as a small JSON-serialisable dict.
+
+        It counts the samples of the batches yielded to you (the batches
+        decoded ahead are not counted): taken after the ``k``-th batch of
+        the epoch, a resume yields batch ``k + 1`` on. Its size does not
+        grow with the dataset (about 300 bytes of JSON). Pass it to
+        :meth:`load_state_dict` to resume: the same batches follow as in
+        an uninterrupted run (the same samples and pixels), or, at another
+        world size, every sample the epoch had left, once, across the
+        ranks (the state of rank 0 serves every rank: ranks step in
+        lockstep). The format is :class:`IterableDataset`'s, with
+        ``num_workers`` 1 (docs/python.md, "Checkpointing").
+        """
+        stages = [dict(s) for s in (self._pending or [])]
+        if self._live is not None:
+            stages = [dict(s) for s in self._live]
+            now = _state.stage(self.world_size, 1, self._even, self.rank, [self.position])
+            if stages and _same_cut(stages[-1], now):
+                stages[-1] = now
+            else:
+                stages.append(now)
+        elif self._pending is None and self.start:
+            stages = [_state.stage(self.world_size, 1, self._even, self.rank, [self.start])]
+        return _state.make("Loader", self._ident_, self.epoch, stages)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes the epoch a :meth:`state_dict` was taken in, at the next
+        iteration (what Lightning's ``Trainer`` calls on a resume).
+
+        Raises ValueError for a state of another dataset, order, seed,
+        batch size, augmentation settings or format version, naming what
+        differs.
+        """
+        epoch, stages = _state.check(state, "Loader", self._ident_, repr(self))
+        self.epoch = epoch
+        self.start = 0
+        self._pending = stages
+        self._live = None
 
     def __len__(self) -> int:
         """Batches per epoch."""
@@ -1351,8 +1428,14 @@ class Loader:
             buf, shape, dtype = a
             return numpy.frombuffer(buf, dtype=dtype).reshape(shape)
 
-        batches = self._native.epoch(self.epoch, self.start)
-        self.position = self.start
+        # A loaded state resumes this iteration only.
+        stages, self._pending = (self._pending or []), None
+        if stages:
+            batches, _, start, _ = self._native.epoch_resumed(self.epoch, _stage_args(stages))
+        else:
+            batches, start = self._native.epoch(self.epoch, self.start), self.start
+        self._live = stages
+        self.position = start
         for images, labels, indices, masks, boxes, extra, skipped in batches:
             for index, key, error in skipped:
                 self.skipped += 1

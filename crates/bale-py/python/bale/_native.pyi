@@ -265,7 +265,16 @@ class Loader:
     def dataset_fields(self) -> list[str]: ...
     @property
     def label_classes(self) -> int: ...
+    @property
+    def fingerprint(self) -> str:
+        """The dataset's content fingerprint (as ``fingerprint``)."""
+    @property
+    def dataset_len(self) -> int:
+        """Samples in the dataset."""
     def epoch(self, epoch: int, start: int) -> Batches: ...
+    def epoch_resumed(self, epoch: int, stages: list[tuple[int, int, bool, int, list[int | None]]]) -> tuple[Batches, int, int, int]:
+        """The batches of ``epoch`` after a state's stages; with the stage's
+        number, the samples of this rank's share already read, and the share."""
     def sample_params(self, epoch: int, index: int) -> dict[str, Any]:
         """Every decision for sample ``index`` (see ``bale.Loader.sample_params``)."""
 

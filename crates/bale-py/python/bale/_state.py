@@ -1,4 +1,5 @@
-"""The checkpoint state of :class:`bale.IterableDataset` and :class:`bale.Mix`.
+"""The checkpoint state of :class:`bale.IterableDataset`, :class:`bale.Mix`
+and :class:`bale.Loader`.
 
 A state is a small JSON-serialisable dict::
 
@@ -14,6 +15,11 @@ rank that saved the state and how many samples each of its workers had
 yielded (``None`` for a worker the saving process did not see: a
 DataLoader worker knows only its own count). Its size depends on the
 number of workers and of resumes, never on the dataset's.
+
+A :class:`bale.Loader`'s state is the same with ``"bale": "Loader"``,
+``num_workers`` 1 in each stage, and two more keys it must match:
+``batch_size`` and ``augment`` (a digest of the options that change what
+a batch holds).
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ def check(state: Any, kind: str, ident: Mapping[str, Any], where: str) -> tuple[
                 "dataset": "from another dataset (another content fingerprint)",
                 "datasets": "from other datasets (other content fingerprints)",
                 "samples": "for another number of samples",
+                "augment": "with other augmentation settings (crop, size, flips, pixel stages, targets or outputs)",
             }.get(key, f"with another {key}")
             raise ValueError(f"this state was saved {what}: {key} {theirs!r} in the state, {mine!r} in {where}")
     epoch = _count(state.get("epoch"), "epoch")
