@@ -99,6 +99,13 @@ const BENCHES: &[Bench] = &[
             run: crate::bench_loader::run,
         }],
     },
+    Bench {
+        name: "scale",
+        about: "pack, stat, verify, ls and the Python reader over 250k and 1M tiny files (`-- --sizes` for others): time per sample, peak RSS",
+        runs: &[Run::Custom {
+            run: crate::bench_scale::run,
+        }],
+    },
 ];
 
 /// Where every benchmark finds its input tree, relative to the repository root.
@@ -187,7 +194,9 @@ pub fn main(mut args: Args) -> Result<()> {
     // `bench loader -- --only seg,det` reads its own corpora only.
     let loader_only_own =
         selected.iter().all(|b| b.name == "loader") && !crate::bench_loader::reads_tree(&extra);
-    if (!own_trees && !loader_only_own) || names(&tree) {
+    // `bench scale` makes trees of its own.
+    let scale_only = selected.iter().all(|b| b.name == "scale");
+    if (!own_trees && !loader_only_own && !scale_only) || names(&tree) {
         gen_tree::generate(&tree, &tree_params()).context("generating the benchmark tree")?;
     }
     // The pack group also packs a tree of many small files.

@@ -914,7 +914,7 @@ fn warn_if_disk_is_short(root: &Path, target: &Path) {
 }
 
 /// Free space, in whole GB, of the file system holding `dir` (`df -Pk`).
-fn free_gb(dir: &Path) -> Option<u64> {
+pub(crate) fn free_gb(dir: &Path) -> Option<u64> {
     let out = util::output(Command::new("df").arg("-Pk").arg(dir)).ok()?;
     let kb: u64 = out
         .lines()

@@ -1,0 +1,117 @@
+"""`cargo xtask bench scale`: time and memory of bale's commands and reader
+as the number of samples grows.
+
+For each tree of tiny files (`--tree N=PATH`, made by xtask), it packs the
+tree with the release `bale` (`--bale`), then runs `bale stat`, `bale verify`
+and `bale ls` on the dataset, each a child process measured by `os.wait4`
+(wall time and peak RSS). Then a child Python process opens the dataset with
+`bale.Dataset`, reads 1,000 random samples and looks one key up, reporting
+its resident memory after each step. It prints one table row per N: time per
+sample and peak RSS of each command, and the reader's resident bytes per
+sample.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+READER = r"""
+import json, random, sys, time
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+base = rss()
+import bale
+after_import = rss()
+t = time.perf_counter()
+ds = bale.Dataset(sys.argv[1])
+open_s = time.perf_counter() - t
+after_open = rss()
+rng = random.Random(1)
+t = time.perf_counter()
+for _ in range(1000):
+    ds[rng.randrange(len(ds))]
+reads_s = time.perf_counter() - t
+after_reads = rss()
+key = ds[len(ds) // 2]["__key__"]
+t = time.perf_counter()
+got = ds.get_by_key(key)
+key_s = time.perf_counter() - t
+assert got["__key__"] == key
+after_key = rss()
+print(json.dumps({"n": len(ds), "open_s": open_s, "reads_s": reads_s, "key_s": key_s,
+                  "import": after_import, "open": after_open, "reads": after_reads, "key": after_key}))
+"""
+
+
+def measured(cmd: list[str]) -> tuple[float, int]:
+    """Runs `cmd` (its output discarded); its wall time and peak RSS in bytes."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    elapsed = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}): {err.decode(errors='replace')[-2000:]}")
+    return elapsed, usage.ru_maxrss * 1024
+
+
+def mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bale", required=True, help="the release bale binary")
+    ap.add_argument("--tree", action="append", required=True, metavar="N=PATH", help="a tree of N tiny files")
+    ap.add_argument("--out", required=True, help="a directory for the datasets (each replaced)")
+    ap.add_argument("--json", help="write the figures here too")
+    a = ap.parse_args()
+    rows = []
+    for spec in a.tree:
+        n, path = spec.split("=", 1)
+        n = int(n)
+        ds = os.path.join(a.out, f"ds-{n}")
+        print(f"bench scale: N={n:,}: pack", file=sys.stderr, flush=True)
+        pack = measured([a.bale, "pack", path, "-o", ds, "--force", "--quiet"])
+        on_disk = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds))
+        row = {"n": n, "pack": pack, "bytes_on_disk": on_disk}
+        for cmd in ["stat", "verify", "ls"]:
+            print(f"bench scale: N={n:,}: {cmd}", file=sys.stderr, flush=True)
+            row[cmd] = measured([a.bale, cmd, ds])
+        print(f"bench scale: N={n:,}: Python Dataset", file=sys.stderr, flush=True)
+        out = subprocess.run([sys.executable, "-c", READER, ds], capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"the reader failed on {ds}: {out.stderr[-2000:]}")
+        row["reader"] = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append(row)
+    print("\n| N | pack µs/sample | pack peak RSS | on disk B/sample | stat RSS | verify µs/sample | verify RSS | ls RSS |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        n = r["n"]
+        print(
+            f"| {n:,} | {r['pack'][0] / n * 1e6:.1f} | {mb(r['pack'][1])} | {r['bytes_on_disk'] / n:,.0f} "
+            f"| {mb(r['stat'][1])} | {r['verify'][0] / n * 1e6:.2f} | {mb(r['verify'][1])} | {mb(r['ls'][1])} |"
+        )
+    print("\n| N | open s | resident B/sample after open | after 1,000 random reads | after a key lookup | key lookup s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        d, n = r["reader"], r["n"]
+        per = lambda k: (d[k] - d["import"]) / n  # noqa: E731
+        print(f"| {n:,} | {d['open_s']:.3f} | {per('open'):.1f} | {per('reads'):.1f} | {per('key'):.1f} | {d['key_s']:.3f} |")
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        growth = (last["pack"][0] / last["n"]) / (first["pack"][0] / first["n"])
+        print(f"\npack's time per sample at N={last['n']:,} is {growth:.2f}x that at N={first['n']:,} (target: at most 1.2x)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
