@@ -537,6 +537,26 @@ fn nearest_of(src: &[u16], w: u32, h: u32, ow: u32, oh: u32) -> Vec<u16> {
     out
 }
 
+/// `jpeg` with an EXIF APP1 segment after its SOI whose one tag is the
+/// orientation `value` (big-endian TIFF, one IFD entry of type SHORT).
+fn with_orientation(jpeg: &[u8], value: u8) -> Vec<u8> {
+    assert_eq!(jpeg[..2], [0xFF, 0xD8], "a JPEG starts with SOI");
+    let mut tiff = b"MM\x00\x2a\x00\x00\x00\x08".to_vec();
+    tiff.extend([0x00, 0x01]); // one entry
+    tiff.extend([0x01, 0x12, 0x00, 0x03, 0x00, 0x00, 0x00, 0x01]); // 0x0112, SHORT, 1
+    tiff.extend([0x00, value, 0x00, 0x00]);
+    tiff.extend([0x00; 4]); // no next IFD
+    let mut app1 = b"Exif\x00\x00".to_vec();
+    app1.extend(tiff);
+    let len = u16::try_from(app1.len() + 2).unwrap();
+    let mut out = jpeg[..2].to_vec();
+    out.extend([0xFF, 0xE1]);
+    out.extend(len.to_be_bytes());
+    out.extend(app1);
+    out.extend(&jpeg[2..]);
+    out
+}
+
 #[test]
 fn resize_takes_masks_with_their_image_nearest_and_refuses_what_it_cannot() {
     let t = tempfile::tempdir().unwrap();
@@ -627,25 +647,30 @@ fn resize_takes_masks_with_their_image_nearest_and_refuses_what_it_cannot() {
     assert_eq!(s["mask.png"], palette);
     assert_eq!(s["seg.npy"], npy);
     // What may be a mask but no nearest resize keeps exact is refused,
-    // naming the file; --on-error skip drops that sample alone.
+    // naming the file, and so is a mask of an image with an EXIF
+    // orientation (the resize turns the image upright, not the mask);
+    // --on-error skip drops those samples alone.
     let bad = t.path().join("bad");
     fs::create_dir_all(&bad).unwrap();
     let gray_alpha = image::GrayAlphaImage::from_fn(64, 48, |x, _| image::LumaA([x as u8, 255]));
-    for (key, ext, data, says) in [
+    for (key, image, ext, data, says) in [
         (
             "b",
+            jpg.clone(),
             "mask.png",
             encode(&DynamicImage::ImageLumaA8(gray_alpha), ImageFormat::Png),
             "without alpha",
         ),
         (
             "c",
+            jpg.clone(),
             "depth.npy",
             bale_format::npy::encode_shape("<f4", &[48, 64], &vec![0; 64 * 48 * 4]),
             "<f4",
         ),
         (
             "d",
+            jpg.clone(),
             "mask.png",
             encode(
                 &DynamicImage::ImageLuma8(image::GrayImage::new(32, 24)),
@@ -653,12 +678,19 @@ fn resize_takes_masks_with_their_image_nearest_and_refuses_what_it_cannot() {
             ),
             "not the image's 64x48",
         ),
+        (
+            "f",
+            with_orientation(&jpg, 3),
+            "mask.png",
+            palette.clone(),
+            "EXIF orientation",
+        ),
     ] {
         let one = t.path().join(format!("one-{key}"));
         let one_out = t.path().join(format!("out-{key}"));
         fs::create_dir_all(&one).unwrap();
         for dir in [&one, &bad] {
-            fs::write(dir.join(format!("{key}.jpg")), &jpg).unwrap();
+            fs::write(dir.join(format!("{key}.jpg")), &image).unwrap();
             fs::write(dir.join(format!("{key}.{ext}")), &data).unwrap();
         }
         let o = bale(

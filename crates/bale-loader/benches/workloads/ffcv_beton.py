@@ -1,12 +1,17 @@
 """FFCV's dataset for the plain row: a `.beton` written once from a packed dataset.
 
-The `.beton` holds the dataset's images (its `jpg` members, so the tree's
-JPEGs, or their pre-resized versions for a resized dataset) and `cls` labels as
-FFCV stores them: RGBImageField(write_mode="jpg", jpeg_quality=90) decodes each
-image and encodes it again with OpenCV at the tree's quality (FFCV cannot keep
-the original bytes), IntField the label. It is written under a temporary name
-and renamed when complete, so a `.beton` that is there is whole; a rerun reuses
-it.
+The `.beton` holds the dataset's images (its `jpg` members: the tree's JPEGs,
+or their pre-resized versions for a resized dataset) byte for byte, and its
+`cls` labels (IntField). FFCV's own RGBImageField(write_mode="jpg") decodes
+each image and encodes it again with OpenCV (at quality 90, or the one given):
+FFCV would then decode other bytes than bale does, smaller or larger, with
+other Huffman tables and subsampling. So the field's `encode` is replaced, on
+the one instance the writer uses, by one that stores the member's own JPEG
+with its size, in the layout RGBImageField's "jpg" mode writes: FFCV's
+decoders read it as they read their own (a `.beton` is a container; its
+JPEG's encoder is not FFCV's business), and both loaders decode the same
+bytes. The file is written under a temporary name and renamed when complete,
+so a `.beton` that is there is whole; a rerun reuses it.
 """
 
 from __future__ import annotations
@@ -37,7 +42,28 @@ class ImagesAndLabels:
         if self.ds is None:
             self.ds = bale.Dataset(self.path)
         s = self.ds[i]
-        return Image.open(io.BytesIO(s["jpg"])).convert("RGB"), int(s["cls"])
+        data = s["jpg"]
+        with Image.open(io.BytesIO(data)) as img:
+            if img.format != "JPEG" or img.mode not in ("RGB", "L"):
+                raise ValueError(
+                    f"{self.path}: sample {i}: its jpg member is a {img.format} of mode {img.mode}, "
+                    "not an RGB or grey JPEG, which FFCV's jpg mode decodes as it is"
+                )
+            width, height = img.size
+        return (data, (height, width)), int(s["cls"])
+
+
+def store_jpeg(destination, image, malloc) -> None:
+    """RGBImageField's "jpg" mode over a JPEG's own bytes: `image` is
+    `(bytes, (height, width))` from [`ImagesAndLabels`]."""
+    import numpy as np
+    from ffcv.fields.rgb_image import IMAGE_MODES
+
+    data, (height, width) = image
+    destination["mode"] = IMAGE_MODES["jpg"]
+    destination["height"], destination["width"] = height, width
+    destination["data_ptr"], storage = malloc(len(data))
+    storage[:] = np.frombuffer(data, dtype=np.uint8)
 
 
 def write_once(dataset: Path, beton: Path, workers: int) -> None:
@@ -53,11 +79,11 @@ def write_once(dataset: Path, beton: Path, workers: int) -> None:
     source = ImagesAndLabels(dataset)
     print(f"  writing FFCV's {beton} from {dataset} ({len(source):,} images, once)", flush=True)
     t0 = time.perf_counter()
-    writer = DatasetWriter(
-        str(partial),
-        {"image": RGBImageField(write_mode="jpg", jpeg_quality=90), "label": IntField()},
-        num_workers=workers,
-    )
+    # The writer records the field's type (RGBImageField, which its reader
+    # knows) and calls its encode in worker processes it forks.
+    image = RGBImageField(write_mode="jpg")
+    image.encode = store_jpeg
+    writer = DatasetWriter(str(partial), {"image": image, "label": IntField()}, num_workers=workers)
     writer.from_indexed_dataset(source, chunksize=100)
     os.replace(partial, beton)
     size = beton.stat().st_size

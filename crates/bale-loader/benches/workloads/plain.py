@@ -16,10 +16,12 @@ with probability 1/2, uint8 224x224x3 with int64 labels, in a shuffled order, on
   fn.readers.webdataset over the dataset's tar shards (random_shuffle),
   fn.decoders.image_random_crop, fn.resize to 224x224, fn.flip with a coin flip,
   the batch copied out as one NumPy array (as bale.Loader hands one over);
-- FFCV 1.0.2: a `.beton` written once from the dataset's images
-  (RGBImageField(write_mode="jpg", jpeg_quality=90): FFCV re-encodes every JPEG,
-  at the tree's quality), read by ffcv.loader.Loader(batch_size=64,
-  num_workers=cores, order=RANDOM, os_cache=True) with
+- FFCV 1.0.2: a `.beton` written once from the dataset (workloads/ffcv_beton.py),
+  holding its `jpg` members byte for byte (FFCV's RGBImageField would decode
+  and re-encode each with OpenCV; the bytes stored as they are make both
+  loaders decode the same JPEGs), read by ffcv.loader.Loader(batch_size=64,
+  num_workers=cores, order=RANDOM, os_cache=True: the file mapped, read
+  through the page cache as bale's shards are) with
   RandomResizedCropRGBImageDecoder((224, 224)) + RandomHorizontalFlip(), uint8
   NumPy out (no ToTensor);
 - bale.Loader(DATASET, batch_size=64, crop="random_resized", size=224,
@@ -90,7 +92,7 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
                 Row("DALI CPU pipeline", lambda p=path: dali_loader(p, n, seed), import_error("nvidia.dali"))
             )
         if not args.no_ffcv:
-            beton = args.ffcv_dir / f"{name}.beton"
+            beton = args.ffcv_dir / f"{name}-original.beton"
             rows.append(
                 Row(
                     "FFCV 1.0.2",
