@@ -106,6 +106,13 @@ const BENCHES: &[Bench] = &[
             run: crate::bench_scale::run,
         }],
     },
+    Bench {
+        name: "wheel",
+        about: "bale.Loader from the release wheel (cargo xtask wheel) against the cargo-built module, on the plain loader row",
+        runs: &[Run::Custom {
+            run: crate::bench_wheel::run,
+        }],
+    },
 ];
 
 /// Where every benchmark finds its input tree, relative to the repository root.

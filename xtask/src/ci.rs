@@ -744,7 +744,7 @@ fn path_without_rust() -> Result<std::ffi::OsString> {
 }
 
 /// The pinned numpy of the test requirements (`numpy==X`).
-fn pinned_numpy(root: &Path) -> Result<String> {
+pub(crate) fn pinned_numpy(root: &Path) -> Result<String> {
     let text = fs::read_to_string(root.join(REQUIREMENTS))?;
     text.lines()
         .map(str::trim)

@@ -9,6 +9,7 @@ mod bench_loader;
 mod bench_python;
 mod bench_remote;
 mod bench_scale;
+mod bench_wheel;
 mod ci;
 mod demo;
 mod gen_tree;

@@ -168,7 +168,7 @@ fn tool_pins(root: &Path) -> Result<Vec<String>> {
 
 /// The venv of the wheel's tools, target/wheel-venv (made, or brought to the
 /// pinned versions, when its stamp differs); returns its interpreter.
-fn tool_venv(root: &Path) -> Result<PathBuf> {
+pub(crate) fn tool_venv(root: &Path) -> Result<PathBuf> {
     let venv = target(root).join("wheel-venv");
     let python = venv.join("bin/python");
     let pins = tool_pins(root)?;
