@@ -17,33 +17,14 @@ pub mod stage;
 pub mod stat;
 pub mod verify;
 
-/// A local output that holds a dataset before a run with `--force`: a run
-/// that fails after `--force` removed it says so, rather than only that no
-/// new one was written ([`OldDataset::note`]).
-pub(crate) struct OldDataset(Option<std::path::PathBuf>);
-
-impl OldDataset {
-    pub(crate) fn before(out: &std::path::Path, force: bool) -> Self {
-        let manifest = out.join(bale_format::MANIFEST_NAME);
-        Self((force && !bale_pack::is_remote(out) && manifest.is_file()).then_some(manifest))
+/// The end of a run that did not commit: after Ctrl-C, `interrupted` and
+/// what it left (exit 130); else the error, with what it left.
+pub(crate) fn failed(f: bale_pack::Failed) -> anyhow::Result<ExitCode> {
+    if f.interrupted() {
+        eprintln!("error: interrupted: {}", f.left);
+        return Ok(ExitCode::from(pack::EXIT_INTERRUPTED));
     }
-
-    /// What a failed or interrupted local run left in `out`, for its
-    /// message: no dataset of its own (`removed` says what it cleaned up),
-    /// and whether the old dataset that `--force` would replace is there
-    /// as it was or had been removed.
-    pub(crate) fn left(&self, out: &std::path::Path, removed: &str) -> String {
-        let out = bale_format::shown(out);
-        match &self.0 {
-            Some(m) if m.exists() => format!(
-                "no dataset was written to {out} by this run ({removed}); the old dataset there is as it was"
-            ),
-            Some(_) => format!(
-                "no dataset was written to {out} (no manifest; {removed})\nthe old dataset in {out} had been removed by --force before the failure"
-            ),
-            None => format!("no dataset was written to {out} (no manifest; {removed})"),
-        }
-    }
+    Err(f.into())
 }
 
 /// Prints on stderr what the object-storage layer tells of a long wait
