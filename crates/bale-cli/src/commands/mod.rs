@@ -27,6 +27,26 @@ pub(crate) fn failed(f: bale_pack::Failed) -> anyhow::Result<ExitCode> {
     Err(f.into())
 }
 
+/// An error followed by lines of its own (a `hint:`, what is left): the
+/// message reads as one, and the error stays the cause in the chain.
+#[derive(Debug)]
+pub(crate) struct Noted<E> {
+    pub error: E,
+    pub note: String,
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for Noted<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}\n{}", self.error, self.note)
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for Noted<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
 /// Prints on stderr what the object-storage layer tells of a long wait
 /// (`--force` watching another run's lock), unless `quiet`.
 pub(crate) fn notices(quiet: bool) {
