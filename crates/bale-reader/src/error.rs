@@ -177,6 +177,14 @@ pub enum ReaderError {
         /// What happened.
         what: String,
     },
+    /// No sample, or more than one, answers to what was asked for
+    /// ([`crate::Dataset::select`]); the message says which and what to say
+    /// instead.
+    #[error("{what}")]
+    NoSuchSample {
+        /// What was asked for, and why no one sample answers.
+        what: String,
+    },
     /// Staging ([`crate::stage::stage`], [`crate::stage::unstage`]) refused
     /// to start, or stopped: `kind` says which case, `what` is the whole
     /// message and names `path`.

@@ -26,7 +26,7 @@ use anyhow::{Context, bail};
 use bale_format::atomic::AtomicFile;
 use bale_format::files::FileId;
 use bale_format::{FormatError, MANIFEST_NAME, Manifest, files};
-use bale_reader::Dataset;
+use bale_reader::{Dataset, Select};
 
 use crate::args::get::GetArgs;
 use crate::escape::quoted;
@@ -52,65 +52,6 @@ impl Fetched {
     }
 }
 
-/// How SAMPLE is taken: `--key`, `--index`, or either when unambiguous.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Select {
-    Either,
-    Key,
-    Index,
-}
-
-/// The global index of `sample`: the sample with that key, or the sample at
-/// that index. A string that is a key and also the index of another sample
-/// is refused unless `select` says which, as is a key more than one sample has.
-fn locate(ds: &Dataset, sample: &str, select: Select) -> anyhow::Result<u64> {
-    let as_index = sample.parse::<u64>().ok();
-    if select == Select::Index {
-        return match as_index {
-            Some(n) if n < ds.len() => Ok(n),
-            _ => bail!(
-                "--index: {} is not a sample index: the dataset has {} samples (0..{})",
-                quoted(sample),
-                ds.len(),
-                ds.len()
-            ),
-        };
-    }
-    let keys = ds.find_all(sample);
-    if keys.len() > 1 {
-        let list: Vec<String> = keys.iter().map(u64::to_string).collect();
-        bail!(
-            "the key {} names {} samples of {} (indices {}): its keys are not unique; name one with --index",
-            quoted(sample),
-            keys.len(),
-            bale_format::shown(ds.dir()),
-            list.join(", ")
-        );
-    }
-    let index = as_index.filter(|n| *n < ds.len());
-    match (keys.first(), index) {
-        (Some(&k), Some(n)) if select == Select::Either && k != n => bail!(
-            "{} is ambiguous: it is the key of sample {k} and the index of sample {n} (key {}); \
-             say --key or --index",
-            quoted(sample),
-            quoted(ds.key(n)?)
-        ),
-        (Some(&k), _) => Ok(k),
-        (None, Some(n)) if select == Select::Either => Ok(n),
-        (None, _) if select == Select::Either && as_index.is_some() => bail!(
-            "no sample with key {}, and {sample} is not an index: the dataset has {} samples (0..{})",
-            quoted(sample),
-            ds.len(),
-            ds.len()
-        ),
-        (None, _) => bail!(
-            "no sample with key {} in {}",
-            quoted(sample),
-            bale_format::shown(ds.dir())
-        ),
-    }
-}
-
 /// Runs `bale get`.
 pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     let ds = Dataset::options()
@@ -121,7 +62,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         (_, true) => Select::Index,
         _ => Select::Either,
     };
-    let i = locate(&ds, &args.sample, select)?;
+    let i = ds.select(&args.sample, select)?;
     let read = || -> anyhow::Result<Fetched> {
         let mut members = Vec::new();
         for m in ds.members(i)? {
