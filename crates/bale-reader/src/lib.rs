@@ -48,6 +48,7 @@
 
 mod dataset;
 mod error;
+pub mod extract;
 mod fork;
 mod iter;
 pub mod mix;
