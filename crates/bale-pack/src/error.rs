@@ -114,6 +114,10 @@ pub enum PackError {
     /// An option value that cannot be used.
     #[error("invalid option: {0}")]
     Option(String),
+    /// A command that cannot work as given (its inputs and output are not
+    /// of kinds it joins); the message says what to do instead.
+    #[error("{0}")]
+    Usage(String),
     /// The output directory holds files and `force` was not given.
     #[error(
         "output directory {} is not empty (use --force to write into it)",
@@ -197,16 +201,6 @@ pub enum PackError {
     /// An error of object storage (an output or parts at a URL).
     #[error(transparent)]
     Storage(#[from] bale_storage::StorageError),
-    /// A run into object storage that did not commit, and what undoing it
-    /// left that the usual message would not say (another run took the
-    /// prefix over; objects kept).
-    #[error("{}", undone.after(error))]
-    Undone {
-        /// Why the run stopped.
-        error: Box<PackError>,
-        /// What undoing it left, and what to do.
-        undone: crate::remote::Undone,
-    },
 }
 
 impl PackError {
@@ -217,6 +211,7 @@ impl PackError {
         matches!(
             self,
             PackError::Option(_)
+                | PackError::Usage(_)
                 | PackError::OutputNotEmpty { .. }
                 | PackError::Refused { .. }
                 | PackError::Format(FormatError::Locked { .. })
@@ -225,6 +220,15 @@ impl PackError {
                         | bale_storage::StorageError::BadOption { .. }
                         | bale_storage::StorageError::Exists { .. }
                 )
+        )
+    }
+
+    /// Whether the error is a stop asked for by Ctrl-C (or SIGTERM), from
+    /// the run or from its uploads.
+    pub fn is_cancel(&self) -> bool {
+        matches!(
+            self,
+            PackError::Cancelled | PackError::Storage(bale_storage::StorageError::Cancelled)
         )
     }
 

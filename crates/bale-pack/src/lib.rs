@@ -45,11 +45,13 @@
 
 mod convert;
 mod dali;
+mod destination;
 mod discover;
 mod error;
 mod hooks;
 mod image;
 mod index;
+mod left;
 mod merge;
 mod options;
 mod output;
@@ -67,19 +69,21 @@ pub use convert::{
 pub use dali::{
     DALI_INDEX_SUFFIX, DALI_INDEX_VERSION, DaliIndexFile, DaliSummary, dali_text, export_dali_index,
 };
+pub use destination::{Destination, NamesOutput, StorageFn, merge_into};
 pub use discover::{FileList, IGNORED_EXAMPLES, Ignored, IgnoredKind, Tree, TreeFile, walk_tree};
 pub use error::{PackError, Result, SampleTransformError, TransformError};
 pub use hooks::{MemberData, SampleTransformFn, TransformFn};
 pub use index::{IndexOptions, IndexProgress, IndexSummary, IndexedShard, index};
+pub use left::{Failed, Left, LockReason, Old, Run, Undo};
 pub use merge::{
-    JOURNAL_NAME, MergeFile, MergeOptions, MergePlan, MergeSummary, merge, merge_cancellable,
-    plan_merge,
+    MergeFile, MergeOptions, MergePlan, MergeSummary, merge, merge_cancellable, plan_merge,
 };
 pub use options::{
     CompressSpec, DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, MAX_JOBS,
     OnError, PackOrder, Part, check_jobs, parse_size,
 };
+pub use output::JOURNAL_NAME;
 pub use packer::{PackSummary, Packer, PackerBuilder, ShapingOptions, default_jobs};
 pub use patterns::{MAX_EXPANSION, expand_all as expand_patterns, expand_braces};
 pub use progress::{NoProgress, PackProgress, SkippedFile};
-pub use remote::{RemoteOutput, Undone, Unfinished, is_remote, merge_remote};
+pub use remote::{RemoteOutput, Unfinished, is_remote};

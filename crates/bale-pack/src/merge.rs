@@ -26,7 +26,7 @@ use bale_format::{CreatedBy, FormatError, Manifest, ShardIndex, index_file_name,
 use serde::{Deserialize, Serialize};
 
 use crate::error::{PackError, Result};
-use crate::output::{Inputs, Output};
+use crate::output::{Inputs, JOURNAL_NAME, Output};
 use crate::packer::ShapingOptions;
 
 /// Options of [`merge`].
@@ -69,9 +69,6 @@ pub struct MergeSummary {
     /// found merged, when that merge had written its manifest).
     pub recovered: u64,
 }
-
-/// The journal of a merge's moves, in its output while files move.
-pub const JOURNAL_NAME: &str = ".bale-merge-journal.json";
 
 /// What [`JOURNAL_NAME`] holds: every move the merge is about to make.
 #[derive(Debug, Serialize, Deserialize)]

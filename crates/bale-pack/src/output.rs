@@ -69,6 +69,9 @@ pub(crate) struct Output {
 /// bale's names may be the user's, and `--force` refuses.
 pub(crate) const RUN_MARK: &str = "run";
 
+/// The journal of a merge's moves, in its output while files move.
+pub const JOURNAL_NAME: &str = ".bale-merge-journal.json";
+
 impl Output {
     /// Creates `dir` if needed and locks it. Refuses a non-empty directory
     /// unless `force`; nothing is removed yet ([`Output::clear`] does that,
@@ -155,14 +158,14 @@ impl Output {
         // A run that does not get the lock leaves the directory as it is:
         // the holder is writing into it.
         let lock = DirLock::try_lock(dir)?;
-        if dir.join(crate::merge::JOURNAL_NAME).exists() {
+        if dir.join(JOURNAL_NAME).exists() {
             return Err(PackError::Refused {
                 path: dir.to_path_buf(),
                 what: format!(
                     "it holds {}, the journal of a `bale merge` that was killed: shards of \
                      its parts are in here; run the same `bale merge` again to finish it or \
                      put them back",
-                    crate::merge::JOURNAL_NAME
+                    JOURNAL_NAME
                 ),
             });
         }

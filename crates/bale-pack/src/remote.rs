@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 use bale_storage::{Publisher, StorageError, StorageOptions, WriteOptions};
 
 use crate::error::{PackError, Result};
+use crate::left::{Failed, Left, LockReason, Old, Run, Undo};
 
 /// The spool directories' name prefix; the creating process's id follows.
 const SPOOL_PREFIX: &str = "bale-spool-";
@@ -298,10 +299,10 @@ impl RemoteOutput {
     }
 
     /// Undoes the run in the bucket now, as [`RemoteOutput::abort`], and
-    /// says what that left ([`Undone`]).
-    pub fn undo(mut self) -> Undone {
+    /// says what that left.
+    pub fn undo(mut self, run: Run, interrupted: bool) -> Left {
         self.join();
-        Undone::of(&self.publisher, Undoing::Run)
+        undo(&self.publisher, run, interrupted)
     }
 
     fn join(&mut self) {
@@ -312,91 +313,37 @@ impl RemoteOutput {
     }
 }
 
-/// What undoing a run into object storage left, as told to the user.
-#[derive(Debug, Clone)]
-pub struct Undone {
-    /// What the undo left.
-    pub text: String,
-    /// Another run had taken the prefix over: what this run wrote is that
-    /// run's now, and stays (known only once undone).
-    pub taken_over: bool,
-}
-
-/// The run an [`Undone`] speaks of.
-#[derive(Debug, Clone, Copy)]
-enum Undoing {
-    /// `pack`, `convert` or `index`: it uploads.
-    Run,
-    /// `merge`: it copies on the server.
-    Merge,
-}
-
-impl Undone {
-    /// Undoes `publisher`'s run and says what that left: the old dataset
-    /// as it was, gone or partly, a lock kept, or another run's objects.
-    fn of(publisher: &Publisher, kind: Undoing) -> Undone {
-        let url = publisher.url().to_owned();
-        // Taken before the undo, which replaces nothing.
-        let (kept_old, removed_old) = (publisher.kept_old(), publisher.removed_old());
-        let untouched_old = publisher.kept_old_after_failed_clear();
-        let undone = publisher.abort();
-        let taken_over = publisher.taken_over();
-        let (what, wrote, first, removed) = match kind {
-            Undoing::Run => (
-                "run",
-                "uploaded",
-                "the run has its first object to upload",
-                "open uploads were aborted and the objects this run wrote were removed",
-            ),
-            Undoing::Merge => (
-                "merge",
-                "copied",
-                "the merge has its first object to copy",
-                "the objects this merge copied were removed",
-            ),
-        };
-        let mut text = match undone {
-            Ok(()) if taken_over => format!(
-                "nothing of this {what} was committed to {url}: another run took it over, and what this {what} {wrote} is that run's now"
-            ),
-            Ok(()) if kept_old => format!(
-                "nothing of this {what} was written to {url}, and what was there before it is as it was (--force replaces it only when {first})"
-            ),
-            Ok(()) if publisher.kept_lock() => format!(
-                "no dataset was written to {url} (no manifest; {removed}); its lock object {url}/{} stays over what is left of the old dataset there, so that a rerun with --force clears it",
-                bale_storage::LOCK_NAME
-            ),
-            Ok(()) => format!("no dataset was written to {url} (no manifest; {removed})"),
-            Err(e) if publisher.kept_for_late() => {
-                format!("nothing of this {what} was committed to {url}: {e}")
-            }
-            Err(e) => format!(
-                "nothing of this {what} was committed to {url}, but undoing it did not finish: {e}\nhint: `bale verify {url}` says whether a whole dataset is there; a rerun with --force replaces what remains"
-            ),
-        };
-        if removed_old && !taken_over {
-            text.push_str(&format!(
-                "\nthe old dataset under {url} is gone, or partly: --force had begun to remove it before the failure"
-            ));
+/// Undoes `publisher`'s run and says what that left: the old dataset as
+/// it was, gone or partly, a lock kept, or another run's objects.
+fn undo(publisher: &Publisher, run: Run, interrupted: bool) -> Left {
+    // Taken before the undo, which replaces nothing.
+    let (kept_old, removed_old) = (publisher.kept_old(), publisher.removed_old());
+    let untouched_old = publisher.kept_old_after_failed_clear();
+    let undone = publisher.abort();
+    let undo = match undone {
+        Ok(()) if publisher.taken_over() => Undo::TakenOver,
+        Ok(()) if kept_old => Undo::NothingWritten,
+        Ok(()) if publisher.kept_lock() => Undo::LockKept(LockReason::OldDatasetLeft),
+        Ok(()) => Undo::Removed,
+        Err(e) if publisher.kept_for_late() => {
+            Undo::LockKept(LockReason::LateWrites(e.to_string()))
         }
-        if untouched_old && !taken_over {
-            text.push_str(&format!(
-                "\nthe old dataset under {url} is as it was: --force's clear failed before it removed any of it"
-            ));
-        }
-        Undone { text, taken_over }
-    }
-
-    /// The message of a run that failed with `e`: the error, then what the
-    /// undo left. When another run took the prefix over, that comes first:
-    /// the error was most likely its doing (an upload of this run it
-    /// aborted, an object it removed).
-    pub fn after(&self, e: impl std::fmt::Display) -> String {
-        if self.taken_over {
-            format!("{}\n(the error this run stopped on: {e})", self.text)
-        } else {
-            format!("{e}\n{}", self.text)
-        }
+        Err(e) => Undo::Unfinished(e.to_string()),
+    };
+    let old = if removed_old {
+        Old::Removed
+    } else if untouched_old {
+        Old::ClearFailed
+    } else {
+        Old::None
+    };
+    Left {
+        output: publisher.url().to_owned(),
+        remote: true,
+        run,
+        interrupted,
+        undo,
+        old,
     }
 }
 
@@ -462,18 +409,89 @@ fn upload_loop(
 /// [`PackError::Merge`] naming the part and the problem; [`PackError::Option`]
 /// when the output is one of the parts; [`PackError::Cancelled`] when
 /// `cancel` is set; storage errors. On error, the objects this run copied
-/// are deleted and no manifest is written.
-pub fn merge_remote(
+/// are deleted and no manifest is written; [`Failed::left`] says what is
+/// under `output`.
+pub(crate) fn merge_remote(
     parts: &[String],
     output: &str,
     storage: &StorageOptions,
     opts: &crate::MergeOptions,
     cancel: &Arc<AtomicBool>,
-) -> Result<crate::MergeSummary> {
+) -> std::result::Result<crate::MergeSummary, Failed> {
+    let start = std::time::Instant::now();
+    let (publisher, stores, order, plan) = take_merge(parts, output, storage, opts, cancel)
+        .map_err(|error| {
+            // Before the output was taken (--force watching a lock, a part
+            // that cannot be read): nothing was written there.
+            let interrupted = error.is_cancel();
+            let undo = if !interrupted
+                && (error.left_output_untouched() || matches!(error, PackError::Merge { .. }))
+            {
+                Undo::Refused
+            } else {
+                Undo::Untouched
+            };
+            Failed::new(
+                error,
+                Left {
+                    output: output.to_owned(),
+                    remote: true,
+                    run: Run::Merge,
+                    interrupted,
+                    undo,
+                    old: Old::None,
+                },
+            )
+        })?;
+    let copied = (|| -> Result<()> {
+        for f in &plan.files {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(PackError::Cancelled);
+            }
+            publisher.copy_from(&stores[order[f.part]], &f.from, &f.to)?;
+        }
+        Ok(publisher.commit(plan.manifest.to_bytes().into())?)
+    })();
+    if let Err(error) = copied {
+        // A Ctrl-C too: what the undo left is said after "interrupted".
+        let interrupted = error.is_cancel();
+        return Err(Failed::new(
+            error,
+            undo(&publisher, Run::Merge, interrupted),
+        ));
+    }
+    let m = &plan.manifest;
+    Ok(crate::MergeSummary {
+        output: output.to_owned(),
+        parts: plan.count,
+        shards: m.shards.len() as u64,
+        samples: m.samples,
+        bytes: m.bytes,
+        renamed: 0,
+        copied: plan.files.len() as u64,
+        skipped: m.skipped,
+        seconds: start.elapsed().as_secs_f64(),
+        recovered: 0,
+    })
+}
+
+/// The checks of [`merge_remote`], then its output taken: the publisher,
+/// the parts' stores, their order in the plan, and the plan.
+fn take_merge(
+    parts: &[String],
+    output: &str,
+    storage: &StorageOptions,
+    opts: &crate::MergeOptions,
+    cancel: &Arc<AtomicBool>,
+) -> Result<(
+    Publisher,
+    Vec<bale_storage::Store>,
+    Vec<usize>,
+    crate::MergePlan,
+)> {
     use bale_format::{Manifest, ShardIndex, parse_hex64};
     use bale_storage::Store;
 
-    let start = std::time::Instant::now();
     let merr = |url: &str, what: String| PackError::Merge {
         path: PathBuf::from(url),
         what,
@@ -578,33 +596,5 @@ pub fn merge_remote(
         })
         .collect();
     let publisher = Publisher::open(output, storage, write)?;
-    let copied = (|| -> Result<()> {
-        for f in &plan.files {
-            if cancel.load(Ordering::Relaxed) {
-                return Err(PackError::Cancelled);
-            }
-            publisher.copy_from(&stores[order[f.part]], &f.from, &f.to)?;
-        }
-        Ok(publisher.commit(plan.manifest.to_bytes().into())?)
-    })();
-    if let Err(e) = copied {
-        // A Ctrl-C too: what the undo left is said after "interrupted".
-        return Err(PackError::Undone {
-            error: Box::new(e),
-            undone: Undone::of(&publisher, Undoing::Merge),
-        });
-    }
-    let m = &plan.manifest;
-    Ok(crate::MergeSummary {
-        output: output.to_owned(),
-        parts: plan.count,
-        shards: m.shards.len() as u64,
-        samples: m.samples,
-        bytes: m.bytes,
-        renamed: 0,
-        copied: plan.files.len() as u64,
-        skipped: m.skipped,
-        seconds: start.elapsed().as_secs_f64(),
-        recovered: 0,
-    })
+    Ok((publisher, stores, order, plan))
 }

@@ -177,6 +177,39 @@ pub enum ReaderError {
         /// What happened.
         what: String,
     },
+    /// A file members would be written to is refused ([`crate::extract`]):
+    /// it exists, is a symlink, or is one of the dataset's.
+    #[error("{what}")]
+    Refused {
+        /// The file, and why it is refused.
+        what: String,
+    },
+    /// A member could not be written to its file.
+    #[error("cannot write {}", bale_format::shown(path))]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The directory members are written into could not be created.
+    #[error("cannot create {}", bale_format::shown(path))]
+    Create {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No sample, or more than one, answers to what was asked for
+    /// ([`crate::Dataset::select`]); the message says which and what to say
+    /// instead.
+    #[error("{what}")]
+    NoSuchSample {
+        /// What was asked for, and why no one sample answers.
+        what: String,
+    },
     /// Staging ([`crate::stage::stage`], [`crate::stage::unstage`]) refused
     /// to start, or stopped: `kind` says which case, `what` is the whole
     /// message and names `path`.

@@ -48,6 +48,7 @@
 
 mod dataset;
 mod error;
+pub mod extract;
 mod fork;
 mod iter;
 pub mod mix;
@@ -59,7 +60,7 @@ pub mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo, READ_AROUND, ReadAround};
+pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo, READ_AROUND, ReadAround, Select};
 pub use error::{ReaderError, Result};
 pub use fork::ForkGuard;
 pub use iter::{MAX_PREFETCH_THREADS, SampleIter};

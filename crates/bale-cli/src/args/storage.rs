@@ -24,7 +24,7 @@ impl StorageArgs {
     ///
     /// # Errors
     /// An option that is not `KEY=VALUE`.
-    pub fn options(&self) -> anyhow::Result<StorageOptions> {
+    pub fn options(&self) -> Result<StorageOptions, bale_storage::StorageError> {
         let mut o = StorageOptions::new();
         for pair in &self.storage_option {
             o.set_pair(pair)?;

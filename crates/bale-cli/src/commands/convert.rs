@@ -4,15 +4,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use anyhow::anyhow;
-use bale_pack::{ConvertFormat, ConvertOptions, ConvertProgress, PackError, convert};
+use bale_pack::{ConvertFormat, ConvertOptions, ConvertProgress, Destination, convert, is_remote};
 use indicatif::ProgressBar;
 
 use crate::args::convert::{ConvertArgs, ConvertFormatArg};
-use crate::commands::pack::{EXIT_INTERRUPTED, install_ctrlc};
-use crate::commands::pack::{is_cancel, open_remote};
+use crate::commands::pack::install_ctrlc;
 use crate::progress;
-use bale_pack::is_remote;
 
 /// A byte bar over the member bytes to copy.
 struct Bar {
@@ -63,84 +60,31 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
     // A source whose shards are URLs (`bale index` of tars in a bucket)
     // reads them through these options.
     args.storage.options()?;
-    // The source is checked before the output is taken: one that cannot be
-    // read fails before --force removes anything, and the objects it reads
-    // are never removed.
-    let inputs = if is_remote(&args.output) {
-        bale_pack::convert_inputs(&args.source).map_err(|e| anyhow!("{e}"))?
-    } else {
-        Vec::new()
-    };
-    let remote = match open_remote(&args.output, &args.storage, args.force, &cancel, inputs) {
-        Err(_) if cancel.load(std::sync::atomic::Ordering::SeqCst) => {
-            return Ok(crate::commands::pack::interrupted_opening(&args.output));
-        }
-        r => r?,
-    };
-    let out_dir = remote
-        .as_ref()
-        .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());
+    let dest =
+        match Destination::open_convert(&args.source, &args.output, args.force, &cancel, &|| {
+            args.storage.options()
+        }) {
+            Ok(d) => d,
+            Err(f) => return super::failed(f),
+        };
     let opts = ConvertOptions {
         format,
         shard_size: args.shard_size,
         shard_samples: args.shard_samples,
-        force: args.force && remote.is_none(),
+        force: dest.engine_force(),
         allow_duplicate_keys: args.allow_duplicate_keys,
     };
     let bar = Bar {
         quiet: args.out.quiet,
         bar: std::sync::OnceLock::new(),
     };
-    let old = super::OldDataset::before(&args.output, args.force);
-    let result = convert(&args.source, &out_dir, &opts, &bar, &cancel);
+    let result = convert(&args.source, dest.dir(), &opts, &bar, &cancel);
     if let Some(b) = bar.bar.get() {
         b.finish_and_clear();
     }
-    let result = match (result, remote) {
-        (r, None) => r,
-        (Ok(mut s), Some(r)) => {
-            let url = r.url().to_owned();
-            if let Err(u) = r.finish() {
-                let undone = u.output.undo();
-                if cancel.load(std::sync::atomic::Ordering::SeqCst) && is_cancel(&u.error) {
-                    eprintln!("error: interrupted: {}", undone.text);
-                    return Ok(ExitCode::from(EXIT_INTERRUPTED));
-                }
-                anyhow::bail!("{}", undone.after(u.error));
-            }
-            s.output = url.into();
-            Ok(s)
-        }
-        (Err(e), Some(r)) => {
-            let undone = r.undo();
-            if is_cancel(&e) {
-                eprintln!("error: interrupted: {}", undone.text);
-                return Ok(ExitCode::from(EXIT_INTERRUPTED));
-            }
-            anyhow::bail!("{}", undone.after(e));
-        }
-    };
-    let s = match result {
+    let s = match dest.finish(result) {
         Ok(s) => s,
-        Err(PackError::Cancelled) => {
-            eprintln!(
-                "error: interrupted: {}",
-                old.left(&args.output, "partial files were removed")
-            );
-            return Ok(ExitCode::from(EXIT_INTERRUPTED));
-        }
-        Err(e) if e.left_output_untouched() || matches!(e, PackError::Partial { .. }) => {
-            return Err(anyhow!("{e}"));
-        }
-        Err(e) => {
-            return Err(anyhow!(
-                "{e}\n{}",
-                old.left(
-                    &args.output,
-                    "partial shards and temporary files were removed"
-                )
-            ));
-        }
+        Err(f) => return super::failed(f),
     };
     args.out.summary(&s, || {
         format!(

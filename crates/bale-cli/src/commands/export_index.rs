@@ -63,12 +63,13 @@ pub fn after_write(
     let Some(dir) = dali else {
         return Ok(());
     };
-    let s = export_dali_index(dataset, dir, force).map_err(|e| {
-        anyhow::anyhow!(
-            "{e}\nthe dataset in {} is complete; only DALI's index files were not written (rerun `bale export-index --dali {} -o DIR`)",
+    let s = export_dali_index(dataset, dir, force).map_err(|error| super::Noted {
+        error,
+        note: format!(
+            "the dataset in {} is complete; only DALI's index files were not written (rerun `bale export-index --dali {} -o DIR`)",
             bale_format::shown(dataset),
             bale_format::shown(dataset)
-        )
+        ),
     })?;
     if !out.quiet && !out.json {
         eprintln!("{}", line(&s));

@@ -4,29 +4,16 @@
 //! against the manifest); the sample is found by index or by key, and each
 //! member is read with one positioned read and its checksum verified.
 //!
-//! Writing into a directory is defended against names that would escape it:
-//! the key and extension must be plain relative names (no `..`, no absolute
-//! path, as the index already guarantees), every directory on the way is
-//! created or checked one component at a time and must not be a symlink, and
-//! each file is written under a temporary name beside it (`O_EXCL |
-//! O_NOFOLLOW`), then renamed into place: without `--force` by a rename that
-//! never replaces a file, with it by one that replaces the old file whole (a
-//! new file: hard links to the old one keep the old bytes). A write that
-//! fails leaves no cut-off file. Every target is checked before any is
-//! written, and `--force` never
-//! replaces a file of the dataset being read (its manifest, a shard or an
-//! index, whatever path reaches it).
+//! Writing to files is [`bale_reader::extract`]'s: never through a
+//! symlink, never a cut-off file, never a file of the dataset being read.
 
-use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use bale_format::atomic::AtomicFile;
-use bale_format::files::FileId;
-use bale_format::{FormatError, MANIFEST_NAME, Manifest, files};
-use bale_reader::Dataset;
+use bale_reader::extract::{Targets, write_sample};
+use bale_reader::{Dataset, Select};
 
 use crate::args::get::GetArgs;
 use crate::escape::quoted;
@@ -52,65 +39,6 @@ impl Fetched {
     }
 }
 
-/// How SAMPLE is taken: `--key`, `--index`, or either when unambiguous.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Select {
-    Either,
-    Key,
-    Index,
-}
-
-/// The global index of `sample`: the sample with that key, or the sample at
-/// that index. A string that is a key and also the index of another sample
-/// is refused unless `select` says which, as is a key more than one sample has.
-fn locate(ds: &Dataset, sample: &str, select: Select) -> anyhow::Result<u64> {
-    let as_index = sample.parse::<u64>().ok();
-    if select == Select::Index {
-        return match as_index {
-            Some(n) if n < ds.len() => Ok(n),
-            _ => bail!(
-                "--index: {} is not a sample index: the dataset has {} samples (0..{})",
-                quoted(sample),
-                ds.len(),
-                ds.len()
-            ),
-        };
-    }
-    let keys = ds.find_all(sample);
-    if keys.len() > 1 {
-        let list: Vec<String> = keys.iter().map(u64::to_string).collect();
-        bail!(
-            "the key {} names {} samples of {} (indices {}): its keys are not unique; name one with --index",
-            quoted(sample),
-            keys.len(),
-            bale_format::shown(ds.dir()),
-            list.join(", ")
-        );
-    }
-    let index = as_index.filter(|n| *n < ds.len());
-    match (keys.first(), index) {
-        (Some(&k), Some(n)) if select == Select::Either && k != n => bail!(
-            "{} is ambiguous: it is the key of sample {k} and the index of sample {n} (key {}); \
-             say --key or --index",
-            quoted(sample),
-            quoted(ds.key(n)?)
-        ),
-        (Some(&k), _) => Ok(k),
-        (None, Some(n)) if select == Select::Either => Ok(n),
-        (None, _) if select == Select::Either && as_index.is_some() => bail!(
-            "no sample with key {}, and {sample} is not an index: the dataset has {} samples (0..{})",
-            quoted(sample),
-            ds.len(),
-            ds.len()
-        ),
-        (None, _) => bail!(
-            "no sample with key {} in {}",
-            quoted(sample),
-            bale_format::shown(ds.dir())
-        ),
-    }
-}
-
 /// Runs `bale get`.
 pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     let ds = Dataset::options()
@@ -121,7 +49,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         (_, true) => Select::Index,
         _ => Select::Either,
     };
-    let i = locate(&ds, &args.sample, select)?;
+    let i = ds.select(&args.sample, select)?;
     let read = || -> anyhow::Result<Fetched> {
         let mut members = Vec::new();
         for m in ds.members(i)? {
@@ -139,11 +67,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
             bale_format::shown(&args.path)
         )
     })?;
-    let targets = Targets {
-        force: args.force,
-        dataset: dataset_files(&ds),
-        dir: ds.dir().to_path_buf(),
-    };
+    let targets = Targets::new(&ds, args.force);
     match &args.ext {
         Some(ext) => write_member(&sample, ext, args.output.as_deref(), &targets),
         None => {
@@ -154,74 +78,12 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
                     sample.exts()
                 );
             };
-            let written = write_sample(&sample, out, &targets)?;
+            let written = write_sample(&sample.members, &sample.key, out, &targets)?;
             for p in written {
                 eprintln!("wrote {}", bale_format::shown(&p));
             }
             Ok(ExitCode::SUCCESS)
         }
-    }
-}
-
-/// The files of the dataset: its manifest, shards and indexes (those that
-/// are local files).
-fn dataset_files(ds: &Dataset) -> HashSet<FileId> {
-    let dir = ds.dir();
-    let mut paths = vec![dir.join(MANIFEST_NAME)];
-    for e in &ds.manifest().shards {
-        paths.push(Manifest::resolve(dir, &e.file));
-        paths.push(Manifest::resolve(dir, &e.index));
-    }
-    paths.iter().filter_map(|p| FileId::of(p)).collect()
-}
-
-/// What `get` may write to.
-#[derive(Debug)]
-struct Targets {
-    /// `--force`: existing files may be replaced.
-    force: bool,
-    /// The dataset's own files, never replaced.
-    dataset: HashSet<FileId>,
-    /// The dataset's directory, for the error.
-    dir: PathBuf,
-}
-
-impl Targets {
-    /// Checks that `path` may be written: it does not exist (or, with
-    /// `--force`, is a regular file that is none of the dataset's), and it
-    /// is not a symlink.
-    fn check(&self, path: &Path) -> anyhow::Result<()> {
-        let Ok(meta) = std::fs::symlink_metadata(path) else {
-            return Ok(());
-        };
-        if meta.file_type().is_symlink() {
-            bail!(
-                "{} is a symlink; refusing to write through it",
-                bale_format::shown(path)
-            );
-        }
-        if !self.force {
-            bail!(
-                "{} already exists; use --force to overwrite it",
-                bale_format::shown(path)
-            );
-        }
-        if !meta.is_file() {
-            bail!(
-                "{} is {}; --force replaces regular files only (write to stdout to feed a pipe)",
-                bale_format::shown(path),
-                files::kind_of(&meta)
-            );
-        }
-        if self.dataset.contains(&FileId::of_meta(&meta)) {
-            bail!(
-                "{} is a file of the dataset {} being read (its manifest, a shard or an index); \
-                 refusing to overwrite it, even with --force",
-                bale_format::shown(path),
-                bale_format::shown(&self.dir)
-            );
-        }
-        Ok(())
     }
 }
 
@@ -241,9 +103,7 @@ fn write_member(
     };
     match output {
         Some(path) => {
-            targets.check(path)?;
-            let f = staged(path, data)?;
-            commit(f, targets.force)?;
+            targets.write(path, data)?;
             eprintln!("wrote {}", bale_format::shown(path));
         }
         None => {
@@ -260,78 +120,4 @@ fn write_member(
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `data` written to a temporary file beside `path` (removed if dropped
-/// before [`commit`]): a write that fails (a full disk) leaves neither a
-/// cut-off file under the name nor an old file cut.
-fn staged(path: &Path, data: &[u8]) -> anyhow::Result<AtomicFile> {
-    let mut f = AtomicFile::create(path)?;
-    f.write_all(data)
-        .with_context(|| format!("cannot write {}", bale_format::shown(f.tmp_path())))?;
-    Ok(f)
-}
-
-/// Puts a [`staged`] file in place: by a rename that never replaces a file,
-/// or with `force` one that replaces it whole.
-fn commit(f: AtomicFile, force: bool) -> anyhow::Result<()> {
-    let path = f.dest().to_path_buf();
-    let done = if force {
-        f.commit_replacing()
-    } else {
-        f.commit()
-    };
-    done.map_err(|e| match e {
-        FormatError::Exists { .. } => anyhow::anyhow!(
-            "{} already exists; use --force to overwrite it",
-            bale_format::shown(&path)
-        ),
-        e => e.into(),
-    })
-}
-
-/// Writes every member of `sample` to `<dir>/<key>.<ext>`; returns the files
-/// written. Every name and target is checked before any is written
-/// ([`Targets::check`]), and directories are created one component at a
-/// time, never through a symlink. A write that fails removes the files this
-/// run created.
-fn write_sample(sample: &Fetched, dir: &Path, targets: &Targets) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create {}", bale_format::shown(dir)))?;
-    let rels: Vec<PathBuf> = sample
-        .members
-        .iter()
-        .map(|(ext, _)| files::member_path(&sample.key, ext))
-        .collect::<Result<_, _>>()?;
-    for rel in &rels {
-        files::create_parents(dir, rel)?;
-        targets.check(&dir.join(rel))?;
-    }
-    // Every member is written under a temporary name first: a write that
-    // fails changes nothing. Then each takes its name.
-    let mut files = Vec::with_capacity(rels.len());
-    for ((_, data), rel) in sample.members.iter().zip(&rels) {
-        files.push(staged(&dir.join(rel), data)?);
-    }
-    let mut written = Vec::new();
-    let mut created = Vec::new();
-    let result = (|| {
-        for f in files {
-            let path = f.dest().to_path_buf();
-            let existed = std::fs::symlink_metadata(&path).is_ok();
-            commit(f, targets.force)?;
-            if !existed {
-                created.push(path.clone());
-            }
-            written.push(path);
-        }
-        Ok::<_, anyhow::Error>(())
-    })();
-    if let Err(e) = result {
-        for p in &created {
-            let _ = std::fs::remove_file(p);
-        }
-        return Err(e);
-    }
-    Ok(written)
 }

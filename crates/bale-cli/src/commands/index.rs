@@ -6,15 +6,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use bale_format::FormatError;
 use bale_format::scan::SplitPolicy;
-use bale_pack::{IndexOptions, IndexProgress, IndexSummary, PackError, expand_patterns};
+use bale_pack::{
+    Destination, IndexOptions, IndexProgress, IndexSummary, expand_patterns, is_remote,
+};
 use indicatif::ProgressBar;
 
 use crate::args::index::IndexArgs;
 use crate::commands::pack::install_ctrlc;
 use crate::progress;
-use bale_pack::{RemoteOutput as RemoteOut, is_remote};
 
 struct Bar(ProgressBar);
 
@@ -36,17 +36,17 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
     let shards = expand_patterns(&args.shards)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
-    let remote = if is_remote(&args.output) {
-        Some(remote_index_output(&args, &shards, &storage, &cancel)?)
-    } else {
-        None
-    };
-    let output = remote
-        .as_ref()
-        .map_or_else(|| args.output.clone(), |r| r.0.dir().to_path_buf());
+    anyhow::ensure!(
+        !is_remote(&args.output)
+            || (args.wids_json.is_none() && args.dali_index.is_none() && !args.absolute),
+        "--wids-json, --dali-index and --absolute write local paths; index into a local directory for them"
+    );
+    let dest = Destination::open_index(&shards, &args.output, args.force, &cancel, &|| {
+        Ok(storage.clone())
+    })?;
     let opts = IndexOptions {
         shards,
-        output: output.clone(),
+        output: dest.dir().to_path_buf(),
         absolute: args.absolute,
         checksum: args.checksum,
         wids_json: args.wids_json.clone(),
@@ -57,7 +57,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         } else {
             SplitPolicy::Refuse
         },
-        force: args.force && remote.is_none(),
+        force: dest.engine_force(),
         allow_duplicate_keys: args.allow_duplicate_keys,
         jobs: args.jobs.unwrap_or(0),
     };
@@ -65,35 +65,8 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
     let bar = Bar(progress::bar(0, "shards", quiet));
     let result = bale_pack::index(&opts, &bar, &cancel);
     bar.0.finish_and_clear();
-    let mut summary = match (result, remote) {
-        (Ok(s), None) => s,
-        (Ok(mut s), Some((r, prefix))) => {
-            let url = r.url().to_owned();
-            // The manifest names the tars relative to the prefix, as a
-            // dataset in object storage names its objects.
-            let path = output.join(bale_format::MANIFEST_NAME);
-            let bytes = std::fs::read(&path)?;
-            let mut m = bale_format::Manifest::from_slice(&bytes, &path)?;
-            for e in &mut m.shards {
-                if let Some(rel) = e.file.strip_prefix(&prefix) {
-                    e.file = rel.to_owned();
-                }
-            }
-            std::fs::write(&path, m.to_bytes())?;
-            if let Err(u) = r.finish() {
-                anyhow::bail!("{}", u.output.undo().after(u.error));
-            }
-            s.output = url;
-            s
-        }
-        (Err(e), Some((r, _))) => {
-            anyhow::bail!("{}", r.undo().after(e));
-        }
-        (Err(e), None) => return Err(with_hint(e)),
-    };
-    if summary.output.is_empty() {
-        summary.output = args.output.display().to_string();
-    }
+    // A Ctrl-C is this command's error: it says what the run left.
+    let summary = dest.finish(result)?;
     super::export_index::after_write(
         args.dali_index.as_deref(),
         &args.output,
@@ -130,19 +103,6 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         },
     )?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The error, with a `hint:` line where there is an obvious way out, and
-/// what was left behind.
-fn with_hint(e: PackError) -> anyhow::Error {
-    let hint = match &e {
-        PackError::Format(FormatError::SplitSample { .. }) => {
-            "\nhint: --allow-split regroups the key's members into one sample (plain tars; that shard's index \
-             is then read member by member), --rename-split indexes each later run as a sample of its own (KEY~2, ...)"
-        }
-        _ => "",
-    };
-    anyhow::anyhow!("{e}{hint}\nno manifest was written, and nothing this run wrote is left")
 }
 
 /// The notes printed on stderr after a successful run.
@@ -213,51 +173,4 @@ fn notes(s: &IndexSummary, wids: bool) -> Vec<String> {
         );
     }
     out
-}
-
-/// For `-o URL`: every tar must be an object under that prefix (the manifest
-/// names them relative to it); the prefix is taken for the `.idx` objects
-/// and `bale.json`, which are all that may be replaced there. Returns the
-/// output and the prefix with its trailing `/`.
-fn remote_index_output(
-    args: &IndexArgs,
-    shards: &[std::path::PathBuf],
-    storage: &bale_storage::StorageOptions,
-    cancel: &Arc<AtomicBool>,
-) -> anyhow::Result<(RemoteOut, String)> {
-    anyhow::ensure!(
-        args.wids_json.is_none() && args.dali_index.is_none() && !args.absolute,
-        "--wids-json, --dali-index and --absolute write local paths; index into a local directory for them"
-    );
-    let out = args
-        .output
-        .to_str()
-        .ok_or_else(|| anyhow::anyhow!("{}: not a UTF-8 URL", bale_format::shown(&args.output)))?;
-    let prefix = format!("{}/", out.trim_end_matches('/'));
-    let mut names = Vec::new();
-    for t in shards {
-        let t = t.to_string_lossy();
-        let rel = t.strip_prefix(&prefix).filter(|r| !r.is_empty());
-        let Some(rel) = rel else {
-            anyhow::bail!(
-                "{t}: bale index -o {out} indexes tars under that prefix (the manifest names its shards relative to it); \
-                 index tars elsewhere into a local directory"
-            );
-        };
-        let base = rel.rsplit('/').next().unwrap_or(rel);
-        names.push(bale_format::index_file_name(base));
-    }
-    names.push(bale_format::MANIFEST_NAME.to_owned());
-    let r = RemoteOut::open(
-        &args.output,
-        storage,
-        args.force,
-        cancel.clone(),
-        Some(&names),
-        shards
-            .iter()
-            .map(|t| t.to_string_lossy().into_owned())
-            .collect(),
-    )?;
-    Ok((r, prefix))
 }

@@ -17,32 +17,33 @@ pub mod stage;
 pub mod stat;
 pub mod verify;
 
-/// A local output that holds a dataset before a run with `--force`: a run
-/// that fails after `--force` removed it says so, rather than only that no
-/// new one was written ([`OldDataset::note`]).
-pub(crate) struct OldDataset(Option<std::path::PathBuf>);
-
-impl OldDataset {
-    pub(crate) fn before(out: &std::path::Path, force: bool) -> Self {
-        let manifest = out.join(bale_format::MANIFEST_NAME);
-        Self((force && !bale_pack::is_remote(out) && manifest.is_file()).then_some(manifest))
+/// The end of a run that did not commit: after Ctrl-C, `interrupted` and
+/// what it left (exit 130); else the error, with what it left.
+pub(crate) fn failed(f: bale_pack::Failed) -> anyhow::Result<ExitCode> {
+    if f.interrupted() {
+        eprintln!("error: interrupted: {}", f.left);
+        return Ok(ExitCode::from(pack::EXIT_INTERRUPTED));
     }
+    Err(f.into())
+}
 
-    /// What a failed or interrupted local run left in `out`, for its
-    /// message: no dataset of its own (`removed` says what it cleaned up),
-    /// and whether the old dataset that `--force` would replace is there
-    /// as it was or had been removed.
-    pub(crate) fn left(&self, out: &std::path::Path, removed: &str) -> String {
-        let out = bale_format::shown(out);
-        match &self.0 {
-            Some(m) if m.exists() => format!(
-                "no dataset was written to {out} by this run ({removed}); the old dataset there is as it was"
-            ),
-            Some(_) => format!(
-                "no dataset was written to {out} (no manifest; {removed})\nthe old dataset in {out} had been removed by --force before the failure"
-            ),
-            None => format!("no dataset was written to {out} (no manifest; {removed})"),
-        }
+/// An error followed by lines of its own (a `hint:`, what is left): the
+/// message reads as one, and the error stays the cause in the chain.
+#[derive(Debug)]
+pub(crate) struct Noted<E> {
+    pub error: E,
+    pub note: String,
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for Noted<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}\n{}", self.error, self.note)
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for Noted<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
     }
 }
 

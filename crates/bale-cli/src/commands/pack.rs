@@ -3,24 +3,21 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
 use bale_format::ShardEntry;
 use bale_image::ImageOptions;
 use bale_pack::{
-    FileList, Ignored, PackError, PackOrder, PackProgress, PackSummary, Packer, SkippedFile,
+    Destination, FileList, Ignored, PackOrder, PackProgress, PackSummary, Packer, Run, SkippedFile,
+    is_remote,
 };
 use indicatif::ProgressBar;
 
 use crate::args::pack::PackArgs;
 use crate::progress;
-use bale_pack::{RemoteOutput as RemoteOut, is_remote};
-use bale_storage::StorageError;
 
 /// Exit code after Ctrl-C (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
@@ -45,7 +42,7 @@ pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
 /// The bars, and the upload of each finished shard to object storage.
 struct Forward<'a> {
     bars: &'a Bars,
-    remote: Option<&'a RemoteOut>,
+    dest: &'a Destination,
     /// Set to refuse a plan of no sample: the run is cancelled before it
     /// touches the output, and `empty` says why.
     refuse_empty: Option<&'a AtomicBool>,
@@ -72,10 +69,7 @@ impl PackProgress for Forward<'_> {
     }
     fn shard_finished(&self, shard: &ShardEntry) {
         self.bars.shard_finished(shard);
-        if let Some(r) = self.remote {
-            r.send(&shard.file);
-            r.send(&shard.index);
-        }
+        self.dest.shard_finished(shard);
     }
     fn skipped(&self, file: &SkippedFile) {
         self.bars.skipped(file);
@@ -83,48 +77,6 @@ impl PackProgress for Forward<'_> {
     fn warning(&self, message: &str) {
         self.bars.warning(message);
     }
-}
-
-/// The output in object storage when `output` is a URL: takes its prefix
-/// (lock, checks, `--force`) and makes the local spool the command writes into.
-pub fn open_remote(
-    output: &Path,
-    storage: &crate::args::storage::StorageArgs,
-    force: bool,
-    cancel: &Arc<AtomicBool>,
-    inputs: Vec<String>,
-) -> anyhow::Result<Option<RemoteOut>> {
-    if !is_remote(output) {
-        return Ok(None);
-    }
-    let storage = storage.options()?;
-    Ok(Some(RemoteOut::open(
-        output,
-        &storage,
-        force,
-        cancel.clone(),
-        None,
-        inputs,
-    )?))
-}
-
-/// Whether `e` is a stop asked for by Ctrl-C (or SIGTERM), from the run or
-/// from its uploads.
-pub fn is_cancel(e: &PackError) -> bool {
-    matches!(
-        e,
-        PackError::Cancelled | PackError::Storage(StorageError::Cancelled)
-    )
-}
-
-/// A Ctrl-C while the output in object storage was being opened (`--force`
-/// watching another run's lock): nothing of the run was written there.
-pub fn interrupted_opening(output: &Path) -> ExitCode {
-    eprintln!(
-        "error: interrupted: nothing was written to {}; what is there is as it was",
-        bale_format::shown(output)
-    );
-    ExitCode::from(EXIT_INTERRUPTED)
 }
 
 /// Progress bars for a pack: a spinner while discovering, then a byte bar
@@ -291,16 +243,6 @@ pub fn summary_line(s: &PackSummary) -> String {
     )
 }
 
-fn failure(e: PackError, out: &Path, old: &super::OldDataset) -> anyhow::Error {
-    match e {
-        e if e.left_output_untouched() => anyhow!("{e}"),
-        e => anyhow!(
-            "{e}\n{}",
-            old.left(out, "partial shards and temporary files were removed")
-        ),
-    }
-}
-
 /// The image options from the arguments; refuses image flags that would do
 /// nothing without --resize or a --image-format other than `keep`.
 fn image_options(args: &PackArgs) -> anyhow::Result<ImageOptions> {
@@ -338,7 +280,7 @@ fn image_options(args: &PackArgs) -> anyhow::Result<ImageOptions> {
     if let Some(n) = args.max_pixels {
         o.max_pixels = n;
     }
-    o.validate().map_err(|e| anyhow!("{e}"))?;
+    o.validate()?;
     Ok(o)
 }
 
@@ -359,16 +301,20 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         args.dali_index.is_none() || !is_remote(&args.output),
         "--dali-index writes DALI's index files from local shards; with an output in object storage, pack to a local directory for DALI"
     );
-    let remote = match open_remote(&args.output, &args.storage, args.force, &cancel, Vec::new()) {
-        Err(_) if cancel.load(Ordering::SeqCst) => return Ok(interrupted_opening(&args.output)),
-        r => r?,
+    let dest = match Destination::open(
+        &args.output,
+        Run::Pack,
+        args.force,
+        &cancel,
+        &|| args.storage.options(),
+        Vec::new(),
+    ) {
+        Ok(d) => d,
+        Err(f) => return super::failed(f),
     };
-    let local_out = remote
-        .as_ref()
-        .map_or_else(|| args.output.clone(), |r| r.dir().to_path_buf());
     let mut b = Packer::builder()
         .inputs(&args.inputs)
-        .output(&local_out)
+        .output(dest.dir())
         .follow_links(args.follow_links)
         .labels(args.labels.clone())
         .shard_size(args.shard_size)
@@ -383,7 +329,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         .in_flight_bytes(args.in_flight)
         .on_error(args.on_error)
         .part(args.part)
-        .force(args.force && remote.is_none())
+        .force(dest.engine_force())
         .image(image)
         .cancel_flag(cancel.clone());
     for g in &args.include {
@@ -401,21 +347,19 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     } else if args.inputs.is_empty() {
         anyhow::bail!("give an input directory, or --files-from FILE");
     }
-    let packer = b.build().map_err(|e| anyhow!("{e}"))?;
+    let packer = b.build()?;
     let bars = Bars::new(args.out.quiet);
-    let old = super::OldDataset::before(&args.output, args.force);
     let forward = Forward {
         bars: &bars,
-        remote: remote.as_ref(),
+        dest: &dest,
         refuse_empty: (!args.allow_empty && args.part.is_none()).then_some(&*cancel),
         empty: AtomicBool::new(false),
     };
     let result = packer.run(&forward);
     bars.finish();
-    if forward.empty.load(Ordering::SeqCst) && result.is_err() {
-        if let Some(r) = remote {
-            drop(r.undo());
-        }
+    let empty = forward.empty.load(Ordering::SeqCst);
+    if empty && result.is_err() {
+        dest.discard();
         anyhow::bail!(
             "no sample to pack: {} holds no file that makes one\n\
              hint: files need an extension (`KEY.EXT`); hidden files, symlinks and files that \
@@ -424,42 +368,9 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
             inputs_shown(&args)
         );
     }
-    let summary = match (result, remote) {
-        (Ok(s), None) => s,
-        (Ok(mut s), Some(r)) => {
-            let url = r.url().to_owned();
-            if let Err(u) = r.finish() {
-                let undone = u.output.undo();
-                if cancel.load(Ordering::SeqCst) && is_cancel(&u.error) {
-                    eprintln!("error: interrupted: {}", undone.text);
-                    return Ok(ExitCode::from(EXIT_INTERRUPTED));
-                }
-                return Err(anyhow!("{}", undone.after(u.error)));
-            }
-            s.output = url.into();
-            s
-        }
-        (Err(e), Some(r)) if is_cancel(&e) => {
-            let upload = r.take_error();
-            let undone = r.undo();
-            if let Some(e) = upload {
-                return Err(anyhow!("{}", undone.after(e)));
-            }
-            eprintln!("error: interrupted: {}", undone.text);
-            return Ok(ExitCode::from(EXIT_INTERRUPTED));
-        }
-        (Err(e), Some(r)) => return Err(anyhow!("{}", r.undo().after(e))),
-        (Err(PackError::Cancelled), None) => {
-            eprintln!(
-                "error: interrupted: {}",
-                old.left(
-                    &args.output,
-                    "partial shards and temporary files were removed"
-                )
-            );
-            return Ok(ExitCode::from(EXIT_INTERRUPTED));
-        }
-        (Err(e), None) => return Err(failure(e, &args.output, &old)),
+    let summary = match dest.finish(result) {
+        Ok(s) => s,
+        Err(f) => return super::failed(f),
     };
 
     let mut err = std::io::stderr().lock();

@@ -141,7 +141,11 @@ pub fn run_unstage(args: UnstageArgs) -> anyhow::Result<ExitCode> {
 
 /// The error with a `hint:` line: the message and the hint read as one.
 fn with_hint(e: ReaderError, hint: &str) -> anyhow::Error {
-    anyhow::anyhow!("{e}\nhint: {hint}")
+    super::Noted {
+        error: e,
+        note: format!("hint: {hint}"),
+    }
+    .into()
 }
 
 /// A staging error as the CLI prints it: the engine's message, a `hint:`

@@ -63,6 +63,17 @@ struct Inner {
     cache: Option<bale_storage::Cache>,
 }
 
+/// How [`Dataset::select`] takes the name of a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Select {
+    /// A key, or an index when unambiguous.
+    Either,
+    /// A key.
+    Key,
+    /// An index.
+    Index,
+}
+
 /// An open bale dataset: random access by index or key, and epoch iteration.
 ///
 /// `Dataset` is `Send + Sync` and a clone is one reference count: share it
@@ -334,6 +345,54 @@ impl Dataset {
                     .map(|l| self.inner.offsets[s] + l as u64)
             })
             .collect()
+    }
+
+    /// The global index of the sample `sample` names, taken as `by` says:
+    /// the sample with that key, or the sample at that index. With
+    /// [`Select::Either`], a string that is a key and also the index of
+    /// another sample is refused, as is a key more than one sample has.
+    ///
+    /// # Errors
+    /// [`ReaderError::NoSuchSample`], naming what to say instead.
+    pub fn select(&self, sample: &str, by: Select) -> Result<u64> {
+        let fail = |what: String| Err(ReaderError::NoSuchSample { what });
+        let len = self.len();
+        let as_index = sample.parse::<u64>().ok();
+        if by == Select::Index {
+            return match as_index {
+                Some(n) if n < len => Ok(n),
+                _ => fail(format!(
+                    "--index: {sample:?} is not a sample index: the dataset has {len} samples (0..{len})"
+                )),
+            };
+        }
+        let keys = self.find_all(sample);
+        if keys.len() > 1 {
+            let list: Vec<String> = keys.iter().map(u64::to_string).collect();
+            return fail(format!(
+                "the key {sample:?} names {} samples of {} (indices {}): its keys are not unique; name one with --index",
+                keys.len(),
+                bale_format::shown(self.dir()),
+                list.join(", ")
+            ));
+        }
+        let index = as_index.filter(|n| *n < len);
+        match (keys.first(), index) {
+            (Some(&k), Some(n)) if by == Select::Either && k != n => fail(format!(
+                "{sample:?} is ambiguous: it is the key of sample {k} and the index of sample {n} (key {:?}); \
+                 say --key or --index",
+                self.key(n)?
+            )),
+            (Some(&k), _) => Ok(k),
+            (None, Some(n)) if by == Select::Either => Ok(n),
+            (None, _) if by == Select::Either && as_index.is_some() => fail(format!(
+                "no sample with key {sample:?}, and {sample} is not an index: the dataset has {len} samples (0..{len})"
+            )),
+            (None, _) => fail(format!(
+                "no sample with key {sample:?} in {}",
+                bale_format::shown(self.dir())
+            )),
+        }
     }
 
     /// The global index of the sample with key `key`, if any (the first, in a

@@ -55,7 +55,7 @@ pub fn decode_member(ext: &str, bytes: &[u8]) -> anyhow::Result<Decoded> {
 /// are all there, and reads every one of them (a checksum), as a loader that
 /// copies the array into a tensor does.
 fn touch_npy(bytes: &[u8]) -> anyhow::Result<Decoded> {
-    let header = bale_format::npy::parse(bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let header = bale_format::npy::parse(bytes).map_err(anyhow::Error::msg)?;
     let bale_format::npy::Header::Simple {
         shape, data_offset, ..
     } = &header

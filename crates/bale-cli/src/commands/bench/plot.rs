@@ -115,7 +115,7 @@ fn render(path: &Path, report: &Report) -> anyhow::Result<Vec<u8>> {
             {
                 let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
                 draw(&root, report)?;
-                root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+                root.present()?;
             }
             Ok(svg.into_bytes())
         }
@@ -125,7 +125,7 @@ fn render(path: &Path, report: &Report) -> anyhow::Result<Vec<u8>> {
             {
                 let root = BitMapBackend::with_buffer(&mut buf, SIZE).into_drawing_area();
                 draw(&root, report)?;
-                root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+                root.present()?;
             }
             encode_png(path, w, h, &buf)
         }
