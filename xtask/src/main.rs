@@ -11,6 +11,8 @@ mod bench_remote;
 mod ci;
 mod demo;
 mod gen_tree;
+#[cfg(test)]
+mod house;
 mod pair;
 mod util;
 mod wheel;
