@@ -52,6 +52,7 @@ mod name;
 pub mod npy;
 pub mod read;
 pub mod read_at;
+mod regular;
 pub mod scan;
 mod shard;
 pub mod shuffle;
