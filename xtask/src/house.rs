@@ -471,9 +471,6 @@ mod tests {
         "bale-pack: merge → packer → output → merge",
         "bale-pack: merge → packer → pipeline → output → merge",
         "bale-reader: plan → resume → plan",
-        "xtask: bench → bench_loader → bench_python → bench",
-        "xtask: bench → bench_python → bench",
-        "xtask: bench → bench_remote → bench_python → bench",
         "xtask: ci → wheel → ci",
     ];
 

@@ -8,6 +8,7 @@ mod bench_ffcv;
 mod bench_loader;
 mod bench_python;
 mod bench_remote;
+mod bench_trees;
 mod ci;
 mod demo;
 mod gen_tree;
