@@ -511,7 +511,6 @@ mod tests {
             "crates/bale-reader/src/dataset/remote.rs",
             "crates/bale-reader/src/dataset/shard.rs",
         ),
-        ("xtask/src/gen_tree/detection.rs", "xtask/src/gen_tree.rs"),
     ];
 
     #[test]
