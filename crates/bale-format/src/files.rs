@@ -211,7 +211,7 @@ pub fn member_path(key: &str, ext: &str) -> Result<PathBuf> {
             "the key would escape the output directory (absolute, `..`, or not a plain relative path)",
         );
     }
-    if crate::validate_ext(ext).is_err() {
+    if crate::name::validate_ext(ext).is_err() {
         return escape("the extension would escape the output directory");
     }
     let path = PathBuf::from(&name);
