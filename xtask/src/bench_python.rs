@@ -37,7 +37,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::bench::{SMALL_TREE, small_tree_params};
+use crate::bench_trees::{SMALL_TREE, small_tree_params};
 use crate::gen_tree::{self, Kind, Params};
 use crate::util;
 

@@ -453,12 +453,17 @@ fn jpeg(rng: &mut Rng) -> Result<Vec<u8>> {
     let u = rng.unit();
     let noise = 9.0 + 84.0 * u;
     let pixels = picture(rng, width, height, noise);
+    encode_jpeg(&pixels, width, height)
+}
+
+/// `pixels` (RGB, `width` x `height`) as a quality-90 JPEG with 4:2:0 chroma.
+pub(crate) fn encode_jpeg(pixels: &[u8], width: usize, height: usize) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(width * height);
     let mut encoder = jpeg_encoder::Encoder::new(&mut out, 90);
     encoder.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
     encoder
         .encode(
-            &pixels,
+            pixels,
             width as u16,
             height as u16,
             jpeg_encoder::ColorType::Rgb,

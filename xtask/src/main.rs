@@ -9,10 +9,13 @@ mod bench_loader;
 mod bench_python;
 mod bench_remote;
 mod bench_scale;
+mod bench_trees;
 mod bench_wheel;
 mod ci;
 mod demo;
 mod gen_tree;
+#[cfg(test)]
+mod house;
 mod pair;
 mod util;
 mod wheel;

@@ -320,7 +320,7 @@ pub fn check_foreign(data: &[u8]) {
             for (key, members) in samples {
                 assert!(!key.is_empty(), "a sample without a key");
                 for (ext, _) in members {
-                    crate::validate_ext(&ext).expect("extensions are checked");
+                    crate::name::validate_ext(&ext).expect("extensions are checked");
                 }
             }
         }

@@ -52,6 +52,7 @@ mod name;
 pub mod npy;
 pub mod read;
 pub mod read_at;
+mod regular;
 pub mod scan;
 mod shard;
 pub mod shuffle;
@@ -61,24 +62,29 @@ pub mod verify;
 
 pub use error::{FormatError, Result, Shown, shown};
 pub use index::{
-    Compression, DuplicateKey, IndexBuilder, MemberEntry, SampleEntry, ShardIndex,
-    ZSTD_DICT_FRAME_MAGIC, ZSTD_DICT_MAX, ZSTD_DICT_MIN, checksum, duplicate_keys,
-    index_file_bytes, index_len_max, index_len_min, is_index_head, prefetch, prefetch_sample,
-    zstd_dict_ok,
+    Compression, DuplicateKey, IndexBuilder, MemberEntry, SampleEntry, ShardIndex, checksum,
+    duplicate_keys, index_file_bytes, index_len_max, index_len_min, is_index_head, prefetch,
+    prefetch_sample,
 };
+/// The shard's dictionary frame, for tests and fuzz targets that build one.
+#[cfg(feature = "fuzzing")]
+pub use index::{ZSTD_DICT_FRAME_MAGIC, ZSTD_DICT_MAX};
 pub use manifest::{
     CreatedBy, FieldStats, ImageTransform, MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest,
     ORIGINAL_SIZE_EXT, ShardEntry, hex64, indexed_in_place, listed_files, parse_hex64,
 };
 pub use name::{
-    MAX_LABEL_BYTES, is_reserved_ext, parse_label, split_member_name, validate_ext, validate_key,
+    MAX_LABEL_BYTES, is_reserved_ext, parse_label, split_member_name, validate_key,
     validate_written_ext,
 };
 pub use shard::{
     DEFAULT_ZSTD_LEVEL, EncodedSample, Member, MemberSource, ShardBuf, ShardFileWriter,
     ShardSummary, ShardWriter, index_file_name, is_bale_file_name, shard_file_name,
 };
-pub use stream::{STREAM_BUFFER, SampleStream, StreamMember, StreamSample, open_shard_stream};
+/// Opens a shard file as a sample stream, for tests that read one whole.
+#[cfg(feature = "fuzzing")]
+pub use stream::open_shard_stream;
+pub use stream::{STREAM_BUFFER, SampleStream, StreamMember, StreamSample};
 pub use tar::{Entry, EntryKind, TAR_END_LEN, first_entry, is_member_header, tar_member_len};
 
 /// A seeded xorshift64 generator for unit tests (`seed` not 0).

@@ -153,7 +153,7 @@ pub fn open(path: &std::path::Path) -> crate::Result<(Box<dyn ReadAt>, u64)> {
         let url = path.to_str().unwrap_or_default();
         return opener(url).map_err(|e| crate::FormatError::io(path, e));
     }
-    let file = crate::files::open_regular(path)?;
+    let file = crate::regular::open_regular(path)?;
     let len = file
         .metadata()
         .map_err(|e| crate::FormatError::io(path, e))?

@@ -1,10 +1,9 @@
 //! Sequential reading: a shard (or any WebDataset tar) as a stream of samples.
 
-use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::PathBuf;
 
 use crate::error::{FormatError, Result};
-use crate::index::Compression;
 use crate::name::split_member_name;
 use crate::scan::normalize_member_name;
 use crate::tar::{EntryKind, TarReader};
@@ -177,10 +176,14 @@ impl<R: Read> Iterator for SampleStream<R> {
 ///
 /// # Errors
 /// I/O errors opening the file; an HDF5 shard.
+#[cfg(feature = "fuzzing")]
 pub fn open_shard_stream(
-    path: &Path,
-    compression: Compression,
+    path: &std::path::Path,
+    compression: crate::Compression,
 ) -> Result<SampleStream<Box<dyn Read + Send>>> {
+    use crate::Compression;
+    use std::io::BufReader;
+
     let file = crate::files::open_regular(path)?;
     let dict = match compression {
         Compression::Zstd => crate::read::read_shard_zstd_dict(&file, path)?,

@@ -427,9 +427,9 @@ fn plain_what(text: &str, status: Option<u16>) -> String {
             .iter()
             .any(|m| cause.contains(m));
         let (key, default) = if connecting {
-            ("connect_timeout", crate::options::DEFAULT_CONNECT_TIMEOUT)
+            ("connect_timeout", crate::defaults::DEFAULT_CONNECT_TIMEOUT)
         } else {
-            ("timeout", crate::options::DEFAULT_TIMEOUT)
+            ("timeout", crate::defaults::DEFAULT_TIMEOUT)
         };
         // The limit in force is the one the request ran under: what it
         // waited says it, where a default would mislead a user who set it.

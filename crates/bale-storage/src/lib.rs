@@ -42,6 +42,7 @@
 #![deny(missing_docs)]
 
 pub mod cache;
+mod defaults;
 mod error;
 mod fetch;
 mod location;

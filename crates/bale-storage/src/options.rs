@@ -15,15 +15,9 @@ use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreSchem
 
 use crate::error::{Result, StorageError};
 
-/// Retries of a failed request (5xx, timeouts, dropped connections) unless
-/// `max_retries` says otherwise.
-pub const DEFAULT_MAX_RETRIES: usize = 5;
-/// No retry starts after this long from the first attempt, unless `retry_timeout` says otherwise.
-pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
-/// Time to connect, unless `connect_timeout` says otherwise.
-pub const DEFAULT_CONNECT_TIMEOUT: &str = "5s";
-/// Time for one whole request, unless `timeout` says otherwise.
-pub const DEFAULT_TIMEOUT: &str = "60s";
+pub use crate::defaults::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_TIMEOUT, DEFAULT_TIMEOUT,
+};
 
 /// Options for reaching object storage, on top of the standard environment
 /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,

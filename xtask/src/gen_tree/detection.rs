@@ -13,7 +13,7 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::{Rng, picture};
 
@@ -83,17 +83,7 @@ pub(super) fn sample(rng: &mut Rng, classes: usize) -> Result<Sample> {
         paint(rng, &mut pixels, width, o);
     }
 
-    let mut jpeg = Vec::with_capacity(width * height);
-    let mut encoder = jpeg_encoder::Encoder::new(&mut jpeg, 90);
-    encoder.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
-    encoder
-        .encode(
-            &pixels,
-            width as u16,
-            height as u16,
-            jpeg_encoder::ColorType::Rgb,
-        )
-        .context("jpeg encoding failed")?;
+    let jpeg = super::encode_jpeg(&pixels, width, height)?;
 
     let mut json = String::from("{\"boxes\": [");
     for (i, o) in objects.iter().enumerate() {

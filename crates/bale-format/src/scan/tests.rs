@@ -451,14 +451,18 @@ fn a_foreign_skippable_frame_of_the_dictionary_magic_is_skipped() {
     // or not a dictionary. `zstd -d` skips it; so does the scan.
     let empty = bale_shard(Compression::Zstd, &[]);
     let frame = |payload: &[u8]| {
-        let mut f = crate::ZSTD_DICT_FRAME_MAGIC.to_le_bytes().to_vec();
+        let mut f = crate::index::ZSTD_DICT_FRAME_MAGIC.to_le_bytes().to_vec();
         f.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         f.extend_from_slice(payload);
         f
     };
     let mut trained = vec![7u8; 600];
     trained[..4].copy_from_slice(&[0x37, 0xA4, 0x30, 0xEC]);
-    for payload in [vec![1u8; 10], vec![2u8; crate::ZSTD_DICT_MAX + 1], trained] {
+    for payload in [
+        vec![1u8; 10],
+        vec![2u8; crate::index::ZSTD_DICT_MAX + 1],
+        trained,
+    ] {
         let mut bytes = frame(&payload);
         bytes.extend_from_slice(&empty);
         let (_d, _, r) = scan(&bytes, ScanOptions::default());
