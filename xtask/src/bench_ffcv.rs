@@ -83,7 +83,7 @@ fn ensure_system_libraries() -> Result<()> {
         return Ok(());
     }
     let packages = APT_PACKAGES.join(" ");
-    if !is_root() || util::which("apt-get").is_none() {
+    if !util::is_root() || util::which("apt-get").is_none() {
         bail!(
             "FFCV's build needs OpenCV and libjpeg-turbo through pkg-config; install them \
              (Debian: `sudo apt-get install {packages}`) and run again, or pass `-- --no-ffcv`"
@@ -108,8 +108,4 @@ fn ensure_system_libraries() -> Result<()> {
         bail!("`pkg-config --exists opencv4 libturbojpeg` still fails after installing {packages}");
     }
     Ok(())
-}
-
-fn is_root() -> bool {
-    util::output(Command::new("id").arg("-u")).is_ok_and(|s| s.trim() == "0")
 }

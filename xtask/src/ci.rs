@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{self, Args};
+use crate::util::{self, Args, REQUIREMENTS};
 
 const USAGE: &str = "\
 usage: cargo xtask ci
@@ -72,8 +72,6 @@ feature that --all-features builds, libjpeg-dev for the loader, slurm-wlm + mung
 for the Slurm recipe's test) are installed with
 apt-get when run as root; otherwise ci stops with the apt-get command to run.";
 
-/// Requirements of the Python tests, relative to the repository root.
-pub(crate) const REQUIREMENTS: &str = "tests/python/requirements.txt";
 /// `cargo` arguments that build the `bale` binary the end-to-end tests run (see
 /// `bale_tests::bale_bin`): bale-cli alone with hdf5, in the dev profile.
 const BALE_CLI_HDF5: &[&str] = &["build", "--locked", "-p", "bale-cli", "--features", "hdf5"];
@@ -1002,7 +1000,7 @@ impl Apt {
     /// Installs `packages` (which provide `what`), or fails naming the command to run.
     fn install(&mut self, packages: &[&str], what: &str) -> Result<()> {
         let command = format!("apt-get install -y {}", packages.join(" "));
-        if !is_root() || util::which("apt-get").is_none() {
+        if !util::is_root() || util::which("apt-get").is_none() {
             bail!(
                 "missing {what}; install it with:\n    sudo apt-get update && sudo {command}\n\
                  (or run `cargo xtask ci` as root on a Debian-like system to have it done for you)"
@@ -1023,10 +1021,6 @@ fn apt_get() -> Command {
     let mut cmd = Command::new("apt-get");
     cmd.env("DEBIAN_FRONTEND", "noninteractive");
     cmd
-}
-
-pub(crate) fn is_root() -> bool {
-    util::output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
 }
 
 // ---------------------------------------------------------------------------

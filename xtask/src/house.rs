@@ -25,7 +25,7 @@ pub const REPEAT_LINES: usize = 6;
 /// The command-line crate's budget of lines outside `src/commands/bench/`.
 /// The target is 2,600; this is today's count rounded up to 50, lowered as the
 /// command-line code moves into the libraries.
-pub const CLI_MAX_LINES: usize = 4_050;
+pub const CLI_MAX_LINES: usize = 3_550;
 
 /// The target of [`CLI_MAX_LINES`].
 pub const CLI_TARGET_LINES: usize = 2_600;
@@ -447,32 +447,7 @@ mod tests {
         "bale-loader: mix → options → mix",
         "bale-loader: mix → options → policy → mix",
         "bale-loader: options → policy → options",
-        "bale-pack: discover → error → remote → merge → packer → discover",
-        "bale-pack: discover → error → remote → merge → packer → pipeline → plan → discover",
-        "bale-pack: discover → error → remote → merge → packer → plan → discover",
-        "bale-pack: error → remote → error",
-        "bale-pack: error → remote → merge → error",
-        "bale-pack: error → remote → merge → output → error",
-        "bale-pack: error → remote → merge → packer → error",
-        "bale-pack: error → remote → merge → packer → hooks → error",
-        "bale-pack: error → remote → merge → packer → image → error",
-        "bale-pack: error → remote → merge → packer → image → hooks → error",
-        "bale-pack: error → remote → merge → packer → options → error",
-        "bale-pack: error → remote → merge → packer → output → error",
-        "bale-pack: error → remote → merge → packer → pipeline → error",
-        "bale-pack: error → remote → merge → packer → pipeline → hooks → error",
-        "bale-pack: error → remote → merge → packer → pipeline → options → error",
-        "bale-pack: error → remote → merge → packer → pipeline → output → error",
-        "bale-pack: error → remote → merge → packer → pipeline → plan → error",
-        "bale-pack: error → remote → merge → packer → pipeline → plan → options → error",
-        "bale-pack: error → remote → merge → packer → pipeline → shard_out → error",
-        "bale-pack: error → remote → merge → packer → plan → error",
-        "bale-pack: error → remote → merge → packer → plan → options → error",
-        "bale-pack: merge → output → merge",
-        "bale-pack: merge → packer → output → merge",
-        "bale-pack: merge → packer → pipeline → output → merge",
         "bale-reader: plan → resume → plan",
-        "xtask: ci → wheel → ci",
     ];
 
     /// Repeated blocks present when the rule came in, as pairs of files, in

@@ -7,6 +7,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+/// Requirements of the Python tests, relative to the repository root.
+pub(crate) const REQUIREMENTS: &str = "tests/python/requirements.txt";
+
+/// Whether we run as root (apt-get, chroot).
+pub(crate) fn is_root() -> bool {
+    output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
+}
+
 /// `python` arguments of a quiet, non-interactive `pip install`, for ci's venvs
 /// and the benches'. Without compiling every installed module to bytecode: for
 /// the test requirements that is 32,000 files and 105 s of CPU, which `cargo

@@ -148,7 +148,7 @@ const TOOLS: &[&str] = &[
 
 /// The pins (`name==version`) of [`TOOLS`] in the test requirements.
 fn tool_pins(root: &Path) -> Result<Vec<String>> {
-    let file = root.join(crate::ci::REQUIREMENTS);
+    let file = root.join(util::REQUIREMENTS);
     let text =
         fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
     TOOLS
@@ -438,7 +438,7 @@ fn check_old_glibc(root: &Path, wheel: &Path) -> Result<()> {
     let sysroot = base.join(OLD_SUITE);
     if !sysroot.join("usr/bin/python3.9").exists() {
         if util::which("debootstrap").is_none() {
-            if !crate::ci::is_root() {
+            if !util::is_root() {
                 bail!("debootstrap is missing: apt-get install debootstrap (as root)");
             }
             eprintln!("wheel: apt-get install -y debootstrap");
