@@ -598,14 +598,17 @@ thread_local! {
 /// sample's `uint8` RGB crop (`width x height`), in place.
 pub(crate) fn apply(p: &PixelParams, px: &mut [u8], width: usize, height: usize, fill: [u8; 3]) {
     if let Some(j) = &p.jitter {
-        for c in j.order {
-            match c {
-                0 => j.brightness.map(|f| ops::adjust_brightness(px, f)),
-                1 => j.contrast.map(|f| ops::adjust_contrast(px, f)),
-                2 => j.saturation.map(|f| ops::adjust_saturation(px, f)),
-                _ => j.hue.map(|f| ops::adjust_hue(px, f)),
-            };
-        }
+        let steps: Vec<ops::Jitter> = j
+            .order
+            .iter()
+            .filter_map(|c| match c {
+                0 => j.brightness.map(ops::Jitter::Brightness),
+                1 => j.contrast.map(ops::Jitter::Contrast),
+                2 => j.saturation.map(ops::Jitter::Saturation),
+                _ => j.hue.map(ops::Jitter::Hue),
+            })
+            .collect();
+        ops::color_jitter(px, &steps);
     }
     if !p.ops.is_empty() {
         SCRATCH.with(|s| {

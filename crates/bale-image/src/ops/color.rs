@@ -83,22 +83,144 @@ pub fn rgb_to_grayscale(px: &mut [u8]) {
 /// `uint8` as `to_dtype_image` scales (`x * 255.999`, truncated).
 pub fn adjust_hue(px: &mut [u8], factor: f64) {
     let shift = factor as f32;
-    let inv = (1.0f64 / 255.0) as f32;
-    let unit: [f32; 256] = std::array::from_fn(|x| x as f32 * inv);
-    let back = (255.0f64 + 1.0 - 1e-3) as f32;
     for p in px.chunks_exact_mut(3) {
-        let (r, g, b) = (
-            unit[usize::from(p[0])],
-            unit[usize::from(p[1])],
-            unit[usize::from(p[2])],
-        );
-        let (h, s, v) = rgb_to_hsv(r, g, b);
-        let h = remainder1(h + shift);
-        let (r, g, b) = hsv_to_rgb(h, s, v);
-        p[0] = (r * back) as u8;
-        p[1] = (g * back) as u8;
-        p[2] = (b * back) as u8;
+        hue_pixel(p, shift);
     }
+}
+
+/// One step of a `ColorJitter` sample, with its drawn factor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Jitter {
+    /// `adjust_brightness(factor)`.
+    Brightness(f64),
+    /// `adjust_contrast(factor)`.
+    Contrast(f64),
+    /// `adjust_saturation(factor)`.
+    Saturation(f64),
+    /// `adjust_hue(factor)`.
+    Hue(f64),
+}
+
+/// A per-pixel step, its tables and constants prepared once.
+enum Step {
+    Lut(Box<[u8; 256]>),
+    Saturation { scaled: Box<[f32; 256]>, rest: f32 },
+    Hue { shift: f32 },
+}
+
+impl Step {
+    #[inline]
+    fn run(&self, p: &mut [u8]) {
+        match self {
+            Step::Lut(lut) => {
+                for v in p.iter_mut() {
+                    *v = lut[usize::from(*v)];
+                }
+            }
+            Step::Saturation { scaled, rest } => {
+                let g = grey(p[0], p[1], p[2]).floor();
+                for v in p.iter_mut() {
+                    *v = to_u8(fma32(g, *rest, scaled[usize::from(*v)]));
+                }
+            }
+            Step::Hue { shift } => hue_pixel(p, *shift),
+        }
+    }
+}
+
+fn step(j: Jitter) -> Step {
+    match j {
+        Jitter::Brightness(f) => {
+            let f = f as f32;
+            Step::Lut(Box::new(std::array::from_fn(|x| to_u8(x as f32 * f))))
+        }
+        Jitter::Saturation(f) => {
+            let ratio = f as f32;
+            Step::Saturation {
+                scaled: Box::new(std::array::from_fn(|x| x as f32 * ratio)),
+                rest: (1.0 - f) as f32,
+            }
+        }
+        Jitter::Hue(f) => Step::Hue { shift: f as f32 },
+        Jitter::Contrast(_) => unreachable!("contrast is split off by color_jitter"),
+    }
+}
+
+/// A `ColorJitter` sample's steps in their drawn order, with the same
+/// result as running `adjust_*` one after the other, in at most two passes:
+/// every step works on one pixel (each truncated back to `uint8` as
+/// torchvision does) except contrast, which needs the mean grey of the
+/// image as it is when contrast runs. The steps before the first contrast
+/// run in a pass that also sums that grey; contrast and the steps after it
+/// run in a second pass. Later contrasts (not drawn by `ColorJitter`) split
+/// again.
+pub fn color_jitter(px: &mut [u8], steps: &[Jitter]) {
+    let n = px.len() / 3;
+    if n == 0 {
+        return;
+    }
+    let split = steps.iter().position(|s| matches!(s, Jitter::Contrast(_)));
+    let Some(at) = split else {
+        run_steps(px, &steps.iter().map(|&j| step(j)).collect::<Vec<_>>());
+        return;
+    };
+    let before: Vec<Step> = steps[..at].iter().map(|&j| step(j)).collect();
+    let mut sum = 0u64;
+    for p in px.chunks_exact_mut(3) {
+        for s in &before {
+            s.run(p);
+        }
+        sum += grey(p[0], p[1], p[2]).floor() as u64;
+    }
+    let Jitter::Contrast(factor) = steps[at] else {
+        unreachable!()
+    };
+    let mean = sum as f32 / n as f32;
+    let ratio = factor as f32;
+    let rest = (1.0 - factor) as f32;
+    let contrast = Step::Lut(Box::new(std::array::from_fn(|x| {
+        blend(x as u8, mean, ratio, rest)
+    })));
+    let tail = &steps[at + 1..];
+    let next = tail
+        .iter()
+        .position(|s| matches!(s, Jitter::Contrast(_)))
+        .unwrap_or(tail.len());
+    let mut after = vec![contrast];
+    after.extend(tail[..next].iter().map(|&j| step(j)));
+    run_steps(px, &after);
+    if next < tail.len() {
+        color_jitter(px, &tail[next..]);
+    }
+}
+
+fn run_steps(px: &mut [u8], steps: &[Step]) {
+    if steps.is_empty() {
+        return;
+    }
+    for p in px.chunks_exact_mut(3) {
+        for s in steps {
+            s.run(p);
+        }
+    }
+}
+
+/// `adjust_hue` of one pixel.
+#[inline]
+fn hue_pixel(p: &mut [u8], shift: f32) {
+    let inv = (1.0f64 / 255.0) as f32;
+    let back = (255.0f64 + 1.0 - 1e-3) as f32;
+    let (r, g, b) = (
+        f32::from(p[0]) * inv,
+        f32::from(p[1]) * inv,
+        f32::from(p[2]) * inv,
+    );
+    let (h, s, v) = rgb_to_hsv(r, g, b);
+    let h = remainder1(h + shift);
+    let (r, g, b) = hsv_to_rgb(h, s, v);
+    p[0] = (r * back) as u8;
+    p[1] = (g * back) as u8;
+    p[2] = (b * back) as u8;
 }
 
 /// torch's `remainder(x, 1.0)` of a float32: `fmod`, moved into `[0, 1)`.
@@ -148,5 +270,81 @@ fn hsv_to_rgb(h: f32, s: f32, v: f32) -> (f32, f32, f32) {
         3 => (p, q, v),
         4 => (t, p, v),
         _ => (v, p, q),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step_by_step(px: &mut [u8], steps: &[Jitter]) {
+        for s in steps {
+            match *s {
+                Jitter::Brightness(f) => adjust_brightness(px, f),
+                Jitter::Contrast(f) => adjust_contrast(px, f),
+                Jitter::Saturation(f) => adjust_saturation(px, f),
+                Jitter::Hue(f) => adjust_hue(px, f),
+            }
+        }
+    }
+
+    /// A small xorshift generator, so the test needs no dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn unit(&mut self) -> f64 {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    #[test]
+    fn fused_jitter_equals_step_by_step() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for case in 0..300 {
+            let n = 1 + (rng.next() % 200) as usize;
+            let img: Vec<u8> = (0..n * 3).map(|_| rng.next() as u8).collect();
+            let mut order = [0u8, 1, 2, 3];
+            for i in (1..4).rev() {
+                order.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+            }
+            let mut steps = Vec::new();
+            for &c in &order {
+                if rng.next().is_multiple_of(4) {
+                    continue;
+                }
+                steps.push(match c {
+                    0 => Jitter::Brightness(rng.unit() * 2.0),
+                    1 => Jitter::Contrast(rng.unit() * 2.0),
+                    2 => Jitter::Saturation(rng.unit() * 2.0),
+                    _ => Jitter::Hue(rng.unit() - 0.5),
+                });
+            }
+            let mut want = img.clone();
+            step_by_step(&mut want, &steps);
+            let mut got = img.clone();
+            color_jitter(&mut got, &steps);
+            assert_eq!(got, want, "case {case}: {steps:?}");
+        }
+    }
+
+    #[test]
+    fn fused_jitter_handles_repeated_contrast() {
+        let img: Vec<u8> = (0..90u32).map(|i| (i * 37 % 256) as u8).collect();
+        let steps = [
+            Jitter::Contrast(1.7),
+            Jitter::Hue(0.2),
+            Jitter::Contrast(0.4),
+            Jitter::Saturation(1.3),
+        ];
+        let mut want = img.clone();
+        step_by_step(&mut want, &steps);
+        let mut got = img;
+        color_jitter(&mut got, &steps);
+        assert_eq!(got, want);
     }
 }

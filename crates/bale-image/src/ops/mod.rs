@@ -17,7 +17,8 @@ mod tone;
 
 pub use affine::{affine, rotate};
 pub use color::{
-    adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, rgb_to_grayscale,
+    Jitter, adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, color_jitter,
+    rgb_to_grayscale,
 };
 pub use sharpness::adjust_sharpness;
 pub use tone::{autocontrast, equalize, invert, posterize, solarize};
