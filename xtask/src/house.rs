@@ -447,7 +447,6 @@ mod tests {
         "bale-loader: mix → options → mix",
         "bale-loader: mix → options → policy → mix",
         "bale-loader: options → policy → options",
-        "bale-reader: plan → resume → plan",
     ];
 
     /// Repeated blocks present when the rule came in, as pairs of files, in

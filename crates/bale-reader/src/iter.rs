@@ -28,7 +28,8 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::dataset::{Dataset, StartedPieces};
 use crate::error::{ReaderError, Result};
 use crate::fork::ForkGuard;
-use crate::plan::{EpochPlan, Order, Partition, Reservoir};
+use crate::plan::{EpochPlan, Order, Partition};
+use crate::reservoir::Reservoir;
 use crate::sample::Sample;
 
 /// Most single-sample reads batched into one job (so prefetch threads hand

@@ -53,6 +53,7 @@ mod fork;
 mod iter;
 pub mod mix;
 pub mod plan;
+mod reservoir;
 pub mod resume;
 mod sample;
 pub mod stage;

@@ -50,7 +50,7 @@ use bale_format::Manifest;
 use bale_format::shuffle::derive_seed;
 
 use crate::error::{ReaderError, Result};
-use crate::plan::Reservoir;
+use crate::reservoir::Reservoir;
 
 /// How an epoch, or what remains of it, is split among ranks and workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
