@@ -593,6 +593,20 @@ enum Bytes {
     Owned(Vec<u8>),
 }
 
+impl Bytes {
+    /// Drops a mapped index's pages from the process's resident set: they
+    /// stay in the page cache, and a later read faults them back in. A hint:
+    /// a failure loses nothing.
+    fn release(&self) {
+        if let Bytes::Mapped(m) = self {
+            // SAFETY: the map is read-only and shared, of a file bale never
+            // modifies in place: dropping its pages loses no write, and the
+            // next read of them sees the same bytes.
+            let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+}
+
 impl std::ops::Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -710,7 +724,11 @@ impl ShardIndex {
         // Open reads every page once (checksum, validation): populate the map in one
         // go rather than taking a page fault per 4 KiB (about 3x faster for large indexes).
         let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io)?;
-        Self::validate(Bytes::Mapped(map), path.to_path_buf())
+        let index = Self::validate(Bytes::Mapped(map), path.to_path_buf())?;
+        // Checked: what stays resident is what later reads touch, not the
+        // whole index (the pages stay in the page cache).
+        index.release_pages();
+        Ok(index)
     }
 
     /// The checks on the first bytes `head` (up to [`HEADER_LEN`]) of an
@@ -1222,6 +1240,16 @@ impl ShardIndex {
     /// The index's own checksum (its footer): the manifest records it.
     pub fn checksum(&self) -> u64 {
         self.checksum
+    }
+
+    /// Drops a mapped index's pages from this process's resident memory
+    /// (`MADV_DONTNEED`): they stay in the page cache, and the next access
+    /// faults them back in. Opening does it once the index is checked; a
+    /// pass over every sample (`bale stat`, `bale ls`) does it after each
+    /// shard, so that its resident memory does not grow with the dataset.
+    /// Nothing for an index read into memory.
+    pub fn release_pages(&self) {
+        self.bytes.release();
     }
 
     /// The raw bytes of the index file.
