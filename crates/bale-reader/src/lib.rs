@@ -52,6 +52,7 @@ pub mod extract;
 mod fork;
 mod iter;
 pub mod mix;
+mod pass;
 pub mod plan;
 mod reservoir;
 pub mod resume;
@@ -65,5 +66,6 @@ pub use dataset::{Backing, Dataset, DatasetOptions, MemberInfo, READ_AROUND, Rea
 pub use error::{ReaderError, Result};
 pub use fork::ForkGuard;
 pub use iter::{MAX_PREFETCH_THREADS, SampleIter};
+pub use pass::{Pass, RELEASE_BYTES, RELEASE_SAMPLES};
 pub use plan::{EpochPlan, Order, OrderIter, Partition};
 pub use sample::{Sample, parse_label};

@@ -153,7 +153,10 @@ impl Dataset {
     /// Sample sizes (from the indexes) and, with `labels`, label counts
     /// (every `.cls` member read with [`Dataset::read_member`], its checksum
     /// checked), computed on `threads` threads (0: one per core), shard by
-    /// shard. Memory: one histogram (about 115 KiB) per thread.
+    /// shard. Memory: one histogram (about 115 KiB) per thread, and the
+    /// mapped pages of the samples read since the last release of a
+    /// [`crate::Pass`] (at most 8,192 samples or 32 MiB), whatever the
+    /// dataset's size.
     ///
     /// # Errors
     /// The first read error, naming the shard and sample.
@@ -180,7 +183,9 @@ impl Dataset {
                 }
                 out.index_bytes += self.index_len(s);
                 let first = self.first_of(s);
+                let mut pass = crate::Pass::new(self);
                 for i in first..first + sizes[s] {
+                    pass.read(i)?;
                     out.sample_bytes.add(self.members(i)?.map(|m| m.size).sum());
                     if let Some(l) = &mut out.labels {
                         match self.read_member(i, "cls")? {

@@ -45,7 +45,9 @@ pub fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     let labelled = !args.no_labels && ds.fields().iter().any(|f| f == "cls");
     let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut unreadable = 0u64;
+    let mut pass = bale_reader::Pass::new(&ds);
     for i in 0..ds.len() {
+        pass.read(i)?;
         let key = ds.key(i)?;
         let cls = if labelled {
             ds.read_member(i, "cls")?
@@ -68,11 +70,10 @@ pub fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
         }
         let label_name = label.and_then(|l| ds.label_name(l));
         if args.json {
-            let shard = &ds.manifest().shards[ds.shard_of(i)?].file;
             let line = SampleLine {
                 index: i,
                 key,
-                shard,
+                shard: &ds.manifest().shards[ds.shard_of(i)?].file,
                 label,
                 label_name,
                 members: ds
