@@ -98,7 +98,7 @@ fn walk<'a>(b: &'a [u8], mut f: impl FnMut(&Segment<'a>) -> bool) -> Result<(), 
             // Entropy-coded data runs to the next marker that is not a
             // stuffed 0xFF00 or a restart marker.
             loop {
-                let Some(p) = b[i..].iter().position(|&c| c == 0xff) else {
+                let Some(p) = memchr::memchr(0xff, &b[i..]) else {
                     let what = format!("inside the scan that starts at byte {start}");
                     return Err(truncated(b.len(), &what));
                 };
