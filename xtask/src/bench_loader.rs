@@ -17,9 +17,9 @@
 //!    the plain row's as-is dataset, and the cost of ColorJitter and
 //!    TrivialAugmentWide over bale's crop + flip (`--only augment`);
 //! 6. runs crates/bale-loader/benches/loader.py on them all, which prints
-//!    images/s of each row with its range and the load average, the ratios of
-//!    bale.Loader to each peer, and the per-core decode rates, and writes
-//!    `target/bench/loader/results.json`.
+//!    images/s and CPU ms per image of each row with their ranges and the load
+//!    average, the ratios of bale.Loader to each peer (of both), and the
+//!    per-core decode rates, and writes `target/bench/loader/results.json`.
 //!
 //! `-- --only seg,det` (the script's option) makes and runs only those
 //! workloads (without `plain`, the ImageNet-like tree is not generated

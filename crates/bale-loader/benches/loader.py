@@ -28,9 +28,10 @@ The workloads (each module of workloads/ says exactly what its rows do):
 
 Each round runs every row of a workload once, in turn (so drift hits them
 alike): the first warmup batches (worker start-up, page cache) are not timed,
-then the timed ones are. The median images/s over --rounds rounds counts, with
-its range and the load average; the ratio of bale.Loader to each peer of the
-same run is printed. Results go to stdout and, as JSON, to --json (default
+then the timed ones are. The median images/s and CPU ms per image (of the
+process and its workers: workloads/common.py) over --rounds rounds count, with
+their ranges and the load average; bale.Loader's ratio to each peer of the
+same run is printed for both. Results go to stdout and, as JSON, to --json (default
 target/bench/loader/results.json).
 """
 
