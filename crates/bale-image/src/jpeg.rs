@@ -116,33 +116,52 @@ fn walk<'a>(b: &'a [u8], mut f: impl FnMut(&Segment<'a>) -> bool) -> Result<(), 
     }
 }
 
+/// Why [`check_complete`] refused a JPEG: the marker walk knows the
+/// structure, the decoder policy (`policy.rs`) words the limits.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The structure is broken or cut short: what and where, in words.
+    Broken(String),
+    /// More scans than the limit it was given.
+    TooManyScans,
+    /// A frame that is not Huffman-coded DCT: its SOF marker byte.
+    Frame(u8),
+}
+
+impl Refusal {
+    /// Whether the file ends before its end-of-image marker.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn is_truncation(&self) -> bool {
+        matches!(self, Refusal::Broken(m) if m.contains("truncated"))
+    }
+}
+
 /// Checks that `bytes` hold a whole JPEG: segments and scans complete up to
 /// the end-of-image marker (anything after it is ignored, as decoders do),
-/// and at most [`MAX_SCANS`](crate::policy::MAX_SCANS) scans.
+/// at most `max_scans` scans, and a Huffman-coded DCT frame (SOF0-SOF2).
 ///
 /// # Errors
-/// What is wrong and where, in words; for a JPEG of more scans, the
-/// message of the `image` crate's decoder ("Too many scans, exceeded limit
-/// of 100"), found before any scan is decoded.
-pub(crate) fn check_complete(bytes: &[u8]) -> Result<(), String> {
+/// What is wrong ([`Refusal`]), found before any scan is decoded.
+pub(crate) fn check_complete(bytes: &[u8], max_scans: usize) -> Result<(), Refusal> {
     let mut scans = 0usize;
     let mut over = false;
     let mut frame = None;
     walk(bytes, |s| {
         if s.marker == 0xda {
             scans += 1;
-            over = scans > crate::policy::MAX_SCANS;
+            over = scans > max_scans;
         }
         if is_frame(s.marker) && !(0xc0..=0xc2).contains(&s.marker) {
             frame = Some(s.marker);
         }
         !over && frame.is_none()
-    })?;
+    })
+    .map_err(Refusal::Broken)?;
     if over {
-        return Err(crate::policy::too_many_scans());
+        return Err(Refusal::TooManyScans);
     }
     if let Some(m) = frame {
-        return Err(crate::policy::unsupported_frame(m));
+        return Err(Refusal::Frame(m));
     }
     Ok(())
 }
@@ -182,12 +201,12 @@ mod tests {
     #[test]
     fn whole_jpegs_pass_and_cut_ones_do_not() {
         let good = jpeg();
-        check_complete(&good).unwrap();
+        check_complete(&good, 100).unwrap();
         assert_eq!(components(&good), Some(3));
         // Trailing bytes after the end-of-image marker are ignored.
         let mut trailing = good.clone();
         trailing.extend_from_slice(b"junk");
-        check_complete(&trailing).unwrap();
+        check_complete(&trailing, 100).unwrap();
         for cut in [
             2,
             3,
@@ -197,18 +216,18 @@ mod tests {
             good.len() - 2,
             good.len() - 1,
         ] {
-            let err = check_complete(&good[..cut]).unwrap_err();
-            assert!(err.contains("truncated"), "cut at {cut}: {err}");
+            let err = check_complete(&good[..cut], 100).unwrap_err();
+            assert!(err.is_truncation(), "cut at {cut}: {err:?}");
         }
         // A zero-filled tail hides the end-of-image marker.
         let mut zeros = good.clone();
         let n = zeros.len();
         zeros[n / 2..].fill(0);
-        assert!(check_complete(&zeros).is_err());
+        assert!(check_complete(&zeros, 100).is_err());
         // A damaged marker after the SOI.
         let mut bad = good.clone();
         bad[3] ^= 0xff;
-        assert!(check_complete(&bad).is_err());
-        assert!(check_complete(b"not a jpeg").is_err());
+        assert!(check_complete(&bad, 100).is_err());
+        assert!(check_complete(b"not a jpeg", 100).is_err());
     }
 }

@@ -40,8 +40,19 @@ use crate::ImageError;
 /// The most scans a JPEG may hold (the `image` crate's decoder's limit).
 pub const MAX_SCANS: usize = 100;
 
+/// Whether `bytes` hold a whole JPEG of at most [`MAX_SCANS`] scans and a
+/// Huffman-coded DCT frame, in the words a loader's refusal would use.
+pub(crate) fn check_jpeg(bytes: &[u8]) -> Result<(), String> {
+    use crate::jpeg::Refusal;
+    crate::jpeg::check_complete(bytes, MAX_SCANS).map_err(|r| match r {
+        Refusal::Broken(message) => message,
+        Refusal::TooManyScans => too_many_scans(),
+        Refusal::Frame(marker) => unsupported_frame(marker),
+    })
+}
+
 /// The message of a JPEG over [`MAX_SCANS`], as the `image` crate's decoder words it.
-pub(crate) fn too_many_scans() -> String {
+fn too_many_scans() -> String {
     format!("Too many scans, exceeded limit of {MAX_SCANS}")
 }
 
@@ -49,7 +60,7 @@ pub(crate) fn too_many_scans() -> String {
 /// extended or progressive): lossless, hierarchical or arithmetic-coded
 /// frames, which libjpeg-turbo decodes and the `image` crate's decoder does
 /// not, are refused by every path alike.
-pub(crate) fn unsupported_frame(marker: u8) -> String {
+fn unsupported_frame(marker: u8) -> String {
     let kind = match marker {
         0xc3 => "lossless",
         0xc5..=0xc7 => "hierarchical",
@@ -194,7 +205,7 @@ pub(crate) fn check_format(
         message,
     };
     match format {
-        image::ImageFormat::Jpeg => crate::jpeg::check_complete(bytes).map_err(refused),
+        image::ImageFormat::Jpeg => check_jpeg(bytes).map_err(refused),
         _ => Ok(()),
     }
 }
