@@ -22,6 +22,8 @@ Examples:
       resize the .jpg members only (leave .png masks as they are)
   bale pack data/train -o ds/train --resize shorter:256 --on-error skip
       skip (and list) corrupt or oversized images instead of failing
+  bale pack data/day-2 -o ds/train --append
+      add new samples to ds/train; a key it holds already is refused
 
 The image stage writes an orig.json member per sample with each image's
 original width and height, and records its options in bale.json
@@ -186,8 +188,12 @@ pub struct PackArgs {
     /// that leaves neither (docs/reliability.md). In a bucket, the lock of a killed run is taken
     /// over once it has not changed for 7 s, and that run's requests in flight are waited out
     /// (up to its request timeout since it last refreshed its lock; docs/remote.md).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "append")]
     pub force: bool,
+
+    /// Add the samples to the dataset in OUT: new shards, then a new bale.json (docs/pack.md)
+    #[arg(long, conflicts_with_all = ["part", "dali_index"])]
+    pub append: bool,
 
     /// Once the dataset is complete, also write NVIDIA DALI's index files for
     /// its shards into DIR (as `bale export-index --dali`; plain tar only).

@@ -157,12 +157,8 @@ impl PackProgress for Bars {
             return;
         }
         self.last.set(Some(now));
-        let secs = self.started.get().map_or(0.0, |t| (now - t).as_secs_f64());
-        let rate = if secs > 0.0 {
-            samples as f64 / secs
-        } else {
-            0.0
-        };
+        let s = self.started.get().map_or(0.0, |t| (now - t).as_secs_f64());
+        let rate = if s > 0.0 { samples as f64 / s } else { 0.0 };
         b.set_message(format!(
             "{samples}/{} samples, {rate:.0} samples/s",
             self.total_samples.get()
@@ -308,7 +304,9 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         &cancel,
         &|| args.storage.options(),
         Vec::new(),
-    ) {
+    )
+    .and_then(|d| d.keeping(args.append))
+    {
         Ok(d) => d,
         Err(f) => return super::failed(f),
     };
@@ -330,6 +328,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         .on_error(args.on_error)
         .part(args.part)
         .force(dest.engine_force())
+        .append(args.append)
         .image(image)
         .cancel_flag(cancel.clone());
     for g in &args.include {
