@@ -22,9 +22,8 @@ use crate::progress;
 /// Exit code after Ctrl-C (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
-/// Sets `flag` on Ctrl-C (or SIGTERM), saying so at once: undoing a run
-/// can take a while (requests in flight to a store that stopped answering
-/// end at their timeout); a second one exits at once.
+/// Sets `flag` on Ctrl-C (or SIGTERM), saying so at once: undoing a run can take a while (requests
+/// in flight to a store that stopped answering end at their timeout); a second one exits at once.
 pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
     let f = flag.clone();
     let _ = ctrlc::set_handler(move || {
@@ -181,8 +180,7 @@ const SKIPPED_SHOWN: usize = 20;
 
 fn ignored_line(ig: &Ignored) -> Option<String> {
     let mut parts = Vec::new();
-    // Each kind with its first path: a name the user did not expect to be
-    // left out is seen at once.
+    // Each kind with its first path: a name the user did not expect to be left out is seen at once.
     let mut add = |k: &bale_pack::IgnoredKind, one: &str, many: &str| {
         if k.count > 0 {
             let first = k
@@ -402,8 +400,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if summary.samples == 0 {
-        // Legitimate for an empty part of `--part I/N`; more often a typo in
-        // a path or a glob.
+        // Legitimate for an empty part of `--part I/N`; more often a typo in a path or a glob.
         let inputs = inputs_shown(&args);
         let _ = writeln!(
             err,
