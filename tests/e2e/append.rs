@@ -402,3 +402,30 @@ fn an_append_to_an_empty_or_missing_output_is_a_fresh_pack() {
         o.describe()
     );
 }
+
+#[test]
+fn convert_and_index_refuse_append_saying_so_and_write_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, _) = trees(t.path());
+    let ds = t.path().join("ds");
+    pack_quiet(&a, &ds, &[]);
+    let before = snapshot(t.path());
+    let out = t.path().join("out");
+    let tar = ds.join("shard-000000.tar");
+    for (cmd, input) in [("convert", &ds), ("index", &tar)] {
+        let o = bale_bounded(&[
+            cmd.as_ref(),
+            "--append".as_ref(),
+            input.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ]);
+        let err = o.stderr_text();
+        assert!(
+            o.failed_cleanly() && err.contains(&format!("bale {cmd} --append is not supported")),
+            "{cmd}: {}",
+            o.describe()
+        );
+        assert_eq!(snapshot(t.path()), before, "{cmd}");
+    }
+}

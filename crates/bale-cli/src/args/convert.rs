@@ -64,6 +64,10 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Refused: convert writes a new dataset (`bale pack --append` adds to one).
+    #[arg(long, hide = true)]
+    pub append: bool,
+
     /// Convert a dataset whose samples share keys (refused by default,
     /// naming the key and both shards).
     ///

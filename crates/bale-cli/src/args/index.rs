@@ -101,6 +101,10 @@ pub struct IndexArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Refused: index writes a new dataset (`bale pack --append` adds to one).
+    #[arg(long, hide = true)]
+    pub append: bool,
+
     /// Once the dataset is complete, also write NVIDIA DALI's index files for
     /// the tars into DIR (as `bale export-index --dali`; plain tar only).
     #[arg(long, value_name = "DIR")]
