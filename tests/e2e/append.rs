@@ -429,3 +429,50 @@ fn convert_and_index_refuse_append_saying_so_and_write_nothing() {
         assert_eq!(snapshot(t.path()), before, "{cmd}");
     }
 }
+
+#[test]
+fn an_append_to_a_merged_zstd_dataset_reads_its_compressed_indexes_for_keys() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = trees(t.path());
+    let parts: Vec<PathBuf> = (0..2).map(|i| t.path().join(format!("p{i}"))).collect();
+    for (i, p) in parts.iter().enumerate() {
+        pack_quiet(&a, p, &["--compress", "zstd", "--part", &format!("{i}/2")]);
+    }
+    let ds = t.path().join("ds");
+    let o = bale_bounded(&[
+        "merge".as_ref(),
+        "-q".as_ref(),
+        "-o".as_ref(),
+        ds.as_os_str(),
+        parts[0].as_os_str(),
+        parts[1].as_os_str(),
+    ]);
+    assert!(ok(&o), "{}", o.describe());
+    let before = snapshot(&ds);
+    // Without --compress zstd: refused, naming compression.
+    let o = append(&b, &ds, &[]);
+    assert!(
+        !ok(&o) && o.stderr_text().contains("compression"),
+        "{}",
+        o.describe()
+    );
+    // A key of part 1's, in a compressed index.
+    let last = samples(&ds).last().unwrap().0.clone();
+    let clash = b.join(format!("{last}.json"));
+    fs::create_dir_all(clash.parent().unwrap()).unwrap();
+    fs::write(&clash, b"{}").unwrap();
+    let o = append(&b, &ds, &["--compress", "zstd"]);
+    assert!(
+        !ok(&o) && o.stderr_text().contains(&format!("{last:?}")),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(snapshot(&ds), before);
+    fs::remove_file(&clash).unwrap();
+    let o = append(&b, &ds, &["--compress", "zstd"]);
+    assert!(ok(&o), "{}", o.describe());
+    let m = Manifest::read(&ds).unwrap();
+    assert_eq!((m.samples, m.created_by.command.as_str()), (100, "merge"));
+    assert!(m.shards.iter().all(|s| s.file.ends_with(".tar.zst")));
+    verifies(&ds);
+}
