@@ -815,6 +815,77 @@ mod tests {
         );
     }
 
+    /// A dataset of one listed shard in `dir` (files of one byte).
+    fn one_shard_dataset(dir: &Path) {
+        let entry = bale_format::ShardEntry {
+            file: "shard-000000.tar".into(),
+            index: "shard-000000.idx".into(),
+            samples: 0,
+            members: 0,
+            bytes: 0,
+            tar_bytes: 0,
+            compression: bale_format::Compression::None,
+            index_xxh3: bale_format::hex64(0),
+            shard_xxh3: None,
+            fields: Default::default(),
+        };
+        let by = bale_format::CreatedBy {
+            tool: "bale".into(),
+            version: "0".into(),
+            command: "pack".into(),
+            options: serde_json::Value::Null,
+        };
+        Manifest::new(vec![entry], None, by).write(dir).unwrap();
+        fs::write(dir.join("shard-000000.tar"), b"x").unwrap();
+        fs::write(dir.join("shard-000000.idx"), b"x").unwrap();
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn an_append_removes_a_killed_appends_unlisted_shards_only_and_marks_its_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        one_shard_dataset(out);
+        fs::write(out.join("notes.txt"), b"mine").unwrap();
+        // Without a killed append's mark, an unlisted shard is not this
+        // tool's to remove: it stays (and numbering goes past it).
+        fs::write(out.join("shard-000005.tar"), b"someone's").unwrap();
+        let (o, found) = Output::open_append(out).unwrap();
+        let (m, seen) = found.unwrap();
+        assert_eq!(m.shards.len(), 1);
+        assert!(seen.contains(&"shard-000005.tar".to_owned()));
+        // This run's mark says "append" until the commit.
+        assert!(has_append_mark(out));
+        o.commit();
+        assert!(!has_append_mark(out));
+        // A killed append left its mark, shards and a temporary file.
+        fs::write(out.join(".bale-tmp-99999-run"), APPEND_MARK).unwrap();
+        fs::write(out.join("shard-000001.tar"), b"new").unwrap();
+        fs::write(out.join("shard-000001.idx"), b"new").unwrap();
+        fs::write(out.join(".bale-tmp-99999-shard-000002.tar"), b"half").unwrap();
+        let (o, _) = Output::open_append(out).unwrap();
+        drop(o);
+        // Beside that mark every unlisted shard name is the killed run's
+        // (shard-000005.tar too); the user's other files stay.
+        assert_eq!(
+            names(out),
+            [
+                "bale.json",
+                "notes.txt",
+                "shard-000000.idx",
+                "shard-000000.tar"
+            ]
+        );
+    }
+
     #[test]
     fn a_second_writer_fails_at_once_and_leaves_the_directory_to_the_first() {
         let dir = tempfile::tempdir().unwrap();
