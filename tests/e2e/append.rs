@@ -150,23 +150,28 @@ fn a_key_the_dataset_holds_is_refused_before_anything_is_written_naming_key_and_
     );
     assert_eq!(snapshot(&ds), before);
 
-    // Keys repeated within the new files are refused as a fresh pack
-    // refuses them.
+    // A key repeated within the new files (two roots holding the same
+    // file) is refused as a fresh pack refuses it, naming both files.
     fs::remove_file(b.join("cat/0003.txt")).unwrap();
-    fs::write(b.join("cat/n0001.json"), b"{}").unwrap();
-    fs::write(b.join("cat/n0001.json.txt"), b"x").unwrap();
-    let o = append(&b, &ds, &[]);
-    let fresh = bale_bounded(&[
+    let c = t.path().join("c");
+    text_tree(&c, "cat", "c-cat", 1);
+    fs::rename(c.join("cat/0000.txt"), c.join("cat/n0001.txt")).unwrap();
+    let o = bale_bounded(&[
         "pack".as_ref(),
         "-q".as_ref(),
+        "--append".as_ref(),
         "-o".as_ref(),
-        t.path().join("fresh").as_os_str(),
+        ds.as_os_str(),
         b.as_os_str(),
+        c.as_os_str(),
     ]);
-    assert_eq!(ok(&o), ok(&fresh), "{}\n{}", o.describe(), fresh.describe());
-    if !ok(&o) {
-        assert_eq!(snapshot(&ds), before);
-    }
+    let err = o.stderr_text();
+    assert!(o.failed_cleanly(), "{}", o.describe());
+    assert!(
+        err.contains("n0001.txt") && err.contains("both map to member .txt"),
+        "{err}"
+    );
+    assert_eq!(snapshot(&ds), before);
 }
 
 #[test]
