@@ -1,5 +1,6 @@
 //! End-to-end tests: one binary, a module per area.
 
+mod append;
 mod bench;
 mod cli;
 mod common;

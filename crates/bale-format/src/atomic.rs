@@ -28,6 +28,30 @@ pub fn temp_name_rest(name: &str) -> Option<&str> {
     rest[digits..].strip_prefix('-')
 }
 
+/// What the mark of a `bale pack --append` run (`.bale-tmp-<pid>-run`,
+/// in the dataset from before its first shard lands until its manifest is
+/// written) holds. A run killed in between leaves it beside the old
+/// manifest: the files of bale's shard names that manifest does not list
+/// are then that run's leftovers, which the next append or `--force`
+/// removes (and `bale verify` reports as warnings, not problems).
+pub const APPEND_MARK: &[u8] = b"append\n";
+
+/// Whether `dir` holds the mark of an append ([`APPEND_MARK`]) of any
+/// process. A directory that cannot be listed holds none.
+pub fn has_append_mark(dir: &Path) -> bool {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return false;
+    };
+    entries.filter_map(Result::ok).any(|e| {
+        e.file_name()
+            .to_str()
+            .and_then(temp_name_rest)
+            .is_some_and(|rest| rest == "run")
+            && e.file_type().is_ok_and(|t| t.is_file())
+            && crate::files::read_capped(&e.path(), 64, "run mark").is_ok_and(|b| b == APPEND_MARK)
+    })
+}
+
 /// The longest file name (bytes) of the file systems bale writes to.
 const NAME_MAX: usize = 255;
 

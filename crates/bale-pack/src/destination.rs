@@ -201,6 +201,34 @@ impl Destination {
         })
     }
 
+    /// For `pack --append` when `append`: a failure then says of the
+    /// dataset in the output that it is as it was (the run adds to it,
+    /// never removes it).
+    ///
+    /// # Errors
+    /// An output in object storage: appending there is not supported yet
+    /// (the taken prefix is let go untouched).
+    pub fn keeping(mut self, append: bool) -> Result<Self, Failed> {
+        if !append {
+            return Ok(self);
+        }
+        if self.remote.is_some() {
+            let error = PackError::Usage(
+                "--append adds to a local dataset only for now: append locally, then upload \
+                 the dataset"
+                    .into(),
+            );
+            let left = refused(&self.output, self.run, error);
+            self.discard();
+            return Err(left);
+        }
+        let manifest = self.output.join(MANIFEST_NAME);
+        if manifest.is_file() {
+            self.old_manifest = Some(manifest);
+        }
+        Ok(self)
+    }
+
     /// The local directory the command writes into: the output, or the
     /// spool of a prefix in object storage.
     pub fn dir(&self) -> &Path {

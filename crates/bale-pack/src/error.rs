@@ -118,6 +118,27 @@ pub enum PackError {
     /// of kinds it joins); the message says what to do instead.
     #[error("{0}")]
     Usage(String),
+    /// `--append`: a sample's key is already in the dataset.
+    #[error(
+        "sample key {key:?} of {} is already in the dataset (in {shard}): an append adds only new keys",
+        bale_format::shown(path)
+    )]
+    KeyInDataset {
+        /// The key.
+        key: String,
+        /// The input file it came from.
+        path: PathBuf,
+        /// The dataset's shard that holds it.
+        shard: String,
+    },
+    /// `--append`: the run does not fit the dataset it would add to.
+    #[error("cannot append to {}: {what}", bale_format::shown(dir))]
+    AppendMismatch {
+        /// The dataset.
+        dir: PathBuf,
+        /// What differs, or why the dataset takes no append.
+        what: String,
+    },
     /// The output directory holds files and `force` was not given.
     #[error(
         "output directory {} is not empty (use --force to write into it)",
@@ -213,6 +234,8 @@ impl PackError {
             PackError::Option(_)
                 | PackError::Usage(_)
                 | PackError::OutputNotEmpty { .. }
+                | PackError::KeyInDataset { .. }
+                | PackError::AppendMismatch { .. }
                 | PackError::Refused { .. }
                 | PackError::Format(FormatError::Locked { .. })
                 | PackError::Storage(

@@ -43,6 +43,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod append;
 mod convert;
 mod dali;
 mod destination;
@@ -80,10 +81,10 @@ pub use merge::{
 };
 pub use options::{
     CompressSpec, DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, MAX_JOBS,
-    OnError, PackOrder, Part, check_jobs, parse_size,
+    OnError, PackOrder, Part, ShapingOptions, check_jobs, parse_size,
 };
 pub use output::JOURNAL_NAME;
-pub use packer::{PackSummary, Packer, PackerBuilder, ShapingOptions, default_jobs};
+pub use packer::{PackSummary, Packer, PackerBuilder, default_jobs};
 pub use patterns::{MAX_EXPANSION, expand_all as expand_patterns, expand_braces};
 pub use progress::{NoProgress, PackProgress, SkippedFile};
 pub use remote::{RemoteOutput, Unfinished, is_remote};

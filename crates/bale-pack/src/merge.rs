@@ -26,8 +26,8 @@ use bale_format::{CreatedBy, FormatError, Manifest, ShardIndex, index_file_name,
 use serde::{Deserialize, Serialize};
 
 use crate::error::{PackError, Result};
+use crate::options::ShapingOptions;
 use crate::output::{Inputs, JOURNAL_NAME, Output};
-use crate::packer::ShapingOptions;
 
 /// Options of [`merge`].
 #[derive(Debug, Clone, Copy, Default)]

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use bale_format::Compression;
+use bale_format::{Compression, ImageTransform};
 use serde::{Deserialize, Serialize};
 
 use crate::error::PackError;
@@ -243,6 +243,45 @@ pub fn parse_size(s: &str) -> Result<u64, PackError> {
         return Err(bad());
     }
     Ok(v.round() as u64)
+}
+
+/// The options that shape a pack's output, as recorded in the manifest's
+/// `created_by.options`. Runs with equal shaping options over the same input
+/// write byte-identical datasets; `bale merge` joins only parts whose shaping
+/// options are equal (but for `part`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShapingOptions {
+    /// Shard size limit in bytes (of the uncompressed tar stream).
+    pub shard_size: u64,
+    /// Shard sample-count limit.
+    pub shard_samples: Option<u64>,
+    /// `sorted` or `shuffle`.
+    pub order: String,
+    /// The shuffle seed.
+    pub seed: Option<u64>,
+    /// Shard compression.
+    pub compression: Compression,
+    /// zstd level, when compressed.
+    pub zstd_level: Option<i32>,
+    /// Label mode used (`auto` resolved to `dir` or `none`).
+    pub labels: String,
+    /// xxh3 of the label CSV, with `csv` labels.
+    pub labels_csv_xxh3: Option<String>,
+    /// Include globs.
+    pub include: Vec<String>,
+    /// Exclude globs.
+    pub exclude: Vec<String>,
+    /// Whether symlinks were followed.
+    pub follow_links: bool,
+    /// `fail` or `skip`.
+    pub on_error: OnError,
+    /// Name of the transform applied to members, if any.
+    pub transform: Option<String>,
+    /// The image stage, if one ran (absent from older manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageTransform>,
+    /// The part packed, if any.
+    pub part: Option<Part>,
 }
 
 #[cfg(test)]

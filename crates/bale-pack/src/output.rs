@@ -15,9 +15,9 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use bale_format::atomic::{TEMP_PREFIX, temp_name_rest};
+use bale_format::atomic::{APPEND_MARK, TEMP_PREFIX, has_append_mark, temp_name_rest};
 use bale_format::files::{DirLock, FileId};
-use bale_format::{MANIFEST_NAME, MAX_MANIFEST_BYTES, is_bale_file_name};
+use bale_format::{MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, is_bale_file_name};
 
 use crate::error::{PackError, Result};
 
@@ -41,6 +41,10 @@ impl Inputs {
         !self.ids.is_empty() && FileId::of(path).is_some_and(|id| self.ids.contains(&id))
     }
 }
+
+/// The dataset an append found in its output: its manifest, and the names
+/// of the directory's entries.
+pub(crate) type Existing = (Manifest, Vec<String>);
 
 /// An output directory being written. Dropped without [`Output::commit`], it
 /// removes every file this run put in place and, if this run created the
@@ -78,7 +82,69 @@ impl Output {
     /// once the command knows its inputs).
     pub fn open(dir: &Path, force: bool) -> Result<Self> {
         let out = Self::open_locked(dir, force)?;
-        if out.created.is_none() && !force {
+        out.refuse_non_empty()?;
+        Ok(out)
+    }
+
+    /// For `--append`: creates `dir` if needed and locks it. Without a
+    /// manifest there, as [`Output::open`] without `force` (a fresh pack).
+    /// With one, returns it (read strictly) and the names of the
+    /// directory's entries, after removing what interrupted runs left:
+    /// temporary files and, when a killed append's mark ([`APPEND_MARK`])
+    /// is there, the files of bale's names the manifest does not list. Then
+    /// puts this run's append mark in, until [`Output::commit`].
+    pub fn open_append(dir: &Path) -> Result<(Self, Option<Existing>)> {
+        let mut out = Self::open_locked(dir, false)?;
+        if out.created.is_some() || fs::symlink_metadata(dir.join(MANIFEST_NAME)).is_err() {
+            out.refuse_non_empty()?;
+            return Ok((out, None));
+        }
+        let manifest = Manifest::read(dir)?;
+        if has_append_mark(dir) {
+            let own: HashSet<&std::ffi::OsStr> = manifest
+                .shards
+                .iter()
+                .flat_map(|s| [s.file.as_str(), s.index.as_str()])
+                .filter_map(|f| Path::new(f).file_name())
+                .collect();
+            for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
+                let entry = entry.map_err(|e| PackError::io(dir, e))?;
+                let name = entry.file_name();
+                let shard_named = name.to_str().is_some_and(|n| {
+                    is_bale_file_name(n) && !n.starts_with(TEMP_PREFIX) && n != MANIFEST_NAME
+                });
+                let file = entry.file_type().is_ok_and(|t| t.is_file());
+                if shard_named && file && !own.contains(name.as_os_str()) {
+                    let path = entry.path();
+                    match fs::remove_file(&path) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            return Err(PackError::io(&path, e));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        remove_temps(dir, None)?;
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
+            let entry = entry.map_err(|e| PackError::io(dir, e))?;
+            if let Some(n) = entry.file_name().to_str() {
+                names.push(n.to_owned());
+            }
+        }
+        let mark = dir.join(format!("{TEMP_PREFIX}{}-{RUN_MARK}", std::process::id()));
+        bale_format::atomic::replace_atomic(&mark, APPEND_MARK)?;
+        out.run_mark = Some(mark);
+        Ok((out, Some((manifest, names))))
+    }
+
+    /// Refuses a directory this run did not create that holds anything
+    /// but the marks of runs killed before their first shard (the lock is
+    /// ours: no live run's), which go; unless `force`.
+    fn refuse_non_empty(&self) -> Result<()> {
+        let dir = &self.dir;
+        if self.created.is_none() && !self.force {
             // Only the marks of runs killed before their first shard (the
             // lock is ours: no live run's) count as empty, and go.
             let mut marks = Vec::new();
@@ -95,7 +161,7 @@ impl Output {
                 let _ = fs::remove_file(m);
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Creates `dir` if needed and locks it, for a command that writes its
@@ -397,6 +463,9 @@ fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
 /// cleared every other name of bale's first), so such a file was put there
 /// later, by someone else. An unlisted index of bale's goes.
 fn refuse_unlisted(dir: &Path, manifest: &Path, victims: &[PathBuf]) -> Result<()> {
+    if has_append_mark(dir) {
+        return Ok(());
+    }
     let bytes = bale_format::files::read_capped(manifest, MAX_MANIFEST_BYTES, "manifest")?;
     let own: HashSet<std::ffi::OsString> = bale_format::listed_files(&bytes)
         .iter()
@@ -743,6 +812,77 @@ mod tests {
         assert_eq!(
             fs::read(out.join("shard-000000.tar")).unwrap(),
             b"the user's"
+        );
+    }
+
+    /// A dataset of one listed shard in `dir` (files of one byte).
+    fn one_shard_dataset(dir: &Path) {
+        let entry = bale_format::ShardEntry {
+            file: "shard-000000.tar".into(),
+            index: "shard-000000.idx".into(),
+            samples: 0,
+            members: 0,
+            bytes: 0,
+            tar_bytes: 0,
+            compression: bale_format::Compression::None,
+            index_xxh3: bale_format::hex64(0),
+            shard_xxh3: None,
+            fields: Default::default(),
+        };
+        let by = bale_format::CreatedBy {
+            tool: "bale".into(),
+            version: "0".into(),
+            command: "pack".into(),
+            options: serde_json::Value::Null,
+        };
+        Manifest::new(vec![entry], None, by).write(dir).unwrap();
+        fs::write(dir.join("shard-000000.tar"), b"x").unwrap();
+        fs::write(dir.join("shard-000000.idx"), b"x").unwrap();
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn an_append_removes_a_killed_appends_unlisted_shards_only_and_marks_its_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        one_shard_dataset(out);
+        fs::write(out.join("notes.txt"), b"mine").unwrap();
+        // Without a killed append's mark, an unlisted shard is not this
+        // tool's to remove: it stays (and numbering goes past it).
+        fs::write(out.join("shard-000005.tar"), b"someone's").unwrap();
+        let (o, found) = Output::open_append(out).unwrap();
+        let (m, seen) = found.unwrap();
+        assert_eq!(m.shards.len(), 1);
+        assert!(seen.contains(&"shard-000005.tar".to_owned()));
+        // This run's mark says "append" until the commit.
+        assert!(has_append_mark(out));
+        o.commit();
+        assert!(!has_append_mark(out));
+        // A killed append left its mark, shards and a temporary file.
+        fs::write(out.join(".bale-tmp-99999-run"), APPEND_MARK).unwrap();
+        fs::write(out.join("shard-000001.tar"), b"new").unwrap();
+        fs::write(out.join("shard-000001.idx"), b"new").unwrap();
+        fs::write(out.join(".bale-tmp-99999-shard-000002.tar"), b"half").unwrap();
+        let (o, _) = Output::open_append(out).unwrap();
+        drop(o);
+        // Beside that mark every unlisted shard name is the killed run's
+        // (shard-000005.tar too); the user's other files stay.
+        assert_eq!(
+            names(out),
+            [
+                "bale.json",
+                "notes.txt",
+                "shard-000000.idx",
+                "shard-000000.tar"
+            ]
         );
     }
 

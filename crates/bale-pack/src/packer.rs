@@ -6,15 +6,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use bale_format::{Compression, CreatedBy, ImageTransform, Manifest};
+use bale_format::{Compression, CreatedBy, Manifest};
 use bale_image::ImageOptions;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use crate::append::Base;
 use crate::discover::{Discover, FileList, Filter, Ignored, dir_id};
 use crate::error::{PackError, Result, SampleTransformError, TransformError};
 use crate::hooks::{MemberData, SampleTransformFn};
 use crate::options::{
     DEFAULT_IN_FLIGHT, DEFAULT_SHARD_SIZE, DEFAULT_ZSTD_LEVEL, LabelMode, OnError, PackOrder, Part,
+    ShapingOptions,
 };
 use crate::output::{Inputs, Output};
 use crate::pipeline::{WriteCtx, write_all};
@@ -52,6 +54,8 @@ pub struct PackSummary {
     pub classes: u64,
     /// The part packed, if any.
     pub part: Option<Part>,
+    /// With `--append` onto a dataset: the samples it held before.
+    pub appended_to: Option<u64>,
     /// Files skipped because of errors, each with its error.
     pub skipped: Vec<SkippedFile>,
     /// Files ignored by rule, by reason.
@@ -69,45 +73,6 @@ impl PackSummary {
             0.0
         }
     }
-}
-
-/// The options that shape a pack's output, as recorded in the manifest's
-/// `created_by.options`. Runs with equal shaping options over the same input
-/// write byte-identical datasets; `bale merge` joins only parts whose shaping
-/// options are equal (but for `part`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShapingOptions {
-    /// Shard size limit in bytes (of the uncompressed tar stream).
-    pub shard_size: u64,
-    /// Shard sample-count limit.
-    pub shard_samples: Option<u64>,
-    /// `sorted` or `shuffle`.
-    pub order: String,
-    /// The shuffle seed.
-    pub seed: Option<u64>,
-    /// Shard compression.
-    pub compression: Compression,
-    /// zstd level, when compressed.
-    pub zstd_level: Option<i32>,
-    /// Label mode used (`auto` resolved to `dir` or `none`).
-    pub labels: String,
-    /// xxh3 of the label CSV, with `csv` labels.
-    pub labels_csv_xxh3: Option<String>,
-    /// Include globs.
-    pub include: Vec<String>,
-    /// Exclude globs.
-    pub exclude: Vec<String>,
-    /// Whether symlinks were followed.
-    pub follow_links: bool,
-    /// `fail` or `skip`.
-    pub on_error: OnError,
-    /// Name of the transform applied to members, if any.
-    pub transform: Option<String>,
-    /// The image stage, if one ran (absent from older manifests).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<ImageTransform>,
-    /// The part packed, if any.
-    pub part: Option<Part>,
 }
 
 /// Builds a [`Packer`]. Every option has a default, documented on its setter.
@@ -140,6 +105,7 @@ pub struct PackerBuilder {
     on_error: OnError,
     part: Option<Part>,
     force: bool,
+    append: bool,
     cancel: Option<Arc<AtomicBool>>,
     transform: Option<(String, Arc<SampleTransformFn>)>,
     image: Option<ImageOptions>,
@@ -165,6 +131,7 @@ impl fmt::Debug for PackerBuilder {
             .field("on_error", &self.on_error)
             .field("part", &self.part)
             .field("force", &self.force)
+            .field("append", &self.append)
             .field("transform", &self.transform.as_ref().map(|t| &t.0))
             .field("image", &self.image)
             .finish_non_exhaustive()
@@ -191,6 +158,7 @@ impl Default for PackerBuilder {
             on_error: OnError::Fail,
             part: None,
             force: false,
+            append: false,
             cancel: None,
             transform: None,
             image: None,
@@ -309,6 +277,16 @@ impl PackerBuilder {
         self
     }
 
+    /// Adds the samples to the dataset in the output (default: `false`):
+    /// new shards after its own, then a new manifest listing both; the old
+    /// shards are never rewritten. A key the dataset holds, or an option
+    /// that shapes shards unlike the dataset's, is refused before anything
+    /// is written. An output with no manifest gets a fresh pack.
+    pub fn append(mut self, yes: bool) -> Self {
+        self.append = yes;
+        self
+    }
+
     /// A flag that cancels the run when set (default: none). The run then
     /// removes what it wrote and returns [`PackError::Cancelled`].
     pub fn cancel_flag(mut self, flag: Arc<AtomicBool>) -> Self {
@@ -404,6 +382,12 @@ impl PackerBuilder {
             )));
         }
         crate::options::check_jobs(self.jobs)?;
+        if self.append && (self.force || self.part.is_some()) {
+            return Err(PackError::Option(
+                "--append adds to the dataset in the output: it takes neither --force nor --part"
+                    .into(),
+            ));
+        }
         if let Some(img) = &self.image {
             img.validate()
                 .map_err(|e| PackError::Option(e.to_string()))?;
@@ -454,7 +438,16 @@ impl Packer {
         let o = &self.opts;
         let never = AtomicBool::new(false);
         let cancel: &AtomicBool = o.cancel.as_deref().unwrap_or(&never);
-        let mut out = Output::open(&self.output, o.force)?;
+        let (mut out, base) = if o.append {
+            let (out, found) = Output::open_append(&self.output)?;
+            let base = match found {
+                Some((m, names)) => Some(Base::new(&self.output, m, &names)?),
+                None => None,
+            };
+            (out, base)
+        } else {
+            (Output::open(&self.output, o.force)?, None)
+        };
         let jobs = match crate::options::check_jobs(o.jobs)? {
             0 => default_jobs(),
             n => n,
@@ -483,7 +476,11 @@ impl Packer {
         // the output directory, or (following symlinks) one reaching into it,
         // or a file an old shard's name is a hard link to (every input is
         // stat'ed for that only when one of those names has another link).
-        let victims = out.victims()?;
+        let victims = if base.is_some() {
+            Vec::new()
+        } else {
+            out.victims()?
+        };
         let linked = {
             use std::os::unix::fs::MetadataExt;
             victims
@@ -524,7 +521,37 @@ impl Packer {
                 None => orphans.push(b.error),
             }
         }
-        let labels = apply_labels(&mut samples, &o.labels, &mut ignored, cancel)?;
+        let mode = base
+            .as_ref()
+            .map_or_else(|| o.labels.clone(), |b| b.labels(&o.labels));
+        let mut labels = apply_labels(&mut samples, &mode, &mut ignored, cancel)?;
+        let shaping = ShapingOptions {
+            shard_size: o.shard_size,
+            shard_samples: o.shard_samples,
+            order: match o.order {
+                PackOrder::Sorted => "sorted".into(),
+                PackOrder::Shuffle(_) => "shuffle".into(),
+            },
+            seed: match o.order {
+                PackOrder::Sorted => None,
+                PackOrder::Shuffle(s) => Some(s),
+            },
+            compression: o.compression,
+            zstd_level: (o.compression == Compression::Zstd).then_some(o.zstd_level),
+            labels: labels.mode.into(),
+            labels_csv_xxh3: labels.csv_xxh3.clone(),
+            include: o.include.clone(),
+            exclude: o.exclude.clone(),
+            follow_links: o.follow_links,
+            on_error: o.on_error,
+            transform: o.transform.as_ref().map(|t| t.0.clone()),
+            image: o.image.as_ref().map(crate::image::record),
+            part: o.part,
+        };
+        if let Some(b) = &base {
+            b.check_options(&self.output, &shaping)?;
+            labels.classes = b.map_labels(&self.output, labels.classes.take(), &mut samples)?;
+        }
         let mut warnings = Vec::new();
         if let Some((line, key)) = &labels.first_unused {
             let msg = format!(
@@ -553,6 +580,9 @@ impl Packer {
             .flat_map(|s| &s.members)
             .map(|m| m.size)
             .sum();
+        if let Some(b) = &base {
+            b.check_keys(&self.output, &samples)?;
+        }
         progress.planned(samples.len() as u64, planned_bytes);
         // The old dataset goes only now, once the input has been walked,
         // checked, labelled and planned: a bad input found so far (a FIFO,
@@ -560,7 +590,9 @@ impl Packer {
         if cancel.load(Ordering::Relaxed) {
             return Err(PackError::Cancelled);
         }
-        out.clear_victims(victims, &inputs)?;
+        if base.is_none() {
+            out.clear_victims(victims, &inputs)?;
+        }
 
         // Read and write.
         let chain = crate::image::chain(o.image.clone(), o.transform.as_ref().map(|t| t.1.clone()));
@@ -569,6 +601,7 @@ impl Packer {
             .map_or_else(|| "shard".to_owned(), |p| p.shard_prefix());
         let ctx = WriteCtx {
             prefix,
+            first_shard: base.as_ref().map_or(0, |b| b.first_shard),
             compression: o.compression,
             zstd_level: o.zstd_level,
             shard_size: o.shard_size,
@@ -596,29 +629,6 @@ impl Packer {
         if cancel.load(Ordering::Relaxed) {
             return Err(PackError::Cancelled);
         }
-        let shaping = ShapingOptions {
-            shard_size: o.shard_size,
-            shard_samples: o.shard_samples,
-            order: match o.order {
-                PackOrder::Sorted => "sorted".into(),
-                PackOrder::Shuffle(_) => "shuffle".into(),
-            },
-            seed: match o.order {
-                PackOrder::Sorted => None,
-                PackOrder::Shuffle(s) => Some(s),
-            },
-            compression: o.compression,
-            zstd_level: (o.compression == Compression::Zstd).then_some(o.zstd_level),
-            labels: labels.mode.into(),
-            labels_csv_xxh3: labels.csv_xxh3.clone(),
-            include: o.include.clone(),
-            exclude: o.exclude.clone(),
-            follow_links: o.follow_links,
-            on_error: o.on_error,
-            transform: o.transform.as_ref().map(|t| t.0.clone()),
-            image: o.image.as_ref().map(crate::image::record),
-            part: o.part,
-        };
         let created_by = CreatedBy {
             tool: "bale".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -626,21 +636,33 @@ impl Packer {
             options: serde_json::to_value(&shaping).unwrap_or_default(),
         };
         let classes = labels.classes.as_ref().map_or(0, |c| c.len() as u64);
-        let mut manifest = Manifest::new(written.shards, labels.classes, created_by);
-        manifest.skipped = written.skipped.len() as u64;
-        manifest.write(&self.output)?;
+        let shards = written.shards.len() as u64;
+        let bytes = written.shards.iter().map(|e| e.bytes).sum();
+        let skipped = written.skipped.len() as u64;
+        if let Some(b) = &base {
+            let manifest = b.manifest(written.shards, labels.classes, skipped);
+            bale_format::atomic::replace_atomic(
+                Manifest::path_in(&self.output),
+                &manifest.to_bytes(),
+            )?;
+        } else {
+            let mut manifest = Manifest::new(written.shards, labels.classes, created_by);
+            manifest.skipped = skipped;
+            manifest.write(&self.output)?;
+        }
         out.commit();
         Ok(PackSummary {
             output: self.output.clone(),
             samples: written.samples,
             members: written.members,
-            shards: manifest.shards.len() as u64,
+            shards,
             input_bytes: written.input_bytes,
-            bytes: manifest.bytes,
+            bytes,
             seconds: start.elapsed().as_secs_f64(),
             labels: labels.mode.into(),
             classes,
             part: o.part,
+            appended_to: base.as_ref().map(|b| b.manifest.samples),
             skipped: written.skipped,
             ignored,
             warnings,

@@ -59,6 +59,8 @@ enum Loaded {
 /// What the write stage needs.
 pub(crate) struct WriteCtx<'a> {
     pub prefix: String,
+    /// The number of the first shard written.
+    pub first_shard: u64,
     pub compression: Compression,
     pub zstd_level: i32,
     pub shard_size: u64,
@@ -739,7 +741,7 @@ pub(crate) fn write_all(
         cur: None,
         writeback: Writeback::new(),
         finishing: None,
-        next_shard: 0,
+        next_shard: ctx.first_shard,
         done: Written::default(),
     };
     let transform = ctx.transform;

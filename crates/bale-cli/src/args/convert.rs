@@ -24,20 +24,18 @@ it (jpeg -> .jpg, png -> .png, json -> .json, ndarray/numpy/pil -> .npy,
 numbers -> decimal text; a column `cls` is bale's label). Pickles, lists
 and tensors are refused by name. See docs/convert.md.";
 
-/// Convert a dataset to another form: tar, tar.zst, h5 or a directory of files;
-/// also from MosaicML Streaming (MDS) and LitData datasets.
+/// Convert a dataset to another form: tar, tar.zst, h5 or a directory of files; also from MosaicML
+/// Streaming (MDS) and LitData datasets.
 ///
-/// Streams the samples of SRC in dataset order into DST, one sample in memory
-/// at a time, and writes the shards like `bale pack` does (temporary names,
-/// manifest last: an interrupted conversion leaves no dataset). `--format
-/// dir` writes each member as the file `DST/<key>.<ext>` and refuses any name
-/// that would leave DST (absolute paths, `..`, paths through a symlink).
+/// Streams the samples of SRC in dataset order into DST, one sample in memory at a time, and writes
+/// the shards like `bale pack` does (temporary names, manifest last: an interrupted conversion
+/// leaves no dataset). `--format dir` writes each member as the file `DST/<key>.<ext>` and refuses
+/// any name that would leave DST (absolute paths, `..`, paths through a symlink).
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
 pub struct ConvertArgs {
-    /// The source: a bale dataset (a directory with bale.json), or a
-    /// directory with the index.json of a MosaicML Streaming (MDS) or LitData
-    /// dataset.
+    /// The source: a bale dataset (a directory with bale.json), or a directory with the index.json
+    /// of a MosaicML Streaming (MDS) or LitData dataset.
     #[arg(value_name = "SRC")]
     pub source: PathBuf,
 
@@ -45,8 +43,7 @@ pub struct ConvertArgs {
     #[arg(short, long, value_name = "DST")]
     pub output: PathBuf,
 
-    /// Output form: tar, tar.zst, h5 (needs a bale built with `--features
-    /// hdf5`) or dir.
+    /// Output form: tar, tar.zst, h5 (needs a bale built with `--features hdf5`) or dir.
     #[arg(long, value_name = "FORMAT", default_value = "tar")]
     pub format: ConvertFormatArg,
 
@@ -67,6 +64,10 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Refused: convert writes a new dataset (`bale pack --append` adds to one).
+    #[arg(long, hide = true)]
+    pub append: bool,
+
     /// Convert a dataset whose samples share keys (refused by default,
     /// naming the key and both shards).
     ///
@@ -75,10 +76,9 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub allow_duplicate_keys: bool,
 
-    /// Options for object storage: an output there (`-o s3://bucket/prefix`:
-    /// the shards are written to a local spool, then uploaded, `bale.json`
-    /// last), and a source whose manifest names its shards by URL (`bale
-    /// index` of tars in a bucket).
+    /// Options for object storage: an output there (`-o s3://bucket/prefix`: the shards are written
+    /// to a local spool, then uploaded, `bale.json` last), and a source whose manifest names its
+    /// shards by URL (`bale index` of tars in a bucket).
     #[command(flatten)]
     pub storage: super::storage::StorageArgs,
 

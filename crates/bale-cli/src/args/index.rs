@@ -17,27 +17,25 @@ Examples:
 
 /// Index existing WebDataset tars in place, without repacking them.
 ///
-/// Scans each tar's headers (seeking over member data) and writes a bale
-/// index per tar and a manifest `bale.json` into DATASET_DIR that point at the
-/// original files, so `bale verify`, `stat`, `ls`, `get`, the reader and the
-/// Python package work on them unchanged. The tars are never modified.
+/// Scans each tar's headers (seeking over member data) and writes a bale index per tar and a
+/// manifest `bale.json` into DATASET_DIR that point at the original files, so `bale verify`,
+/// `stat`, `ls`, `get`, the reader and the Python package work on them unchanged. The tars are
+/// never modified.
 ///
-/// SHARD arguments may be paths, brace patterns (`train-{000000..000999}.tar`,
-/// `{train,val}.tar`) or globs (`shards/*.tar`, `data/**/*.tar`), expanded by
-/// bale (quote them so the shell leaves them alone). The dataset's samples are
-/// numbered in argument order, each glob's matches sorted by name.
+/// SHARD arguments may be paths, brace patterns (`train-{000000..000999}.tar`, `{train,val}.tar`)
+/// or globs (`shards/*.tar`, `data/**/*.tar`), expanded by bale (quote them so the shell leaves
+/// them alone). The dataset's samples are numbered in argument order, each glob's matches sorted by
+/// name.
 ///
-/// Tars from GNU tar (gnu, ustar, pax formats), Python's tarfile and
-/// webdataset's TarWriter are read; directories, links and files without an
-/// extension are skipped, and a leading `./` is removed from member names.
-/// `.tar.zst` files with one zstd frame per sample (`bale pack --compress
-/// zstd`) are indexed too; gzip and single-frame zstd tars cannot be read at
-/// random and are refused.
+/// Tars from GNU tar (gnu, ustar, pax formats), Python's tarfile and webdataset's TarWriter are
+/// read; directories, links and files without an extension are skipped, and a leading `./` is
+/// removed from member names. `.tar.zst` files with one zstd frame per sample (`bale pack
+/// --compress zstd`) are indexed too; gzip and single-frame zstd tars cannot be read at random and
+/// are refused.
 ///
-/// The manifest records shard paths relative to DATASET_DIR (or absolute with
-/// `--absolute`): keep the two where they are relative to each other. The
-/// manifest is written last; a failed run writes none and removes the
-/// indexes it created.
+/// The manifest records shard paths relative to DATASET_DIR (or absolute with `--absolute`): keep
+/// the two where they are relative to each other. The manifest is written last; a failed run writes
+/// none and removes the indexes it created.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
 pub struct IndexArgs {
@@ -74,38 +72,38 @@ pub struct IndexArgs {
     #[arg(long, conflicts_with = "allow_split")]
     pub rename_split: bool,
 
-    /// When a key reappears after other samples, regroup all its members into
-    /// one sample (plain tars only).
+    /// When a key reappears after other samples, regroup all its members into one sample (plain
+    /// tars only).
     ///
-    /// The sample keeps the place of the key's first appearance and its
-    /// members stay in tar order; a member whose extension the sample already
-    /// has is an error naming both offsets. A shard with such a sample gets a
-    /// scattered index (layout 1.1): every sample of that shard is then read
-    /// member by member, one positioned read per member instead of one per
-    /// sample. Shards without split samples keep the usual 1.0 index. Refused
-    /// with .tar.zst shards (a frame per sample cannot be regrouped) and,
-    /// when a sample was regrouped, with --wids-json (wids needs contiguous
-    /// samples).
+    /// The sample keeps the place of the key's first appearance and its members stay in tar order;
+    /// a member whose extension the sample already has is an error naming both offsets. A shard
+    /// with such a sample gets a scattered index (layout 1.1): every sample of that shard is then
+    /// read member by member, one positioned read per member instead of one per sample. Shards
+    /// without split samples keep the usual 1.0 index. Refused with .tar.zst shards (a frame per
+    /// sample cannot be regrouped) and, when a sample was regrouped, with --wids-json (wids needs
+    /// contiguous samples).
     #[arg(long)]
     pub allow_split: bool,
 
-    /// Index tars whose samples share keys (refused by default, naming the
-    /// key and both tars). A lookup of such a key by `bale get` or
-    /// `get_by_key` is refused as ambiguous, naming the samples' indices;
-    /// `bale verify` reports the shared keys.
+    /// Index tars whose samples share keys (refused by default, naming the key and both tars). A
+    /// lookup of such a key by `bale get` or `get_by_key` is refused as ambiguous, naming the
+    /// samples' indices; `bale verify` reports the shared keys.
     #[arg(long)]
     pub allow_duplicate_keys: bool,
 
-    /// Replace an existing bale.json (and the indexes of the tars given, and
-    /// the --wids-json file) in DATASET_DIR. The old ones stay until every
-    /// tar is scanned: a run that fails before leaves the old dataset whole
-    /// (with -o URL they are deleted then, before the new indexes are
-    /// uploaded). A bale.json that no bale run wrote, and a `<tar>.idx` that is
-    /// not one of bale's indexes (DALI's tar indexer writes that name too),
-    /// are never replaced, nor is one that `bale pack`, `merge` or `convert`
-    /// wrote (an index in place would drop its checksums, labels and stats).
+    /// Replace an existing bale.json (and the indexes of the tars given, and the --wids-json file)
+    /// in DATASET_DIR. The old ones stay until every tar is scanned: a run that fails before leaves
+    /// the old dataset whole (with -o URL they are deleted then, before the new indexes are
+    /// uploaded). A bale.json that no bale run wrote, and a `<tar>.idx` that is not one of bale's
+    /// indexes (DALI's tar indexer writes that name too), are never replaced, nor is one that `bale
+    /// pack`, `merge` or `convert` wrote (an index in place would drop its checksums, labels and
+    /// stats).
     #[arg(long)]
     pub force: bool,
+
+    /// Refused: index writes a new dataset (`bale pack --append` adds to one).
+    #[arg(long, hide = true)]
+    pub append: bool,
 
     /// Once the dataset is complete, also write NVIDIA DALI's index files for
     /// the tars into DIR (as `bale export-index --dali`; plain tar only).

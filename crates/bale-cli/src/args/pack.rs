@@ -22,43 +22,39 @@ Examples:
       resize the .jpg members only (leave .png masks as they are)
   bale pack data/train -o ds/train --resize shorter:256 --on-error skip
       skip (and list) corrupt or oversized images instead of failing
+  bale pack data/day-2 -o ds/train --append
+      add new samples to ds/train; a key it holds already is refused
 
 The image stage writes an orig.json member per sample with each image's
 original width and height, and records its options in bale.json
 (created_by.options.image). See docs/image.md.";
 
-/// Pack a tree of files into WebDataset-style tar shards with an index and a
-/// manifest.
+/// Pack a tree of files into WebDataset-style tar shards with an index and a manifest.
 ///
-/// Files sharing a key form one sample: `a/b/0001.jpg` and `a/b/0001.json`
-/// are the members `jpg` and `json` of sample `a/b/0001` (the key is the path
-/// relative to the input directory up to the first dot of the base name).
-/// The manifest `bale.json` is written last: a pack that fails or is
-/// interrupted leaves no manifest and removes the shards it wrote. The same
-/// input and options give byte-identical output, whatever `--jobs`.
-/// See docs/pack.md for every rule.
+/// Files sharing a key form one sample: `a/b/0001.jpg` and `a/b/0001.json` are the members `jpg`
+/// and `json` of sample `a/b/0001` (the key is the path relative to the input directory up to the
+/// first dot of the base name). The manifest `bale.json` is written last: a pack that fails or is
+/// interrupted leaves no manifest and removes the shards it wrote. The same input and options give
+/// byte-identical output, whatever `--jobs`. See docs/pack.md for every rule.
 ///
-/// The image stage (--resize, --image-format) decodes, resizes and
-/// re-encodes or pre-decodes image members in the parallel stage, once,
-/// instead of in every epoch of every loader; see docs/image.md.
+/// The image stage (--resize, --image-format) decodes, resizes and re-encodes or pre-decodes image
+/// members in the parallel stage, once, instead of in every epoch of every loader; see
+/// docs/image.md.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = EXAMPLES)]
 pub struct PackArgs {
-    /// Input directories; keys are relative to each. With --files-from, at
-    /// most one: the directory the listed paths are relative to (default: the
-    /// current directory).
+    /// Input directories; keys are relative to each. With --files-from, at most one: the directory
+    /// the listed paths are relative to (default: the current directory).
     #[arg(value_name = "DIR")]
     pub inputs: Vec<PathBuf>,
 
-    /// Output directory (created if missing; must be empty unless --force),
-    /// or a prefix in object storage (`s3://bucket/prefix`, `gs://`,
-    /// `az://`): shards upload as they are finished, `bale.json` last
-    /// (docs/remote.md).
+    /// Output directory (created if missing; must be empty unless --force), or a prefix in object
+    /// storage (`s3://bucket/prefix`, `gs://`, `az://`): shards upload as they are finished,
+    /// `bale.json` last (docs/remote.md).
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
 
-    /// Pack the paths listed in FILE, one per line (`-` reads stdin); a listed
-    /// directory is walked.
+    /// Pack the paths listed in FILE, one per line (`-` reads stdin); a listed directory is walked.
     #[arg(long, value_name = "FILE")]
     pub files_from: Option<PathBuf>,
 
@@ -75,10 +71,9 @@ pub struct PackArgs {
     #[arg(long)]
     pub follow_links: bool,
 
-    /// Labels: `auto` (ImageFolder classes when the tree is CLASS/FILE, else
-    /// none), `dir` (the first directory is the class), `csv:FILE` (rows of
-    /// path-or-key,label), or `none`. Stored as a `.cls` member holding the
-    /// class index.
+    /// Labels: `auto` (ImageFolder classes when the tree is CLASS/FILE, else none), `dir` (the
+    /// first directory is the class), `csv:FILE` (rows of path-or-key,label), or `none`. Stored as
+    /// a `.cls` member holding the class index.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub labels: LabelMode,
 
@@ -100,17 +95,15 @@ pub struct PackArgs {
 
     /// Compression: none, zstd or zstd:LEVEL (writes .tar.zst, one frame per sample).
     ///
-    /// Each frame is compressed against the shard's first sample (a zstd
-    /// dictionary stored in the shard and its index), and the index is
-    /// stored compressed: for small samples the dataset is a few percent
-    /// over the payload. `zstd -D DICT -d` gives the plain tar; docs/format.md
-    /// shows how to write DICT out of a shard.
+    /// Each frame is compressed against the shard's first sample (a zstd dictionary stored in the
+    /// shard and its index), and the index is stored compressed: for small samples the dataset is a
+    /// few percent over the payload. `zstd -D DICT -d` gives the plain tar; docs/format.md shows
+    /// how to write DICT out of a shard.
     #[arg(long, value_name = "ALGO", default_value = "none")]
     pub compress: CompressSpec,
 
-    /// Shard format: `tar` (WebDataset tar; .tar.zst with --compress zstd) or
-    /// `h5` (HDF5 files that h5py opens, layout in docs/format.md; needs a
-    /// bale built with `--features hdf5`).
+    /// Shard format: `tar` (WebDataset tar; .tar.zst with --compress zstd) or `h5` (HDF5 files that
+    /// h5py opens, layout in docs/format.md; needs a bale built with `--features hdf5`).
     #[arg(long, value_name = "FORMAT", default_value = "tar")]
     pub format: PackFormat,
 
@@ -122,16 +115,14 @@ pub struct PackArgs {
     #[arg(long, value_name = "SIZE", default_value = "128MiB", value_parser = size)]
     pub in_flight: u64,
 
-    /// On an input that cannot be packed (unreadable, vanished, changed,
-    /// broken symlink, FIFO, non-UTF-8 name; with the image stage, a
-    /// corrupt, truncated, mislabelled or oversized image): `fail` stops; `skip` drops its
-    /// sample, lists it and counts it in the manifest.
+    /// On an input that cannot be packed (unreadable, vanished, changed, broken symlink, FIFO,
+    /// non-UTF-8 name; with the image stage, a corrupt, truncated, mislabelled or oversized image):
+    /// `fail` stops; `skip` drops its sample, lists it and counts it in the manifest.
     #[arg(long, value_name = "WHAT", default_value = "fail")]
     pub on_error: OnError,
 
-    /// Resize images, keeping the aspect ratio: `shorter:N` (shorter side N),
-    /// `longer:N` (longer side at most N), `fit:WxH` (inside a W x H box).
-    /// Lanczos3; never enlarges unless --upscale.
+    /// Resize images, keeping the aspect ratio: `shorter:N` (shorter side N), `longer:N` (longer
+    /// side at most N), `fit:WxH` (inside a W x H box). Lanczos3; never enlarges unless --upscale.
     #[arg(long, value_name = "RULE", help_heading = "Image stage")]
     pub resize: Option<Resize>,
 
@@ -186,8 +177,12 @@ pub struct PackArgs {
     /// that leaves neither (docs/reliability.md). In a bucket, the lock of a killed run is taken
     /// over once it has not changed for 7 s, and that run's requests in flight are waited out
     /// (up to its request timeout since it last refreshed its lock; docs/remote.md).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "append")]
     pub force: bool,
+
+    /// Add the samples to the dataset in OUT: new shards, then a new bale.json (docs/pack.md)
+    #[arg(long, conflicts_with_all = ["part", "dali_index"])]
+    pub append: bool,
 
     /// Once the dataset is complete, also write NVIDIA DALI's index files for
     /// its shards into DIR (as `bale export-index --dali`; plain tar only).

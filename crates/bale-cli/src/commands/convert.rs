@@ -57,6 +57,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         bale_format::shown(&args.source),
         bale_format::shown(&args.source)
     );
+    super::pack::no_append(args.append, "convert")?;
     // A source whose shards are URLs (`bale index` of tars in a bucket)
     // reads them through these options.
     args.storage.options()?;

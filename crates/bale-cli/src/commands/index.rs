@@ -33,6 +33,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
     // Tars at URLs are read through the storage layer (headers by ranged GETs).
     let storage = args.storage.options()?;
     super::export_index::precheck(args.dali_index.as_deref(), &args.output)?;
+    super::pack::no_append(args.append, "index")?;
     let shards = expand_patterns(&args.shards)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);

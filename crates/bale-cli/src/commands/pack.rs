@@ -19,12 +19,21 @@ use indicatif::ProgressBar;
 use crate::args::pack::PackArgs;
 use crate::progress;
 
+/// Refuses `bale CMD --append` where only `pack` appends, before anything is written.
+pub fn no_append(append: bool, cmd: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !append,
+        "bale {cmd} --append is not supported yet: only `bale pack --append` adds to a dataset; \
+         {cmd} into a new directory instead (nothing was written)"
+    );
+    Ok(())
+}
+
 /// Exit code after Ctrl-C (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
-/// Sets `flag` on Ctrl-C (or SIGTERM), saying so at once: undoing a run
-/// can take a while (requests in flight to a store that stopped answering
-/// end at their timeout); a second one exits at once.
+/// Sets `flag` on Ctrl-C (or SIGTERM), saying so at once: undoing a run can take a while (requests
+/// in flight to a store that stopped answering end at their timeout); a second one exits at once.
 pub fn install_ctrlc(flag: &Arc<AtomicBool>) {
     let f = flag.clone();
     let _ = ctrlc::set_handler(move || {
@@ -157,12 +166,8 @@ impl PackProgress for Bars {
             return;
         }
         self.last.set(Some(now));
-        let secs = self.started.get().map_or(0.0, |t| (now - t).as_secs_f64());
-        let rate = if secs > 0.0 {
-            samples as f64 / secs
-        } else {
-            0.0
-        };
+        let s = self.started.get().map_or(0.0, |t| (now - t).as_secs_f64());
+        let rate = if s > 0.0 { samples as f64 / s } else { 0.0 };
         b.set_message(format!(
             "{samples}/{} samples, {rate:.0} samples/s",
             self.total_samples.get()
@@ -185,8 +190,7 @@ const SKIPPED_SHOWN: usize = 20;
 
 fn ignored_line(ig: &Ignored) -> Option<String> {
     let mut parts = Vec::new();
-    // Each kind with its first path: a name the user did not expect to be
-    // left out is seen at once.
+    // Each kind with its first path: a name the user did not expect to be left out is seen at once.
     let mut add = |k: &bale_pack::IgnoredKind, one: &str, many: &str| {
         if k.count > 0 {
             let first = k
@@ -308,7 +312,9 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         &cancel,
         &|| args.storage.options(),
         Vec::new(),
-    ) {
+    )
+    .and_then(|d| d.keeping(args.append))
+    {
         Ok(d) => d,
         Err(f) => return super::failed(f),
     };
@@ -330,6 +336,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         .on_error(args.on_error)
         .part(args.part)
         .force(dest.engine_force())
+        .append(args.append)
         .image(image)
         .cancel_flag(cancel.clone());
     for g in &args.include {
@@ -403,8 +410,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if summary.samples == 0 {
-        // Legitimate for an empty part of `--part I/N`; more often a typo in
-        // a path or a glob.
+        // Legitimate for an empty part of `--part I/N`; more often a typo in a path or a glob.
         let inputs = inputs_shown(&args);
         let _ = writeln!(
             err,

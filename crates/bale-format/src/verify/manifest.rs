@@ -139,6 +139,7 @@ pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
     let mut known: BTreeSet<PathBuf> = BTreeSet::new();
     let dirs = [dir.to_path_buf()];
     let adopted = m.created_by.command == "index";
+    let appending = crate::atomic::has_append_mark(dir);
     for s in &m.shards {
         for f in [&s.file, &s.index] {
             let p = Manifest::resolve(dir, f);
@@ -178,7 +179,16 @@ pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
                     .warning(),
                 );
             } else if looks_like_shard(&name) && !known.contains(&path) {
-                if crate::is_bale_file_name(&name) || (adopted && name.ends_with(".idx")) {
+                if appending && crate::is_bale_file_name(&name) {
+                    out.push(
+                        Problem::new(
+                            shown,
+                            "not listed in the manifest: left by an interrupted `bale pack --append` \
+                             (not part of the dataset; the next append or --force removes it)",
+                        )
+                        .warning(),
+                    );
+                } else if crate::is_bale_file_name(&name) || (adopted && name.ends_with(".idx")) {
                     out.push(Problem::new(
                         shown,
                         "unknown shard: this file is not listed in the manifest",
