@@ -583,6 +583,55 @@ fn three_parts_merged_hold_exactly_the_samples_of_one_pack() {
     ok(&listed);
 }
 
+#[test]
+fn merge_refuses_parts_cut_from_a_tree_that_changed_between_them() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in");
+    tree(&input, 40);
+    let pack_part = |i: u32, dir: &Path| {
+        let part = format!("{i}/2");
+        ok(&bale(
+            &[
+                "pack",
+                "-q",
+                "--shuffle",
+                "--seed",
+                "3",
+                "--part",
+                &part,
+                "-o",
+            ],
+            &[dir, &input],
+        ));
+    };
+    let (p0, p1) = (t.path().join("p0"), t.path().join("p1"));
+    pack_part(0, &p0);
+    // A sample added between the two runs moves the cut: without the
+    // check, the merge would repeat some samples and lose others, and
+    // verify would pass.
+    fs::write(input.join("class_0/zz-added.jpg"), b"new sample").unwrap();
+    pack_part(1, &p1);
+    let merged = t.path().join("merged");
+    let o = bale(&["merge", "-o"], &[&merged, &p0, &p1]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("another listing") && err.contains("41 samples") && err.contains("40 samples"),
+        "{err}"
+    );
+    assert!(!merged.join("bale.json").exists());
+    assert!(p0.join("bale.json").exists() && p1.join("bale.json").exists());
+
+    // Part 1 packed again from the same tree as a new part 0: merged.
+    fs::remove_dir_all(&p0).unwrap();
+    pack_part(0, &p0);
+    ok(&bale(&["merge", "-o"], &[&merged, &p0, &p1]));
+    ok(&bale(&["verify"], &[&merged]));
+    let m: serde_json::Value =
+        serde_json::from_slice(&fs::read(merged.join("bale.json")).unwrap()).unwrap();
+    assert_eq!(m["samples"].as_u64(), Some(41));
+}
+
 /// A tmpfs too small for the dataset, unmounted on drop.
 struct SmallFs(PathBuf);
 impl Drop for SmallFs {

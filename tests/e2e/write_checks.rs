@@ -516,8 +516,25 @@ fn merge_and_convert_refuse_shared_keys_unless_asked_and_verify_reports_them() {
         "1/2",
         &p1,
     );
-    let before = (crate::common::snapshot(&p0), crate::common::snapshot(&p1));
     let merged = t.path().join("merged");
+    // Parts of two inputs are not parts of one listing: refused first.
+    fails(
+        &bale(&["merge", "-q", p(&p0), p(&p1), "-o", p(&merged)]),
+        &["another listing", "nothing was merged"],
+    );
+    // Parts written by an older bale record no listing: the keys are what
+    // is left to check.
+    for part in [&p0, &p1] {
+        let path = part.join("bale.json");
+        let mut m: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        m["created_by"]["options"]
+            .as_object_mut()
+            .unwrap()
+            .remove("listing")
+            .expect("a part records its listing");
+        fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    }
+    let before = (crate::common::snapshot(&p0), crate::common::snapshot(&p1));
     let err = fails(
         &bale(&["merge", "-q", p(&p0), p(&p1), "-o", p(&merged)]),
         &["\"d/0\"", "--allow-duplicate-keys", "nothing was merged"],

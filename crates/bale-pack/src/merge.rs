@@ -357,6 +357,37 @@ fn part_in(dir: PathBuf, manifest: Manifest) -> Result<PartIn> {
     })
 }
 
+/// Refuses parts cut from different listings: the tree changed between
+/// their runs (files added, removed or renamed), so their slices of the
+/// planned order overlap or leave gaps, and the merge would repeat samples
+/// or lose them. Parts of older versions, which record no listing, are
+/// merged as before only when none of them records one.
+fn check_listings(ins: &[PartIn]) -> Result<()> {
+    let first = &ins[0];
+    for p in &ins[1..] {
+        let (a, b) = (&first.options.listing, &p.options.listing);
+        if a == b {
+            continue;
+        }
+        let what = |l: &Option<crate::options::Listing>| match l {
+            Some(l) => format!("{} samples (listing {})", l.samples, l.xxh3),
+            None => "no listing (packed by an older bale)".to_owned(),
+        };
+        return Err(merr(
+            &p.dir,
+            format!(
+                "it was cut from another listing than {}: {} against {}. The input changed \
+                 between the parts' runs, so the parts would repeat or miss samples; pack \
+                 every part again from the same input",
+                first.dir.display(),
+                what(b),
+                what(a)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn differing_fields(a: &ShapingOptions, b: &ShapingOptions) -> Vec<String> {
     let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
         (serde_json::to_value(a), serde_json::to_value(b))
@@ -542,13 +573,16 @@ fn plan_parts(mut ins: Vec<PartIn>) -> Result<(Vec<PartIn>, MergePlan)> {
             format!("incomplete set of parts: missing {}", missing.join(", ")),
         ));
     }
+    check_listings(&ins)?;
     let base = ShapingOptions {
         part: None,
+        listing: None,
         ..ins[0].options.clone()
     };
     for p in &ins[1..] {
         let o = ShapingOptions {
             part: None,
+            listing: None,
             ..p.options.clone()
         };
         if o != base {

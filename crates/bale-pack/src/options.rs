@@ -282,6 +282,23 @@ pub struct ShapingOptions {
     pub image: Option<ImageTransform>,
     /// The part packed, if any.
     pub part: Option<Part>,
+    /// What a part was cut from: the whole listing's fingerprint, recorded
+    /// by `--part` runs (absent otherwise, and from older manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listing: Option<Listing>,
+}
+
+/// The fingerprint of a pack's whole listing: every sample's key, its
+/// members' extensions and its label, in the planned order. Parts cut from
+/// equal listings tile them; `bale merge` refuses parts whose listings
+/// differ (the tree changed between their runs: samples would be repeated
+/// or lost).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    /// Samples in the whole listing (all parts together).
+    pub samples: u64,
+    /// xxh3-64 of the keys, extensions and labels, in hex.
+    pub xxh3: String,
 }
 
 #[cfg(test)]

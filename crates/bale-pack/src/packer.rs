@@ -525,7 +525,7 @@ impl Packer {
             .as_ref()
             .map_or_else(|| o.labels.clone(), |b| b.labels(&o.labels));
         let mut labels = apply_labels(&mut samples, &mode, &mut ignored, cancel)?;
-        let shaping = ShapingOptions {
+        let mut shaping = ShapingOptions {
             shard_size: o.shard_size,
             shard_samples: o.shard_samples,
             order: match o.order {
@@ -547,6 +547,7 @@ impl Packer {
             transform: o.transform.as_ref().map(|t| t.0.clone()),
             image: o.image.as_ref().map(crate::image::record),
             part: o.part,
+            listing: None,
         };
         if let Some(b) = &base {
             b.check_options(&self.output, &shaping)?;
@@ -567,6 +568,7 @@ impl Packer {
             bale_format::shuffle::shuffle(&mut samples, seed);
         }
         if let Some(part) = o.part {
+            shaping.listing = Some(crate::plan::listing(&samples));
             let range = part.range(samples.len());
             samples.truncate(range.end);
             samples.drain(..range.start);

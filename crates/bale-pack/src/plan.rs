@@ -32,6 +32,26 @@ impl Member {
     }
 }
 
+/// The fingerprint of `samples`, the whole listing in planned order.
+pub(crate) fn listing(samples: &[PlannedSample]) -> crate::options::Listing {
+    let mut h = bale_format::hash::Xxh3::new();
+    for s in samples {
+        // Lengths first, so no two listings hash the same bytes.
+        h.update(&(s.key.len() as u64).to_le_bytes());
+        h.update(s.key.as_bytes());
+        h.update(&(s.members.len() as u64).to_le_bytes());
+        for m in &s.members {
+            h.update(&(m.ext.len() as u64).to_le_bytes());
+            h.update(m.ext.as_bytes());
+        }
+        h.update(&s.label.map_or(u64::MAX, u64::from).to_le_bytes());
+    }
+    crate::options::Listing {
+        samples: samples.len() as u64,
+        xxh3: bale_format::hex64(h.digest()),
+    }
+}
+
 /// A planned sample.
 #[derive(Debug)]
 pub(crate) struct PlannedSample {
