@@ -75,14 +75,16 @@ def assert_same(got: list[dict], want: list[dict]) -> None:
             np.testing.assert_array_equal(g[k], w[k], err_msg=k)
 
 
-def test_the_order_is_the_mix_s_cut_by_rank_whatever_the_threads(ds_a: Path, ds_b: Path) -> None:
+@pytest.mark.parametrize("plan", ["shuffled", "sequential"])
+def test_the_order_is_the_mix_s_cut_by_rank_whatever_the_threads(ds_a: Path, ds_b: Path, plan: str) -> None:
     for world in (1, 3):
         for rank in range(world):
-            mix = bale.Mix([(ds_a, 0.7), (ds_b, 0.3)], samples=50, shuffle=True, seed=5, epoch=1,
+            mix = bale.Mix([(ds_a, 0.7), (ds_b, 0.3)], samples=50, plan=plan, seed=5, epoch=1,
                            rank=rank, world_size=world, worker=0, num_workers=1, fields=["cls"])
             want = [(s["__source__"], s["__index__"]) for s in mix]
-            one = run(make(ds_a, ds_b, samples=50, rank=rank, world_size=world, threads=1))[0]
-            three = run(make(ds_a, ds_b, samples=50, rank=rank, world_size=world, threads=3))[0]
+            kw = dict(samples=50, rank=rank, world_size=world, order=plan)
+            one = run(make(ds_a, ds_b, **kw, threads=1))[0]
+            three = run(make(ds_a, ds_b, **kw, threads=3))[0]
             assert pairs(one) == want
             assert_same(three, one)
 
@@ -176,6 +178,16 @@ def test_a_label_without_a_place_in_the_merged_list_is_an_error(ds_a: Path, unna
     per = bale.Loader([(ds_a, 0.5), (unnamed, 0.5)], batch_size=4, size=8, samples=10)
     got = {(int(s), int(i)): int(y) for b in per for s, i, y in zip(b["sources"], b["indices"], b["labels"])}
     assert {y for (s, i), y in got.items() if s == 1} <= set(range(7, 12))
+
+
+def test_into_copies_a_mix_s_batches(ds_a: Path, ds_b: Path) -> None:
+    want = run(make(ds_a, ds_b, samples=20))[0]
+    images = np.zeros_like(want[0]["images"])
+    labels = np.zeros_like(want[0]["labels"])
+    for k, n in enumerate(make(ds_a, ds_b, samples=20).into(images, labels)):
+        np.testing.assert_array_equal(images[:n], want[k]["images"])
+        np.testing.assert_array_equal(labels[:n], want[k]["labels"])
+    assert k == len(want) - 1
 
 
 def test_datasets_of_another_image_layout_are_refused(ds_a: Path, tmp_path: Path) -> None:
