@@ -556,7 +556,8 @@ class Mix(IterableDataset):
     keeps each source's ``cls``; ``"merged"`` maps them onto one list,
     the sources' class names in order of first appearance
     (:attr:`classes`); a list of names maps onto that list (every source's
-    names must be in it).
+    names must be in it). Mapped, a sample's label that is not one of its
+    source's class names is a ValueError naming the source and the label.
 
     Other arguments as :class:`IterableDataset`, for every source.
     """
