@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use bale_reader::{Dataset, ForkGuard, OrderIter};
+use bale_reader::ForkGuard;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::batch::{Array, Batch, Boxes, BufferPool, Element, Elements, Skipped};
@@ -18,6 +18,7 @@ use crate::error::{LoaderError, Result};
 use crate::options::{Dtype, LabelSource, LoaderOptions, MaskDtype, OnError};
 use crate::pipeline::Output;
 use crate::render::{self, Done, ImagePtr, LabelPtr, MaskPtr, Slots, Work};
+use crate::sources::{Ids, Sources};
 
 /// The arrays of a batch being decoded.
 struct Parts {
@@ -51,7 +52,7 @@ unsafe impl Sync for Job {}
 
 /// What the threads share.
 pub(crate) struct Shared {
-    pub ds: Dataset,
+    pub ds: Sources,
     pub opts: LoaderOptions,
     /// The members an image may be in, in order of preference.
     pub image: Vec<String>,
@@ -165,7 +166,7 @@ pub struct Batches {
     /// The process that started the threads.
     fork: ForkGuard,
     shared: Arc<Shared>,
-    order: OrderIter,
+    order: Ids,
     tasks: Option<Sender<(Arc<Job>, usize)>>,
     done: Receiver<u64>,
     threads: Vec<JoinHandle<()>>,
@@ -190,7 +191,7 @@ impl std::fmt::Debug for Batches {
 }
 
 impl Batches {
-    pub(crate) fn start(shared: Shared, order: OrderIter, samples: u64) -> Result<Self> {
+    pub(crate) fn start(shared: Shared, order: Ids, samples: u64) -> Result<Self> {
         let shared = Arc::new(shared);
         let threads = match shared.opts.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -515,6 +516,19 @@ fn decode_sample(sh: &Shared, work: &Work<'_>, job: &Job, k: usize) -> Done {
     // (see `Job`).
     if let Err(e) = unsafe { render::render_sample(work, &sample, &job.slots, k) } {
         done.error = Some(e);
+    }
+    if done.error.is_none()
+        && let LabelPtr::Class(base) = job.slots.labels
+        && sh.opts.label == LabelSource::Cls
+        // SAFETY: slot k of the (batch,) labels, this task's alone.
+        && let Err(what) = sh.ds.map_label(index, unsafe { &mut *base.add(k) })
+    {
+        done.error = Some(LoaderError::Target {
+            index,
+            key: sample.key().to_owned(),
+            member: "cls".to_owned(),
+            what,
+        });
     }
     if done.error.is_none()
         && let (Some(m), LabelPtr::Class(base)) = (sh.opts.mix, job.slots.labels)

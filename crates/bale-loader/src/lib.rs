@@ -78,6 +78,7 @@ mod options;
 mod pipeline;
 mod policy;
 mod render;
+mod sources;
 mod targets;
 
 use bale_reader::Dataset;
@@ -102,7 +103,7 @@ pub const IMAGE_EXTS: [&str; 5] = ["jpg", "jpeg", "png", "webp", "npy"];
 /// Decoded, augmented batches of a dataset; see the [crate docs](crate).
 #[derive(Debug, Clone)]
 pub struct Loader {
-    ds: Dataset,
+    src: sources::Sources,
     opts: LoaderOptions,
     /// The members an image may be in, in order of preference.
     image: Vec<String>,
@@ -132,55 +133,12 @@ impl Loader {
                 path: ds.dir().display().to_string(),
             });
         }
-        let has = || ds.fields().join(", ");
         let image: Vec<String> = if opts.image.is_empty() {
             IMAGE_EXTS.iter().map(|e| (*e).to_owned()).collect()
         } else {
             opts.image.clone()
         };
-        if !image.iter().any(|e| has_member(&ds, e)) {
-            let what = if opts.image.is_empty() {
-                format!(
-                    "the dataset has no {} member; name the member holding the image (it has {})",
-                    IMAGE_EXTS.join(", "),
-                    has()
-                )
-            } else {
-                format!(
-                    "no member {} in the dataset {}: its samples have {}",
-                    image
-                        .iter()
-                        .map(|e| format!("{e:?}"))
-                        .collect::<Vec<_>>()
-                        .join(" or "),
-                    ds.dir().display(),
-                    has()
-                )
-            };
-            return Err(LoaderError::Option {
-                name: "image",
-                what,
-            });
-        }
-        let named = opts
-            .masks
-            .iter()
-            .map(|m| ("masks", m.as_str()))
-            .chain(opts.boxes.as_deref().map(|m| ("boxes", m)))
-            .chain(opts.box_labels.as_deref().map(|m| ("box_labels", m)))
-            .chain(opts.label.member().map(|m| ("label", m)));
-        for (name, m) in named {
-            if !has_member(&ds, m) {
-                return Err(LoaderError::Option {
-                    name,
-                    what: format!(
-                        "no member {m:?} in the dataset {}: its samples have {}",
-                        ds.dir().display(),
-                        has()
-                    ),
-                });
-            }
-        }
+        check_members(&ds, &opts, &image)?;
         let classes = match &opts.label {
             LabelSource::Npy { member } => {
                 let classes = first_vector_len(&ds, member)?;
@@ -190,21 +148,134 @@ impl Loader {
             }
             _ => 1,
         };
+        Ok(Self::made(sources::Sources::One(ds), opts, image, classes))
+    }
+
+    /// A loader over a weighted mix of `datasets` (`bale.Mix`'s epochs:
+    /// [`bale_reader::mix`]): `mix` made for their sizes, in order, and
+    /// `labels`, when given, each source's class index mapped to a label
+    /// of one class list (a label outside its source's map is an error
+    /// naming the source). Each batch's [`Batch::indices`] are then ids,
+    /// one per sample: [`Loader::locate`] gives their (source, index).
+    /// Each sample's random decisions are those of its index in its own
+    /// dataset, as a loader over that dataset alone with the same options.
+    ///
+    /// # Errors
+    /// As [`Loader::new`] for each dataset (the error names it); a mix
+    /// made for other sizes; datasets whose images are in other members
+    /// than the first one's, or whose `.npy` labels differ in length;
+    /// a `shard_shuffled` order, or draws with replacement in order.
+    pub fn mix(
+        datasets: Vec<Dataset>,
+        mix: bale_reader::mix::Mix,
+        labels: Option<Vec<Vec<i64>>>,
+        opts: LoaderOptions,
+    ) -> Result<Self> {
+        opts.check()?;
+        let sizes: Vec<u64> = datasets.iter().map(Dataset::len).collect();
+        if datasets.is_empty() || mix.sizes() != sizes {
+            return Err(LoaderError::Option {
+                name: "datasets",
+                what: format!(
+                    "the mix is of sources of {:?} samples and the datasets have {sizes:?}",
+                    mix.sizes()
+                ),
+            });
+        }
+        if labels.as_ref().is_some_and(|l| l.len() != datasets.len()) {
+            return Err(LoaderError::Option {
+                name: "classes",
+                what: "give one class map per source".into(),
+            });
+        }
+        let image: Vec<String> = if opts.image.is_empty() {
+            IMAGE_EXTS.iter().map(|e| (*e).to_owned()).collect()
+        } else {
+            opts.image.clone()
+        };
+        let layout = |ds: &Dataset| -> Vec<String> {
+            image
+                .iter()
+                .filter(|e| has_member(ds, e))
+                .map(|e| e.to_ascii_lowercase())
+                .collect()
+        };
+        let first = layout(&datasets[0]);
+        let mut classes = 1;
+        for (i, ds) in datasets.iter().enumerate() {
+            if ds.is_empty() {
+                continue;
+            }
+            check_members(ds, &opts, &image)?;
+            let this = layout(ds);
+            if this != first {
+                return Err(LoaderError::Option {
+                    name: "image",
+                    what: format!(
+                        "the dataset {} (source {i}) has its images in {} and {} (source 0) in {}: \
+                         every dataset of a mix must have the same image members",
+                        ds.dir().display(),
+                        this.join(", "),
+                        datasets[0].dir().display(),
+                        first.join(", ")
+                    ),
+                });
+            }
+            if let LabelSource::Npy { member } = &opts.label {
+                let n = first_vector_len(ds, member)?;
+                if i > 0 && n != classes {
+                    return Err(LoaderError::Option {
+                        name: "label",
+                        what: format!(
+                            "the dataset {} (source {i}) has label vectors of {n} values, the sources before it {classes}",
+                            ds.dir().display()
+                        ),
+                    });
+                }
+                classes = n;
+            }
+        }
+        if let LabelSource::Npy { .. } = &opts.label {
+            opts.check_in_flight(classes)?;
+            mix::check_vectors(&opts, classes)?;
+        }
+        let mut offsets = Vec::with_capacity(sizes.len() + 1);
+        let mut total = 0u64;
+        for n in &sizes {
+            offsets.push(total);
+            total += n;
+        }
+        offsets.push(total);
+        let src = sources::Sources::Many(Box::new(sources::Many {
+            datasets,
+            offsets,
+            mix,
+            labels,
+        }));
+        src.check_order(opts.order)?;
+        Ok(Self::made(src, opts, image, classes))
+    }
+
+    fn made(
+        src: sources::Sources,
+        opts: LoaderOptions,
+        image: Vec<String>,
+        classes: usize,
+    ) -> Self {
         // Arrays of a batch, times the batches in flight and one held.
         let arrays = 2
             + opts.masks.len()
             + if opts.boxes.is_some() { 3 } else { 0 }
             + usize::from(opts.mix.is_some());
         let keep = arrays * (opts.prefetch + 2);
-        Ok(Loader {
-            ds,
+        Loader {
+            src,
             opts,
             image,
             classes,
             pool: std::sync::Arc::new(batch::BufferPool::new(keep)),
-        })
+        }
     }
-
     /// The options.
     pub fn options(&self) -> &LoaderOptions {
         &self.opts
@@ -221,9 +292,46 @@ impl Loader {
         self.classes
     }
 
-    /// The dataset.
+    /// The dataset (a mix's first).
     pub fn dataset(&self) -> &Dataset {
-        &self.ds
+        self.src.first()
+    }
+
+    /// The datasets of a mix, in order (one for a loader of one dataset).
+    pub fn datasets(&self) -> &[Dataset] {
+        match &self.src {
+            sources::Sources::One(ds) => std::slice::from_ref(ds),
+            sources::Sources::Many(m) => &m.datasets,
+        }
+    }
+
+    /// The mix a loader of [`Loader::mix`] reads.
+    pub fn mixed(&self) -> Option<&bale_reader::mix::Mix> {
+        match &self.src {
+            sources::Sources::One(_) => None,
+            sources::Sources::Many(m) => Some(&m.mix),
+        }
+    }
+
+    /// The (source, index in it) of a sample id of a batch
+    /// ([`Batch::indices`]): `(0, id)` for a loader of one dataset.
+    pub fn locate(&self, id: u64) -> (usize, u64) {
+        self.src.locate(id)
+    }
+
+    /// The id of sample `index` of source `source` (what
+    /// [`Loader::sample_params`] takes).
+    ///
+    /// # Errors
+    /// [`LoaderError::Index`] outside the source; [`LoaderError::Option`]
+    /// for a source there is not.
+    pub fn id(&self, source: usize, index: u64) -> Result<u64> {
+        self.src.id(source, index)
+    }
+
+    /// The epoch list's length (all ranks'): the dataset's samples, or the mix's epoch.
+    pub fn epoch_len(&self) -> u64 {
+        self.src.mix_len().unwrap_or_else(|| self.src.len())
     }
 
     /// Samples this loader's partition yields per epoch.
@@ -231,7 +339,18 @@ impl Loader {
     /// # Errors
     /// An invalid partition.
     pub fn samples_per_epoch(&self) -> Result<u64> {
-        Ok(self.ds.order(self.opts.plan(0), self.opts.partition)?.len())
+        match &self.src {
+            sources::Sources::One(ds) => {
+                Ok(ds.order(self.opts.plan(0), self.opts.partition)?.len())
+            }
+            sources::Sources::Many(m) => Ok(bale_reader::Order::resumed(
+                bale_reader::EpochPlan::Sequential,
+                self.opts.partition,
+                &[m.mix.len()],
+                &bale_reader::resume::Place::FRESH,
+            )?
+            .len()),
+        }
     }
 
     /// Batches per epoch (the last one short unless `drop_last`).
@@ -264,8 +383,20 @@ impl Loader {
     /// # Errors
     /// As [`Loader::epoch`]; `start` past the end of the epoch.
     pub fn epoch_from(&self, epoch: u64, start: u64) -> Result<Batches> {
-        let order = self.ds.order(self.opts.plan(epoch), self.opts.partition)?;
-        self.batches(epoch, &order, start)
+        match &self.src {
+            sources::Sources::One(ds) => {
+                let order = ds.order(self.opts.plan(epoch), self.opts.partition)?;
+                self.batches(epoch, &order, start)
+            }
+            sources::Sources::Many(_) => self.epoch_at(
+                epoch,
+                &bale_reader::resume::Place {
+                    rest: None,
+                    stage: 0,
+                    start,
+                },
+            ),
+        }
     }
 
     /// As [`Loader::epoch_from`], at `place` in an epoch resumed from a
@@ -277,21 +408,40 @@ impl Loader {
     /// # Errors
     /// As [`Loader::epoch_from`]; a place that does not fit the dataset.
     pub fn epoch_at(&self, epoch: u64, place: &bale_reader::resume::Place) -> Result<Batches> {
-        let order = bale_reader::Order::resumed(
-            self.opts.plan(epoch),
-            self.opts.partition,
-            &self.ds.shard_sizes(),
-            place,
-        )?;
-        self.batches(epoch, &order, place.start)
+        match &self.src {
+            sources::Sources::One(ds) => {
+                let order = bale_reader::Order::resumed(
+                    self.opts.plan(epoch),
+                    self.opts.partition,
+                    &ds.shard_sizes(),
+                    place,
+                )?;
+                self.batches(epoch, &order, place.start)
+            }
+            sources::Sources::Many(m) => {
+                let o = &self.opts;
+                let ids = sources::Sources::mix_ids(m, o.order, o.seed, epoch, o.partition, place)?;
+                let samples = ids.len() as u64;
+                self.start(
+                    epoch,
+                    sources::Ids::List(ids.into_iter()),
+                    place.start,
+                    samples,
+                )
+            }
+        }
     }
 
     fn batches(&self, epoch: u64, order: &bale_reader::Order, start: u64) -> Result<Batches> {
         let iter = order.iter_from(start)?;
         let samples = order.len() - start;
+        self.start(epoch, sources::Ids::Order(iter), start, samples)
+    }
+
+    fn start(&self, epoch: u64, ids: sources::Ids, start: u64, samples: u64) -> Result<Batches> {
         Batches::start(
             engine::Shared {
-                ds: self.ds.clone(),
+                ds: self.src.clone(),
                 opts: self.opts.clone(),
                 image: self.image.clone(),
                 classes: self.classes,
@@ -299,26 +449,27 @@ impl Loader {
                 first_batch: start / self.opts.batch_size as u64,
                 pool: std::sync::Arc::clone(&self.pool),
             },
-            iter,
+            ids,
             samples,
         )
     }
 
     /// The random decisions for sample `index` in epoch `epoch` (its image's
-    /// header is read for its size): what the loader does to it.
+    /// header is read for its size): what the loader does to it. For a mix
+    /// `index` is a sample's id ([`Loader::id`]).
     ///
     /// # Errors
     /// [`LoaderError::Option`] for an index past the dataset's end; the
     /// sample cannot be read, lacks an image member, or its header does not
     /// parse.
     pub fn sample_params(&self, epoch: u64, index: u64) -> Result<SampleParams> {
-        if index >= self.ds.len() {
+        if index >= self.src.len() {
             return Err(LoaderError::Index {
                 index,
-                len: self.ds.len(),
+                len: self.src.len(),
             });
         }
-        let s = self.ds.get(index)?;
+        let s = self.src.get(index)?;
         let work = render::Work {
             opts: &self.opts,
             image: &self.image,
@@ -332,17 +483,19 @@ impl Loader {
     /// The pixel decisions for sample `index` in `epoch`: the
     /// `ColorJitter` factors and their order, the auto-augment ops and
     /// magnitudes, the grey conversion and the erased box. They depend on
-    /// `(seed, epoch, index)` alone; the sample is not read.
+    /// `(seed, epoch, index)` alone (a mix's sample: its index in its own
+    /// dataset); the sample is not read. For a mix `index` is a sample's id.
     ///
     /// # Errors
     /// [`LoaderError::Index`] for an index past the dataset's end.
     pub fn pixel_params(&self, epoch: u64, index: u64) -> Result<PixelParams> {
-        if index >= self.ds.len() {
+        if index >= self.src.len() {
             return Err(LoaderError::Index {
                 index,
-                len: self.ds.len(),
+                len: self.src.len(),
             });
         }
+        let (_, index) = self.src.locate(index);
         Ok(policy::pixel_params(&self.opts, epoch, index))
     }
 
@@ -366,6 +519,56 @@ impl Loader {
         }
         Ok(mix::mix_params(&self.opts, epoch, batch))
     }
+}
+
+/// Whether `ds` has an image member of `image` and every member `opts` names.
+fn check_members(ds: &Dataset, opts: &LoaderOptions, image: &[String]) -> Result<()> {
+    let has = || ds.fields().join(", ");
+    if !image.iter().any(|e| has_member(ds, e)) {
+        let what = if opts.image.is_empty() {
+            format!(
+                "the dataset {} has no {} member; name the member holding the image (it has {})",
+                ds.dir().display(),
+                IMAGE_EXTS.join(", "),
+                has()
+            )
+        } else {
+            format!(
+                "no member {} in the dataset {}: its samples have {}",
+                image
+                    .iter()
+                    .map(|e| format!("{e:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                ds.dir().display(),
+                has()
+            )
+        };
+        return Err(LoaderError::Option {
+            name: "image",
+            what,
+        });
+    }
+    let named = opts
+        .masks
+        .iter()
+        .map(|m| ("masks", m.as_str()))
+        .chain(opts.boxes.as_deref().map(|m| ("boxes", m)))
+        .chain(opts.box_labels.as_deref().map(|m| ("box_labels", m)))
+        .chain(opts.label.member().map(|m| ("label", m)));
+    for (name, m) in named {
+        if !has_member(ds, m) {
+            return Err(LoaderError::Option {
+                name,
+                what: format!(
+                    "no member {m:?} in the dataset {}: its samples have {}",
+                    ds.dir().display(),
+                    has()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The length of the `.npy` label vector of the dataset's first sample.

@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use bale_image::region::RegionDecoder;
 use bale_loader::{Array, Batch, Batches, Loader, LoaderError, LoaderOptions, Resize, ScaleJitter};
+use bale_reader::mix::{Mix, Sampling};
 use bale_reader::resume::Cut;
 use bale_reader::{ForkGuard, Partition};
 use pyo3::exceptions::{PyIndexError, PyMemoryError, PyValueError};
@@ -49,7 +50,7 @@ impl PyLoader {
         threads, prefetch, on_error, image, masks, mask_dtype, boxes, box_labels, max_boxes,
         min_box_size, min_box_area, label, fields, drop_last, dct_scaling, max_pixels,
         storage_options=None, cache_dir=None, cache_limit=None, verify_on_read=false,
-        backing="mmap", read_around="auto", augment=None, mix=None
+        backing="mmap", read_around="auto", augment=None, mix=None, sources=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -100,6 +101,7 @@ impl PyLoader {
         read_around: &str,
         augment: Option<AugmentArgs<'_>>,
         mix: Option<(f64, f64, usize)>,
+        sources: Option<MixArgs<'_>>,
     ) -> PyResult<Self> {
         let opts = LoaderOptions {
             batch_size,
@@ -171,6 +173,21 @@ impl PyLoader {
             cache_dir.as_ref(),
             cache_limit,
         )?;
+        if let Some((datasets, weights, samples, replacement, labels)) = sources {
+            let handles: Vec<bale_reader::Dataset> =
+                datasets.iter().map(|d| d.get().ds.clone()).collect();
+            let sizes: Vec<u64> = handles.iter().map(bale_reader::Dataset::len).collect();
+            let sampling = if replacement {
+                Sampling::WithReplacement
+            } else {
+                Sampling::WithoutReplacement
+            };
+            let mix = Mix::new(&sizes, &weights, samples, sampling).map_err(to_py)?;
+            let loader = py
+                .detach(|| Loader::mix(handles, mix, labels, opts))
+                .map_err(loader_err)?;
+            return Ok(PyLoader { loader });
+        }
         crate::check_exists(std::path::Path::new(&path))?;
         let ds = py.detach(|| options.open(&path)).map_err(to_py)?;
         let loader = py.detach(|| Loader::new(ds, opts)).map_err(loader_err)?;
@@ -206,10 +223,17 @@ impl PyLoader {
         bale_reader::resume::fingerprint(self.loader.dataset().manifest())
     }
 
-    /// Samples in the dataset (the length of an epoch's list, all ranks').
+    /// Samples in the dataset (the length of an epoch's list, all ranks';
+    /// a mix's epoch).
     #[getter]
     fn dataset_len(&self) -> u64 {
-        self.loader.dataset().len()
+        self.loader.epoch_len()
+    }
+
+    /// Samples each source of a mix gives per epoch (None: one dataset).
+    #[getter]
+    fn mix_counts(&self) -> Option<Vec<u64>> {
+        self.loader.mixed().map(|m| m.counts().to_vec())
     }
 
     /// Values per label: the length of a `.npy` label vector, else 1.
@@ -223,10 +247,7 @@ impl PyLoader {
         let b = py
             .detach(|| self.loader.epoch_from(epoch, start))
             .map_err(loader_err)?;
-        Ok(PyBatches {
-            inner: Mutex::new(b),
-            fork: ForkGuard::new(),
-        })
+        Ok(self.batches(b))
     }
 
     /// The batches of `epoch` resumed after `stages` (a state's, as
@@ -244,7 +265,7 @@ impl PyLoader {
         let part = opts.partition;
         let cut = Cut::new(part.world_size, 1, part.even);
         let plan = opts.plan(epoch);
-        let len = self.loader.dataset().len();
+        let len = self.loader.epoch_len();
         let resume = crate::resume::resume_of(stages);
         let (b, place) = py.detach(|| -> PyResult<_> {
             let place = resume
@@ -255,10 +276,7 @@ impl PyLoader {
         })?;
         let total = place.rest.as_ref().map_or(len, |r| r.len());
         Ok((
-            PyBatches {
-                inner: Mutex::new(b),
-                fork: ForkGuard::new(),
-            },
+            self.batches(b),
             place.stage,
             place.start,
             cut.share(total, part.rank, 0),
@@ -273,12 +291,20 @@ impl PyLoader {
     /// (the output's height and width), `flip`, `vflip`, and `flip_first`
     /// (the flips come before the padding and the crop, whose window is in
     /// the flipped image: `crop="random"`; else they flip the output).
+    /// `index` is of source `source` of a mix.
+    #[pyo3(signature = (epoch, index, source=0))]
     fn sample_params<'py>(
         &self,
         py: Python<'py>,
         epoch: u64,
         index: u64,
+        source: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let index = match self.loader.id(source, index) {
+            Ok(id) => id,
+            Err(LoaderError::Index { .. }) if self.loader.mixed().is_none() => index,
+            Err(e) => return Err(loader_err(e)),
+        };
         let p = py
             .detach(|| self.loader.sample_params(epoch, index))
             .map_err(loader_err)?;
@@ -347,6 +373,33 @@ impl PyLoader {
         Ok(Some(d))
     }
 }
+
+impl PyLoader {
+    fn batches(&self, b: Batches) -> PyBatches {
+        let offsets = self.loader.mixed().map(|_| {
+            let mut offsets = vec![0u64];
+            for ds in self.loader.datasets() {
+                offsets.push(offsets[offsets.len() - 1] + ds.len());
+            }
+            offsets
+        });
+        PyBatches {
+            inner: Mutex::new(b),
+            fork: ForkGuard::new(),
+            offsets,
+        }
+    }
+}
+
+/// A mix's arguments: `(datasets, weights, samples, replacement, labels)`,
+/// `labels` each source's class index mapped onto one class list.
+type MixArgs<'py> = (
+    Vec<Bound<'py, crate::PyDataset>>,
+    Vec<f64>,
+    Option<u64>,
+    bool,
+    Option<Vec<Vec<i64>>>,
+);
 
 /// `bale.Loader`'s augmentation arguments: `(color_jitter, auto_augment,
 /// random_grayscale, erasing)`, where `color_jitter` is four values, each
@@ -426,6 +479,8 @@ pub struct PyBatches {
     /// The process that made it: asked before the lock is taken (a thread
     /// of the parent may have held it at a fork).
     fork: ForkGuard,
+    /// A mix's first id of each source, and the total (None: one dataset).
+    offsets: Option<Vec<u64>>,
 }
 
 impl PyBatches {
@@ -453,7 +508,7 @@ impl PyBatches {
             Some(Err(e)) => return Err(loader_err(e)),
             Some(Ok(b)) => b,
         };
-        batch_to_py(py, batch).map(Some)
+        batch_to_py(py, batch, self.offsets.as_deref()).map(Some)
     }
 
     fn __len__(&self) -> usize {
@@ -476,21 +531,50 @@ fn array_to_py(py: Python<'_>, a: Array) -> PyResult<Bound<'_, PyTuple>> {
     )
 }
 
-/// A batch as `(images, labels, indices, masks, boxes, fields, skipped)`:
-/// `images` an array's `(buffer, shape, dtype)`, `labels` one or None,
-/// `indices` a buffer of uint64, `masks` a list of `(member, array)`,
-/// `boxes` None or `(coords, labels, counts)` arrays, `fields` a dict of
-/// lists of bytes, `skipped` `(index, key, error)` tuples.
-fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Py<PyTuple>> {
+/// A batch as `(images, labels, indices, masks, boxes, fields, skipped,
+/// sources)`: `images` an array's `(buffer, shape, dtype)`, `labels` one
+/// or None, `indices` a buffer of uint64, `masks` a list of `(member,
+/// array)`, `boxes` None or `(coords, labels, counts)` arrays, `fields` a
+/// dict of lists of bytes, `skipped` `(index, key, error, source)` tuples,
+/// `sources` a buffer of int64 (a mix: each sample's source, `indices`
+/// then in that source; `offsets` its sources' first ids) or None.
+fn batch_to_py(py: Python<'_>, batch: Batch, offsets: Option<&[u64]>) -> PyResult<Py<PyTuple>> {
     let Batch {
         images,
         labels,
-        indices,
+        mut indices,
         masks,
         boxes,
         fields,
-        skipped,
+        mut skipped,
     } = batch;
+    let locate = |id: u64| -> (i64, u64) {
+        match offsets {
+            Some(o) => {
+                let s = o.partition_point(|&x| x <= id) - 1;
+                (s as i64, id - o[s])
+            }
+            None => (0, id),
+        }
+    };
+    let sources = match offsets {
+        Some(_) => {
+            let mut sources = Vec::with_capacity(indices.len());
+            for id in &mut indices {
+                let (s, i) = locate(*id);
+                sources.push(s);
+                *id = i;
+            }
+            Bound::new(py, BatchBuffer::new(Owned::I64(sources)))?.into_any()
+        }
+        None => py.None().into_bound(py),
+    };
+    let mut skipped_sources = Vec::with_capacity(skipped.len());
+    for s in &mut skipped {
+        let (src, i) = locate(s.index);
+        skipped_sources.push(src);
+        s.index = i;
+    }
     let images = array_to_py(py, images)?;
     let labels = match labels {
         Some(l) => array_to_py(py, l)?.into_any(),
@@ -524,7 +608,13 @@ fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Py<PyTuple>> {
         }
         extra.set_item(name, list)?;
     }
-    let skipped = PyList::new(py, skipped.into_iter().map(|s| (s.index, s.key, s.error)))?;
+    let skipped = PyList::new(
+        py,
+        skipped
+            .into_iter()
+            .zip(skipped_sources)
+            .map(|(s, src)| (s.index, s.key, s.error, src)),
+    )?;
     let t = PyTuple::new(
         py,
         [
@@ -535,6 +625,7 @@ fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Py<PyTuple>> {
             boxes,
             extra.into_any(),
             skipped.into_any(),
+            sources,
         ],
     )?;
     Ok(t.unbind())
@@ -554,6 +645,7 @@ pub struct BatchBuffer {
 enum Owned {
     Array(Array),
     U64(Vec<u64>),
+    I64(Vec<i64>),
 }
 
 // SAFETY: after construction Rust never reads or writes the bytes: it only
@@ -588,6 +680,7 @@ impl BatchBuffer {
                 (b.as_ptr().cast_mut(), b.len())
             }
             Owned::U64(v) => of(v),
+            Owned::I64(v) => of(v),
         }
     }
 }

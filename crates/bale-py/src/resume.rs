@@ -345,10 +345,15 @@ impl PyMixIter {
             if let (Some(maps), Some(label)) = (&self.labels, s.label())
                 && d.contains(intern!(py, "cls"))?
             {
-                let mapped = usize::try_from(label)
-                    .ok()
-                    .and_then(|l| maps.get(source)?.get(l).copied())
-                    .unwrap_or(-1);
+                let map = maps.get(source).map_or(&[][..], Vec::as_slice);
+                let Some(&mapped) = usize::try_from(label).ok().and_then(|l| map.get(l)) else {
+                    return Err(PyValueError::new_err(format!(
+                        "sample {:?} of source {source} ({}) has label {label}, not one of the {} class names of its manifest: it has no place in the mix's class list",
+                        s.key(),
+                        self.datasets[source].get().spec.path.display(),
+                        map.len()
+                    )));
+                };
                 d.set_item(intern!(py, "cls"), mapped)?;
             }
         }

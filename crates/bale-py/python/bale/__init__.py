@@ -556,7 +556,8 @@ class Mix(IterableDataset):
     keeps each source's ``cls``; ``"merged"`` maps them onto one list,
     the sources' class names in order of first appearance
     (:attr:`classes`); a list of names maps onto that list (every source's
-    names must be in it).
+    names must be in it). Mapped, a sample's label that is not one of its
+    source's class names is a ValueError naming the source and the label.
 
     Other arguments as :class:`IterableDataset`, for every source.
     """
@@ -726,6 +727,21 @@ class Mix(IterableDataset):
 
     def __repr__(self) -> str:
         return f"bale.Mix({list(zip(self.sources, self.weights))!r}, plan={self.plan!r}, seed={self.seed}, epoch={self.epoch})"
+
+
+def _mix_pairs(sources: Any) -> list[tuple[Any, float]]:
+    """``(path or Dataset, weight)`` pairs, checked."""
+    if not sources:
+        raise ValueError("a mix needs at least one (path, weight) pair")
+    pairs = []
+    for item in sources:
+        if isinstance(item, (str, bytes, os.PathLike, Dataset)) or len(item) != 2:
+            raise ValueError(f"each source is a (path, weight) pair, not {item!r}")
+        path, weight = item
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) and type(weight).__module__ != "numpy":
+            raise TypeError(f"the weight of {path!r} must be a number, not {weight!r}")
+        pairs.append((path if isinstance(path, Dataset) else os.fspath(path), float(weight)))
+    return pairs
 
 
 def _class_maps(
@@ -976,8 +992,27 @@ class Loader:
     the count), "box_counts": (B,), "indices": (B,) uint64}`` (keys only for
     what was asked; ``"fields"`` with ``fields=``).
 
+    A list of ``(dataset, weight)`` pairs as ``dataset`` reads a weighted
+    mix of them, the epoch :class:`Mix`'s (see "Mixing" in docs/python.md)::
+
+        loader = bale.Loader([("/data/a", 0.7), ("/data/b", 0.3)], batch_size=64,
+                             shuffle=True, seed=0, classes="merged")
+        for batch in loader:   # a dict: "images", "labels", "sources", "indices"
+            ...
+
     Args:
-        dataset: a dataset path (or URL), or a :class:`Dataset`.
+        dataset: a dataset path (or URL), or a :class:`Dataset`; or a list
+            of ``(path or Dataset, weight)`` pairs: a mix, whose batches are
+            dicts with ``"sources"`` (B,) int64 (each sample's index in the
+            list) and ``"indices"`` in that source. Every dataset of a mix
+            must have the image members (and the members named by
+            ``masks``, ``boxes``, ``label``) the first one has.
+        samples, replacement, classes: of a mix, as :class:`Mix`'s: the
+            epoch's length (default: the sources' total), draws with
+            replacement (shuffled only), and ``"per_source"`` labels,
+            ``"merged"`` or a list of class names to map them onto
+            (:attr:`classes`; a label outside its source's class names is
+            then an error naming the source).
         batch_size: samples per batch.
         resize: the scale stage, before the crop: ``N`` (torchvision's
             ``Resize(N)``: the shorter side to ``N``), ``(MIN, MAX)``
@@ -1005,7 +1040,7 @@ class Loader:
         shuffle: a random order per epoch (``order="shuffled"``); default:
             shard by shard (``"sequential"``). ``order`` may also be
             ``"shard_shuffled"`` (shards in random order, samples mixed in
-            ``buffer`` samples).
+            ``buffer`` samples; not for a mix).
         seed: seeds the order and every decision: each sample's depend on
             ``(seed, epoch, sample index)`` only.
         rank, world_size: this process's share of a distributed run (default:
@@ -1096,9 +1131,12 @@ class Loader:
 
     def __init__(
         self,
-        dataset: str | os.PathLike[str] | Dataset,
+        dataset: str | os.PathLike[str] | Dataset | Sequence[tuple[str | os.PathLike[str] | Dataset, float]],
         batch_size: int = 64,
         *,
+        samples: int | None = None,
+        replacement: bool = False,
+        classes: str | Sequence[str] = "per_source",
         crop: str = "random_resized",
         size: int | Sequence[int] = 224,
         scale: Sequence[float] = (0.08, 1.0),
@@ -1155,6 +1193,13 @@ class Loader:
         import numpy  # noqa: F401  (the batches are NumPy arrays)
 
         read_around = "auto"
+        pairs = None
+        if isinstance(dataset, (list, tuple)):
+            pairs = _mix_pairs(dataset)
+            # The first source's path names the loader; each is opened below.
+            dataset = pairs[0][0]
+        elif samples is not None or replacement or classes != "per_source":
+            raise ValueError("samples, replacement and classes are a mix's: give dataset as a list of (path, weight) pairs")
         if isinstance(dataset, Dataset):
             path = dataset.path
             # The dataset brings how it reads along: checksums, backing, and
@@ -1274,15 +1319,50 @@ class Loader:
             ),
             mix=_mix_args(mixup_alpha, cutmix_alpha, num_classes),
         )
-        self._native = _native.Loader(path, **options)
+        #: A mix's datasets, weights and class list (None: one dataset, or
+        #: labels per source).
+        self.sources: list[str] | None = None
+        self.weights: list[float] | None = None
+        self.classes: list[str] | None = None
+        settings = {k: v for k, v in options.items() if k not in _LOADER_RUNTIME}
+        if pairs is not None:
+            opened = [
+                d if isinstance(d, Dataset) else Dataset(
+                    d, verify_on_read=options["verify_on_read"], backing=options["backing"],
+                    read_around=read_around, storage_options=options["storage_options"],
+                    cache_dir=options["cache_dir"], cache_limit=options["cache_limit"], _any_fields=True,
+                )
+                for d, _ in pairs
+            ]
+            self.sources = [d.path for d in opened]
+            self.weights = [w for _, w in pairs]
+            if classes != "per_source" and label != "cls":
+                raise ValueError(f"classes maps the sources' cls labels onto one list: it needs label='cls', not {label!r}")
+            maps, self.classes = _class_maps(self.sources, [d.classes for d in opened], classes)
+            replacement = _flag(replacement, "replacement")
+            mix_samples = None if samples is None else _whole(samples, "samples")
+            self._native = _native.Loader(
+                path, **options, sources=(opened, self.weights, mix_samples, replacement, maps),
+            )
+            settings["classes"] = self.classes
+            # What a checkpoint of a mix must match: its datasets, weights,
+            # epoch length and draws, as a bale.Mix's state.
+            ident: dict[str, Any] = {
+                "datasets": [_native.fingerprint(d) for d in opened],
+                "weights": self.weights,
+                "samples": self._native.dataset_len,
+                "replacement": replacement,
+            }
+            self._dict = True
+        else:
+            self._native = _native.Loader(path, **options)
+            ident = {"dataset": self._native.fingerprint, "samples": self._native.dataset_len}
         self.rank, self.world_size = rank, world_size
         # What a checkpoint must match: the dataset, the order, the batch
         # size, and every option that changes what a batch holds (not the
         # world size, which a resume may change, nor how it is read).
-        settings = {k: v for k, v in options.items() if k not in _LOADER_RUNTIME}
         self._ident_: dict[str, Any] = {
-            "dataset": self._native.fingerprint,
-            "samples": self._native.dataset_len,
+            **ident,
             "plan": order,
             "seed": options["seed"],
             "buffer": options["buffer"],
@@ -1373,7 +1453,12 @@ class Loader:
         """The members an image may be in, in order of preference."""
         return self._native.image_members
 
-    def sample_params(self, index: int, epoch: int | None = None) -> dict[str, Any]:
+    @property
+    def counts(self) -> list[int] | None:
+        """Samples each source of a mix gives per epoch (None: one dataset)."""
+        return self._native.mix_counts
+
+    def sample_params(self, index: int, epoch: int | None = None, source: int = 0) -> dict[str, Any]:
         """Every decision for sample ``index`` (of epoch ``epoch``, by default
         the current one), as torchvision's functional transforms take them:
         ``top``, ``left``, ``height``, ``width`` (the crop in the source
@@ -1388,14 +1473,17 @@ class Loader:
         applied, ``(name, magnitude)`` as torchvision's
         ``_apply_image_or_video_transform`` takes them), ``grayscale`` and
         ``erase`` (None, or the erased box's top, left, height, width).
-        An index outside the dataset (a negative one too) is an IndexError."""
+        An index outside the dataset (a negative one too) is an IndexError.
+        For a mix, ``index`` is of source ``source`` (a batch's
+        ``"indices"`` and ``"sources"``): its decisions are those a loader
+        over that dataset alone, with the same options, makes for it."""
         if isinstance(index, bool) or not isinstance(index, int) and not hasattr(index, "__index__"):
             raise TypeError(f"index must be an int, not {type(index).__name__} {index!r}")
         i = operator.index(index)
         if i < 0 or i >= 2**64:
             raise IndexError(f"sample index {i} is not in the dataset (indices start at 0)")
         e = self.epoch if epoch is None else _whole(epoch, "epoch")
-        return self._native.sample_params(e, i)
+        return self._native.sample_params(e, i, _whole(source, "source"))
 
     def batch_params(self, batch: int, epoch: int | None = None) -> dict[str, Any] | None:
         """The mixing decisions of batch ``batch`` (of epoch ``epoch``, by
@@ -1436,10 +1524,11 @@ class Loader:
             batches, start = self._native.epoch(self.epoch, self.start), self.start
         self._live = stages
         self.position = start
-        for images, labels, indices, masks, boxes, extra, skipped in batches:
-            for index, key, error in skipped:
+        for images, labels, indices, masks, boxes, extra, skipped, sources in batches:
+            for index, key, error, source in skipped:
                 self.skipped += 1
-                warnings.warn(f"bale.Loader skipped sample {index} ({key!r}): {error}", stacklevel=2)
+                where = f"sample {index}" if sources is None else f"sample {index} of source {source}"
+                warnings.warn(f"bale.Loader skipped {where} ({key!r}): {error}", stacklevel=2)
             idx = numpy.frombuffer(indices, dtype=numpy.uint64)
             self.position += len(idx) + len(skipped)
             if len(idx) == 0 and not self._even:
@@ -1462,6 +1551,8 @@ class Loader:
             if boxes is not None:
                 out["boxes"], out["box_labels"], out["box_counts"] = (array(b) for b in boxes)
             out["indices"] = idx
+            if sources is not None:
+                out["sources"] = numpy.frombuffer(sources, dtype=numpy.int64)
             if self._fields:
                 out["fields"] = extra
             yield out
@@ -1548,7 +1639,8 @@ class Loader:
             yield (i, n) if ring else n
 
     def __repr__(self) -> str:
-        return f"bale.Loader({self.path!r}, batch_size={self.batch_size}, epoch={self.epoch})"
+        what = self.path if self.sources is None else list(zip(self.sources, self.weights or []))
+        return f"bale.Loader({what!r}, batch_size={self.batch_size}, epoch={self.epoch})"
 
 
 # torch imported before bale costs nothing more to register with.

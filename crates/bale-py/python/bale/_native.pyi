@@ -184,7 +184,8 @@ class BatchBuffer:
 #: An array of a batch: (buffer, shape, NumPy dtype name).
 _Array = tuple[BatchBuffer, tuple[int, ...], str]
 #: A batch: (images, labels or None, indices, [(member, mask)], (boxes, box labels, counts) or None,
-#: fields, skipped (index, key, error)).
+#: fields, skipped (index, key, error, source), a mix's sources (int64) or None; a mix's
+#: indices are in each sample's source).
 _Batch = tuple[
     _Array,
     _Array | None,
@@ -192,7 +193,8 @@ _Batch = tuple[
     list[tuple[str, _Array]],
     tuple[_Array, _Array, _Array] | None,
     dict[str, list[bytes | None]],
-    list[tuple[int, str, str]],
+    list[tuple[int, str, str, int]],
+    BatchBuffer | None,
 ]
 
 class Batches(Iterator[_Batch]):
@@ -255,7 +257,11 @@ class Loader:
         backing: str = "mmap",
         read_around: str = "auto",
         augment: Any = None,
-    ) -> None: ...
+        mix: tuple[float, float, int] | None = None,
+        sources: tuple[list[Dataset], list[float], int | None, bool, list[list[int]] | None] | None = None,
+    ) -> None:
+        """With ``sources`` (datasets, weights, samples, replacement, class
+        maps): a weighted mix of the datasets, ``path`` naming the first."""
     def __len__(self) -> int:
         """Batches per epoch."""
     def samples_per_epoch(self) -> int: ...
@@ -270,13 +276,16 @@ class Loader:
         """The dataset's content fingerprint (as ``fingerprint``)."""
     @property
     def dataset_len(self) -> int:
-        """Samples in the dataset."""
+        """Samples in the dataset (a mix: in its epoch)."""
+    @property
+    def mix_counts(self) -> list[int] | None:
+        """Samples each source of a mix gives per epoch; None for one dataset."""
     def epoch(self, epoch: int, start: int) -> Batches: ...
     def epoch_resumed(self, epoch: int, stages: list[tuple[int, int, bool, int, list[int | None]]]) -> tuple[Batches, int, int, int]:
         """The batches of ``epoch`` after a state's stages; with the stage's
         number, the samples of this rank's share already read, and the share."""
-    def sample_params(self, epoch: int, index: int) -> dict[str, Any]:
-        """Every decision for sample ``index`` (see ``bale.Loader.sample_params``)."""
+    def sample_params(self, epoch: int, index: int, source: int = 0) -> dict[str, Any]:
+        """Every decision for sample ``index`` of source ``source`` (see ``bale.Loader.sample_params``)."""
 
 def cli_main(argv: list[str]) -> int:
     """Runs the ``bale`` command line ``argv`` (program name first); returns its exit code."""
