@@ -6,14 +6,19 @@ tree with the release `bale` (`--bale`), then runs `bale stat`, `bale verify`
 and `bale ls` on the dataset, each a child process measured by `os.wait4`
 (wall time and peak RSS). Then a child Python process opens the dataset with
 `bale.Dataset`, looks one key up and reads 1,000 random samples, reporting
-its resident memory after each step, anonymous and file-backed apart. It
+its resident memory after each step, anonymous and file-backed apart. Last,
+it appends 1% new samples (`bale pack NEW -o DS --append`) and times that
+against a pack of the same new samples alone: an append costs time in
+proportion to the new samples, so the ratio stays near 1 whatever N. It
 prints one table row per N: time per sample and peak RSS of each command,
-and the reader's resident bytes per sample.
+the reader's resident bytes per sample, and the append's ratio.
 """
 
 import argparse
 import json
 import os
+import random
+import shutil
 import subprocess
 import sys
 import time
@@ -67,6 +72,20 @@ def measured(cmd: list[str]) -> tuple[float, int]:
     return elapsed, usage.ru_maxrss * 1024
 
 
+def new_files(tree: str, n: int) -> None:
+    """`n` tiny files under the class directories of a scale tree, with keys of
+    their own (`cCCC/addIIIIIIIII`), once."""
+    if os.path.exists(os.path.join(tree, ".done")):
+        return
+    rng = random.Random(n)
+    for i in range(n):
+        d = os.path.join(tree, f"c{i % 1000:03}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"add{i:09}.bin"), "wb") as f:
+            f.write(rng.randbytes(256))
+    open(os.path.join(tree, ".done"), "w").close()
+
+
 def mb(n: float) -> str:
     return f"{n / 1e6:,.0f} MB"
 
@@ -95,6 +114,16 @@ def main() -> int:
         if out.returncode != 0:
             sys.exit(f"the reader failed on {ds}: {out.stderr[-2000:]}")
         row["reader"] = json.loads(out.stdout.strip().splitlines()[-1])
+        added = max(n // 100, 1)
+        new = os.path.join(a.out, f"new-{n}")
+        new_files(new, added)
+        alone = os.path.join(a.out, f"new-alone-{n}")
+        shutil.rmtree(alone, ignore_errors=True)
+        print(f"bench scale: N={n:,}: {added:,} new samples packed alone, then appended", file=sys.stderr, flush=True)
+        row["added"] = added
+        row["pack_new"] = measured([a.bale, "pack", new, "-o", alone, "--quiet"])
+        row["append"] = measured([a.bale, "pack", new, "-o", ds, "--append", "--quiet"])
+        shutil.rmtree(alone, ignore_errors=True)
         rows.append(row)
     print("\n| N | pack µs/sample | pack peak RSS | on disk B/sample | stat RSS | verify µs/sample | verify RSS | ls RSS |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -111,6 +140,12 @@ def main() -> int:
         d, n = r["reader"], r["n"]
         per = lambda k: " / ".join(f"{(d[k][m] - d['import'][m]) / n:.1f}" for m in ("anon", "file"))  # noqa: E731
         print(f"| {n:,} | {d['open_s']:.3f} | {per('open')} | {per('key')} | {per('reads')} | {d['key_s'] * 1e3:.2f} ms |")
+    print("\nAppending 1% new samples to the dataset, against packing them alone:")
+    print("| N | new samples | pack them alone | append them | append / alone | append peak RSS |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        p, ap = r["pack_new"], r["append"]
+        print(f"| {r['n']:,} | {r['added']:,} | {p[0]:.2f} s | {ap[0]:.2f} s | {ap[0] / p[0]:.2f}x | {mb(ap[1])} |")
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         growth = (last["pack"][0] / last["n"]) / (first["pack"][0] / first["n"])
