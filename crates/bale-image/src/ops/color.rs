@@ -143,8 +143,9 @@ enum Pass {
     Brightness(f32),
     /// `x * ratio + mean * (1 - ratio)`, the second product in float64.
     Contrast { ratio: f32, offset: f64 },
-    /// `x * ratio + floor(grey) * rest`.
-    Saturation { ratio: f32, rest: f64 },
+    /// `x * ratio + floor(grey) * rest`; `exact` when the float64 sum
+    /// of that blend is exact, so a fused multiply-add gives it.
+    Saturation { ratio: f32, rest: f32, exact: bool },
     /// The hue shift.
     Hue(f32),
 }
@@ -154,17 +155,22 @@ impl Pass {
     fn new(j: Jitter) -> Option<Pass> {
         Some(match j {
             Jitter::Brightness(f) => Pass::Brightness(f as f32),
-            Jitter::Saturation(f) => Pass::Saturation {
-                ratio: f as f32,
-                rest: f64::from((1.0 - f) as f32),
-            },
+            Jitter::Saturation(f) => {
+                let (ratio, rest) = (f as f32, (1.0 - f) as f32);
+                Pass::Saturation {
+                    ratio,
+                    rest,
+                    exact: fits_fma(ratio) && fits_fma(rest),
+                }
+            }
             Jitter::Hue(f) => Pass::Hue(f as f32),
             Jitter::Contrast(_) => return None,
         })
     }
 
+    /// Runs the step on a chunk; `FMA`: with the CPU's fused multiply-add.
     #[inline(always)]
-    fn run(self, pl: &mut Planes) {
+    fn run<const FMA: bool>(self, pl: &mut Planes) {
         match self {
             Pass::Brightness(f) => {
                 for plane in pl.iter_mut() {
@@ -180,7 +186,13 @@ impl Pass {
                     }
                 }
             }
-            Pass::Saturation { ratio, rest } => saturation(pl, ratio, rest),
+            Pass::Saturation { ratio, rest, exact } => {
+                if FMA && exact {
+                    saturation_fma(pl, ratio, rest);
+                } else {
+                    saturation(pl, ratio, rest);
+                }
+            }
             Pass::Hue(shift) => hue(pl, shift),
         }
     }
@@ -211,8 +223,30 @@ fn min(a: f32, b: f32) -> f32 {
     if a < b { a } else { b }
 }
 
+/// Whether a blend factor keeps [`fma32`]'s float64 sum exact: 0, or of
+/// magnitude in `[2**-16, 16]`. Then `x * ratio` (an integer `x` below 256)
+/// and `grey * rest` are multiples of `2**-39` below `2**12`, their sum
+/// takes at most 52 bits, and float64 rounds nothing before float32 does:
+/// the fused multiply-add of the CPU gives the same float32.
+fn fits_fma(f: f32) -> bool {
+    f == 0.0 || (2f32.powi(-16)..=16.0).contains(&f.abs())
+}
+
+/// [`grey_f32`] of integer channels with the CPU's fused multiply-add. The
+/// same float32: `g * 0.587` is a multiple of `2**-24` and `r * 0.2989` of
+/// `2**-25` (or 0), their sum below `2**8` takes 33 bits; `b * 0.114` is a
+/// multiple of `2**-27`, that sum below `2**8` takes 35: both are exact in
+/// float64, so [`fma32`]'s two roundings are the one of a fused operation.
 #[inline(always)]
-fn saturation(pl: &mut Planes, ratio: f32, rest: f64) {
+fn grey_fma(r: f32, g: f32, b: f32) -> f32 {
+    let l = r * 0.2989f32;
+    let l = g.mul_add(0.587f32, l);
+    b.mul_add(0.114f32, l)
+}
+
+#[inline(always)]
+fn saturation(pl: &mut Planes, ratio: f32, rest: f32) {
+    let rest = f64::from(rest);
     let [r, g, b] = pl;
     for k in 0..LANES {
         // The floored grey of a pixel is non-negative: truncation floors it.
@@ -220,6 +254,19 @@ fn saturation(pl: &mut Planes, ratio: f32, rest: f64) {
         r[k] = trunc_u8((f64::from(r[k] * ratio) + l) as f32);
         g[k] = trunc_u8((f64::from(g[k] * ratio) + l) as f32);
         b[k] = trunc_u8((f64::from(b[k] * ratio) + l) as f32);
+    }
+}
+
+/// [`saturation`] with the CPU's fused multiply-add, for factors that
+/// [`fits_fma`].
+#[inline(always)]
+fn saturation_fma(pl: &mut Planes, ratio: f32, rest: f32) {
+    let [r, g, b] = pl;
+    for k in 0..LANES {
+        let l = grey_fma(r[k], g[k], b[k]).floor();
+        r[k] = trunc_u8(l.mul_add(rest, r[k] * ratio));
+        g[k] = trunc_u8(l.mul_add(rest, g[k] * ratio));
+        b[k] = trunc_u8(l.mul_add(rest, b[k] * ratio));
     }
 }
 
@@ -291,11 +338,16 @@ fn hue(pl: &mut Planes, shift: f32) {
 
 /// The sum of the floored grey of the first `n` pixels of the chunk.
 #[inline(always)]
-fn grey_sum(pl: &Planes, n: usize) -> u64 {
+fn grey_sum<const FMA: bool>(pl: &Planes, n: usize) -> u64 {
     let [r, g, b] = pl;
     let mut grey = [0u32; LANES];
     for k in 0..LANES {
-        grey[k] = whole(grey_f32(r[k], g[k], b[k]).floor());
+        let l = if FMA {
+            grey_fma(r[k], g[k], b[k])
+        } else {
+            grey_f32(r[k], g[k], b[k])
+        };
+        grey[k] = whole(l.floor());
     }
     grey[..n].iter().map(|&v| u64::from(v)).sum()
 }
@@ -307,22 +359,27 @@ fn run_pass(px: &mut [u8], steps: &[Pass], sum: bool) -> u64 {
         return 0;
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2, the one feature `run_pass_avx2` enables.
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA, the features `run_pass_avx2`
+        // enables.
         return unsafe { run_pass_avx2(px, steps, sum) };
     }
-    run_pass_body(px, steps, sum)
+    run_pass_body::<false>(px, steps, sum)
 }
 
-/// [`run_pass_body`] compiled for AVX2: eight float32 lanes a vector.
+/// [`run_pass_body`] compiled for AVX2 and FMA: eight float32 lanes a
+/// vector, and fused multiply-adds where they give [`fma32`]'s result.
+/// (Rust contracts no other multiply and add into one.)
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 fn run_pass_avx2(px: &mut [u8], steps: &[Pass], sum: bool) -> u64 {
-    run_pass_body(px, steps, sum)
+    run_pass_body::<true>(px, steps, sum)
 }
 
+/// A pass over `px`, a chunk at a time; `FMA`: with the CPU's fused
+/// multiply-add (which is a library call where the CPU has none).
 #[inline(always)]
-fn run_pass_body(px: &mut [u8], steps: &[Pass], sum: bool) -> u64 {
+fn run_pass_body<const FMA: bool>(px: &mut [u8], steps: &[Pass], sum: bool) -> u64 {
     let mut pl: Planes = [[0.0; LANES]; 3];
     let mut total = 0u64;
     for chunk in px.chunks_mut(3 * LANES) {
@@ -336,10 +393,10 @@ fn run_pass_body(px: &mut [u8], steps: &[Pass], sum: bool) -> u64 {
             pl[2][k] = f32::from(p[2]);
         }
         for &s in steps {
-            s.run(&mut pl);
+            s.run::<FMA>(&mut pl);
         }
         if sum {
-            total += grey_sum(&pl, n);
+            total += grey_sum::<FMA>(&pl, n);
         }
         if !steps.is_empty() {
             for (k, p) in chunk.chunks_exact_mut(3).enumerate() {
@@ -488,7 +545,7 @@ mod tests {
             color_jitter(&mut got, &[step(f)]);
             let mut portable = src.to_vec();
             let pass = Pass::new(step(f)).expect("a one-pixel step");
-            run_pass_body(&mut portable, &[pass], false);
+            run_pass_body::<false>(&mut portable, &[pass], false);
             for (what, out) in [("dispatched", &got), ("portable", &portable)] {
                 if let Some(k) =
                     (0..src.len() / 3).find(|&k| out[3 * k..3 * k + 3] != want[3 * k..3 * k + 3])
@@ -513,7 +570,9 @@ mod tests {
 
     #[test]
     fn saturation_equals_the_float32_definition_on_a_colour_grid() {
-        let factors = [0.0, 0.01, 0.6, 0.93, 1.31, 1.4, 1.99];
+        // 1e-7 and 1 - 1e-9: a ratio and a rest too small for the fused
+        // multiply-add, which take the float64 sum.
+        let factors = [0.0, 0.01, 0.6, 0.93, 1.31, 1.4, 1.99, 1e-7, 1.0 - 1e-9];
         check_colour_grid(&factors, Jitter::Saturation, ref_saturation);
     }
 
