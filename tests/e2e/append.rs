@@ -220,6 +220,27 @@ fn options_unlike_the_datasets_are_refused_naming_the_option() {
 }
 
 #[test]
+fn an_input_that_is_the_dataset_or_inside_it_is_refused_and_nothing_is_written() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, _) = trees(t.path());
+    let ds = t.path().join("ds");
+    pack_quiet(&a, &ds, &[]);
+    let inner = ds.join("new");
+    text_tree(&inner, "cat", "n-cat", 3);
+    let before = snapshot(&ds);
+    // Without the check, the dataset's own shards and bale.json were
+    // packed into it as samples.
+    for input in [&ds, &inner] {
+        let o = append(input, &ds, &[]);
+        assert_eq!(o.status.and_then(|s| s.code()), Some(2), "{}", o.describe());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("is the output directory"), "{err}");
+        assert_eq!(snapshot(&ds), before);
+    }
+    verifies(&ds);
+}
+
+#[test]
 fn a_failed_append_leaves_the_dataset_as_it_was_and_a_later_one_works() {
     let t = tempfile::tempdir().unwrap();
     let (a, b) = trees(t.path());

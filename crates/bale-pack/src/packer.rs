@@ -439,6 +439,7 @@ impl Packer {
         let never = AtomicBool::new(false);
         let cancel: &AtomicBool = o.cancel.as_deref().unwrap_or(&never);
         let (mut out, base) = if o.append {
+            refuse_input_in_output(&o.inputs, &self.output)?;
             let (out, found) = Output::open_append(&self.output)?;
             let base = match found {
                 Some((m, names)) => Some(Base::new(&self.output, m, &names)?),
@@ -670,4 +671,27 @@ impl Packer {
             warnings,
         })
     }
+}
+
+/// Refuses an append whose input is the output directory or lies inside it:
+/// the walk would take the dataset's own shards and manifest for samples.
+/// (An output inside an input is skipped by the walk, as for any pack.)
+fn refuse_input_in_output(inputs: &[PathBuf], output: &Path) -> Result<()> {
+    let Some(out) = dir_id(output) else {
+        return Ok(());
+    };
+    for input in inputs {
+        let Ok(real) = std::fs::canonicalize(input) else {
+            continue;
+        };
+        if real.ancestors().any(|a| dir_id(a) == Some(out)) {
+            return Err(PackError::Option(format!(
+                "--append: the input {} is the output directory {} or inside it; its shards \
+                 and bale.json would be packed as samples. Give the new files' own directory",
+                bale_format::shown(input),
+                bale_format::shown(output)
+            )));
+        }
+    }
+    Ok(())
 }
