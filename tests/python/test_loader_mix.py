@@ -245,3 +245,13 @@ def test_an_elastic_resume_reads_what_the_epoch_had_left_once(ds_a: Path, ds_b: 
         resumed.load_state_dict(state)
         seen.update(pairs(run(resumed)[0]))
     assert seen == epoch
+
+
+def test_an_epoch_too_long_for_memory_is_a_clear_error_not_an_abort(ds_a: Path, ds_b: Path) -> None:
+    # 12 TB of epoch list: before, the allocation aborted the process.
+    for make_it in (
+        lambda: iter(make(ds_a, ds_b, samples=10**12)),
+        lambda: iter(bale.Mix([(str(ds_a), 0.7), (str(ds_b), 0.3)], samples=10**12)),
+    ):
+        with pytest.raises(ValueError, match="ask for fewer samples"):
+            next(make_it())

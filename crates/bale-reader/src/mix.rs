@@ -192,7 +192,21 @@ impl Mix {
     /// sequential plan.
     pub fn list(&self, plan: MixPlan) -> Result<MixList> {
         let e = self.len();
-        let mut sources: Vec<u32> = Vec::with_capacity(e as usize);
+        // 4 bytes a position for its source and 8 for its index: an epoch
+        // too long for memory is refused, not an abort.
+        let too_long = || ReaderError::InvalidOption {
+            name: "samples",
+            what: format!(
+                "an epoch of {e} samples needs {} bytes for its list (12 a sample), more than \
+                 can be allocated: ask for fewer samples",
+                u128::from(e) * 12
+            ),
+        };
+        let len = usize::try_from(e).map_err(|_| too_long())?;
+        let mut sources: Vec<u32> = Vec::new();
+        let mut indices: Vec<u64> = Vec::new();
+        sources.try_reserve_exact(len).map_err(|_| too_long())?;
+        indices.try_reserve_exact(len).map_err(|_| too_long())?;
         match plan {
             MixPlan::Sequential { .. } => {
                 if self.sampling == Sampling::WithReplacement {
@@ -225,7 +239,7 @@ impl Mix {
                 shuffle(&mut sources, derive_seed(seed, &[epoch, MIX]));
             }
         }
-        let mut indices = vec![0u64; sources.len()];
+        indices.resize(sources.len(), 0);
         for (s, (&n, &c)) in self.sizes.iter().zip(&self.counts).enumerate() {
             if c == 0 {
                 continue;
@@ -423,6 +437,21 @@ mod tests {
         // 7.7 and 3.3: the one left over goes to the first.
         assert_eq!(m.counts(), &[8, 3]);
         assert_eq!(m.len(), 11);
+    }
+
+    #[test]
+    fn an_epoch_too_long_for_memory_is_refused_not_an_abort() {
+        let mix = Mix::new(
+            &[10, 10],
+            &[1.0, 1.0],
+            Some(1 << 50),
+            Sampling::WithReplacement,
+        )
+        .unwrap();
+        let err = mix
+            .list(MixPlan::Shuffled { seed: 0, epoch: 0 })
+            .unwrap_err();
+        assert!(err.to_string().contains("ask for fewer samples"), "{err}");
     }
 
     #[test]
