@@ -573,7 +573,6 @@ fn plan_parts(mut ins: Vec<PartIn>) -> Result<(Vec<PartIn>, MergePlan)> {
             format!("incomplete set of parts: missing {}", missing.join(", ")),
         ));
     }
-    check_listings(&ins)?;
     let base = ShapingOptions {
         part: None,
         listing: None,
@@ -605,6 +604,9 @@ fn plan_parts(mut ins: Vec<PartIn>) -> Result<(Vec<PartIn>, MergePlan)> {
             ));
         }
     }
+    // After the options: parts of other options (another order) have
+    // other listings too, and the options say why.
+    check_listings(&ins)?;
     let compression = base.compression;
     let mut files = Vec::new();
     let mut entries = Vec::new();
