@@ -439,15 +439,6 @@ mod tests {
     use super::*;
     use crate::util::repo_root;
 
-    /// Module cycles present when the rule came in, in crates being
-    /// restructured. Remove an entry once its cycle is gone; the test fails on
-    /// any cycle not listed here.
-    const KNOWN_CYCLES: &[&str] = &[
-        "bale-loader: mix → options → mix",
-        "bale-loader: mix → options → policy → mix",
-        "bale-loader: options → policy → options",
-    ];
-
     /// Repeated blocks present when the rule came in, as pairs of files, in
     /// crates being restructured. Remove an entry once its copy is gone.
     const KNOWN_REPEATS: &[(&str, &str)] = &[
@@ -490,28 +481,11 @@ mod tests {
     fn no_module_cycle_inside_a_crate() {
         let all = sources(&repo_root());
         assert!(all.contains_key("bale-format") && all.contains_key("xtask"));
-        let mut new = Vec::new();
-        let mut seen = BTreeSet::new();
-        for (krate, files) in &all {
-            for cycle in cycles(krate, &module_edges(files)) {
-                let names = cycle.split(" (").next().unwrap_or(&cycle).to_string();
-                if !KNOWN_CYCLES.contains(&names.as_str()) {
-                    new.push(cycle);
-                }
-                seen.insert(names);
-            }
-        }
-        assert!(new.is_empty(), "module cycles:\n{}", new.join("\n"));
-        let gone: Vec<&str> = KNOWN_CYCLES
+        let found: Vec<String> = all
             .iter()
-            .copied()
-            .filter(|k| !seen.contains(*k))
+            .flat_map(|(krate, files)| cycles(krate, &module_edges(files)))
             .collect();
-        assert!(
-            gone.is_empty(),
-            "cycles gone, remove them from KNOWN_CYCLES:\n{}",
-            gone.join("\n")
-        );
+        assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
     }
 
     #[test]

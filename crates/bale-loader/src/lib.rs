@@ -87,14 +87,13 @@ pub use batch::{Array, Batch, Boxes, Element, Elements, Skipped};
 pub use engine::Batches;
 pub use error::{LoaderError, Result};
 pub use geometry::{Padding, SampleParams, Window, nearest};
-pub use mix::{CutBox, Mix, MixKind, MixParams};
+pub use mix::{CutBox, MixKind, MixParams};
 pub use options::{
-    Crop, Dtype, IMAGENET_MEAN, IMAGENET_STD, LabelSource, LoaderOptions, MAX_IN_FLIGHT_BYTES,
-    MaskDtype, OnError, Order, Resize, ScaleJitter,
+    Augment, AutoAugment, ColorJitter, Crop, Dtype, EraseValue, Erasing, IMAGENET_MEAN,
+    IMAGENET_STD, LabelSource, LoaderOptions, MAX_IN_FLIGHT_BYTES, MaskDtype, Mix, OnError, Order,
+    Resize, ScaleJitter,
 };
-pub use policy::{
-    Augment, AutoAugment, ColorJitter, EraseBox, EraseValue, Erasing, JitterDraw, PixelParams,
-};
+pub use policy::{EraseBox, JitterDraw, PixelParams};
 
 /// Members the loader takes the image from when none is named, in this
 /// order (each matched regardless of case: `JPEG`, `Png`).
@@ -143,7 +142,7 @@ impl Loader {
             LabelSource::Npy { member } => {
                 let classes = first_vector_len(&ds, member)?;
                 opts.check_in_flight(classes)?;
-                mix::check_vectors(&opts, classes)?;
+                options::check_vectors(&opts, classes)?;
                 classes
             }
             _ => 1,
@@ -237,7 +236,7 @@ impl Loader {
         }
         if let LabelSource::Npy { .. } = &opts.label {
             opts.check_in_flight(classes)?;
-            mix::check_vectors(&opts, classes)?;
+            options::check_vectors(&opts, classes)?;
         }
         let mut offsets = Vec::with_capacity(sizes.len() + 1);
         let mut total = 0u64;

@@ -432,7 +432,7 @@ unsafe fn erase(
             let out = unsafe { slot(base, k, per) };
             let random = matches!(
                 opts.augment.erasing.map(|e| e.value),
-                Some(crate::policy::EraseValue::Random)
+                Some(crate::options::EraseValue::Random)
             );
             let pixel = |c: usize| {
                 let v = value(c);

@@ -9,6 +9,13 @@ use bale_reader::{EpochPlan, Partition};
 
 use crate::error::{LoaderError, Result};
 
+mod augment;
+mod mixing;
+
+pub use augment::{Augment, AutoAugment, ColorJitter, EraseValue, Erasing};
+pub use mixing::Mix;
+pub(crate) use mixing::check_vectors;
+
 /// How each image is cropped, after the scale stage ([`Resize`],
 /// [`ScaleJitter`]), to [`LoaderOptions::size`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -400,9 +407,9 @@ pub struct LoaderOptions {
     pub max_pixels: u64,
     /// Pixel augmentations after the geometry: `ColorJitter`, an
     /// auto-augment policy, `RandomGrayscale`, `RandomErasing` (default none).
-    pub augment: crate::policy::Augment,
+    pub augment: Augment,
     /// `MixUp` and `CutMix` per batch, the last stage (default none).
-    pub mix: Option<crate::mix::Mix>,
+    pub mix: Option<Mix>,
 }
 
 /// The most bytes of batches a loader keeps in flight (`prefetch + 1`
@@ -452,7 +459,7 @@ impl Default for LoaderOptions {
             drop_last: false,
             dct_scaling: true,
             max_pixels: bale_image::DEFAULT_MAX_PIXELS,
-            augment: crate::policy::Augment::default(),
+            augment: Augment::default(),
             mix: None,
         }
     }
@@ -585,8 +592,8 @@ impl LoaderOptions {
             );
         }
         self.check_members()?;
-        crate::policy::check(self)?;
-        crate::mix::check(self)?;
+        augment::check(self)?;
+        mixing::check(self)?;
         if self.boxes.is_none() {
             if self.box_labels.is_some() {
                 return bad("box_labels", "labels boxes: name the boxes member too");
