@@ -468,10 +468,6 @@ mod tests {
             "crates/bale-py/src/lib.rs",
         ),
         (
-            "crates/bale-py/src/resume.rs",
-            "crates/bale-reader/src/plan.rs",
-        ),
-        (
             "crates/bale-reader/src/dataset/remote.rs",
             "crates/bale-reader/src/dataset/shard.rs",
         ),

@@ -269,7 +269,7 @@ impl PyLoader {
         let resume = crate::resume::resume_of(stages);
         let (b, place) = py.detach(|| -> PyResult<_> {
             let place = resume
-                .place(len, cut, part.rank, 0, crate::resume::mixing_of(plan))
+                .place(len, cut, part.rank, 0, plan.mixing())
                 .map_err(to_py)?;
             let b = self.loader.epoch_at(epoch, &place).map_err(loader_err)?;
             Ok((b, place))

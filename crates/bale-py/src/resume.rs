@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
 use bale_reader::mix::{Mix, MixIter, MixList, MixPlan, Sampling};
-use bale_reader::resume::{Cut, Mixing, Place, Progress, Resume};
-use bale_reader::{Dataset, EpochPlan, ForkGuard, Partition, Sample};
+use bale_reader::resume::{Cut, Place, Progress, Resume};
+use bale_reader::{Dataset, ForkGuard, Partition, Sample};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -32,21 +32,6 @@ pub(crate) fn resume_of(stages: Vec<StageArg>) -> Resume {
             })
             .collect(),
     )
-}
-
-pub(crate) fn mixing_of(plan: EpochPlan) -> Option<Mixing> {
-    match plan {
-        EpochPlan::ShardShuffled {
-            seed,
-            epoch,
-            buffer,
-        } => Some(Mixing {
-            buffer,
-            seed,
-            epoch,
-        }),
-        _ => None,
-    }
 }
 
 fn partition(rank: u64, world_size: u64, worker: u64, num_workers: u64, even: bool) -> Partition {
@@ -83,7 +68,7 @@ pub(crate) fn place(
     let plan = parse_plan(plan, seed, epoch, buffer)?;
     let cut = Cut::new(world_size, num_workers, even);
     let place = resume_of(stages)
-        .place(len, cut, rank, worker, mixing_of(plan))
+        .place(len, cut, rank, worker, plan.mixing())
         .map_err(to_py)?;
     let total = place.rest.as_ref().map_or(len, |r| r.len());
     Ok((place.stage, place.start, cut.share(total, rank, worker)))
@@ -115,7 +100,7 @@ pub(crate) fn resumed_epoch(
     let it = ds
         .py()
         .detach(|| {
-            let place = resume.place(this.ds.len(), cut, rank, worker, mixing_of(plan))?;
+            let place = resume.place(this.ds.len(), cut, rank, worker, plan.mixing())?;
             this.ds.iter_at(plan, part, &place)
         })
         .map_err(to_py)?

@@ -79,6 +79,23 @@ pub enum EpochPlan {
 }
 
 impl EpochPlan {
+    /// The reservoir of a shard-shuffled plan, whose draws a resume
+    /// replays; `None` for the other plans.
+    pub fn mixing(self) -> Option<Mixing> {
+        match self {
+            EpochPlan::ShardShuffled {
+                seed,
+                epoch,
+                buffer,
+            } => Some(Mixing {
+                buffer,
+                seed,
+                epoch,
+            }),
+            _ => None,
+        }
+    }
+
     /// [`EpochPlan::Sequential`].
     pub fn sequential() -> Self {
         EpochPlan::Sequential
@@ -327,19 +344,7 @@ impl Order {
                 Base::Shards { starts, first }
             }
         };
-        let mixing = match plan {
-            EpochPlan::ShardShuffled {
-                seed,
-                epoch,
-                buffer,
-            } => Some(Mixing {
-                buffer,
-                seed,
-                epoch,
-            }),
-            _ => None,
-        };
-        Self::build(plan, partition, offsets, base, n, mixing, place)
+        Self::build(plan, partition, offsets, base, n, plan.mixing(), place)
     }
 
     /// The order that yields `indices` (global indices of a dataset whose
