@@ -467,10 +467,6 @@ mod tests {
             "crates/bale-loader/src/targets.rs",
             "crates/bale-py/src/lib.rs",
         ),
-        (
-            "crates/bale-reader/src/dataset/remote.rs",
-            "crates/bale-reader/src/dataset/shard.rs",
-        ),
     ];
 
     #[test]

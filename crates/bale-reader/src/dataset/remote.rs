@@ -11,7 +11,7 @@ use bale_format::MAX_MANIFEST_BYTES;
 use bale_storage::{Cache, Chunks, Coalesce, Object, Pending, StorageError, Store};
 use bytes::Bytes;
 
-use super::shard::{RemoteShard, check_against_manifest};
+use super::shard::check_against_manifest;
 use super::*;
 
 /// A tar header block: what a scattered tar index's member is preceded by.
@@ -65,16 +65,7 @@ pub(super) fn open_remote(url: &str, options: DatasetOptions) -> Result<Dataset>
         let index = ShardIndex::from_bytes(got?.to_vec(), &index_path)?;
         check_against_manifest(&manifest_path, &manifest, i, &index, &index_path)?;
         let object = store.object(&entry.file)?.expect_size(entry.bytes);
-        shards.push(Shard {
-            path: object.path_buf(),
-            index,
-            handle: OnceLock::new(),
-            remote: Some(RemoteShard {
-                object,
-                uncached: Default::default(),
-            }),
-            found: None,
-        });
+        shards.push(Shard::in_bucket(object.path_buf(), index, object));
     }
     Ok(Dataset::assemble(
         dir,

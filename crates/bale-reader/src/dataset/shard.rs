@@ -56,6 +56,24 @@ impl FileId {
 }
 
 impl Shard {
+    /// The shard of object storage `object` (at `path`), with its `index`.
+    pub(super) fn in_bucket(
+        path: PathBuf,
+        index: ShardIndex,
+        object: bale_storage::Object,
+    ) -> Self {
+        Shard {
+            path,
+            index,
+            handle: OnceLock::new(),
+            remote: Some(RemoteShard {
+                object,
+                uncached: Default::default(),
+            }),
+            found: None,
+        }
+    }
+
     /// The tar bytes of entry `e` of this `.tar.zst` shard, from its zstd
     /// `frame` (checked against the entry's offset and length).
     pub(super) fn decompress(&self, e: &SampleEntry, frame: &[u8]) -> Result<Vec<u8>> {
@@ -354,16 +372,7 @@ pub(super) fn open_shard(
     if let Some(url) = path.to_str().filter(|_| bale_storage::is_url(&path)) {
         // A tar in a bucket indexed into a local directory (`bale index s3://...`).
         let object = bale_storage::object_at(url, &options.storage)?.expect_size(entry.bytes);
-        return Ok(Shard {
-            path,
-            index,
-            handle: OnceLock::new(),
-            remote: Some(RemoteShard {
-                object,
-                uncached: Default::default(),
-            }),
-            found: None,
-        });
+        return Ok(Shard::in_bucket(path, index, object));
     }
     let Some(meta) = found else {
         return unreachable_handle(&path);
