@@ -458,15 +458,6 @@ mod tests {
             "crates/bale-format/src/manifest.rs",
             "crates/bale-reader/src/stats.rs",
         ),
-        (
-            "crates/bale-image/src/mask.rs",
-            "crates/bale-loader/src/targets.rs",
-        ),
-        ("crates/bale-image/src/mask.rs", "crates/bale-py/src/lib.rs"),
-        (
-            "crates/bale-loader/src/targets.rs",
-            "crates/bale-py/src/lib.rs",
-        ),
     ];
 
     #[test]

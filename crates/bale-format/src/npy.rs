@@ -25,7 +25,38 @@ pub enum Header {
     Other,
 }
 
+/// A plain array's header: the fields of [`Header::Simple`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Array {
+    /// The dtype string, e.g. `<f4`, `|u1`, `<U8`.
+    pub descr: String,
+    /// Whether the data is in Fortran (column-major) order.
+    pub fortran_order: bool,
+    /// The shape; empty for a 0-d array.
+    pub shape: Vec<u64>,
+    /// Offset of the array data in the member.
+    pub data_offset: usize,
+}
+
 impl Header {
+    /// The plain array's header; `None` for a structured dtype.
+    pub fn into_array(self) -> Option<Array> {
+        match self {
+            Header::Simple {
+                descr,
+                fortran_order,
+                shape,
+                data_offset,
+            } => Some(Array {
+                descr,
+                fortran_order,
+                shape,
+                data_offset,
+            }),
+            Header::Other => None,
+        }
+    }
+
     /// Bytes per element of a plain dtype (`<f4` is 4, `|u1` is 1, `<U8` is
     /// 32), from the digits of its `descr`; `None` for a structured dtype or
     /// one without a size.

@@ -53,19 +53,13 @@ fn is_npy(ext: &str) -> bool {
 /// The `.npy` mask's header: shape, 16-bit or not, data offset.
 fn npy_header(ext: &str, bytes: &[u8]) -> Result<(MaskInfo, usize), ImageError> {
     let header = bale_format::npy::parse(bytes).map_err(|e| err(ext, e))?;
-    let bale_format::npy::Header::Simple {
-        descr,
-        fortran_order,
-        shape,
-        data_offset,
-    } = header
-    else {
+    let Some(a) = header.into_array() else {
         return Err(err(
             ext,
             "a mask is a uint8 or uint16 array, not a structured one",
         ));
     };
-    let sixteen_bit = match descr.as_str() {
+    let sixteen_bit = match a.descr.as_str() {
         "|u1" | "u1" | "<u1" | ">u1" | "=u1" => false,
         "<u2" => true,
         other => {
@@ -75,15 +69,15 @@ fn npy_header(ext: &str, bytes: &[u8]) -> Result<(MaskInfo, usize), ImageError> 
             ));
         }
     };
-    if fortran_order {
+    if a.fortran_order {
         return Err(err(ext, "a mask array must be in C order"));
     }
-    let (h, w) = match shape[..] {
+    let (h, w) = match a.shape[..] {
         [h, w] | [h, w, 1] => (h, w),
         _ => {
             return Err(err(
                 ext,
-                format!("a mask is of shape (H, W) or (H, W, 1), not {shape:?}"),
+                format!("a mask is of shape (H, W) or (H, W, 1), not {:?}", a.shape),
             ));
         }
     };
@@ -97,7 +91,7 @@ fn npy_header(ext: &str, bytes: &[u8]) -> Result<(MaskInfo, usize), ImageError> 
     let need = h
         .checked_mul(w)
         .and_then(|n| n.checked_mul(size))
-        .and_then(|n| n.checked_add(data_offset as u64));
+        .and_then(|n| n.checked_add(a.data_offset as u64));
     if need != Some(bytes.len() as u64) {
         return Err(err(
             ext,
@@ -107,7 +101,7 @@ fn npy_header(ext: &str, bytes: &[u8]) -> Result<(MaskInfo, usize), ImageError> 
             ),
         ));
     }
-    Ok((info, data_offset))
+    Ok((info, a.data_offset))
 }
 
 /// The width, height and depth of the mask `bytes` of format `ext` (`png`,

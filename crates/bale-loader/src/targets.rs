@@ -96,19 +96,16 @@ pub(crate) fn npy_vector(ext: &str, bytes: &[u8]) -> Result<Vec<f32>, TargetErro
 /// As [`npy_vector`], into `out` (cleared first).
 fn npy_vector_into(ext: &str, bytes: &[u8], out: &mut Vec<f32>) -> Result<(), TargetError> {
     let header = bale_format::npy::parse(bytes).map_err(|e| (ext.to_owned(), e))?;
-    let bale_format::npy::Header::Simple {
-        descr,
-        fortran_order: _,
-        shape,
-        data_offset,
-    } = header
-    else {
+    let Some(a) = header.into_array() else {
         return bad(ext, "a label vector is a plain numeric array");
     };
-    let [n] = shape[..] else {
-        return bad(ext, format!("a label vector has shape (C,), not {shape:?}"));
+    let [n] = a.shape[..] else {
+        return bad(
+            ext,
+            format!("a label vector has shape (C,), not {:?}", a.shape),
+        );
     };
-    let values = numbers(ext, &descr, &bytes[data_offset..], n as usize)?;
+    let values = numbers(ext, &a.descr, &bytes[a.data_offset..], n as usize)?;
     out.clear();
     out.extend(values);
     Ok(())
@@ -459,26 +456,23 @@ fn read_boxes(
 ) -> Result<(), TargetError> {
     if is_npy(ext) {
         let header = bale_format::npy::parse(bytes).map_err(|e| (ext.to_owned(), e))?;
-        let bale_format::npy::Header::Simple {
-            descr,
-            fortran_order,
-            shape,
-            data_offset,
-        } = header
-        else {
+        let Some(a) = header.into_array() else {
             return bad(ext, "boxes are a plain numeric array of shape (N, 4)");
         };
-        let n = match shape[..] {
-            [n, 4] if !fortran_order => n as usize,
+        let n = match a.shape[..] {
+            [n, 4] if !a.fortran_order => n as usize,
             [0] => 0,
             _ => {
                 return bad(
                     ext,
-                    format!("boxes are a C-order array of shape (N, 4), not {shape:?}"),
+                    format!(
+                        "boxes are a C-order array of shape (N, 4), not {:?}",
+                        a.shape
+                    ),
                 );
             }
         };
-        let values: Vec<f32> = numbers(ext, &descr, &bytes[data_offset..], n * 4)?.collect();
+        let values: Vec<f32> = numbers(ext, &a.descr, &bytes[a.data_offset..], n * 4)?.collect();
         boxes.extend(values.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]));
         return Ok(());
     }

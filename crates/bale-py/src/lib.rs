@@ -499,12 +499,12 @@ impl PyDataset {
             ))
         };
         let header = bale_format::npy::parse(bytes).map_err(|e| context(&e))?;
-        let bale_format::npy::Header::Simple {
+        let Some(bale_format::npy::Array {
             descr,
             fortran_order,
             shape,
             data_offset,
-        } = header
+        }) = header.into_array()
         else {
             let io = py.import(intern!(py, "io"))?;
             let np = py.import(intern!(py, "numpy"))?;
