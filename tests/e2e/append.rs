@@ -430,32 +430,6 @@ fn an_append_to_an_empty_or_missing_output_is_a_fresh_pack() {
 }
 
 #[test]
-fn index_refuses_append_saying_so_and_write_nothing() {
-    let t = tempfile::tempdir().unwrap();
-    let (a, _) = trees(t.path());
-    let ds = t.path().join("ds");
-    pack_quiet(&a, &ds, &[]);
-    let before = snapshot(t.path());
-    let out = t.path().join("out");
-    let tar = ds.join("shard-000000.tar");
-    let o = bale_bounded(&[
-        "index".as_ref(),
-        "--append".as_ref(),
-        tar.as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ]);
-    assert!(
-        o.failed_cleanly()
-            && o.stderr_text()
-                .contains("bale index --append is not supported"),
-        "{}",
-        o.describe()
-    );
-    assert_eq!(snapshot(t.path()), before);
-}
-
-#[test]
 fn an_append_to_a_merged_zstd_dataset_reads_its_compressed_indexes_for_keys() {
     let t = tempfile::tempdir().unwrap();
     let (a, b) = trees(t.path());

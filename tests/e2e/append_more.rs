@@ -347,3 +347,320 @@ fn a_convert_append_interrupted_leaves_the_old_dataset_and_a_later_append_works(
         "only {stopped} of 3 runs were stopped before they ended"
     );
 }
+
+/// `bale index -q --append TARS... -o DS EXTRA...`.
+fn index_append(tars: &[PathBuf], ds: &Path, extra: &[&str]) -> Bounded {
+    let mut args: Vec<&OsStr> = tars.iter().map(|t| t.as_os_str()).collect();
+    args.extend(["-o".as_ref(), ds.as_os_str()]);
+    args.extend(extra.iter().map(OsStr::new));
+    run("index", &args)
+}
+
+/// `n` tars `tars/tK.tar` of distinct keys (the shards of one pack of 10
+/// samples each), and the tree they came from.
+fn tars(t: &Path, n: usize) -> Vec<PathBuf> {
+    let tree_a = t.join("tree");
+    tree(&tree_a, "s", 5 * n);
+    let packed = t.join("packed");
+    pack_quiet(&tree_a, &packed, &["--shard-samples", "10"]);
+    let dir = t.join("tars");
+    fs::create_dir_all(&dir).unwrap();
+    (0..n)
+        .map(|k| {
+            let to = dir.join(format!("t{k}.tar"));
+            fs::copy(packed.join(format!("shard-{k:06}.tar")), &to).unwrap();
+            to
+        })
+        .collect()
+}
+
+#[test]
+fn index_append_adds_the_new_tars_skips_those_listed_and_keeps_old_files_and_readers() {
+    let t = tempfile::tempdir().unwrap();
+    let tars = tars(t.path(), 4);
+    let ds = t.path().join("ds");
+    let o = bale_bounded(&[
+        "index".as_ref(),
+        "-q".as_ref(),
+        tars[0].as_os_str(),
+        tars[1].as_os_str(),
+        "-o".as_ref(),
+        ds.as_os_str(),
+    ]);
+    assert!(ok(&o), "{}", o.describe());
+    let before = shard_files(&ds);
+    let old_samples = samples(&ds);
+    let old = Dataset::open(&ds).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+
+    // A glob over all four: the two listed are skipped.
+    let glob = t.path().join("tars/*.tar");
+    let o = index_append(std::slice::from_ref(&glob), &ds, &["--json"]);
+    assert!(ok(&o), "{}", o.describe());
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (j["already_listed"].as_u64(), j["samples"].as_u64()),
+        (Some(2), Some(20))
+    );
+    let after = shard_files(&ds);
+    assert_eq!(after[..before.len()], before[..]);
+    let m = Manifest::read(&ds).unwrap();
+    let names: Vec<&str> = m.shards.iter().map(|s| s.file.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "../tars/t0.tar",
+            "../tars/t1.tar",
+            "../tars/t2.tar",
+            "../tars/t3.tar"
+        ]
+    );
+    assert_eq!((m.samples, m.created_by.command.as_str()), (40, "index"));
+    assert_eq!(m.created_by.options["appends"], 1);
+    assert_eq!(old.len(), 20);
+    for (i, (key, members)) in old_samples.iter().enumerate() {
+        let s = old.get(i as u64).unwrap();
+        assert_eq!(s.key(), key);
+        for (ext, bytes) in members {
+            assert_eq!(s.field(ext), Some(&bytes[..]), "{key}.{ext}");
+        }
+    }
+    assert_eq!(samples(&ds)[..20], old_samples[..]);
+    assert_eq!(Dataset::open(&ds).unwrap().len(), 40);
+    verifies(&ds);
+
+    // All listed: nothing to add, nothing written.
+    let before = snapshot(t.path());
+    let o = index_append(&[glob], &ds, &[]);
+    assert!(ok(&o), "{}", o.describe());
+    assert!(snapshot(t.path()) == before, "files changed");
+}
+
+#[test]
+fn index_append_refuses_what_does_not_fit_before_anything_is_written_naming_it() {
+    let t = tempfile::tempdir().unwrap();
+    let tars = tars(t.path(), 3);
+    let ds = t.path().join("ds");
+    let o = bale_bounded(&[
+        "index".as_ref(),
+        "-q".as_ref(),
+        "--checksum".as_ref(),
+        tars[0].as_os_str(),
+        "-o".as_ref(),
+        ds.as_os_str(),
+    ]);
+    assert!(ok(&o), "{}", o.describe());
+    let refused = |tars: &[PathBuf], out: &Path, extra: &[&str], says: &[&str]| {
+        let before = snapshot(t.path());
+        let o = index_append(tars, out, extra);
+        assert!(o.failed_cleanly(), "{extra:?}: {}", o.describe());
+        for w in says {
+            assert!(
+                o.stderr_text().contains(w),
+                "{extra:?}: {w:?} not in: {}",
+                o.describe()
+            );
+        }
+        assert!(snapshot(t.path()) == before, "{extra:?}: files changed");
+    };
+    // A key the dataset holds: a copy of t0 under another name.
+    let copy = t.path().join("tars/again.tar");
+    fs::copy(&tars[0], &copy).unwrap();
+    refused(
+        std::slice::from_ref(&copy),
+        &ds,
+        &["--checksum"],
+        &[
+            "\"cat/s0000\"",
+            "tars/again.tar",
+            "in ../tars/t0.tar",
+            "already in",
+        ],
+    );
+    fs::remove_file(&copy).unwrap();
+    // Settings unlike the dataset's.
+    refused(&tars[1..], &ds, &[], &["--checksum setting", "true"]);
+    refused(
+        &tars[1..],
+        &ds,
+        &["--checksum", "--rename-split"],
+        &["--rename-split setting"],
+    );
+    // --force, --wids-json.
+    refused(&tars[1..], &ds, &["--checksum", "--force"], &["--force"]);
+    let wids = t.path().join("w.json");
+    refused(
+        &tars[1..],
+        &ds,
+        &["--checksum", "--wids-json", wids.to_str().unwrap()],
+        &["--wids-json"],
+    );
+    // A tar whose index would take the name of a listed one's.
+    let other = t.path().join("other");
+    fs::create_dir(&other).unwrap();
+    fs::copy(&tars[1], other.join("t0.tar")).unwrap();
+    refused(
+        &[other.join("t0.tar")],
+        &ds,
+        &["--checksum"],
+        &["would be t0.idx", "../tars/t0.tar"],
+    );
+    // A key repeated within the new tars.
+    fs::copy(&tars[1], other.join("x.tar")).unwrap();
+    refused(
+        &[tars[1].clone(), other.join("x.tar")],
+        &ds,
+        &["--checksum"],
+        &["has the key", "has too"],
+    );
+    // A dataset `bale pack` wrote.
+    refused(
+        &tars[1..],
+        &t.path().join("packed"),
+        &["--checksum"],
+        &[
+            "written by `bale pack`",
+            "`bale index --append` adds to datasets",
+        ],
+    );
+    // What fits goes in.
+    let o = index_append(&tars[1..], &ds, &["--checksum"]);
+    assert!(ok(&o), "{}", o.describe());
+    assert_eq!(Manifest::read(&ds).unwrap().samples, 30);
+    verifies(&ds);
+}
+
+#[test]
+fn an_index_append_that_fails_or_is_interrupted_leaves_the_dataset_and_a_later_one_works() {
+    let t = tempfile::tempdir().unwrap();
+    let mut tars = tars(t.path(), 2);
+    let ds = t.path().join("ds");
+    let o = bale_bounded(&[
+        "index".as_ref(),
+        "-q".as_ref(),
+        "--checksum".as_ref(),
+        tars[0].as_os_str(),
+        "-o".as_ref(),
+        ds.as_os_str(),
+    ]);
+    assert!(ok(&o), "{}", o.describe());
+    let before = snapshot(&ds);
+    // A bad tar after a good one.
+    let bad = t.path().join("tars/bad.tar");
+    fs::write(&bad, vec![b'x'; 3000]).unwrap();
+    let o = index_append(
+        &[tars[1].clone(), bad.clone()],
+        &ds,
+        &["--jobs", "1", "--checksum"],
+    );
+    assert!(
+        o.failed_cleanly() && o.stderr_text().contains("bad.tar"),
+        "{}",
+        o.describe()
+    );
+    assert!(snapshot(&ds) == before, "files changed");
+    verifies(&ds);
+
+    // Interrupted: many tars of incompressible samples, read whole.
+    let big = t.path().join("big");
+    crate::common::random_tree(&big, 400);
+    let packed = t.path().join("big-packed");
+    pack_quiet(
+        &big,
+        &packed,
+        &["--shard-samples", "10", "--labels", "none"],
+    );
+    for k in 0..40 {
+        let to = t.path().join(format!("tars/b{k:02}.tar"));
+        fs::copy(packed.join(format!("shard-{k:06}.tar")), &to).unwrap();
+        tars.push(to);
+    }
+    let new: Vec<&OsStr> = tars[1..].iter().map(|p| p.as_os_str()).collect();
+    let mut problems = Vec::new();
+    let mut stopped = 0;
+    for (k, (files, sig)) in [(2, libc::SIGINT), (8, libc::SIGINT), (4, libc::SIGKILL)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut args: Vec<&OsStr> = vec![
+            "index".as_ref(),
+            "-q".as_ref(),
+            "--append".as_ref(),
+            "--jobs".as_ref(),
+            "1".as_ref(),
+            "--checksum".as_ref(),
+        ];
+        args.extend(&new);
+        args.extend(["-o".as_ref(), ds.as_os_str()]);
+        let killed = kill_append_after(&args, &ds, files, sig);
+        stopped += usize::from(killed);
+        let case = format!("run {k} (signal {sig} after {files} files, stopped {killed})");
+        let now = snapshot(&ds);
+        let kept = before
+            .iter()
+            .all(|(name, bytes)| now.get(name) == Some(bytes));
+        if killed && !kept {
+            problems.push(format!("{case}: the old dataset changed"));
+        }
+        if sig == libc::SIGINT && killed && now.len() != before.len() {
+            problems.push(format!("{case}: an interrupted append left files"));
+        }
+        let v = bale_bounded(&["verify".as_ref(), ds.as_os_str()]);
+        if !ok(&v) {
+            problems.push(format!("{case}: verify: {}", v.describe()));
+        }
+        if !killed {
+            // It ended first: start over from the one-tar dataset.
+            fs::remove_dir_all(&ds).unwrap();
+            let o = bale_bounded(&[
+                "index".as_ref(),
+                "-q".as_ref(),
+                "--checksum".as_ref(),
+                tars[0].as_os_str(),
+                "-o".as_ref(),
+                ds.as_os_str(),
+            ]);
+            assert!(ok(&o), "{}", o.describe());
+        }
+    }
+    // A later append works, over whatever the stopped runs left.
+    let o = index_append(&tars[1..], &ds, &["--checksum"]);
+    assert!(ok(&o), "{}", o.describe());
+    let m = Manifest::read(&ds).unwrap();
+    assert_eq!((m.shards.len(), m.samples), (42, 10 + 10 + 400));
+    assert_eq!(fs::read_dir(&ds).unwrap().count(), 1 + m.shards.len());
+    verifies(&ds);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(stopped >= 1, "none of 3 runs was stopped before it ended");
+}
+
+#[test]
+fn convert_and_index_append_into_a_bucket_are_refused_and_leave_the_prefix_empty() {
+    let s = bale_tests::seaweed::Seaweed::shared();
+    let t = tempfile::tempdir().unwrap();
+    let tars = tars(t.path(), 1);
+    let src = t.path().join("packed");
+    let b = crate::store::bucket(s, "append-more");
+    let url = format!("s3://{b}/ds");
+    let tar_url = format!("{url}/t0.tar");
+    let before = snapshot(t.path());
+    for (cmd, input) in [("convert", src.to_str().unwrap()), ("index", &tar_url)] {
+        let mut args: Vec<String> = [cmd, "-q", "--append", input, "-o", &url]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        args.extend(s.cli_options());
+        let o = bale_bounded(&args);
+        assert!(
+            o.failed_cleanly() && o.stderr_text().contains("adds to a local dataset only"),
+            "{cmd}: {}",
+            o.describe()
+        );
+        assert!(
+            crate::store::objects(s, &b, "ds").is_empty(),
+            "{cmd}: objects left"
+        );
+    }
+    assert!(snapshot(t.path()) == before, "local files changed");
+    assert!(tars[0].exists());
+}
