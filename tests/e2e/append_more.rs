@@ -623,6 +623,25 @@ fn an_index_append_that_fails_or_is_interrupted_leaves_the_dataset_and_a_later_o
             assert!(ok(&o), "{}", o.describe());
         }
     }
+    // A run killed between its indexes and its manifest: an index of a new
+    // tar the manifest does not list, and the run's append mark.
+    let scratch = t.path().join("scratch");
+    let o = bale_bounded(&[
+        "index".as_ref(),
+        "-q".as_ref(),
+        tars[1].as_os_str(),
+        "-o".as_ref(),
+        scratch.as_os_str(),
+    ]);
+    assert!(ok(&o), "{}", o.describe());
+    fs::copy(scratch.join("t1.idx"), ds.join("t1.idx")).unwrap();
+    fs::write(ds.join(".bale-tmp-99999-run"), b"append\n").unwrap();
+    let v = bale_bounded(&["verify".as_ref(), ds.as_os_str()]);
+    assert!(
+        ok(&v) && String::from_utf8_lossy(&v.stdout).contains("interrupted `--append`"),
+        "{}",
+        v.describe()
+    );
     // A later append works, over whatever the stopped runs left.
     let o = index_append(&tars[1..], &ds, &["--checksum"]);
     assert!(ok(&o), "{}", o.describe());

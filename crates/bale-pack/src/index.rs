@@ -355,6 +355,9 @@ pub fn index(
     for p in &plan {
         refuse_foreign_index(&dir, p)?;
     }
+    if base.is_some() {
+        out.mark_append()?;
+    }
     for (k, p) in plan.iter().enumerate() {
         out.make_room(&p.index, &inputs)?;
         let dest = dir.join(&p.index);
