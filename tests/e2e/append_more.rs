@@ -86,8 +86,13 @@ fn convert_append_adds_shards_after_the_old_ones_which_stay_byte_for_byte_and_ol
     // mtimes have a coarse clock: a rewrite within it would keep them.
     std::thread::sleep(Duration::from_millis(20));
 
-    let o = convert_append(&b, &ds, &["--shard-samples", "25"]);
+    let o = convert_append(&b, &ds, &["--shard-samples", "25", "--json"]);
     assert!(ok(&o), "{}", o.describe());
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (j["appended_to"].as_u64(), j["samples"].as_u64()),
+        (Some(60), Some(40))
+    );
     let after = shard_files(&ds);
     assert_eq!(after[..before.len()], before[..]);
     let m = Manifest::read(&ds).unwrap();

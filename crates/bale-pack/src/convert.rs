@@ -147,6 +147,8 @@ pub struct ConvertSummary {
     pub shards: u64,
     /// Bytes of the output's shard files (member bytes for `dir`).
     pub output_bytes: u64,
+    /// With `append` onto a dataset: the samples it held before.
+    pub appended_to: Option<u64>,
 }
 
 impl ConvertSummary {
@@ -167,6 +169,7 @@ impl ConvertSummary {
             bytes,
             shards,
             output_bytes,
+            appended_to: None,
         }
     }
 }
@@ -548,14 +551,16 @@ fn to_shards(
     };
     out.commit();
     let new = &manifest.shards[manifest.shards.len() - written..];
-    Ok(ConvertSummary::new(
+    let mut summary = ConvertSummary::new(
         dst,
         src.kind(),
         opts,
         (samples, members, bytes),
         written as u64,
         new.iter().map(|e| e.bytes).sum(),
-    ))
+    );
+    summary.appended_to = base.map(|b| b.manifest.samples);
+    Ok(summary)
 }
 
 /// Takes the output of a conversion to shards whose manifest records
