@@ -21,17 +21,17 @@ fn append(input: &Path, out: &Path, extra: &[&str]) -> Bounded {
     bale_bounded(&args)
 }
 
-fn ok(o: &Bounded) -> bool {
+pub(crate) fn ok(o: &Bounded) -> bool {
     o.killed.is_none() && o.status.is_some_and(|s| s.success())
 }
 
-fn verifies(dir: &Path) {
+pub(crate) fn verifies(dir: &Path) {
     let o = bale_bounded(&["verify".as_ref(), dir.as_os_str()]);
     assert!(ok(&o), "bale verify: {}", o.describe());
 }
 
 /// Every listed file of the dataset: name -> (bytes, mtime).
-fn shard_files(dir: &Path) -> Vec<(String, Vec<u8>, SystemTime)> {
+pub(crate) fn shard_files(dir: &Path) -> Vec<(String, Vec<u8>, SystemTime)> {
     let m = Manifest::read(dir).unwrap();
     m.shards
         .iter()
@@ -270,7 +270,7 @@ fn a_failed_append_leaves_the_dataset_as_it_was_and_a_later_one_works() {
 
 /// Starts an append and kills it once `out` holds `files` new shard files
 /// (at once when 0); returns whether it was killed.
-fn kill_append_after(args: &[&OsStr], out: &Path, files: usize, sig: i32) -> bool {
+pub(crate) fn kill_append_after(args: &[&OsStr], out: &Path, files: usize, sig: i32) -> bool {
     let listed = fs::read_dir(out).unwrap().count();
     let mut child = bale_cmd(args)
         .stdin(std::process::Stdio::null())
@@ -427,33 +427,6 @@ fn an_append_to_an_empty_or_missing_output_is_a_fresh_pack() {
         "{}",
         o.describe()
     );
-}
-
-#[test]
-fn convert_and_index_refuse_append_saying_so_and_write_nothing() {
-    let t = tempfile::tempdir().unwrap();
-    let (a, _) = trees(t.path());
-    let ds = t.path().join("ds");
-    pack_quiet(&a, &ds, &[]);
-    let before = snapshot(t.path());
-    let out = t.path().join("out");
-    let tar = ds.join("shard-000000.tar");
-    for (cmd, input) in [("convert", &ds), ("index", &tar)] {
-        let o = bale_bounded(&[
-            cmd.as_ref(),
-            "--append".as_ref(),
-            input.as_os_str(),
-            "-o".as_ref(),
-            out.as_os_str(),
-        ]);
-        let err = o.stderr_text();
-        assert!(
-            o.failed_cleanly() && err.contains(&format!("bale {cmd} --append is not supported")),
-            "{cmd}: {}",
-            o.describe()
-        );
-        assert_eq!(snapshot(t.path()), before, "{cmd}");
-    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! End-to-end tests: one binary, a module per area.
 
 mod append;
+mod append_more;
 mod bench;
 mod cli;
 mod common;

@@ -1,29 +1,34 @@
-//! `bale pack --append`: the dataset a pack adds shards to, and the checks
-//! that what it adds fits it, all made before anything is written.
+//! `--append` of `bale pack`, `bale convert` and `bale index`: the dataset
+//! a run adds shards to, and the checks that what it adds fits it, all made
+//! before anything is written.
 //!
 //! An append writes new shards after the old ones (numbered after every
-//! shard name in the directory) and then one new `bale.json` listing old
-//! and new: the manifest stays the commit point, and the old shards and
-//! indexes are never opened for writing. A reader that opened the dataset
-//! before keeps its manifest, whose files do not change.
+//! shard name in the directory; `index` adds the new tars' indexes) and
+//! then one new `bale.json` listing old and new: the manifest stays the
+//! commit point, and the old shards and indexes are never opened for
+//! writing. A reader that opened the dataset before keeps its manifest,
+//! whose files do not change.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use bale_format::{Manifest, ShardIndex};
+use serde::de::DeserializeOwned;
 
 use crate::error::{PackError, Result};
 use crate::options::LabelMode;
 use crate::options::ShapingOptions;
 use crate::plan::PlannedSample;
 
-/// The dataset an append adds to.
+/// The dataset an append adds to, with the options (`O`) its command
+/// recorded: pack's [`ShapingOptions`], or the JSON of `convert`'s and
+/// `index`'s.
 #[derive(Debug)]
-pub(crate) struct Base {
+pub(crate) struct Base<O = ShapingOptions> {
     /// Its manifest, as read when the output was taken.
     pub manifest: Manifest,
-    /// The options it was packed with.
-    pub options: ShapingOptions,
+    /// The options it was written with.
+    pub options: O,
     /// The number of the first new shard.
     pub first_shard: u64,
 }
@@ -35,36 +40,35 @@ fn mismatch(dir: &Path, what: String) -> PackError {
     }
 }
 
-impl Base {
+impl<O: DeserializeOwned> Base<O> {
     /// The dataset of `manifest` in `dir`, whose directory holds the
-    /// shard names `names`. Refuses a dataset that `bale pack` (or `bale
-    /// merge` of its parts) did not write, and a part of `--part I/N`.
-    pub fn new(dir: &Path, manifest: Manifest, names: &[String]) -> Result<Self> {
+    /// names `names`, for `bale {cmd} --append`. Refuses a dataset that no
+    /// command of `takes` (the commands, and how to say them) wrote.
+    pub fn of(
+        dir: &Path,
+        manifest: Manifest,
+        names: &[String],
+        cmd: &str,
+        takes: (&[&str], &str),
+    ) -> Result<Self> {
         let command = manifest.created_by.command.as_str();
-        if command != "pack" && command != "merge" {
+        if !takes.0.contains(&command) {
             return Err(mismatch(
                 dir,
                 format!(
-                    "it was written by `bale {command}`; `bale pack --append` adds to datasets \
-                     that `bale pack` (or `bale merge`) wrote"
+                    "it was written by `bale {command}`; `bale {cmd} --append` adds to datasets \
+                     that {} wrote",
+                    takes.1
                 ),
             ));
         }
-        let options: ShapingOptions = serde_json::from_value(manifest.created_by.options.clone())
-            .map_err(|e| {
-            mismatch(
-                dir,
-                format!("its manifest's created_by.options are not bale pack's: {e}"),
-            )
-        })?;
-        if command == "pack" && options.part.is_some() {
-            return Err(mismatch(
-                dir,
-                "it is one part of a `--part I/N` pack: `bale merge` the parts first, then \
-                 append to the merged dataset"
-                    .into(),
-            ));
-        }
+        let options: O =
+            serde_json::from_value(manifest.created_by.options.clone()).map_err(|e| {
+                mismatch(
+                    dir,
+                    format!("its manifest's created_by.options are not bale {command}'s: {e}"),
+                )
+            })?;
         let listed = manifest.shards.iter().map(|s| s.file.as_str());
         let first_shard = listed
             .chain(names.iter().map(String::as_str))
@@ -78,6 +82,129 @@ impl Base {
             options,
             first_shard,
         })
+    }
+
+    /// Refuses a new sample whose key the dataset holds: `keys` are the
+    /// new keys, each with the input file it comes from; the error names
+    /// the key, that file and the shard that has it. Reads one index at a
+    /// time (mapped, its pages dropped after); memory: the new keys and one
+    /// index. A shard is searched by its lookup table when the new keys are
+    /// few against its samples, else read key by key.
+    pub fn refuse_held_keys(&self, dir: &Path, keys: &[(&str, &Path)]) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let new: HashMap<&str, &Path> = keys.iter().copied().collect();
+        for e in &self.manifest.shards {
+            let path = Manifest::resolve(dir, &e.index);
+            let idx = ShardIndex::open_expecting(&path, e.samples, e.members)?;
+            let found = if new.len().saturating_mul(32) < idx.len() {
+                keys.iter()
+                    .find(|(k, _)| idx.find(k).is_some())
+                    .map(|(k, _)| *k)
+            } else {
+                (0..idx.len())
+                    .map(|i| idx.key(i))
+                    .find(|k| new.contains_key(k))
+            };
+            if let Some(key) = found {
+                return Err(PackError::KeyInDataset {
+                    key: key.to_owned(),
+                    path: new[key].to_path_buf(),
+                    shard: e.file.clone(),
+                });
+            }
+            idx.release_pages();
+        }
+        Ok(())
+    }
+
+    /// The manifest of the dataset with `shards` appended.
+    pub fn manifest(
+        &self,
+        shards: Vec<bale_format::ShardEntry>,
+        labels: Option<Vec<String>>,
+        skipped: u64,
+    ) -> Manifest {
+        let old = &self.manifest;
+        let mut created_by = old.created_by.clone();
+        created_by.version = env!("CARGO_PKG_VERSION").into();
+        if let serde_json::Value::Object(map) = &mut created_by.options {
+            let n = map
+                .get("appends")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            map.insert("appends".into(), (n + 1).into());
+        }
+        let all = old.shards.iter().cloned().chain(shards).collect();
+        let mut m = Manifest::new(all, labels, created_by);
+        m.skipped = old.skipped + skipped;
+        m
+    }
+}
+
+impl Base<serde_json::Value> {
+    /// Refuses a run whose recorded options (`new`, as its command records
+    /// them in `created_by.options`) differ from the dataset's in one of
+    /// `fields` (each the option's key there and how to name it), naming
+    /// the first.
+    pub fn check_recorded(
+        &self,
+        dir: &Path,
+        new: &serde_json::Value,
+        fields: &[(&str, &str)],
+    ) -> Result<()> {
+        let at = |v: &serde_json::Value, k: &str| shown(&v.get(k).cloned().unwrap_or_default());
+        differ(
+            dir,
+            fields
+                .iter()
+                .map(|(k, name)| (*name, at(&self.options, k), at(new, k))),
+        )
+    }
+}
+
+/// Refuses the first of `fields` (name, the dataset's value, the run's)
+/// whose values differ.
+fn differ<'a>(
+    dir: &Path,
+    fields: impl IntoIterator<Item = (&'a str, String, String)>,
+) -> Result<()> {
+    for (name, was, now) in fields {
+        if was != now {
+            return Err(mismatch(
+                dir,
+                format!(
+                    "the {name} of this run is {now}, the dataset's is {was}: appended shards \
+                     must be written as the old ones were"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Base {
+    /// The dataset of `manifest` in `dir`, whose directory holds the
+    /// shard names `names`. Refuses a dataset that `bale pack` (or `bale
+    /// merge` of its parts) did not write, and a part of `--part I/N`.
+    pub fn new(dir: &Path, manifest: Manifest, names: &[String]) -> Result<Self> {
+        let base = Self::of(
+            dir,
+            manifest,
+            names,
+            "pack",
+            (&["pack", "merge"], "`bale pack` (or `bale merge`)"),
+        )?;
+        if base.manifest.created_by.command == "pack" && base.options.part.is_some() {
+            return Err(mismatch(
+                dir,
+                "it is one part of a `--part I/N` pack: `bale merge` the parts first, then \
+                 append to the merged dataset"
+                    .into(),
+            ));
+        }
+        Ok(base)
     }
 
     /// The label mode of the run: `auto` takes the dataset's.
@@ -118,18 +245,7 @@ impl Base {
             ),
             ("transform", shown(&old.transform), shown(&new.transform)),
         ];
-        for (name, was, now) in fields {
-            if was != now {
-                return Err(mismatch(
-                    dir,
-                    format!(
-                        "the {name} of this run is {now}, the dataset's is {was}: appended shards \
-                         must be written as the old ones were"
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        differ(dir, fields)
     }
 
     /// Gives the samples the dataset's class numbers: every class of the
@@ -173,63 +289,14 @@ impl Base {
     }
 
     /// Refuses a sample whose key the dataset holds, naming the key, the
-    /// file it came from and the shard that has it. Reads one index at a
-    /// time (mapped, its pages dropped after); memory: the new keys and one
-    /// index. A shard is searched by its lookup table when the new keys are
-    /// few against its samples, else read key by key.
+    /// file it came from and the shard that has it
+    /// ([`Base::refuse_held_keys`]).
     pub fn check_keys(&self, dir: &Path, samples: &[PlannedSample]) -> Result<()> {
-        if samples.is_empty() {
-            return Ok(());
-        }
-        let new: HashMap<&str, &PlannedSample> =
-            samples.iter().map(|s| (s.key.as_str(), s)).collect();
-        for e in &self.manifest.shards {
-            let path = Manifest::resolve(dir, &e.index);
-            let idx = ShardIndex::open_expecting(&path, e.samples, e.members)?;
-            let found = if new.len().saturating_mul(32) < idx.len() {
-                samples
-                    .iter()
-                    .find(|s| idx.find(&s.key).is_some())
-                    .map(|s| s.key.as_str())
-            } else {
-                (0..idx.len())
-                    .map(|i| idx.key(i))
-                    .find(|k| new.contains_key(k))
-            };
-            if let Some(key) = found {
-                let s = new[key];
-                return Err(PackError::KeyInDataset {
-                    key: key.to_owned(),
-                    path: s.first_path().to_path_buf(),
-                    shard: e.file.clone(),
-                });
-            }
-            idx.release_pages();
-        }
-        Ok(())
-    }
-
-    /// The manifest of the dataset with `shards` appended.
-    pub fn manifest(
-        &self,
-        shards: Vec<bale_format::ShardEntry>,
-        labels: Option<Vec<String>>,
-        skipped: u64,
-    ) -> Manifest {
-        let old = &self.manifest;
-        let mut created_by = old.created_by.clone();
-        created_by.version = env!("CARGO_PKG_VERSION").into();
-        if let serde_json::Value::Object(map) = &mut created_by.options {
-            let n = map
-                .get("appends")
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0);
-            map.insert("appends".into(), (n + 1).into());
-        }
-        let all = old.shards.iter().cloned().chain(shards).collect();
-        let mut m = Manifest::new(all, labels, created_by);
-        m.skipped = old.skipped + skipped;
-        m
+        let keys: Vec<(&str, &Path)> = samples
+            .iter()
+            .map(|s| (s.key.as_str(), s.first_path()))
+            .collect();
+        self.refuse_held_keys(dir, &keys)
     }
 }
 

@@ -8,6 +8,11 @@
 //! `shard_size`, and at most `shard_samples` of them; so converting to tar
 //! with the pack's shard size gives back the pack's shards byte for byte.
 //!
+//! With `append`, the new shards go after those of a dataset `bale
+//! convert` wrote (see [`crate::append`]): the settings it recorded must
+//! be this run's, the source's class list the dataset's, and no key of the
+//! source may be in the dataset.
+//!
 //! Memory: one sample's bytes (read with the index, member checksums
 //! checked), plus for an HDF5 output the per-member bookkeeping of the open
 //! shard (under 100 bytes a member; its bytes are spooled to disk).
@@ -25,6 +30,7 @@ use bale_format::{
 };
 use serde::Serialize;
 
+use crate::append::Base;
 use crate::error::{PackError, Result};
 use crate::output::{CONVERT_STAGING, Inputs, MOVING_SUFFIX, Output};
 use crate::shard_out::ShardOut;
@@ -81,7 +87,21 @@ pub struct ConvertOptions {
     /// refused before anything is written, naming the key and both shards);
     /// recorded in the output's manifest, as `bale index` records it.
     pub allow_duplicate_keys: bool,
+    /// Add the shards to the dataset in the output, which `bale convert`
+    /// wrote with the same settings (an empty or missing output: a fresh
+    /// conversion). Takes no `force`, and no `dir` format.
+    pub append: bool,
 }
+
+/// The settings of `created_by.options` an append must share, and their
+/// names for a mismatch.
+const SETTINGS: [(&str, &str); 5] = [
+    ("format", "format (--format)"),
+    ("zstd_level", "zstd level (--level)"),
+    ("shard_size", "shard size (--shard-size)"),
+    ("shard_samples", "shard sample limit (--shard-samples)"),
+    ("allow_duplicate_keys", "--allow-duplicate-keys setting"),
+];
 
 impl Default for ConvertOptions {
     fn default() -> Self {
@@ -91,6 +111,7 @@ impl Default for ConvertOptions {
             shard_samples: None,
             force: false,
             allow_duplicate_keys: false,
+            append: false,
         }
     }
 }
@@ -126,6 +147,8 @@ pub struct ConvertSummary {
     pub shards: u64,
     /// Bytes of the output's shard files (member bytes for `dir`).
     pub output_bytes: u64,
+    /// With `append` onto a dataset: the samples it held before.
+    pub appended_to: Option<u64>,
 }
 
 impl ConvertSummary {
@@ -146,6 +169,7 @@ impl ConvertSummary {
             bytes,
             shards,
             output_bytes,
+            appended_to: None,
         }
     }
 }
@@ -186,6 +210,16 @@ pub fn convert(
             "the output {} is the source dataset",
             dst.display()
         )));
+    }
+    if opts.append {
+        if opts.force || opts.format == ConvertFormat::Dir {
+            return Err(PackError::Option(
+                "--append adds shards to the dataset in the output: it takes neither --force \
+                 nor --format dir"
+                    .into(),
+            ));
+        }
+        crate::packer::refuse_input_in_output(&[src.to_path_buf()], dst)?;
     }
     progress.start(source.samples(), source.bytes());
     match opts.format.compression() {
@@ -320,6 +354,27 @@ impl Source {
         }
     }
 
+    /// Every key, with the file it is read from (for an append's check).
+    fn keys(&self) -> Result<Vec<(String, PathBuf)>> {
+        let mut keys = Vec::new();
+        match self {
+            Source::Bale { dir, manifest } => {
+                for e in &manifest.shards {
+                    let index = Manifest::resolve(dir, &e.index);
+                    let idx =
+                        bale_format::ShardIndex::open_expecting(&index, e.samples, e.members)?;
+                    let file = Manifest::resolve(dir, &e.file);
+                    keys.extend((0..idx.len()).map(|i| (idx.key(i).to_owned(), file.clone())));
+                }
+            }
+            Source::Foreign { dir, dataset } => {
+                let index = dir.join("index.json");
+                keys.extend((0..dataset.samples()).map(|i| (dataset.key(i), index.clone())));
+            }
+        }
+        Ok(keys)
+    }
+
     fn skipped(&self) -> u64 {
         match self {
             Source::Bale { manifest, .. } => manifest.skipped,
@@ -411,8 +466,16 @@ fn to_shards(
             bale_format::h5::NO_HDF5
         )));
     }
-    let mut out = Output::open(dst, opts.force)?;
-    out.clear(&src.inputs())?;
+    let settings = serde_json::json!({
+        "format": opts.format.as_str(),
+        "source": src.kind(),
+        "shard_size": opts.shard_size,
+        "shard_samples": opts.shard_samples,
+        "zstd_level": match opts.format { ConvertFormat::TarZst(l) => Some(l), _ => None },
+        "allow_duplicate_keys": opts.allow_duplicate_keys,
+    });
+    let (mut out, base) = open_output(src, dst, opts, &settings)?;
+    let first = base.as_ref().map_or(0, |b| b.first_shard);
     let mut shards: Vec<ShardEntry> = Vec::new();
     let mut cur: Option<(ShardOut, u64, u64)> = None;
     let (mut samples, mut members, mut bytes) = (0u64, 0u64, 0u64);
@@ -445,7 +508,7 @@ fn to_shards(
             shards.push(entry);
         }
         if cur.is_none() {
-            let name = shard_file_name("shard", shards.len() as u64, compression);
+            let name = shard_file_name("shard", first + shards.len() as u64, compression);
             cur = Some((ShardOut::create(dst, &name, compression, level)?, 0, 0));
         }
         let (w, tar_bytes, n) = cur.as_mut().expect("opened above");
@@ -469,31 +532,83 @@ fn to_shards(
         progress.shard_finished(&entry);
         shards.push(entry);
     }
-    let created_by = CreatedBy {
-        tool: "bale".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        command: "convert".into(),
-        options: serde_json::json!({
-            "format": opts.format.as_str(),
-            "source": src.kind(),
-            "shard_size": opts.shard_size,
-            "shard_samples": opts.shard_samples,
-            "zstd_level": match opts.format { ConvertFormat::TarZst(l) => Some(l), _ => None },
-            "allow_duplicate_keys": opts.allow_duplicate_keys,
-        }),
+    let written = shards.len();
+    let manifest = if let Some(b) = &base {
+        let manifest = b.manifest(shards, src.labels(), src.skipped());
+        bale_format::atomic::replace_atomic(Manifest::path_in(dst), &manifest.to_bytes())?;
+        manifest
+    } else {
+        let created_by = CreatedBy {
+            tool: "bale".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            command: "convert".into(),
+            options: settings,
+        };
+        let mut manifest = Manifest::new(shards, src.labels(), created_by);
+        manifest.skipped = src.skipped();
+        manifest.write(dst)?;
+        manifest
     };
-    let mut manifest = Manifest::new(shards, src.labels(), created_by);
-    manifest.skipped = src.skipped();
-    manifest.write(dst)?;
     out.commit();
-    Ok(ConvertSummary::new(
+    let new = &manifest.shards[manifest.shards.len() - written..];
+    let mut summary = ConvertSummary::new(
         dst,
         src.kind(),
         opts,
         (samples, members, bytes),
-        manifest.shards.len() as u64,
-        manifest.bytes,
-    ))
+        written as u64,
+        new.iter().map(|e| e.bytes).sum(),
+    );
+    summary.appended_to = base.map(|b| b.manifest.samples);
+    Ok(summary)
+}
+
+/// Takes the output of a conversion to shards whose manifest records
+/// `settings`: a fresh one (cleared with `force`), or with `append` the
+/// dataset there, checked against the run before anything is written.
+fn open_output(
+    src: &Source,
+    dst: &Path,
+    opts: &ConvertOptions,
+    settings: &serde_json::Value,
+) -> Result<(Output, Option<Base<serde_json::Value>>)> {
+    if !opts.append {
+        let mut out = Output::open(dst, opts.force)?;
+        out.clear(&src.inputs())?;
+        return Ok((out, None));
+    }
+    let (out, found) = Output::open_append(dst)?;
+    let Some((manifest, names)) = found else {
+        return Ok((out, None));
+    };
+    let takes: (&[&str], &str) = (&["convert"], "`bale convert`");
+    let base = Base::of(dst, manifest, &names, "convert", takes)?;
+    base.check_recorded(dst, settings, &SETTINGS)?;
+    let (had, has) = (&base.manifest.labels, src.labels());
+    if *had != has {
+        let list = |l: &Option<Vec<String>>| {
+            l.as_ref()
+                .map_or("none".into(), |c| format!("[{}]", c.join(", ")))
+        };
+        return Err(PackError::AppendMismatch {
+            dir: dst.to_path_buf(),
+            what: format!(
+                "the source's classes are {}, the dataset's {}: converted samples keep \
+                 their class numbers, so an append needs the same class list",
+                list(&has),
+                list(had)
+            ),
+        });
+    }
+    if !opts.allow_duplicate_keys {
+        let keys = src.keys()?;
+        let keys: Vec<(&str, &Path)> = keys
+            .iter()
+            .map(|(k, f)| (k.as_str(), f.as_path()))
+            .collect();
+        base.refuse_held_keys(dst, &keys)?;
+    }
+    Ok((out, Some(base)))
 }
 
 /// A failed [`move_in`]: its error, and whether part of the export stayed

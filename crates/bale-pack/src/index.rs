@@ -8,6 +8,13 @@
 //! file) must be free, or, with `force`, are replaced, but never a file that
 //! is one of the tars. The directory is locked for the run; on failure the
 //! files this run wrote are removed and no manifest is left.
+//!
+//! With `append`, the run adds tars to the dataset `bale index` wrote
+//! there (see [`crate::append`]): the tars it lists already are skipped,
+//! the others indexed and listed after them in one new manifest. The
+//! settings it recorded must be this run's, and no key of a new tar may be
+//! in the dataset. An index of bale's at a new tar's index name that the
+//! manifest does not list (a killed run's) is replaced.
 
 use std::collections::HashMap;
 use std::fs;
@@ -21,6 +28,7 @@ use bale_format::{Compression, CreatedBy, MANIFEST_NAME, Manifest, ShardEntry, i
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::append::Base;
 use crate::error::{PackError, Result};
 use crate::output::{Inputs, Output};
 
@@ -46,7 +54,20 @@ pub struct IndexOptions {
     pub allow_duplicate_keys: bool,
     /// Shards scanned at once (0: one per core).
     pub jobs: usize,
+    /// Add the tars to the dataset `bale index` wrote in `output` (none
+    /// there: a fresh index); takes neither `force` nor `wids_json`.
+    pub append: bool,
 }
+
+/// The settings of `created_by.options` an append must share, and their
+/// names for a mismatch.
+const SETTINGS: [(&str, &str); 5] = [
+    ("checksum", "--checksum setting"),
+    ("absolute", "--absolute setting"),
+    ("rename_split", "--rename-split setting"),
+    ("allow_split", "--allow-split setting"),
+    ("allow_duplicate_keys", "--allow-duplicate-keys setting"),
+];
 
 /// Progress of [`index`]; every method has an empty default.
 pub trait IndexProgress: Sync {
@@ -116,6 +137,8 @@ pub struct IndexSummary {
     pub wids_json: Option<String>,
     /// Wall-clock seconds.
     pub seconds: f64,
+    /// With `append`: tars given that the dataset listed already (skipped).
+    pub already_listed: u64,
 }
 
 /// One tar to index.
@@ -149,15 +172,36 @@ pub fn index(
     if opts.shards.is_empty() {
         return Err(PackError::Option("no tar files to index".into()));
     }
-    let mut out = Output::alongside(&opts.output, opts.force)?;
+    if opts.append && (opts.force || opts.wids_json.is_some()) {
+        return Err(PackError::Option(
+            "--append adds tars to the dataset in the output: it takes neither --force nor \
+             --wids-json"
+                .into(),
+        ));
+    }
+    let mut out = Output::alongside(&opts.output, opts.force || opts.append)?;
     let dir = fs::canonicalize(&opts.output).map_err(|e| PackError::io(&opts.output, e))?;
-    let plan = plan(&opts.shards, &dir, opts.absolute)?;
+    let mut plan = plan(&opts.shards, &dir, opts.absolute)?;
+    let settings = serde_json::json!({
+        "checksum": opts.checksum,
+        "absolute": opts.absolute,
+        "rename_split": opts.split == SplitPolicy::Rename,
+        "allow_split": opts.split == SplitPolicy::Regroup,
+        "allow_duplicate_keys": opts.allow_duplicate_keys,
+    });
+    let base = match opts.append && dir.join(MANIFEST_NAME).exists() {
+        true => Some(take_base(&dir, &settings, &mut plan)?),
+        false => None,
+    };
+    let already_listed = (opts.shards.len() - plan.len()) as u64;
     // What even --force never replaces, said before the hint to use it.
-    refuse_foreign_manifest(&dir)?;
+    if base.is_none() {
+        refuse_foreign_manifest(&dir)?;
+    }
     for p in &plan {
         refuse_foreign_index(&dir, p)?;
     }
-    if dir.join(MANIFEST_NAME).exists() && !opts.force {
+    if dir.join(MANIFEST_NAME).exists() && !opts.force && !opts.append {
         return Err(PackError::Conflict {
             path: opts.output.clone(),
             what: format!(
@@ -196,7 +240,9 @@ pub fn index(
     // temporary names first, so a tar that fails leaves the old dataset
     // as it was.
     out.clear_temps()?;
-    out.check_room(MANIFEST_NAME, &inputs)?;
+    if base.is_none() {
+        out.check_room(MANIFEST_NAME, &inputs)?;
+    }
     for p in &plan {
         out.check_room(&p.index, &inputs)?;
     }
@@ -213,6 +259,10 @@ pub fn index(
         split: opts.split,
     };
     progress.start(plan.len() as u64);
+    if plan.is_empty() {
+        // Every tar given is in the dataset already: nothing to add.
+        return Ok(summary(opts, &[], started, already_listed));
+    }
     let written: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(crate::options::check_jobs(opts.jobs)?)
@@ -269,6 +319,18 @@ pub fn index(
             });
         }
     }
+    if let Some(b) = base.as_ref().filter(|_| !opts.allow_duplicate_keys) {
+        let mut keys = Vec::new();
+        for (k, p) in plan.iter().enumerate() {
+            let idx = bale_format::ShardIndex::open(staged(k))?;
+            keys.extend((0..idx.len()).map(|i| (idx.key(i).to_owned(), p.given.clone())));
+        }
+        let keys: Vec<(&str, &Path)> = keys
+            .iter()
+            .map(|(k, p)| (k.as_str(), p.as_path()))
+            .collect();
+        b.refuse_held_keys(&dir, &keys)?;
+    }
     // The wids file is written beside its place under a temporary name,
     // and takes its name with the indexes: a run that fails before (a bad
     // tar) keeps the old one.
@@ -286,11 +348,16 @@ pub fn index(
     // takes its name.
     // Checked again: the scan may have taken minutes, and a file that
     // appeared meanwhile is not replaced unless it is bale's.
-    refuse_foreign_manifest(&dir)?;
+    if base.is_none() {
+        refuse_foreign_manifest(&dir)?;
+        out.make_room(MANIFEST_NAME, &inputs)?;
+    }
     for p in &plan {
         refuse_foreign_index(&dir, p)?;
     }
-    out.make_room(MANIFEST_NAME, &inputs)?;
+    if base.is_some() {
+        out.mark_append()?;
+    }
     for (k, p) in plan.iter().enumerate() {
         out.make_room(&p.index, &inputs)?;
         let dest = dir.join(&p.index);
@@ -309,23 +376,76 @@ pub fn index(
         }
         out.track(dest);
     }
-    let created_by = CreatedBy {
-        tool: "bale".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        command: "index".into(),
-        options: serde_json::json!({
-            "checksum": opts.checksum,
-            "absolute": opts.absolute,
-            "rename_split": opts.split == SplitPolicy::Rename,
-            "allow_split": opts.split == SplitPolicy::Regroup,
-            "allow_duplicate_keys": opts.allow_duplicate_keys,
-        }),
-    };
-    let entries = done.iter().map(|(e, _)| e.clone()).collect();
-    Manifest::new(entries, None, created_by).write(&dir)?;
+    let entries: Vec<ShardEntry> = done.iter().map(|(e, _)| e.clone()).collect();
+    if let Some(b) = &base {
+        let manifest = b.manifest(entries, None, 0);
+        bale_format::atomic::replace_atomic(Manifest::path_in(&dir), &manifest.to_bytes())?;
+    } else {
+        let created_by = CreatedBy {
+            tool: "bale".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            command: "index".into(),
+            options: settings,
+        };
+        Manifest::new(entries, None, created_by).write(&dir)?;
+    }
     out.commit();
+    Ok(summary(opts, &done, started, already_listed))
+}
 
-    Ok(IndexSummary {
+/// For an append: the dataset in `dir`, checked against the run's
+/// `settings`; the tars of `plan` it lists already are taken out. Refuses a
+/// new tar whose index would take the name of one the dataset lists.
+fn take_base(
+    dir: &Path,
+    settings: &serde_json::Value,
+    plan: &mut Vec<Planned>,
+) -> Result<Base<serde_json::Value>> {
+    let manifest = Manifest::read(dir)?;
+    let base = Base::of(dir, manifest, &[], "index", (&["index"], "`bale index`"))?;
+    base.check_recorded(dir, settings, &SETTINGS)?;
+    let listed = |f: &str| {
+        let p = Manifest::resolve(dir, f);
+        fs::canonicalize(&p).unwrap_or(p)
+    };
+    let files: HashMap<PathBuf, &str> = base
+        .manifest
+        .shards
+        .iter()
+        .map(|e| (listed(&e.file), e.file.as_str()))
+        .collect();
+    plan.retain(|p| !files.contains_key(&p.canonical));
+    let indexes: HashMap<&str, &str> = base
+        .manifest
+        .shards
+        .iter()
+        .map(|e| (e.index.as_str(), e.file.as_str()))
+        .collect();
+    if let Some((p, tar)) = plan
+        .iter()
+        .find_map(|p| indexes.get(p.index.as_str()).map(|t| (p, t)))
+    {
+        return Err(PackError::AppendMismatch {
+            dir: dir.to_path_buf(),
+            what: format!(
+                "the index of {} would be {}, the index of {tar} in the dataset: tars of the \
+                 same name index into different directories",
+                bale_format::shown(&p.given),
+                p.index
+            ),
+        });
+    }
+    Ok(base)
+}
+
+/// What a run that indexed `done` did.
+fn summary(
+    opts: &IndexOptions,
+    done: &[(ShardEntry, ScannedShard)],
+    started: Instant,
+    already_listed: u64,
+) -> IndexSummary {
+    IndexSummary {
         output: opts.output.display().to_string(),
         samples: done.iter().map(|(e, _)| e.samples).sum(),
         members: done.iter().map(|(e, _)| e.members).sum(),
@@ -334,6 +454,7 @@ pub fn index(
         checksums: opts.checksum,
         wids_json: opts.wids_json.as_ref().map(|p| p.display().to_string()),
         seconds: started.elapsed().as_secs_f64(),
+        already_listed,
         shards: done
             .iter()
             .map(|(e, s)| IndexedShard {
@@ -362,7 +483,7 @@ pub fn index(
                     .map(|r| (r.key.clone(), r.tar_offset, r.first_offset)),
             })
             .collect(),
-    })
+    }
 }
 
 fn is_plain_name(p: &Path) -> bool {

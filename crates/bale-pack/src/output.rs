@@ -100,7 +100,9 @@ impl Output {
             return Ok((out, None));
         }
         let manifest = Manifest::read(dir)?;
-        if has_append_mark(dir) {
+        // An index's tars are the user's files, whatever their names: a
+        // killed `index --append` leaves only indexes, which it replaces.
+        if has_append_mark(dir) && manifest.created_by.command != "index" {
             let own: HashSet<&std::ffi::OsStr> = manifest
                 .shards
                 .iter()
@@ -133,10 +135,21 @@ impl Output {
                 names.push(n.to_owned());
             }
         }
-        let mark = dir.join(format!("{TEMP_PREFIX}{}-{RUN_MARK}", std::process::id()));
-        bale_format::atomic::replace_atomic(&mark, APPEND_MARK)?;
-        out.run_mark = Some(mark);
+        out.mark_append()?;
         Ok((out, Some((manifest, names))))
+    }
+
+    /// Puts this run's append mark ([`APPEND_MARK`]) in, until
+    /// [`Output::commit`]: a run killed before its manifest leaves it, and
+    /// it says that the files of bale's the manifest does not list are an
+    /// interrupted append's (`bale verify` warns of them).
+    pub fn mark_append(&mut self) -> Result<()> {
+        let mark = self
+            .dir
+            .join(format!("{TEMP_PREFIX}{}-{RUN_MARK}", std::process::id()));
+        bale_format::atomic::replace_atomic(&mark, APPEND_MARK)?;
+        self.run_mark = Some(mark);
+        Ok(())
     }
 
     /// Refuses a directory this run did not create that holds anything

@@ -676,7 +676,8 @@ impl Packer {
 /// Refuses an append whose input is the output directory or lies inside it:
 /// the walk would take the dataset's own shards and manifest for samples.
 /// (An output inside an input is skipped by the walk, as for any pack.)
-fn refuse_input_in_output(inputs: &[PathBuf], output: &Path) -> Result<()> {
+/// `bale convert --append` refuses such a source too.
+pub(crate) fn refuse_input_in_output(inputs: &[PathBuf], output: &Path) -> Result<()> {
     let Some(out) = dir_id(output) else {
         return Ok(());
     };
@@ -687,7 +688,7 @@ fn refuse_input_in_output(inputs: &[PathBuf], output: &Path) -> Result<()> {
         if real.ancestors().any(|a| dir_id(a) == Some(out)) {
             return Err(PackError::Option(format!(
                 "--append: the input {} is the output directory {} or inside it; its shards \
-                 and bale.json would be packed as samples. Give the new files' own directory",
+                 and bale.json would be taken for new samples. Give the new files' own directory",
                 bale_format::shown(input),
                 bale_format::shown(output)
             )));

@@ -14,6 +14,7 @@ Examples:
   bale convert data -o files --format dir            the samples as files KEY.EXT
   bale convert mds-train -o train                    from a MosaicML Streaming (MDS) dataset
   bale convert litdata-train -o train                from a LitData optimized dataset
+  bale convert day-2 -o train --append               add day-2's samples to train
 
 Keys, members (and their order), sample order and label names are kept; every
 member is checked against its index checksum as it is read.
@@ -64,8 +65,9 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// Refused: convert writes a new dataset (`bale pack --append` adds to one).
-    #[arg(long, hide = true)]
+    /// Add the samples to the dataset in DST, which `bale convert` wrote with the same --format,
+    /// --level, --shard-size, --shard-samples: new shards, then a new bale.json (docs/convert.md)
+    #[arg(long, conflicts_with = "force")]
     pub append: bool,
 
     /// Convert a dataset whose samples share keys (refused by default,

@@ -13,7 +13,9 @@ Examples:
   bale index x.tar -o ds --allow-split
                                  a.jpg b.jpg a.cls: samples a (jpg, cls), b;
                                  x.idx is a scattered 1.1 index (one read
-                                 per member for every sample of x.tar)";
+                                 per member for every sample of x.tar)
+  bale index 'shards/*.tar' -o ds --append
+                                 index the tars ds does not list yet, add them";
 
 /// Index existing WebDataset tars in place, without repacking them.
 ///
@@ -101,8 +103,10 @@ pub struct IndexArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// Refused: index writes a new dataset (`bale pack --append` adds to one).
-    #[arg(long, hide = true)]
+    /// Add the tars to the dataset in DATASET_DIR, which `bale index` wrote with the same
+    /// --checksum, --absolute, --rename-split, --allow-split: tars it lists are skipped, the others
+    /// indexed, then a new bale.json (docs/index.md)
+    #[arg(long, conflicts_with_all = ["force", "wids_json", "dali_index"])]
     pub append: bool,
 
     /// Once the dataset is complete, also write NVIDIA DALI's index files for

@@ -57,14 +57,15 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         bale_format::shown(&args.source),
         bale_format::shown(&args.source)
     );
-    super::pack::no_append(args.append, "convert")?;
     // A source whose shards are URLs (`bale index` of tars in a bucket)
     // reads them through these options.
     args.storage.options()?;
     let dest =
         match Destination::open_convert(&args.source, &args.output, args.force, &cancel, &|| {
             args.storage.options()
-        }) {
+        })
+        .and_then(|d| d.keeping(args.append))
+        {
             Ok(d) => d,
             Err(f) => return super::failed(f),
         };
@@ -74,6 +75,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         shard_samples: args.shard_samples,
         force: dest.engine_force(),
         allow_duplicate_keys: args.allow_duplicate_keys,
+        append: args.append,
     };
     let bar = Bar {
         quiet: args.out.quiet,

@@ -33,7 +33,6 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
     // Tars at URLs are read through the storage layer (headers by ranged GETs).
     let storage = args.storage.options()?;
     super::export_index::precheck(args.dali_index.as_deref(), &args.output)?;
-    super::pack::no_append(args.append, "index")?;
     let shards = expand_patterns(&args.shards)?;
     let cancel = Arc::new(AtomicBool::new(false));
     install_ctrlc(&cancel);
@@ -44,7 +43,8 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
     );
     let dest = Destination::open_index(&shards, &args.output, args.force, &cancel, &|| {
         Ok(storage.clone())
-    })?;
+    })
+    .and_then(|d| d.keeping(args.append))?;
     let opts = IndexOptions {
         shards,
         output: dest.dir().to_path_buf(),
@@ -60,6 +60,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<ExitCode> {
         },
         force: dest.engine_force(),
         allow_duplicate_keys: args.allow_duplicate_keys,
+        append: args.append,
         jobs: args.jobs.unwrap_or(0),
     };
     let quiet = args.out.quiet || args.out.json;

@@ -19,16 +19,6 @@ use indicatif::ProgressBar;
 use crate::args::pack::PackArgs;
 use crate::progress;
 
-/// Refuses `bale CMD --append` where only `pack` appends, before anything is written.
-pub fn no_append(append: bool, cmd: &str) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        !append,
-        "bale {cmd} --append is not supported yet: only `bale pack --append` adds to a dataset; \
-         {cmd} into a new directory instead (nothing was written)"
-    );
-    Ok(())
-}
-
 /// Exit code after Ctrl-C (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
 

@@ -179,11 +179,12 @@ pub fn check_manifest(dir: &Path, m: &Manifest) -> Vec<Problem> {
                     .warning(),
                 );
             } else if looks_like_shard(&name) && !known.contains(&path) {
-                if appending && crate::is_bale_file_name(&name) {
+                let ours = crate::is_bale_file_name(&name) || (adopted && name.ends_with(".idx"));
+                if appending && ours {
                     out.push(
                         Problem::new(
                             shown,
-                            "not listed in the manifest: left by an interrupted `bale pack --append` \
+                            "not listed in the manifest: left by an interrupted `--append` \
                              (not part of the dataset; the next append or --force removes it)",
                         )
                         .warning(),
