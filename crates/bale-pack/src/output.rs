@@ -476,10 +476,15 @@ fn refuse_unclaimed(dir: &Path, victims: &[PathBuf]) -> Result<()> {
 /// cleared every other name of bale's first), so such a file was put there
 /// later, by someone else. An unlisted index of bale's goes.
 fn refuse_unlisted(dir: &Path, manifest: &Path, victims: &[PathBuf]) -> Result<()> {
-    if has_append_mark(dir) {
+    let bytes = bale_format::files::read_capped(manifest, MAX_MANIFEST_BYTES, "manifest")?;
+    // A killed append's mark makes its unlisted shards bale's; but an
+    // index's tars are the user's, whatever their names, and a killed
+    // `index --append` writes indexes only.
+    let by_index = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .is_ok_and(|m| m["created_by"]["command"] == "index");
+    if has_append_mark(dir) && !by_index {
         return Ok(());
     }
-    let bytes = bale_format::files::read_capped(manifest, MAX_MANIFEST_BYTES, "manifest")?;
     let own: HashSet<std::ffi::OsString> = bale_format::listed_files(&bytes)
         .iter()
         .filter_map(|f| Path::new(f).file_name().map(ToOwned::to_owned))
@@ -824,6 +829,38 @@ mod tests {
         assert!(out.join("bale.json").exists());
         assert_eq!(
             fs::read(out.join("shard-000000.tar")).unwrap(),
+            b"the user's"
+        );
+    }
+
+    #[test]
+    fn force_beside_a_killed_index_append_keeps_unlisted_tars() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = &dir.path().join("out");
+        fs::create_dir(out).unwrap();
+        // The index lists a tar of the user's elsewhere.
+        let tar = dir.path().join("a.tar");
+        fs::write(&tar, b"listed").unwrap();
+        let manifest = serde_json::json!({
+            "created_by": {"tool": "bale", "command": "index"},
+            "shards": [{"file": tar, "index": "shard-000000.idx"}],
+        });
+        fs::write(out.join("bale.json"), manifest.to_string()).unwrap();
+        fs::write(out.join("shard-000000.idx"), b"x").unwrap();
+        // The user's next tar, not yet indexed, and a killed index
+        // append's mark: the tar is not the killed run's to remove.
+        fs::write(out.join("shard-000001.tar"), b"the user's").unwrap();
+        fs::write(out.join(".bale-tmp-99999-run"), APPEND_MARK).unwrap();
+        let mut o = Output::open(out, true).unwrap();
+        let err = o.clear(&Inputs::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("shard-000001.tar")
+                && err.to_string().contains("does not list"),
+            "{err}"
+        );
+        o.commit();
+        assert_eq!(
+            fs::read(out.join("shard-000001.tar")).unwrap(),
             b"the user's"
         );
     }
