@@ -111,3 +111,57 @@ fn a_spilled_pack_that_fails_leaves_no_runs() {
         .unwrap_or_default();
     assert!(left.is_empty(), "left in the output: {left:?}");
 }
+
+#[test]
+fn a_bad_file_found_while_spilling_leaves_no_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    tree(&input, 60);
+    let fifo = input.join("class_1/zz.jpg");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let out = dir.path().join("out");
+    let o = pack(Some(2), &[], &input, &out);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("zz.jpg"), "{}", text(&o));
+    let left: Vec<String> = fs::read_dir(&out)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in the output: {left:?}");
+}
+
+#[test]
+fn a_forced_spilled_pack_keeps_an_input_an_old_shard_links_to() {
+    // An old shard's name is a hard link to an input file: `--force`
+    // must tell it from the old output, as a pack planned in memory does.
+    let mut outcomes = Vec::new();
+    for run in [None, Some(3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in");
+        tree(&input, 40);
+        let out = dir.path().join("out");
+        ok(&pack(None, &[], &input, &out));
+        let shard = out.join("shard-000000.tar");
+        fs::remove_file(&shard).unwrap();
+        let linked = input.join("class_0/00000.jpg");
+        fs::hard_link(&linked, &shard).unwrap();
+        let before = fs::read(&linked).unwrap();
+        let o = pack(run, &["--force"], &input, &out);
+        assert_eq!(
+            fs::read(&linked).unwrap(),
+            before,
+            "{run:?}: the input changed"
+        );
+        let said = String::from_utf8_lossy(&o.stderr).replace(&*dir.path().to_string_lossy(), "D");
+        outcomes.push((o.status.code(), said, files(&out)));
+    }
+    assert!(
+        outcomes[0] == outcomes[1],
+        "{:?}\n{:?}",
+        outcomes[0].0,
+        outcomes[1].0
+    );
+}

@@ -2,8 +2,8 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use bale_format::{Compression, CreatedBy, Manifest};
@@ -461,9 +461,17 @@ impl Packer {
             .build()
             .map_err(|e| PackError::Option(format!("cannot start {jobs} reader threads: {e}")))?;
 
-        // Discover.
+        // Discover. A sorted listing (directory labels or none, no append)
+        // is handed to a spill as it is found: past a run of files, it goes
+        // to disk in sorted runs and is planned as a stream; a smaller one
+        // comes back and is planned in memory.
+        let run_len = spill_run();
+        let spill = (base.is_none()
+            && matches!(o.order, PackOrder::Sorted)
+            && !matches!(o.labels, LabelMode::Csv(_)))
+        .then(|| Mutex::new(Spill::new(&self.output, run_len)));
         let report = |n: u64| progress.discovering(n);
-        let discovered = Discover {
+        let mut discovered = Discover {
             roots: &o.inputs,
             files_from: o.files_from.as_ref(),
             filter: &self.filter,
@@ -473,8 +481,16 @@ impl Packer {
             progress: &report,
             list_ignored: false,
             threads: jobs.min(std::thread::available_parallelism().map_or(1, usize::from)),
+            spill: spill.as_ref(),
         }
         .run()?;
+        let mut spill = spill.map(|m| m.into_inner().unwrap_or_else(PoisonError::into_inner));
+        if let Some(s) = &mut spill {
+            s.extend(std::mem::take(&mut discovered.files))?;
+        }
+        if let Some(mut s) = spill.take_if(|s| !s.has_runs()) {
+            discovered.files = s.take_buffered();
+        }
         // `--force` clears the old output, never an input: an input file in
         // the output directory, or (following symlinks) one reaching into it,
         // or a file an old shard's name is a hard link to (every input is
@@ -491,7 +507,7 @@ impl Packer {
                 .any(|v| std::fs::symlink_metadata(v).is_ok_and(|m| m.nlink() > 1))
         };
         let mut inputs = Inputs::default();
-        for f in discovered.files.iter().filter(|_| o.force) {
+        let mut watch = |f: &crate::discover::Found| {
             let bale_named = f
                 .path
                 .file_name()
@@ -500,6 +516,9 @@ impl Packer {
             if bale_named || o.follow_links || linked {
                 inputs.add(&f.path);
             }
+        };
+        for f in discovered.files.iter().filter(|_| o.force) {
+            watch(f);
         }
         let mut ignored = discovered.ignored;
         let mut bad = discovered.bad;
@@ -509,17 +528,10 @@ impl Packer {
             return Err(b.error);
         }
 
-        // A large sorted listing is spilled to disk in runs and planned as
-        // a stream; the rest is planned in memory.
-        let run_len = spill_run();
-        let spilled = base.is_none()
-            && matches!(o.order, PackOrder::Sorted)
-            && !matches!(o.labels, LabelMode::Csv(_))
-            && discovered.files.len() > run_len;
-        if spilled {
-            let mut spill = Spill::new(&self.output, run_len)?;
-            pool.install(|| spill.extend(discovered.files))?;
-            let (plan, orphans) = SpillPlan::new(&mut spill, &o.labels, bad, &mut ignored)?;
+        if let Some(mut spill) = spill {
+            let watch: Option<&mut dyn FnMut(&crate::discover::Found)> =
+                o.force.then_some(&mut watch);
+            let (plan, orphans) = SpillPlan::new(&mut spill, &o.labels, bad, &mut ignored, watch)?;
             let labels = LabelOutcome {
                 mode: plan.mode,
                 classes: plan.classes.clone(),

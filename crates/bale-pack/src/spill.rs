@@ -13,8 +13,6 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use rayon::prelude::*;
-
 use crate::discover::Found;
 use crate::error::{PackError, Result};
 
@@ -26,9 +24,11 @@ pub(crate) fn order(a: &Found, b: &Found) -> Ordering {
     (a.key(), a.ext(), a.root, &a.path).cmp(&(b.key(), b.ext(), b.root, &b.path))
 }
 
-/// Sorted runs of found files in a temporary folder, removed when dropped.
+/// Sorted runs of found files in a temporary folder (made with the first
+/// run), removed when dropped.
 pub(crate) struct Spill {
-    dir: tempfile::TempDir,
+    parent: PathBuf,
+    dir: Option<tempfile::TempDir>,
     runs: Vec<PathBuf>,
     buf: Vec<Found>,
     run_len: usize,
@@ -38,7 +38,7 @@ pub(crate) struct Spill {
 impl std::fmt::Debug for Spill {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Spill")
-            .field("dir", &self.dir.path())
+            .field("dir", &self.dir.as_ref().map(tempfile::TempDir::path))
             .field("runs", &self.runs.len())
             .field("count", &self.count)
             .finish_non_exhaustive()
@@ -46,31 +46,37 @@ impl std::fmt::Debug for Spill {
 }
 
 impl Spill {
-    /// A spill into a new temporary folder in `parent`, writing a run every
+    /// A spill into a temporary folder in `parent`, writing a run every
     /// `run_len` files (at least 1).
-    pub fn new(parent: &Path, run_len: usize) -> Result<Self> {
-        let prefix = format!(
-            "{}{}-spill",
-            bale_format::atomic::TEMP_PREFIX,
-            std::process::id()
-        );
-        let dir = tempfile::Builder::new()
-            .prefix(&prefix)
-            .tempdir_in(parent)
-            .map_err(|e| PackError::io(parent, e))?;
-        Ok(Spill {
-            dir,
+    pub fn new(parent: &Path, run_len: usize) -> Self {
+        Spill {
+            parent: parent.to_path_buf(),
+            dir: None,
             runs: Vec::new(),
             buf: Vec::new(),
             run_len: run_len.max(1),
             count: 0,
-        })
+        }
     }
 
-    /// The temporary folder.
+    /// The temporary folder, once a run is written.
     #[cfg(test)]
-    pub fn path(&self) -> &Path {
-        self.dir.path()
+    pub fn path(&self) -> Option<&Path> {
+        self.dir.as_ref().map(tempfile::TempDir::path)
+    }
+
+    /// Whether a run was written: the files are on disk.
+    pub fn has_runs(&self) -> bool {
+        !self.runs.is_empty()
+    }
+
+    /// The files pushed, when no run was written (else none).
+    pub fn take_buffered(&mut self) -> Vec<Found> {
+        if self.has_runs() {
+            return Vec::new();
+        }
+        self.count = 0;
+        std::mem::take(&mut self.buf)
     }
 
     /// Files pushed so far.
@@ -97,13 +103,29 @@ impl Spill {
         Ok(())
     }
 
-    /// Sorts the buffer (on the current rayon pool) and writes it as a run.
+    /// Sorts the buffer and writes it as a run (on the calling thread: a
+    /// walker's, one of several).
     fn flush(&mut self) -> Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        self.buf.par_sort_unstable_by(order);
-        let path = self.dir.path().join(format!("run-{:06}", self.runs.len()));
+        self.buf.sort_unstable_by(order);
+        let dir = match &self.dir {
+            Some(d) => d.path(),
+            None => {
+                let prefix = format!(
+                    "{}{}-spill",
+                    bale_format::atomic::TEMP_PREFIX,
+                    std::process::id()
+                );
+                let made = tempfile::Builder::new()
+                    .prefix(&prefix)
+                    .tempdir_in(&self.parent)
+                    .map_err(|e| PackError::io(&self.parent, e))?;
+                self.dir.insert(made).path()
+            }
+        };
+        let path = dir.join(format!("run-{:06}", self.runs.len()));
         let file = File::create(&path).map_err(|e| PackError::io(&path, e))?;
         let mut w = BufWriter::with_capacity(1 << 16, file);
         for f in self.buf.drain(..) {
@@ -264,7 +286,7 @@ mod tests {
 
     fn spilled(files: &[Found], run: usize) -> (Vec<Found>, usize) {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Spill::new(dir.path(), run).unwrap();
+        let mut s = Spill::new(dir.path(), run);
         s.extend(files.iter().cloned()).unwrap();
         assert_eq!(s.count(), files.len() as u64);
         let out: Vec<Found> = s.merged().unwrap().map(Result::unwrap).collect();
@@ -326,7 +348,7 @@ mod tests {
             run in 1usize..30,
         ) {
             let dir = tempfile::tempdir().unwrap();
-            let mut s = Spill::new(dir.path(), run).unwrap();
+            let mut s = Spill::new(dir.path(), run);
             s.extend(files.iter().cloned()).unwrap();
             let streamed = crate::plan::Grouped::new(s.merged().unwrap()).collect();
             prop_assert_eq!(shown(streamed), shown(crate::plan::group(files)));
@@ -345,12 +367,30 @@ mod tests {
     }
 
     #[test]
+    fn fewer_files_than_a_run_stay_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spill::new(dir.path(), 4);
+        s.extend((0..3).map(|i| found(0, &format!("{i}.jpg"))))
+            .unwrap();
+        assert!(!s.has_runs() && s.path().is_none());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        assert_eq!(s.take_buffered().len(), 3);
+        // A fourth file makes a run: the files are on disk, none comes back.
+        let mut s = Spill::new(dir.path(), 4);
+        s.extend((0..4).map(|i| found(0, &format!("{i}.jpg"))))
+            .unwrap();
+        assert!(s.has_runs());
+        assert!(s.take_buffered().is_empty());
+        assert_eq!(s.merged().unwrap().count(), 4);
+    }
+
+    #[test]
     fn the_folder_goes_with_the_spill() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Spill::new(dir.path(), 2).unwrap();
+        let mut s = Spill::new(dir.path(), 2);
         s.extend((0..5).map(|i| found(0, &format!("{i}.jpg"))))
             .unwrap();
-        let path = s.path().to_path_buf();
+        let path = s.path().unwrap().to_path_buf();
         assert!(path.exists());
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
         assert!(
@@ -365,7 +405,7 @@ mod tests {
     #[test]
     fn a_damaged_run_is_an_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Spill::new(dir.path(), 2).unwrap();
+        let mut s = Spill::new(dir.path(), 2);
         s.extend((0..4).map(|i| found(0, &format!("{i}.jpg"))))
             .unwrap();
         let run = s.runs[1].clone();

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::path::PathBuf;
 
-use crate::discover::{BadFound, Ignored};
+use crate::discover::{BadFound, Found, Ignored};
 use crate::error::{PackError, Result};
 use crate::options::LabelMode;
 use crate::plan::{Grouped, ListingHash, PlannedSample, stat_all};
@@ -51,12 +51,13 @@ impl SpillPlan {
     /// The first pass: counts samples, finds the class folders and the
     /// bad files' samples; the bad files of no sample are returned in order
     /// (reported by part 0). Files outside any class (directory labels) go
-    /// to `ignored`.
+    /// to `ignored`; `watch` sees every file.
     pub fn new(
         spill: &mut Spill,
         mode: &LabelMode,
         bad: Vec<BadFound>,
         ignored: &mut Ignored,
+        mut watch: Option<&mut dyn FnMut(&Found)>,
     ) -> Result<(Self, Vec<PackError>)> {
         let wanted: HashSet<String> = bad.iter().filter_map(|b| b.key.clone()).collect();
         let mut met: HashSet<String> = HashSet::new();
@@ -64,7 +65,12 @@ impl SpillPlan {
         let mut ids: HashMap<String, u32> = HashMap::new();
         let mut cls: Option<PathBuf> = None;
         let (mut total, mut kept, mut all_two) = (0usize, 0usize, true);
-        for s in Grouped::new(spill.merged()?) {
+        let files = spill.merged()?.inspect(|f| {
+            if let (Some(w), Ok(f)) = (watch.as_deref_mut(), f) {
+                w(f);
+            }
+        });
+        for s in Grouped::new(files) {
             let s = s?;
             total += 1;
             if wanted.contains(&s.key) {
