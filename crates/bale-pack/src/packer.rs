@@ -531,7 +531,11 @@ impl Packer {
         if let Some(mut spill) = spill {
             let watch: Option<&mut dyn FnMut(&crate::discover::Found)> =
                 o.force.then_some(&mut watch);
-            let (plan, orphans) = SpillPlan::new(&mut spill, &o.labels, bad, &mut ignored, watch)?;
+            // Without a part, the first pass stats the samples: their bytes
+            // are known without a pass of their own.
+            let stat_on = o.part.is_none().then_some(&pool);
+            let (plan, orphans) =
+                SpillPlan::new(&mut spill, &o.labels, bad, &mut ignored, watch, stat_on)?;
             let labels = LabelOutcome {
                 mode: plan.mode,
                 classes: plan.classes.clone(),
@@ -691,6 +695,7 @@ impl Packer {
                     .sum();
                 (samples.len() as u64, bytes)
             }
+            Some((_, plan)) if let Some(bytes) = plan.bytes => (plan.count as u64, bytes),
             Some((spill, plan)) => {
                 let range = o.part.map_or(0..plan.count, |p| p.range(plan.count));
                 let mut bytes = 0u64;
@@ -741,7 +746,22 @@ impl Packer {
                 let range = o.part.map_or(0..plan.count, |p| p.range(plan.count));
                 let mut hash = o.part.map(|_| ListingHash::default());
                 let stream = plan.samples(spill, range, hash.as_mut(), pool)?;
-                let written = write_all(&ctx, stream, &mut out, jobs)?;
+                // The runs are merged, labelled and stat'ed on a thread of
+                // their own, ahead of the writer (a few chunks).
+                let written = std::thread::scope(|scope| {
+                    let (tx, rx) = crossbeam_channel::bounded(crate::spilled::AHEAD);
+                    std::thread::Builder::new()
+                        .name("bale-pack-plan".into())
+                        .spawn_scoped(scope, move || {
+                            for s in stream {
+                                if tx.send(s).is_err() {
+                                    return;
+                                }
+                            }
+                        })
+                        .map_err(|e| PackError::io(&self.output, e))?;
+                    write_all(&ctx, rx.into_iter(), &mut out, jobs)
+                })?;
                 shaping.listing = hash.map(|h| h.finish());
                 written
             }

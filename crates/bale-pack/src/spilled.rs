@@ -20,6 +20,8 @@ use crate::spill::Spill;
 
 /// Samples stat'ed together on the pool.
 const STAT_CHUNK: usize = 4096;
+/// Samples planned ahead of the writer.
+pub(crate) const AHEAD: usize = 2 * STAT_CHUNK;
 
 /// What the first pass decided.
 #[derive(Debug)]
@@ -34,6 +36,8 @@ pub(crate) struct SpillPlan {
     bad: HashMap<String, PackError>,
     /// `dir` or `none`.
     pub mode: &'static str,
+    /// Bytes of the samples planned, when the first pass stat'ed them.
+    pub bytes: Option<u64>,
     /// Class names, index = label.
     pub classes: Option<Vec<String>>,
 }
@@ -58,6 +62,7 @@ impl SpillPlan {
         bad: Vec<BadFound>,
         ignored: &mut Ignored,
         mut watch: Option<&mut dyn FnMut(&Found)>,
+        stat_on: Option<&rayon::ThreadPool>,
     ) -> Result<(Self, Vec<PackError>)> {
         let wanted: HashSet<String> = bad.iter().filter_map(|b| b.key.clone()).collect();
         let mut met: HashSet<String> = HashSet::new();
@@ -65,6 +70,27 @@ impl SpillPlan {
         let mut ids: HashMap<String, u32> = HashMap::new();
         let mut cls: Option<PathBuf> = None;
         let (mut total, mut kept, mut all_two) = (0usize, 0usize, true);
+        // Bytes of every sample, and of those in a class folder (the
+        // samples a bad file dooms are not stat'ed, as in memory).
+        let (mut bytes_all, mut bytes_kept) = (0u64, 0u64);
+        let mut chunk: Vec<(PlannedSample, bool)> = Vec::new();
+        let mut stat = |chunk: &mut Vec<(PlannedSample, bool)>| {
+            let Some(pool) = stat_on else { return };
+            let mut samples: Vec<PlannedSample> = Vec::with_capacity(chunk.len());
+            let mut kept = Vec::with_capacity(chunk.len());
+            for (s, k) in chunk.drain(..) {
+                samples.push(s);
+                kept.push(k);
+            }
+            pool.install(|| stat_all(&mut samples));
+            for (s, k) in samples.iter().zip(kept) {
+                let b: u64 = s.members.iter().map(|m| m.size).sum();
+                bytes_all += b;
+                if k {
+                    bytes_kept += b;
+                }
+            }
+        };
         let files = spill.merged()?.inspect(|f| {
             if let (Some(w), Ok(f)) = (watch.as_deref_mut(), f) {
                 w(f);
@@ -73,34 +99,41 @@ impl SpillPlan {
         for s in Grouped::new(files) {
             let s = s?;
             total += 1;
-            if wanted.contains(&s.key) {
+            let doomed = wanted.contains(&s.key);
+            if doomed {
                 met.insert(s.key.clone());
             }
-            if matches!(mode, LabelMode::None) {
-                continue;
-            }
             let (parts, class) = class_of(&s.key);
-            all_two &= parts == 2;
-            if let Some(name) = class
-                && names.last().is_none_or(|n| n != name)
-                && !ids.contains_key(name)
-            {
-                ids.insert(name.to_owned(), names.len() as u32);
-                names.push(name.to_owned());
+            if !matches!(mode, LabelMode::None) {
+                all_two &= parts == 2;
+                if let Some(name) = class
+                    && names.last().is_none_or(|n| n != name)
+                    && !ids.contains_key(name)
+                {
+                    ids.insert(name.to_owned(), names.len() as u32);
+                    names.push(name.to_owned());
+                }
+                if cls.is_none()
+                    && let Some(m) = s.members.iter().find(|m| m.ext == "cls")
+                {
+                    cls = Some(m.path.clone());
+                }
+                if parts >= 2 {
+                    kept += 1;
+                } else if matches!(mode, LabelMode::Dir) {
+                    for m in &s.members {
+                        ignored.outside_class.add(&m.path);
+                    }
+                }
             }
-            if cls.is_none()
-                && let Some(m) = s.members.iter().find(|m| m.ext == "cls")
-            {
-                cls = Some(m.path.clone());
-            }
-            if parts >= 2 {
-                kept += 1;
-            } else if matches!(mode, LabelMode::Dir) {
-                for m in &s.members {
-                    ignored.outside_class.add(&m.path);
+            if stat_on.is_some() && !doomed {
+                chunk.push((s, parts >= 2));
+                if chunk.len() >= STAT_CHUNK {
+                    stat(&mut chunk);
                 }
             }
         }
+        stat(&mut chunk);
         let mut by_key = HashMap::new();
         let mut orphans = Vec::new();
         for b in bad {
@@ -118,6 +151,7 @@ impl SpillPlan {
             bad: by_key,
             mode: "none",
             classes: None,
+            bytes: stat_on.map(|_| bytes_all),
         };
         let dir = match mode {
             LabelMode::None => false,
@@ -143,6 +177,7 @@ impl SpillPlan {
         plan.label_of = Some(label_of);
         plan.mode = "dir";
         plan.count = kept;
+        plan.bytes = stat_on.map(|_| bytes_kept);
         Ok((plan, orphans))
     }
 
@@ -178,7 +213,7 @@ impl SpillPlan {
 
 /// The planned samples of a [`SpillPlan`], in order.
 pub(crate) struct Samples<'a> {
-    grouped: Box<dyn Iterator<Item = Result<PlannedSample>> + 'a>,
+    grouped: Box<dyn Iterator<Item = Result<PlannedSample>> + Send + 'a>,
     plan: &'a mut SpillPlan,
     ids: HashMap<String, u32>,
     range: Range<usize>,
