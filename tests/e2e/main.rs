@@ -24,6 +24,7 @@ mod relay;
 mod remote;
 mod remote_write;
 mod slurm;
+mod spill;
 mod stage;
 mod stat;
 mod store;

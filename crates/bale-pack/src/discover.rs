@@ -7,6 +7,7 @@
 use std::ffi::OsStr;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
@@ -14,6 +15,7 @@ use serde::Serialize;
 use walkdir::WalkDir;
 
 use crate::error::{PackError, Result};
+use crate::spill::Spill;
 
 /// How many example paths [`IgnoredKind`] keeps.
 pub const IGNORED_EXAMPLES: usize = 10;
@@ -141,11 +143,19 @@ pub(crate) struct Discovered {
     /// With [`Discover::list_ignored`]: the regular files ignored for having
     /// no extension or a hidden name.
     pub ignored_files: Vec<PathBuf>,
+    /// Files handed to the spill.
+    pub spilled: u64,
 }
 
 impl Discovered {
+    /// Files found: those held and those spilled.
+    pub fn found(&self) -> u64 {
+        self.files.len() as u64 + self.spilled
+    }
+
     /// Adds what a later part of the walk found.
     fn append(&mut self, mut later: Discovered) {
+        self.spilled += later.spilled;
         self.files.append(&mut later.files);
         self.bad.append(&mut later.bad);
         self.ignored.append(later.ignored);
@@ -240,7 +250,13 @@ pub(crate) struct Discover<'a> {
     pub list_ignored: bool,
     /// Threads that walk folders side by side (1: one walk).
     pub threads: usize,
+    /// Where found files go when given, a few thousand at a time (then
+    /// [`Discovered::files`] holds only what was found since, in no order).
+    pub spill: Option<&'a Mutex<Spill>>,
 }
+
+/// Files a walk holds before it hands them to its [`Discover::spill`].
+const DRAIN_FILES: usize = 4096;
 
 fn lexical_normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -470,6 +486,7 @@ impl Discover<'_> {
             skip_dir: self.skip_dir,
             cancel: self.cancel,
             list_ignored: self.list_ignored,
+            spill: self.spill,
         };
         // Folders walked side by side only without symlinks followed (a
         // loop is then found within one walk, as in a single one) and for
@@ -491,7 +508,7 @@ impl Discover<'_> {
                 });
                 continue;
             }
-            let before = d.files.len() as u64;
+            let before = d.found();
             let mut tick = |found: u64| {
                 (self.progress)(before + found);
                 rules.check_cancel()
@@ -503,8 +520,9 @@ impl Discover<'_> {
                 rules.walk(&s, &s.start, 0, &mut found, &mut tick)?;
             }
             d.append(found);
+            rules.drain(&mut d, DRAIN_FILES)?;
         }
-        (self.progress)(d.files.len() as u64);
+        (self.progress)(d.found());
         // The walk follows directory order; the first error reported must not.
         d.bad
             .sort_by(|a, b| a.error.input_path().cmp(&b.error.input_path()));
@@ -522,6 +540,10 @@ enum Step {
 
 /// A part of a start's walk, in walk order: entries already sorted, or a
 /// folder still to walk (its path, and its depth below the start).
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a few per folder split, moved rarely"
+)]
 enum Chunk {
     Done(Discovered),
     Dir(PathBuf, usize),
@@ -598,9 +620,25 @@ struct Rules<'a> {
     skip_dir: Option<(u64, u64)>,
     cancel: &'a AtomicBool,
     list_ignored: bool,
+    spill: Option<&'a Mutex<Spill>>,
 }
 
 impl Rules<'_> {
+    /// Hands the files of `d` to the spill, if any, once it holds `at_least`.
+    fn drain(&self, d: &mut Discovered, at_least: usize) -> Result<()> {
+        if let Some(spill) = self.spill
+            && d.files.len() >= at_least
+        {
+            let n = d.files.len() as u64;
+            spill
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend(d.files.drain(..))?;
+            d.spilled += n;
+        }
+        Ok(())
+    }
+
     fn check_cancel(&self) -> Result<()> {
         if self.cancel.load(Ordering::Relaxed) {
             return Err(PackError::Cancelled);
@@ -629,7 +667,7 @@ impl Rules<'_> {
         while let Some(entry) = it.next() {
             seen += 1;
             if seen.is_multiple_of(TICK_ENTRIES) {
-                tick(d.files.len() as u64)?;
+                tick(d.found())?;
             }
             if offset > 0 && entry.as_ref().is_ok_and(|e| e.depth() == 0) {
                 continue;
@@ -637,6 +675,7 @@ impl Rules<'_> {
             if self.entry(s, entry, offset, d) == Step::SkipDir {
                 it.skip_current_dir();
             }
+            self.drain(d, DRAIN_FILES)?;
         }
         Ok(())
     }
@@ -663,7 +702,7 @@ impl Rules<'_> {
         for entry in level {
             seen += 1;
             if seen.is_multiple_of(TICK_ENTRIES) {
-                tick(*found + cur.files.len() as u64)?;
+                tick(*found + cur.found())?;
             }
             let sub = match &entry {
                 Ok(e) if e.depth() == 0 && offset > 0 => continue,
@@ -673,12 +712,13 @@ impl Rules<'_> {
             if self.entry(s, entry, offset, &mut cur) == Step::Next
                 && let Some(sub) = sub
             {
-                *found += cur.files.len() as u64;
+                *found += cur.found();
                 chunks.push(Chunk::Done(std::mem::take(&mut cur)));
                 chunks.push(Chunk::Dir(sub, offset + 1));
             }
+            self.drain(&mut cur, DRAIN_FILES)?;
         }
-        *found += cur.files.len() as u64;
+        *found += cur.found();
         chunks.push(Chunk::Done(cur));
         tick(*found)?;
         Ok(chunks)
@@ -820,7 +860,9 @@ impl Rules<'_> {
             let (dir, offset) = dirs[k];
             let mut part = Discovered::default();
             self.walk(s, dir, offset, &mut part, tick)?;
-            let here = part.files.len() as u64;
+            // Held until the folders before it are merged: spilled now.
+            self.drain(&mut part, 1)?;
+            let here = part.found();
             Ok((part, here))
         })?;
         drop(dirs);
@@ -1073,6 +1115,7 @@ pub fn walk_tree(root: &Path) -> Result<Tree> {
         progress: &|_| {},
         list_ignored: true,
         threads: std::thread::available_parallelism().map_or(1, usize::from),
+        spill: None,
     }
     .run()?;
     let mut files = found
@@ -1163,6 +1206,7 @@ mod tests {
             progress: &|_| {},
             list_ignored: true,
             threads,
+            spill: None,
         }
         .run()
         .unwrap();
@@ -1204,6 +1248,55 @@ mod tests {
     /// A cancel asked mid-walk (here by the progress callback) stops every
     /// thread: nine folders are walked side by side (not split further),
     /// each past the entries between two progress reports.
+    /// A walk that hands its files to a spill finds the files a walk
+    /// that keeps them finds, on one thread or several.
+    #[test]
+    fn a_spilled_walk_finds_what_a_kept_one_finds() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Folders three deep: split twice, then walked side by side.
+        for c in 0..6 {
+            for i in 0..(3 + c * 2) {
+                touch(&tmp.path().join(format!("c{c}/s{}/t/{i}.jpg", i % 2)));
+            }
+            touch(&tmp.path().join(format!("c{c}/{c}.png")));
+        }
+        touch(&tmp.path().join("top.jpg"));
+        let filter = Filter::default();
+        let never = AtomicBool::new(false);
+        let roots = [tmp.path().to_path_buf()];
+        for threads in [1, 4] {
+            let walk = |spill: Option<&Mutex<Spill>>| {
+                Discover {
+                    roots: &roots,
+                    files_from: None,
+                    filter: &filter,
+                    follow_links: false,
+                    skip_dir: None,
+                    cancel: &never,
+                    progress: &|_| {},
+                    list_ignored: false,
+                    threads,
+                    spill,
+                }
+                .run()
+                .unwrap()
+            };
+            let mut kept: Vec<String> = walk(None).files.into_iter().map(|f| f.rel).collect();
+            kept.sort();
+            let out = tempfile::tempdir().unwrap();
+            let spill = Mutex::new(Spill::new(out.path(), 5));
+            let d = walk(Some(&spill));
+            assert_eq!(d.found(), kept.len() as u64);
+            // Each folder walked side by side hands its files over at its end.
+            assert_eq!(d.spilled > 0, threads > 1);
+            let mut spill = spill.into_inner().unwrap();
+            spill.extend(d.files).unwrap();
+            let mut got: Vec<String> = spill.merged().unwrap().map(|f| f.unwrap().rel).collect();
+            got.sort();
+            assert_eq!(got, kept, "{threads} threads");
+        }
+    }
+
     #[test]
     fn a_parallel_walk_stops_when_cancelled() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1232,6 +1325,7 @@ mod tests {
                 progress: &progress,
                 list_ignored: false,
                 threads,
+                spill: None,
             }
             .run();
             assert!(matches!(r, Err(PackError::Cancelled)), "{threads} threads");
@@ -1257,6 +1351,7 @@ mod tests {
             skip_dir: None,
             cancel: &cancel,
             list_ignored: false,
+            spill: None,
         };
         let s = Start {
             root: 0,

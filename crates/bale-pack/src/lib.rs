@@ -63,6 +63,8 @@ mod plan;
 mod progress;
 mod remote;
 mod shard_out;
+mod spill;
+mod spilled;
 
 pub use convert::{
     ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert, convert_inputs,

@@ -2,8 +2,8 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use bale_format::{Compression, CreatedBy, Manifest};
@@ -20,8 +20,10 @@ use crate::options::{
 };
 use crate::output::{Inputs, Output};
 use crate::pipeline::{WriteCtx, write_all};
-use crate::plan::{apply_labels, group, stat_all};
+use crate::plan::{LabelOutcome, ListingHash, PlannedSample, apply_labels, group, stat_all};
 use crate::progress::{PackProgress, SkippedFile, lossy};
+use crate::spill::Spill;
+use crate::spilled::SpillPlan;
 
 /// The default number of reader threads: 4 per core. Reads wait on the disk
 /// more than on the CPU (measured: 8 threads on 2 cores read a cold tree
@@ -438,7 +440,7 @@ impl Packer {
         let o = &self.opts;
         let never = AtomicBool::new(false);
         let cancel: &AtomicBool = o.cancel.as_deref().unwrap_or(&never);
-        let (mut out, base) = if o.append {
+        let (out, base) = if o.append {
             refuse_input_in_output(&o.inputs, &self.output)?;
             let (out, found) = Output::open_append(&self.output)?;
             let base = match found {
@@ -459,9 +461,17 @@ impl Packer {
             .build()
             .map_err(|e| PackError::Option(format!("cannot start {jobs} reader threads: {e}")))?;
 
-        // Discover.
+        // Discover. A sorted listing (directory labels or none, no append)
+        // is handed to a spill as it is found: past a run of files, it goes
+        // to disk in sorted runs and is planned as a stream; a smaller one
+        // comes back and is planned in memory.
+        let run_len = spill_run();
+        let spill = (base.is_none()
+            && matches!(o.order, PackOrder::Sorted)
+            && !matches!(o.labels, LabelMode::Csv(_)))
+        .then(|| Mutex::new(Spill::new(&self.output, run_len)));
         let report = |n: u64| progress.discovering(n);
-        let discovered = Discover {
+        let mut discovered = Discover {
             roots: &o.inputs,
             files_from: o.files_from.as_ref(),
             filter: &self.filter,
@@ -471,8 +481,16 @@ impl Packer {
             progress: &report,
             list_ignored: false,
             threads: jobs.min(std::thread::available_parallelism().map_or(1, usize::from)),
+            spill: spill.as_ref(),
         }
         .run()?;
+        let mut spill = spill.map(|m| m.into_inner().unwrap_or_else(PoisonError::into_inner));
+        if let Some(s) = &mut spill {
+            s.extend(std::mem::take(&mut discovered.files))?;
+        }
+        if let Some(mut s) = spill.take_if(|s| !s.has_runs()) {
+            discovered.files = s.take_buffered();
+        }
         // `--force` clears the old output, never an input: an input file in
         // the output directory, or (following symlinks) one reaching into it,
         // or a file an old shard's name is a hard link to (every input is
@@ -489,7 +507,7 @@ impl Packer {
                 .any(|v| std::fs::symlink_metadata(v).is_ok_and(|m| m.nlink() > 1))
         };
         let mut inputs = Inputs::default();
-        for f in discovered.files.iter().filter(|_| o.force) {
+        let mut watch = |f: &crate::discover::Found| {
             let bale_named = f
                 .path
                 .file_name()
@@ -498,6 +516,9 @@ impl Packer {
             if bale_named || o.follow_links || linked {
                 inputs.add(&f.path);
             }
+        };
+        for f in discovered.files.iter().filter(|_| o.force) {
+            watch(f);
         }
         let mut ignored = discovered.ignored;
         let mut bad = discovered.bad;
@@ -505,6 +526,42 @@ impl Packer {
             && let Some(b) = bad.drain(..).next()
         {
             return Err(b.error);
+        }
+
+        if let Some(mut spill) = spill {
+            let watch: Option<&mut dyn FnMut(&crate::discover::Found)> =
+                o.force.then_some(&mut watch);
+            // Without a part, the first pass stats the samples: their bytes
+            // are known without a pass of their own.
+            let stat_on = o.part.is_none().then_some(&pool);
+            let (plan, orphans) =
+                SpillPlan::new(&mut spill, &o.labels, bad, &mut ignored, watch, stat_on)?;
+            let labels = LabelOutcome {
+                mode: plan.mode,
+                classes: plan.classes.clone(),
+                csv_xxh3: None,
+                unused_rows: 0,
+                first_unused: None,
+            };
+            let shaping = self.shaping(&labels);
+            let planned = Planned::Spilled(Box::new((spill, plan)));
+            return self.finish(
+                start,
+                progress,
+                cancel,
+                &pool,
+                jobs,
+                out,
+                victims,
+                &inputs,
+                None,
+                orphans,
+                labels,
+                shaping,
+                Vec::new(),
+                ignored,
+                planned,
+            );
         }
 
         // Group, label.
@@ -526,30 +583,7 @@ impl Packer {
             .as_ref()
             .map_or_else(|| o.labels.clone(), |b| b.labels(&o.labels));
         let mut labels = apply_labels(&mut samples, &mode, &mut ignored, cancel)?;
-        let mut shaping = ShapingOptions {
-            shard_size: o.shard_size,
-            shard_samples: o.shard_samples,
-            order: match o.order {
-                PackOrder::Sorted => "sorted".into(),
-                PackOrder::Shuffle(_) => "shuffle".into(),
-            },
-            seed: match o.order {
-                PackOrder::Sorted => None,
-                PackOrder::Shuffle(s) => Some(s),
-            },
-            compression: o.compression,
-            zstd_level: (o.compression == Compression::Zstd).then_some(o.zstd_level),
-            labels: labels.mode.into(),
-            labels_csv_xxh3: labels.csv_xxh3.clone(),
-            include: o.include.clone(),
-            exclude: o.exclude.clone(),
-            follow_links: o.follow_links,
-            on_error: o.on_error,
-            transform: o.transform.as_ref().map(|t| t.0.clone()),
-            image: o.image.as_ref().map(crate::image::record),
-            part: o.part,
-            listing: None,
-        };
+        let mut shaping = self.shaping(&labels);
         if let Some(b) = &base {
             b.check_options(&self.output, &shaping)?;
             labels.classes = b.map_labels(&self.output, labels.classes.take(), &mut samples)?;
@@ -574,19 +608,110 @@ impl Packer {
             samples.truncate(range.end);
             samples.drain(..range.start);
         }
+        self.finish(
+            start,
+            progress,
+            cancel,
+            &pool,
+            jobs,
+            out,
+            victims,
+            &inputs,
+            base.as_ref(),
+            orphans,
+            labels,
+            shaping,
+            warnings,
+            ignored,
+            Planned::InMemory(samples),
+        )
+    }
+
+    /// The shaping options recorded in the manifest; the listing is added
+    /// for a part.
+    fn shaping(&self, labels: &LabelOutcome) -> ShapingOptions {
+        let o = &self.opts;
+        ShapingOptions {
+            shard_size: o.shard_size,
+            shard_samples: o.shard_samples,
+            order: match o.order {
+                PackOrder::Sorted => "sorted".into(),
+                PackOrder::Shuffle(_) => "shuffle".into(),
+            },
+            seed: match o.order {
+                PackOrder::Sorted => None,
+                PackOrder::Shuffle(s) => Some(s),
+            },
+            compression: o.compression,
+            zstd_level: (o.compression == Compression::Zstd).then_some(o.zstd_level),
+            labels: labels.mode.into(),
+            labels_csv_xxh3: labels.csv_xxh3.clone(),
+            include: o.include.clone(),
+            exclude: o.exclude.clone(),
+            follow_links: o.follow_links,
+            on_error: o.on_error,
+            transform: o.transform.as_ref().map(|t| t.0.clone()),
+            image: o.image.as_ref().map(crate::image::record),
+            part: o.part,
+            listing: None,
+        }
+    }
+
+    /// Plans sizes, clears the old output, reads and writes, then writes the manifest.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        start: Instant,
+        progress: &dyn PackProgress,
+        cancel: &AtomicBool,
+        pool: &rayon::ThreadPool,
+        jobs: usize,
+        mut out: Output,
+        victims: Vec<PathBuf>,
+        inputs: &Inputs,
+        base: Option<&Base>,
+        orphans: Vec<PackError>,
+        labels: LabelOutcome,
+        mut shaping: ShapingOptions,
+        mut warnings: Vec<String>,
+        ignored: Ignored,
+        planned: Planned,
+    ) -> Result<PackSummary> {
+        let o = &self.opts;
         if cancel.load(Ordering::Relaxed) {
             return Err(PackError::Cancelled);
         }
-        pool.install(|| stat_all(&mut samples));
-        let planned_bytes: u64 = samples
-            .iter()
-            .flat_map(|s| &s.members)
-            .map(|m| m.size)
-            .sum();
-        if let Some(b) = &base {
+        let (mut samples, mut spilled) = match planned {
+            Planned::InMemory(samples) => (samples, None),
+            Planned::Spilled(both) => (Vec::new(), Some(*both)),
+        };
+        let (planned_samples, planned_bytes) = match &mut spilled {
+            None => {
+                pool.install(|| stat_all(&mut samples));
+                let bytes: u64 = samples
+                    .iter()
+                    .flat_map(|s| &s.members)
+                    .map(|m| m.size)
+                    .sum();
+                (samples.len() as u64, bytes)
+            }
+            Some((_, plan)) if let Some(bytes) = plan.bytes => (plan.count as u64, bytes),
+            Some((spill, plan)) => {
+                let range = o.part.map_or(0..plan.count, |p| p.range(plan.count));
+                let mut bytes = 0u64;
+                for s in plan.samples(spill, range.clone(), None, pool)? {
+                    bytes += s?.members.iter().map(|m| m.size).sum::<u64>();
+                    if cancel.load(Ordering::Relaxed) {
+                        return Err(PackError::Cancelled);
+                    }
+                }
+                (range.len() as u64, bytes)
+            }
+        };
+        if let Some(b) = base {
             b.check_keys(&self.output, &samples)?;
         }
-        progress.planned(samples.len() as u64, planned_bytes);
+        progress.planned(planned_samples, planned_bytes);
         // The old dataset goes only now, once the input has been walked,
         // checked, labelled and planned: a bad input found so far (a FIFO,
         // a label file that does not parse) or a cancel leaves it whole.
@@ -594,7 +719,7 @@ impl Packer {
             return Err(PackError::Cancelled);
         }
         if base.is_none() {
-            out.clear_victims(victims, &inputs)?;
+            out.clear_victims(victims, inputs)?;
         }
 
         // Read and write.
@@ -615,7 +740,34 @@ impl Packer {
             cancel,
             progress,
         };
-        let mut written = write_all(&ctx, samples, &mut out, jobs)?;
+        let mut written = match &mut spilled {
+            None => write_all(&ctx, samples.into_iter().map(Ok), &mut out, jobs)?,
+            Some((spill, plan)) => {
+                let range = o.part.map_or(0..plan.count, |p| p.range(plan.count));
+                let mut hash = o.part.map(|_| ListingHash::default());
+                let stream = plan.samples(spill, range, hash.as_mut(), pool)?;
+                // The runs are merged, labelled and stat'ed on a thread of
+                // their own, ahead of the writer (a few chunks).
+                let written = std::thread::scope(|scope| {
+                    let (tx, rx) = crossbeam_channel::bounded(crate::spilled::AHEAD);
+                    std::thread::Builder::new()
+                        .name("bale-pack-plan".into())
+                        .spawn_scoped(scope, move || {
+                            for s in stream {
+                                if tx.send(s).is_err() {
+                                    return;
+                                }
+                            }
+                        })
+                        .map_err(|e| PackError::io(&self.output, e))?;
+                    write_all(&ctx, rx.into_iter(), &mut out, jobs)
+                })?;
+                shaping.listing = hash.map(|h| h.finish());
+                written
+            }
+        };
+        // The runs go before the manifest lands.
+        drop(spilled);
         if o.part.is_none_or(|p| p.index == 0) {
             for e in orphans {
                 let f = crate::SkippedFile {
@@ -671,6 +823,23 @@ impl Packer {
             warnings,
         })
     }
+}
+
+/// A plan: in memory, or spilled to disk and streamed.
+enum Planned {
+    InMemory(Vec<PlannedSample>),
+    Spilled(Box<(Spill, SpillPlan)>),
+}
+
+/// Found files held in memory before they are spilled in sorted runs: a
+/// pack of more files plans from disk ([`Spill`]). `BALE_PACK_RUN_FILES`
+/// sets it (tests run tiny runs with it).
+fn spill_run() -> usize {
+    std::env::var("BALE_PACK_RUN_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(crate::spill::DEFAULT_RUN)
 }
 
 /// Refuses an append whose input is the output directory or lies inside it:

@@ -697,44 +697,55 @@ fn encoded_len(s: &PlannedSample) -> u64 {
             .sum::<u64>()
 }
 
-/// Reads and writes `samples` in order into shards in `out`.
+/// A sample taken from the plan and not yet written.
+struct Ahead {
+    sample: Arc<PlannedSample>,
+    /// Streamed from its files by the writer.
+    stream: bool,
+    /// Bytes charged to the budget while it is held.
+    cost: u64,
+    fail: Option<PackError>,
+}
+
+impl Ahead {
+    fn new(mut s: PlannedSample, ctx: &WriteCtx<'_>) -> Self {
+        let fail = s.fail.take();
+        let total: u64 = s.members.iter().map(|m| m.size).sum();
+        // A sample larger than the whole budget is streamed from its files by
+        // the writer (unless a transform needs the bytes in memory).
+        let stream = ctx.transform.is_none() && total > ctx.budget;
+        // A sample read ahead is held as its tar encoding (headers and padding
+        // included), or as its data when a transform needs it.
+        let cost = SAMPLE_OVERHEAD
+            + if stream || fail.is_some() {
+                0
+            } else if ctx.transform.is_none() {
+                encoded_len(&s)
+            } else {
+                total
+            };
+        Ahead {
+            sample: Arc::new(s),
+            stream,
+            cost,
+            fail,
+        }
+    }
+}
+
+/// Reads and writes `samples` in order into shards in `out`. The plan is
+/// taken as a stream: only the samples read ahead of the writer are held.
+/// An error of the stream ends the run with it.
 pub(crate) fn write_all(
     ctx: &WriteCtx<'_>,
-    mut samples: Vec<PlannedSample>,
+    samples: impl Iterator<Item = Result<PlannedSample>>,
     out: &mut Output,
     jobs: usize,
 ) -> Result<Written> {
-    let n = samples.len();
-    let mut fails: Vec<Option<PackError>> = samples.iter_mut().map(|s| s.fail.take()).collect();
-    let totals: Vec<u64> = samples
-        .iter()
-        .map(|s| s.members.iter().map(|m| m.size).sum())
-        .collect();
-    // A sample larger than the whole budget is streamed from its files by
-    // the writer (unless a transform needs the bytes in memory).
-    let stream: Vec<bool> = totals
-        .iter()
-        .map(|&t| ctx.transform.is_none() && t > ctx.budget)
-        .collect();
-    // A sample read ahead is held as its tar encoding (headers and padding
-    // included), or as its data when a transform needs it.
-    let cost: Vec<u64> = (0..n)
-        .map(|i| {
-            SAMPLE_OVERHEAD
-                + if stream[i] || fails[i].is_some() {
-                    0
-                } else if ctx.transform.is_none() {
-                    encoded_len(&samples[i])
-                } else {
-                    totals[i]
-                }
-        })
-        .collect();
-    let samples = &samples;
-    let stream = &stream;
+    let mut samples = samples.fuse();
     let stop = AtomicBool::new(false);
     let stop = &stop;
-    let (tx, rx) = crossbeam_channel::unbounded::<(usize, Result<Loaded>)>();
+    let (tx, rx) = crossbeam_channel::unbounded::<(u64, Result<Loaded>)>();
     let mut sink = Sink {
         ctx,
         out,
@@ -750,7 +761,8 @@ pub(crate) fn write_all(
     // writer on a warm cache).
     // `.h5` shards store members, not a tar stream: nothing to encode.
     let encode = ctx.compression != Compression::H5;
-    let (task_tx, task_rx) = crossbeam_channel::unbounded::<Vec<usize>>();
+    type Task = Vec<(u64, Arc<PlannedSample>, bool)>;
+    let (task_tx, task_rx) = crossbeam_channel::unbounded::<Task>();
     let result = std::thread::scope(|scope| {
         for t in 0..jobs.max(1) {
             if ctx.cancel.load(Ordering::Relaxed) {
@@ -763,11 +775,11 @@ pub(crate) fn write_all(
                 .name(format!("bale-pack-{t}"))
                 .spawn_scoped(scope, move || {
                     for batch in task_rx {
-                        for j in batch {
+                        for (j, s, stream) in batch {
                             let r = if stop.load(Ordering::Relaxed) {
                                 Err(PackError::Cancelled)
                             } else {
-                                read_sample(&samples[j], stream[j], encode, transform)
+                                read_sample(&s, stream, encode, transform)
                             };
                             if tx.send((j, r)).is_err() {
                                 return;
@@ -783,45 +795,54 @@ pub(crate) fn write_all(
         drop(task_rx);
         drop(tx);
         let r = (|| -> Result<()> {
-            let mut next_dispatch = 0usize;
+            // The samples dispatched and not yet written: slot k is sample i + k.
+            let mut window: VecDeque<Ahead> = VecDeque::new();
+            // The next sample of the plan, taken but not yet dispatched.
+            let mut next: Option<Ahead> = None;
             let mut held_bytes = 0u64;
-            let mut held = 0usize;
             // Results read ahead of the writer: slot k is sample i + k.
             let mut pending: VecDeque<Option<Result<Loaded>>> = VecDeque::new();
-            for i in 0..n {
+            let mut i: u64 = 0;
+            loop {
                 if ctx.cancel.load(Ordering::Relaxed) {
                     return Err(PackError::Cancelled);
                 }
                 // Consecutive small samples go to one task: a task per
                 // 2 KB file costs more in wake-ups than the read itself.
-                let mut batch: Vec<usize> = Vec::new();
+                let mut batch: Task = Vec::new();
                 let mut batch_bytes = 0u64;
-                let spawn = |batch: Vec<usize>| {
+                let spawn = |batch: Task| {
                     // The receivers live as long as this scope's loop.
                     let _ = task_tx.send(batch);
                 };
-                while next_dispatch < n
-                    && held < MAX_AHEAD_SAMPLES
-                    && (held == 0 || held_bytes + cost[next_dispatch] <= ctx.budget)
-                {
-                    let j = next_dispatch;
-                    next_dispatch += 1;
-                    held += 1;
-                    held_bytes += cost[j];
-                    if fails[j].is_some() {
-                        continue;
+                while window.len() < MAX_AHEAD_SAMPLES {
+                    if next.is_none() {
+                        next = samples.next().transpose()?.map(|s| Ahead::new(s, ctx));
                     }
-                    batch.push(j);
-                    batch_bytes += cost[j];
-                    if batch.len() >= BATCH_SAMPLES || batch_bytes >= BATCH_BYTES {
-                        spawn(std::mem::take(&mut batch));
-                        batch_bytes = 0;
+                    let Some(a) =
+                        next.take_if(|a| window.is_empty() || held_bytes + a.cost <= ctx.budget)
+                    else {
+                        break;
+                    };
+                    let j = i + window.len() as u64;
+                    held_bytes += a.cost;
+                    if a.fail.is_none() {
+                        batch.push((j, a.sample.clone(), a.stream));
+                        batch_bytes += a.cost;
+                        if batch.len() >= BATCH_SAMPLES || batch_bytes >= BATCH_BYTES {
+                            spawn(std::mem::take(&mut batch));
+                            batch_bytes = 0;
+                        }
                     }
+                    window.push_back(a);
                 }
                 if !batch.is_empty() {
                     spawn(batch);
                 }
-                let data = match fails[i].take() {
+                let Some(mut a) = window.pop_front() else {
+                    return Ok(());
+                };
+                let data = match a.fail.take() {
                     Some(e) => Err(e),
                     None => loop {
                         if let Some(r) = pending.front_mut().and_then(Option::take) {
@@ -829,7 +850,7 @@ pub(crate) fn write_all(
                         }
                         match rx.recv_timeout(Duration::from_millis(100)) {
                             Ok((j, r)) => {
-                                let k = j - i;
+                                let k = (j - i) as usize;
                                 if pending.len() <= k {
                                     pending.resize_with(k + 1, || None);
                                 }
@@ -847,11 +868,10 @@ pub(crate) fn write_all(
                     },
                 };
                 pending.pop_front();
-                sink.write(&samples[i], data)?;
-                held -= 1;
-                held_bytes -= cost[i];
+                sink.write(&a.sample, data)?;
+                held_bytes -= a.cost;
+                i += 1;
             }
-            Ok(())
         })();
         if r.is_err() {
             stop.store(true, Ordering::Relaxed);

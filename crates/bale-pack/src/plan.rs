@@ -34,8 +34,23 @@ impl Member {
 
 /// The fingerprint of `samples`, the whole listing in planned order.
 pub(crate) fn listing(samples: &[PlannedSample]) -> crate::options::Listing {
-    let mut h = bale_format::hash::Xxh3::new();
+    let mut h = ListingHash::default();
     for s in samples {
+        h.add(s);
+    }
+    h.finish()
+}
+
+/// [`listing`] taken one sample at a time.
+#[derive(Default)]
+pub(crate) struct ListingHash {
+    h: bale_format::hash::Xxh3,
+    samples: u64,
+}
+
+impl ListingHash {
+    pub fn add(&mut self, s: &PlannedSample) {
+        let h = &mut self.h;
         // Lengths first, so no two listings hash the same bytes.
         h.update(&(s.key.len() as u64).to_le_bytes());
         h.update(s.key.as_bytes());
@@ -45,10 +60,14 @@ pub(crate) fn listing(samples: &[PlannedSample]) -> crate::options::Listing {
             h.update(m.ext.as_bytes());
         }
         h.update(&s.label.map_or(u64::MAX, u64::from).to_le_bytes());
+        self.samples += 1;
     }
-    crate::options::Listing {
-        samples: samples.len() as u64,
-        xxh3: bale_format::hex64(h.digest()),
+
+    pub fn finish(&self) -> crate::options::Listing {
+        crate::options::Listing {
+            samples: self.samples,
+            xxh3: bale_format::hex64(self.h.digest()),
+        }
     }
 }
 
@@ -78,14 +97,31 @@ impl PlannedSample {
 /// map to one key and extension (the same file listed twice is kept once).
 /// Sorts on the current rayon pool.
 pub(crate) fn group(mut files: Vec<Found>) -> Result<Vec<PlannedSample>> {
-    files.par_sort_unstable_by(|a, b| {
-        (a.key(), a.ext(), a.root, &a.path).cmp(&(b.key(), b.ext(), b.root, &b.path))
-    });
-    // One pass (each file's first read is a cache miss): a file listed
-    // twice is kept once, two files of one key and extension are an error.
-    let mut samples: Vec<PlannedSample> = Vec::new();
-    for f in files {
-        if let Some(s) = samples.last_mut()
+    files.par_sort_unstable_by(crate::spill::order);
+    Grouped::new(files.into_iter().map(Ok)).collect()
+}
+
+/// Files sorted in [`crate::spill::order`] grouped into samples, one at a
+/// time: what [`group`] returns, as a stream (its errors, and those of the
+/// files, end it).
+pub(crate) struct Grouped<I> {
+    files: I,
+    cur: Option<PlannedSample>,
+    done: bool,
+}
+
+impl<I: Iterator<Item = Result<Found>>> Grouped<I> {
+    pub fn new(files: I) -> Self {
+        Grouped {
+            files,
+            cur: None,
+            done: false,
+        }
+    }
+
+    /// Adds `f` to the current sample, or returns the sample it ends.
+    fn add(&mut self, f: Found) -> Result<Option<PlannedSample>> {
+        if let Some(s) = &mut self.cur
             && s.key == f.key()
         {
             if let Some(m) = s.members.last()
@@ -93,7 +129,7 @@ pub(crate) fn group(mut files: Vec<Found>) -> Result<Vec<PlannedSample>> {
             {
                 // Same key and extension: the same file listed twice, or two files.
                 if m.root == f.root && m.path == f.path {
-                    continue;
+                    return Ok(None);
                 }
                 return Err(PackError::DuplicateMember {
                     key: f.key().to_owned(),
@@ -104,7 +140,7 @@ pub(crate) fn group(mut files: Vec<Found>) -> Result<Vec<PlannedSample>> {
             }
             s.members
                 .push(Member::of(&f.rel[f.dot + 1..], f.root, f.path));
-            continue;
+            return Ok(None);
         }
         let Found {
             root,
@@ -115,14 +151,43 @@ pub(crate) fn group(mut files: Vec<Found>) -> Result<Vec<PlannedSample>> {
         let member = Member::of(&rel[dot + 1..], root, path);
         // The key takes over the name's allocation.
         rel.truncate(dot);
-        samples.push(PlannedSample {
+        Ok(self.cur.replace(PlannedSample {
             key: rel,
             members: vec![member],
             label: None,
             fail: None,
-        });
+        }))
     }
-    Ok(samples)
+}
+
+impl<I: Iterator<Item = Result<Found>>> Iterator for Grouped<I> {
+    type Item = Result<PlannedSample>;
+
+    fn next(&mut self) -> Option<Result<PlannedSample>> {
+        if self.done {
+            return None;
+        }
+        // One pass (each file's first read is a cache miss): a file listed
+        // twice is kept once, two files of one key and extension are an error.
+        loop {
+            let r = match self.files.next() {
+                Some(Ok(f)) => self.add(f),
+                Some(Err(e)) => Err(e),
+                None => {
+                    self.done = true;
+                    return self.cur.take().map(Ok);
+                }
+            };
+            match r {
+                Ok(Some(s)) => return Some(Ok(s)),
+                Ok(None) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
 }
 
 /// What labelling decided.
