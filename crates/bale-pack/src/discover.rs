@@ -15,6 +15,7 @@ use serde::Serialize;
 use walkdir::WalkDir;
 
 use crate::error::{PackError, Result};
+pub(crate) use crate::spill::Found;
 use crate::spill::Spill;
 
 /// How many example paths [`IgnoredKind`] keeps.
@@ -102,28 +103,6 @@ impl Ignored {
             + self.symlinks.count
             + self.excluded.count
             + self.outside_class.count
-    }
-}
-
-/// A candidate member: a regular file with a valid key and extension.
-#[derive(Debug, Clone)]
-pub(crate) struct Found {
-    /// Index of the root (input directory) it was found under.
-    pub root: usize,
-    /// The path to open.
-    pub path: PathBuf,
-    /// The name relative to the root, `/`-separated: `key.ext`.
-    pub rel: String,
-    /// Byte position of the dot that starts the extension in `rel`.
-    pub dot: usize,
-}
-
-impl Found {
-    pub fn key(&self) -> &str {
-        &self.rel[..self.dot]
-    }
-    pub fn ext(&self) -> &str {
-        &self.rel[self.dot + 1..]
     }
 }
 

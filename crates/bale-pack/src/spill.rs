@@ -13,8 +13,29 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::discover::Found;
 use crate::error::{PackError, Result};
+
+/// A candidate member: a regular file with a valid key and extension.
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    /// Index of the root (input directory) it was found under.
+    pub root: usize,
+    /// The path to open.
+    pub path: PathBuf,
+    /// The name relative to the root, `/`-separated: `key.ext`.
+    pub rel: String,
+    /// Byte position of the dot that starts the extension in `rel`.
+    pub dot: usize,
+}
+
+impl Found {
+    pub fn key(&self) -> &str {
+        &self.rel[..self.dot]
+    }
+    pub fn ext(&self) -> &str {
+        &self.rel[self.dot + 1..]
+    }
+}
 
 /// Found files held in memory before a run is sorted and written.
 pub(crate) const DEFAULT_RUN: usize = 1 << 18;
