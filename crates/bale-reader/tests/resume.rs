@@ -4,7 +4,7 @@
 //! `even`, every rank of a stage yields the same count and nothing is lost;
 //! with the same cut, the resumed order is the rest of the uninterrupted one.
 
-use bale_reader::resume::{Cut, Mixing, Progress, Resume};
+use bale_reader::resume::{Cut, Progress, Resume};
 use bale_reader::{EpochPlan, Order, Partition};
 use proptest::prelude::*;
 
@@ -15,21 +15,6 @@ fn plan_strategy() -> impl Strategy<Value = EpochPlan> {
         (any::<u64>(), 0u64..5, 0usize..20)
             .prop_map(|(s, e, b)| EpochPlan::shard_shuffled(s, e, b)),
     ]
-}
-
-fn mixing(plan: EpochPlan) -> Option<Mixing> {
-    match plan {
-        EpochPlan::ShardShuffled {
-            seed,
-            epoch,
-            buffer,
-        } => Some(Mixing {
-            buffer,
-            seed,
-            epoch,
-        }),
-        _ => None,
-    }
 }
 
 fn partition(cut: Cut, rank: u64, worker: u64) -> Partition {
@@ -50,7 +35,7 @@ fn order_after(
 ) -> (Order, u64) {
     let n: u64 = sizes.iter().sum();
     let place = Resume::new(done.to_vec())
-        .place(n, cut, rank, worker, mixing(plan))
+        .place(n, cut, rank, worker, plan.mixing())
         .unwrap();
     let order = Order::resumed(plan, partition(cut, rank, worker), sizes, &place).unwrap();
     (order, place.start)
