@@ -573,13 +573,7 @@ mod tests {
     use super::*;
 
     fn found(root: usize, rel: &str) -> Found {
-        let (key, _) = bale_format::split_member_name(rel).unwrap();
-        Found {
-            root,
-            path: PathBuf::from(format!("r{root}/{rel}")),
-            rel: rel.to_owned(),
-            dot: key.len(),
-        }
+        Found::named(root, rel)
     }
 
     #[test]

@@ -29,6 +29,18 @@ pub(crate) struct Found {
 }
 
 impl Found {
+    /// A file named `rel` under root `root` (at `r<root>/<rel>`), for tests.
+    #[cfg(test)]
+    pub(crate) fn named(root: usize, rel: &str) -> Found {
+        let (key, _) = bale_format::split_member_name(rel).unwrap();
+        Found {
+            root,
+            path: PathBuf::from(format!("r{root}/{rel}")),
+            rel: rel.to_owned(),
+            dot: key.len(),
+        }
+    }
+
     pub fn key(&self) -> &str {
         &self.rel[..self.dot]
     }
@@ -284,13 +296,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn found(root: usize, rel: &str) -> Found {
-        let (key, _) = bale_format::split_member_name(rel).unwrap();
-        Found {
-            root,
-            path: PathBuf::from(format!("r{root}/{rel}")),
-            rel: rel.to_owned(),
-            dot: key.len(),
-        }
+        Found::named(root, rel)
     }
 
     fn names(files: &[Found]) -> Vec<(usize, String, PathBuf)> {
