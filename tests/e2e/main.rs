@@ -21,6 +21,7 @@ mod pack;
 mod reader;
 mod relay;
 mod remote;
+mod remote_append;
 mod remote_write;
 mod slurm;
 mod stage;

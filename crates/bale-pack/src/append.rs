@@ -8,7 +8,7 @@
 //! before keeps its manifest, whose files do not change.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bale_format::{Manifest, ShardIndex};
 
@@ -17,9 +17,13 @@ use crate::options::LabelMode;
 use crate::options::ShapingOptions;
 use crate::plan::PlannedSample;
 
-/// The dataset an append adds to.
-#[derive(Debug)]
+/// The dataset an append adds to, wherever it is: a local directory, or a
+/// prefix in object storage (its URL), whose indexes are read through the
+/// storage layer.
+#[derive(Debug, Clone)]
 pub(crate) struct Base {
+    /// Where it is: its directory, or its URL.
+    pub dir: PathBuf,
     /// Its manifest, as read when the output was taken.
     pub manifest: Manifest,
     /// The options it was packed with.
@@ -36,8 +40,8 @@ fn mismatch(dir: &Path, what: String) -> PackError {
 }
 
 impl Base {
-    /// The dataset of `manifest` in `dir`, whose directory holds the
-    /// shard names `names`. Refuses a dataset that `bale pack` (or `bale
+    /// The dataset of `manifest` in `dir` (a directory, or a prefix's URL),
+    /// which holds the names `names` (of files, or objects). Refuses a dataset that `bale pack` (or `bale
     /// merge` of its parts) did not write, and a part of `--part I/N`.
     pub fn new(dir: &Path, manifest: Manifest, names: &[String]) -> Result<Self> {
         let command = manifest.created_by.command.as_str();
@@ -74,6 +78,7 @@ impl Base {
             .unwrap_or(0)
             .max(manifest.shards.len() as u64);
         Ok(Self {
+            dir: dir.to_path_buf(),
             manifest,
             options,
             first_shard,
@@ -91,7 +96,8 @@ impl Base {
 
     /// Refuses options that would write shards unlike the dataset's,
     /// naming the first that differs.
-    pub fn check_options(&self, dir: &Path, new: &ShapingOptions) -> Result<()> {
+    pub fn check_options(&self, new: &ShapingOptions) -> Result<()> {
+        let dir = &self.dir;
         let old = &self.options;
         let fields: [(&str, String, String); 7] = [
             (
@@ -137,10 +143,10 @@ impl Base {
     /// the dataset's. Returns the dataset's classes.
     pub fn map_labels(
         &self,
-        dir: &Path,
         classes: Option<Vec<String>>,
         samples: &mut [PlannedSample],
     ) -> Result<Option<Vec<String>>> {
+        let dir = &self.dir;
         let old = self.manifest.labels.clone();
         let (Some(new), Some(have)) = (classes, old.as_ref()) else {
             return Ok(old);
@@ -174,10 +180,12 @@ impl Base {
 
     /// Refuses a sample whose key the dataset holds, naming the key, the
     /// file it came from and the shard that has it. Reads one index at a
-    /// time (mapped, its pages dropped after); memory: the new keys and one
-    /// index. A shard is searched by its lookup table when the new keys are
-    /// few against its samples, else read key by key.
-    pub fn check_keys(&self, dir: &Path, samples: &[PlannedSample]) -> Result<()> {
+    /// time (mapped, its pages dropped after; in object storage, read whole
+    /// into memory, then dropped); memory: the new keys and one index. A
+    /// shard is searched by its lookup table when the new keys are few
+    /// against its samples, else read key by key.
+    pub fn check_keys(&self, samples: &[PlannedSample]) -> Result<()> {
+        let dir = &self.dir;
         if samples.is_empty() {
             return Ok(());
         }
@@ -232,6 +240,12 @@ impl Base {
         m
     }
 }
+
+/// The dataset in object storage a `bale pack --append -o URL` adds to, as
+/// [`crate::Destination::open_appending`] read it under the prefix's lock,
+/// for [`crate::PackerBuilder::append_onto`].
+#[derive(Debug, Clone)]
+pub struct AppendBase(pub(crate) Base);
 
 /// The number `N` of a shard file named `shard-N.<ext>` (six or more digits).
 pub(crate) fn shard_number(name: &str) -> Option<u64> {

@@ -64,6 +64,7 @@ mod progress;
 mod remote;
 mod shard_out;
 
+pub use append::AppendBase;
 pub use convert::{
     ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert, convert_inputs,
 };
