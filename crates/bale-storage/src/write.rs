@@ -2125,26 +2125,25 @@ impl Publisher {
         }
         };
         let mut last = None;
+        // An attempt got no definite answer: it may still land.
+        let mut may_have_landed = false;
         for _ in 0..MANIFEST_ATTEMPTS {
-            match self.manifest_owner() {
-                Owner::Ours => return Ok(()),
-                Owner::Unknown => {}
-                _ => {
-                    let path = self.path(MANIFEST)?;
-                    match read_seen(&self.client, &path) {
-                        Ok(Some(seen))
-                            if seen.bytes == *old && same_version(&seen.version, version) => {}
-                        Ok(_) => {
-                            if last.is_some() {
-                                self.manifest_unsure.store(true, Ordering::SeqCst);
-                            }
-                            return Err(changed());
-                        }
-                        Err(e) => {
-                            last = Some(from_object_store(&self.url_of(MANIFEST), None, e));
-                            continue;
-                        }
+            match read_seen(&self.client, &self.path(MANIFEST)?) {
+                Ok(Some(seen)) if seen.bytes == *old && same_version(&seen.version, version) => {}
+                Ok(_) => {
+                    // An earlier attempt of this run landed, its answer
+                    // lost; or someone else's write did.
+                    if matches!(self.manifest_owner(), Owner::Ours) {
+                        return Ok(());
                     }
+                    if may_have_landed {
+                        self.manifest_unsure.store(true, Ordering::SeqCst);
+                    }
+                    return Err(changed());
+                }
+                Err(e) => {
+                    last = Some(from_object_store(&self.url_of(MANIFEST), None, e));
+                    continue;
                 }
             }
             let mode = if version.e_tag.is_some() {
@@ -2170,18 +2169,23 @@ impl Publisher {
                         ..
                     }),
                 ) => {
-                    if last.is_some() {
+                    if may_have_landed {
                         self.manifest_unsure.store(true, Ordering::SeqCst);
                     }
                     return Err(e);
                 }
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    may_have_landed |= may_land(&e);
+                    last = Some(e);
+                }
             }
         }
         if matches!(self.manifest_owner(), Owner::Ours) {
             return Ok(());
         }
-        self.manifest_unsure.store(true, Ordering::SeqCst);
+        if may_have_landed {
+            self.manifest_unsure.store(true, Ordering::SeqCst);
+        }
         Err(last.unwrap_or_else(changed))
     }
 
