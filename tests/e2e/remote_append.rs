@@ -426,3 +426,38 @@ fn an_upload_error_mid_append_removes_only_what_the_run_wrote() {
     old_objects_kept(&before, &objects_at(s, &bkt, "ds"));
     assert_eq!(verified(s, &url).len(), 100);
 }
+
+#[test]
+fn an_append_whose_manifest_put_meets_another_version_commits_nothing() {
+    // bale.json is replaced after the run's last read of it, while its PUT
+    // (If-Match on the ETag read) is held by a relay: the server refuses
+    // the PUT, and the run removes what it wrote, the other manifest kept.
+    let s = Seaweed::shared();
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = trees(t.path());
+    let bkt = bucket(s, "app412");
+    let url = format!("s3://{bkt}/ds");
+    ok(&bale(s, &["pack", "-q", "-o", &url, a.to_str().unwrap()]));
+    let before = objects_at(s, &bkt, "ds");
+    let gate = Gate::start(s, put_of(&bkt, "ds/bale.json"), GateDoes::HoldRequest, 1);
+    let run = gate.bale(
+        s,
+        &["pack", "-q", "--append", "-o", &url, b.to_str().unwrap()],
+    );
+    gate.wait_held(1, Duration::from_secs(120));
+    let mut theirs = object(s, &url, "bale.json");
+    theirs.extend_from_slice(b"\n");
+    put(s, t.path(), &bkt, "ds/bale.json", &theirs);
+    gate.release(0);
+    let o = run.finish_within(Duration::from_secs(120));
+    refused_with(&o, &["no longer the one this run read"]);
+    assert_eq!(object(s, &url, "bale.json"), theirs);
+    let now = objects_at(s, &bkt, "ds");
+    assert_eq!(
+        now.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "only the run's objects went, its lock with them"
+    );
+    old_objects_kept(&before, &now);
+    assert!(listing(s, &bkt, "ds").1.is_empty());
+}
