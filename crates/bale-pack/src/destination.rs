@@ -181,15 +181,7 @@ impl Destination {
             });
             match opened {
                 Ok(r) => Some(r),
-                // `--force` watching another run's lock: nothing of the
-                // run was written there.
-                Err(error) if cancel.load(Ordering::SeqCst) => {
-                    let mut f = refused(output, run, error);
-                    f.left.interrupted = true;
-                    f.left.undo = Undo::Untouched;
-                    return Err(f);
-                }
-                Err(error) => return Err(refused(output, run, error)),
+                Err(error) => return Err(not_taken(output, run, cancel, error)),
             }
         } else {
             None
@@ -233,13 +225,7 @@ impl Destination {
             .and_then(|s| RemoteOutput::open_append(output, &s, Arc::clone(cancel)));
         let (remote, found) = match opened {
             Ok(o) => o,
-            Err(error) if cancel.load(Ordering::SeqCst) => {
-                let mut f = refused(output, run, error);
-                f.left.interrupted = true;
-                f.left.undo = Undo::Untouched;
-                return Err(f);
-            }
-            Err(error) => return Err(refused(output, run, error)),
+            Err(error) => return Err(not_taken(output, run, cancel, error)),
         };
         let base = found.map(|f| {
             let at = output.join(MANIFEST_NAME);
@@ -422,6 +408,18 @@ impl Destination {
             },
         )
     }
+}
+
+/// A prefix that could not be taken: refused, or interrupted (`--force`
+/// watching another run's lock, Ctrl-C): nothing of the run was written
+/// there.
+fn not_taken(output: &Path, run: Run, cancel: &AtomicBool, error: PackError) -> Failed {
+    let mut f = refused(output, run, error);
+    if cancel.load(Ordering::SeqCst) {
+        f.left.interrupted = true;
+        f.left.undo = Undo::Untouched;
+    }
+    f
 }
 
 /// A failure before the output was taken: it is as it was.

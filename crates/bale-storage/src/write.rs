@@ -2082,18 +2082,7 @@ impl Publisher {
                 },
                 // Refused outright (a 4xx): this attempt did not land, but
                 // an earlier one without an answer still may.
-                Err(
-                    e @ (StorageError::Credentials { .. }
-                    | StorageError::NoCredentials { .. }
-                    | StorageError::Denied { .. }
-                    | StorageError::BadUrl { .. }
-                    | StorageError::NotFound { .. }
-                    | StorageError::Cancelled
-                    | StorageError::Request {
-                        status: Some(400..=499),
-                        ..
-                    }),
-                ) => {
+                Err(e) if refused_outright(&e) => {
                     if last.is_some() {
                         self.manifest_unsure.store(true, Ordering::SeqCst);
                     }
@@ -2157,18 +2146,7 @@ impl Publisher {
                 // again by the client, landed the first time: the next
                 // round tells.
                 Err(e @ StorageError::Changed { .. }) => last = Some(e),
-                Err(
-                    e @ (StorageError::Credentials { .. }
-                    | StorageError::NoCredentials { .. }
-                    | StorageError::Denied { .. }
-                    | StorageError::BadUrl { .. }
-                    | StorageError::NotFound { .. }
-                    | StorageError::Cancelled
-                    | StorageError::Request {
-                        status: Some(400..=499),
-                        ..
-                    }),
-                ) => {
+                Err(e) if refused_outright(&e) => {
                     if may_have_landed {
                         self.manifest_unsure.store(true, Ordering::SeqCst);
                     }
@@ -2494,6 +2472,24 @@ fn same_object(want: &(u64, Option<String>), have: &(u64, Option<String>)) -> bo
             (Some(w), Some(h)) => tag(w) == tag(h),
             _ => true,
         }
+}
+
+/// Whether a write was refused outright (a 4xx, or the run stopped before
+/// it went out): it did not land.
+fn refused_outright(e: &StorageError) -> bool {
+    matches!(
+        e,
+        StorageError::Credentials { .. }
+            | StorageError::NoCredentials { .. }
+            | StorageError::Denied { .. }
+            | StorageError::BadUrl { .. }
+            | StorageError::NotFound { .. }
+            | StorageError::Cancelled
+            | StorageError::Request {
+                status: Some(400..=499),
+                ..
+            }
+    )
 }
 
 /// Whether `seen` is the version `read`: the same ETag (and version id)
