@@ -49,7 +49,7 @@ pub(crate) fn shard_files(dir: &Path) -> Vec<(String, Vec<u8>, SystemTime)> {
 
 /// Two trees of an ImageFolder-like layout: `a` (classes `cat`, `dog`)
 /// and `b` (new keys, class `cat` only).
-fn trees(t: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn trees(t: &Path) -> (PathBuf, PathBuf) {
     let a = t.join("a");
     text_tree(&a, "cat", "a-cat", 30);
     text_tree(&a, "dog", "a-dog", 30);

@@ -22,6 +22,7 @@ mod pack;
 mod reader;
 mod relay;
 mod remote;
+mod remote_append;
 mod remote_write;
 mod slurm;
 mod spill;

@@ -22,7 +22,7 @@ use crate::store::{
 };
 
 /// `bale ARGS... --storage-option ...` (quiet), bounded in time.
-fn bale(s: &Seaweed, args: &[&str]) -> Output {
+pub(crate) fn bale(s: &Seaweed, args: &[&str]) -> Output {
     bale_in(s, None, args)
 }
 
@@ -245,7 +245,13 @@ fn a_store_without_conditional_puts_still_gets_a_whole_dataset_and_a_mark() {
 
 /// Starts `bale pack -o url`, waits until `name` exists under `url`, and
 /// returns the running pack (or `None` when it finished first).
-fn pack_until(s: &Seaweed, tree: &Path, url: &str, extra: &[&str], name: &str) -> Option<Running> {
+pub(crate) fn pack_until(
+    s: &Seaweed,
+    tree: &Path,
+    url: &str,
+    extra: &[&str],
+    name: &str,
+) -> Option<Running> {
     pack_until_in(s, tree, url, extra, name, None)
 }
 
@@ -286,7 +292,7 @@ fn pack_until_in(
     panic!("{name} never appeared under {url}");
 }
 
-fn signal(run: &mut Running, sig: i32) {
+pub(crate) fn signal(run: &mut Running, sig: i32) {
     // SAFETY: signals our own child.
     unsafe { libc::kill(run.child().id() as i32, sig) };
 }
@@ -906,7 +912,7 @@ fn pack_through(s: &Seaweed, gate: &Gate, src: &Path, url: &str, extra: &[&str])
 }
 
 /// The dataset at `url`, once `bale verify` passed on it.
-fn verified(s: &Seaweed, url: &str) -> Dataset {
+pub(crate) fn verified(s: &Seaweed, url: &str) -> Dataset {
     ok(&bale(s, &["verify", url]));
     open_at(s, url)
 }

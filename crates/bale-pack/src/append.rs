@@ -10,7 +10,7 @@
 //! whose files do not change.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bale_format::{Manifest, ShardIndex};
 use serde::de::DeserializeOwned;
@@ -22,9 +22,12 @@ use crate::plan::PlannedSample;
 
 /// The dataset an append adds to, with the options (`O`) its command
 /// recorded: pack's [`ShapingOptions`], or the JSON of `convert`'s and
-/// `index`'s.
-#[derive(Debug)]
+/// `index`'s. It is a local directory, or (for `pack`) a prefix in object
+/// storage, whose indexes are read through the storage layer.
+#[derive(Debug, Clone)]
 pub(crate) struct Base<O = ShapingOptions> {
+    /// Where it is: its directory, or its URL.
+    pub dir: PathBuf,
     /// Its manifest, as read when the output was taken.
     pub manifest: Manifest,
     /// The options it was written with.
@@ -41,8 +44,9 @@ fn mismatch(dir: &Path, what: String) -> PackError {
 }
 
 impl<O: DeserializeOwned> Base<O> {
-    /// The dataset of `manifest` in `dir`, whose directory holds the
-    /// names `names`, for `bale {cmd} --append`. Refuses a dataset that no
+    /// The dataset of `manifest` in `dir` (a directory, or a prefix's URL),
+    /// which holds the names `names` (of files, or objects), for
+    /// `bale {cmd} --append`. Refuses a dataset that no
     /// command of `takes` (the commands, and how to say them) wrote.
     pub fn of(
         dir: &Path,
@@ -78,6 +82,7 @@ impl<O: DeserializeOwned> Base<O> {
             .unwrap_or(0)
             .max(manifest.shards.len() as u64);
         Ok(Self {
+            dir: dir.to_path_buf(),
             manifest,
             options,
             first_shard,
@@ -87,16 +92,16 @@ impl<O: DeserializeOwned> Base<O> {
     /// Refuses a new sample whose key the dataset holds: `keys` are the
     /// new keys, each with the input file it comes from; the error names
     /// the key, that file and the shard that has it. Reads one index at a
-    /// time (mapped, its pages dropped after); memory: the new keys and one
-    /// index. A shard is searched by its lookup table when the new keys are
+    /// time (mapped, its pages dropped after; in object storage, read whole
+    /// into memory, then dropped); memory: the new keys and one index. A shard is searched by its lookup table when the new keys are
     /// few against its samples, else read key by key.
-    pub fn refuse_held_keys(&self, dir: &Path, keys: &[(&str, &Path)]) -> Result<()> {
+    pub fn refuse_held_keys(&self, keys: &[(&str, &Path)]) -> Result<()> {
         if keys.is_empty() {
             return Ok(());
         }
         let new: HashMap<&str, &Path> = keys.iter().copied().collect();
         for e in &self.manifest.shards {
-            let path = Manifest::resolve(dir, &e.index);
+            let path = Manifest::resolve(&self.dir, &e.index);
             let idx = ShardIndex::open_expecting(&path, e.samples, e.members)?;
             let found = if new.len().saturating_mul(32) < idx.len() {
                 keys.iter()
@@ -148,15 +153,10 @@ impl Base<serde_json::Value> {
     /// them in `created_by.options`) differ from the dataset's in one of
     /// `fields` (each the option's key there and how to name it), naming
     /// the first.
-    pub fn check_recorded(
-        &self,
-        dir: &Path,
-        new: &serde_json::Value,
-        fields: &[(&str, &str)],
-    ) -> Result<()> {
+    pub fn check_recorded(&self, new: &serde_json::Value, fields: &[(&str, &str)]) -> Result<()> {
         let at = |v: &serde_json::Value, k: &str| shown(&v.get(k).cloned().unwrap_or_default());
         differ(
-            dir,
+            &self.dir,
             fields
                 .iter()
                 .map(|(k, name)| (*name, at(&self.options, k), at(new, k))),
@@ -218,7 +218,7 @@ impl Base {
 
     /// Refuses options that would write shards unlike the dataset's,
     /// naming the first that differs.
-    pub fn check_options(&self, dir: &Path, new: &ShapingOptions) -> Result<()> {
+    pub fn check_options(&self, new: &ShapingOptions) -> Result<()> {
         let old = &self.options;
         let fields: [(&str, String, String); 7] = [
             (
@@ -245,7 +245,7 @@ impl Base {
             ),
             ("transform", shown(&old.transform), shown(&new.transform)),
         ];
-        differ(dir, fields)
+        differ(&self.dir, fields)
     }
 
     /// Gives the samples the dataset's class numbers: every class of the
@@ -253,7 +253,6 @@ impl Base {
     /// the dataset's. Returns the dataset's classes.
     pub fn map_labels(
         &self,
-        dir: &Path,
         classes: Option<Vec<String>>,
         samples: &mut [PlannedSample],
     ) -> Result<Option<Vec<String>>> {
@@ -270,7 +269,7 @@ impl Base {
         for c in &new {
             let Some(&i) = at.get(c.as_str()) else {
                 return Err(mismatch(
-                    dir,
+                    &self.dir,
                     format!(
                         "class {c:?} of this run is not one of the dataset's {} classes: an \
                          append keeps the dataset's class list (repack to add a class)",
@@ -291,14 +290,20 @@ impl Base {
     /// Refuses a sample whose key the dataset holds, naming the key, the
     /// file it came from and the shard that has it
     /// ([`Base::refuse_held_keys`]).
-    pub fn check_keys(&self, dir: &Path, samples: &[PlannedSample]) -> Result<()> {
+    pub fn check_keys(&self, samples: &[PlannedSample]) -> Result<()> {
         let keys: Vec<(&str, &Path)> = samples
             .iter()
             .map(|s| (s.key.as_str(), s.first_path()))
             .collect();
-        self.refuse_held_keys(dir, &keys)
+        self.refuse_held_keys(&keys)
     }
 }
+
+/// The dataset in object storage a `bale pack --append -o URL` adds to, as
+/// [`crate::Destination::open_appending`] read it under the prefix's lock,
+/// for [`crate::PackerBuilder::append_onto`].
+#[derive(Debug, Clone)]
+pub struct AppendBase(pub(crate) Base);
 
 /// The number `N` of a shard file named `shard-N.<ext>` (six or more digits).
 pub(crate) fn shard_number(name: &str) -> Option<u64> {

@@ -583,7 +583,7 @@ fn open_output(
     };
     let takes: (&[&str], &str) = (&["convert"], "`bale convert`");
     let base = Base::of(dst, manifest, &names, "convert", takes)?;
-    base.check_recorded(dst, settings, &SETTINGS)?;
+    base.check_recorded(settings, &SETTINGS)?;
     let (had, has) = (&base.manifest.labels, src.labels());
     if *had != has {
         let list = |l: &Option<Vec<String>>| {
@@ -606,7 +606,7 @@ fn open_output(
             .iter()
             .map(|(k, f)| (k.as_str(), f.as_path()))
             .collect();
-        base.refuse_held_keys(dst, &keys)?;
+        base.refuse_held_keys(&keys)?;
     }
     Ok((out, Some(base)))
 }

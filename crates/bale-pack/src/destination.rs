@@ -66,6 +66,11 @@ pub struct Destination {
     /// `bale index -o URL`: the prefix (with its trailing `/`) the manifest
     /// names the tars relative to.
     prefix: Option<String>,
+    /// `bale pack --append -o URL` over a dataset: the dataset, as read
+    /// under the prefix's lock, until [`Destination::take_base`].
+    base: Option<crate::append::Base>,
+    /// The run adds to the dataset in a prefix: an undo leaves it as it was.
+    appends: bool,
 }
 
 impl Destination {
@@ -176,15 +181,7 @@ impl Destination {
             });
             match opened {
                 Ok(r) => Some(r),
-                // `--force` watching another run's lock: nothing of the
-                // run was written there.
-                Err(error) if cancel.load(Ordering::SeqCst) => {
-                    let mut f = refused(output, run, error);
-                    f.left.interrupted = true;
-                    f.left.undo = Undo::Untouched;
-                    return Err(f);
-                }
-                Err(error) => return Err(refused(output, run, error)),
+                Err(error) => return Err(not_taken(output, run, cancel, error)),
             }
         } else {
             None
@@ -198,7 +195,69 @@ impl Destination {
             old_manifest: (force && remote.is_none() && manifest.is_file()).then_some(manifest),
             remote,
             prefix: None,
+            base: None,
+            appends: false,
         })
+    }
+
+    /// [`Destination::open`] for `bale pack --append`: a local directory as
+    /// [`Destination::keeping`] takes it; a prefix in object storage is
+    /// locked over the dataset there ([`RemoteOutput::open_append`]), which
+    /// is read (its manifest and the names under the prefix) and checked
+    /// as a local one is, before anything is written. An empty prefix gets
+    /// a new dataset.
+    ///
+    /// # Errors
+    /// As [`Destination::open`]; a dataset that takes no append (then the
+    /// lock is let go, and nothing else was written).
+    pub fn open_appending(
+        output: &Path,
+        cancel: &Arc<AtomicBool>,
+        storage: StorageFn<'_>,
+    ) -> Result<Self, Failed> {
+        if !is_remote(output) {
+            return Self::open(output, Run::Pack, false, cancel, storage, Vec::new())?
+                .keeping(true);
+        }
+        let run = Run::Pack;
+        let opened = storage()
+            .map_err(PackError::from)
+            .and_then(|s| RemoteOutput::open_append(output, &s, Arc::clone(cancel)));
+        let (remote, found) = match opened {
+            Ok(o) => o,
+            Err(error) => return Err(not_taken(output, run, cancel, error)),
+        };
+        let base = found.map(|f| {
+            let at = output.join(MANIFEST_NAME);
+            Manifest::from_slice(&f.manifest, &at)
+                .map_err(PackError::from)
+                .and_then(|m| crate::append::Base::new(output, m, &f.names))
+        });
+        let base = match base.transpose() {
+            Ok(b) => b,
+            Err(error) => {
+                drop(remote.undo(run, false));
+                return Err(refused(output, run, error));
+            }
+        };
+        Ok(Self {
+            output: output.to_path_buf(),
+            run,
+            force: false,
+            cancel: Arc::clone(cancel),
+            old_manifest: None,
+            remote: Some(remote),
+            prefix: None,
+            appends: base.is_some(),
+            base,
+        })
+    }
+
+    /// The dataset in object storage a `bale pack --append` adds to, for
+    /// [`crate::PackerBuilder::append_onto`]; `None` for a local output
+    /// (the packer reads it there) or an empty prefix.
+    pub fn take_base(&mut self) -> Option<crate::AppendBase> {
+        self.base.take().map(crate::AppendBase)
     }
 
     /// For `pack --append` when `append`: a failure then says of the
@@ -206,7 +265,8 @@ impl Destination {
     /// never removes it).
     ///
     /// # Errors
-    /// An output in object storage: appending there is not supported yet
+    /// An output in object storage taken by [`Destination::open`]: a
+    /// prefix is taken for an append by [`Destination::open_appending`]
     /// (the taken prefix is let go untouched).
     pub fn keeping(mut self, append: bool) -> Result<Self, Failed> {
         if !append {
@@ -214,8 +274,8 @@ impl Destination {
         }
         if self.remote.is_some() {
             let error = PackError::Usage(
-                "--append adds to a local dataset only for now: append locally, then upload \
-                 the dataset"
+                "--append into object storage takes its prefix over the dataset there \
+                 (Destination::open_appending), not as a new dataset"
                     .into(),
             );
             let left = refused(&self.output, self.run, error);
@@ -289,7 +349,10 @@ impl Destination {
                     }
                     Err(u) => {
                         let interrupted = self.cancel.load(Ordering::SeqCst) && u.error.is_cancel();
-                        Err(Failed::new(u.error, u.output.undo(run, interrupted)))
+                        Err(Failed::new(
+                            u.error,
+                            self.kept(u.output.undo(run, interrupted)),
+                        ))
                     }
                 }
             }
@@ -297,11 +360,21 @@ impl Destination {
                 // An upload error stops the run through the cancel flag:
                 // it, not the stop, is the cause.
                 let upload = r.take_error();
-                let left = r.undo(run, upload.is_none());
+                let left = self.kept(r.undo(run, upload.is_none()));
                 Err(Failed::new(upload.map_or(error, PackError::from), left))
             }
-            Err(error) => Err(Failed::new(error, r.undo(run, false))),
+            Err(error) => Err(Failed::new(error, self.kept(r.undo(run, false)))),
         }
+    }
+
+    /// What an undo `left`, said of the dataset an append adds to: it is
+    /// as it was once the run's objects are removed (an append deletes
+    /// none of its objects, and puts its manifest back).
+    fn kept(&self, mut left: Left) -> Left {
+        if self.appends && left.old == Old::None && left.undo == Undo::Removed {
+            left.old = Old::Kept;
+        }
+        left
     }
 
     /// What a failed local run left: its engine removed what it wrote.
@@ -335,6 +408,18 @@ impl Destination {
             },
         )
     }
+}
+
+/// A prefix that could not be taken: refused, or interrupted (`--force`
+/// watching another run's lock, Ctrl-C): nothing of the run was written
+/// there.
+fn not_taken(output: &Path, run: Run, cancel: &AtomicBool, error: PackError) -> Failed {
+    let mut f = refused(output, run, error);
+    if cancel.load(Ordering::SeqCst) {
+        f.left.interrupted = true;
+        f.left.undo = Undo::Untouched;
+    }
+    f
 }
 
 /// A failure before the output was taken: it is as it was.

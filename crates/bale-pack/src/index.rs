@@ -329,7 +329,7 @@ pub fn index(
             .iter()
             .map(|(k, p)| (k.as_str(), p.as_path()))
             .collect();
-        b.refuse_held_keys(&dir, &keys)?;
+        b.refuse_held_keys(&keys)?;
     }
     // The wids file is written beside its place under a temporary name,
     // and takes its name with the indexes: a run that fails before (a bad
@@ -403,7 +403,7 @@ fn take_base(
 ) -> Result<Base<serde_json::Value>> {
     let manifest = Manifest::read(dir)?;
     let base = Base::of(dir, manifest, &[], "index", (&["index"], "`bale index`"))?;
-    base.check_recorded(dir, settings, &SETTINGS)?;
+    base.check_recorded(settings, &SETTINGS)?;
     let listed = |f: &str| {
         let p = Manifest::resolve(dir, f);
         fs::canonicalize(&p).unwrap_or(p)

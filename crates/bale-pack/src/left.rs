@@ -187,6 +187,11 @@ impl Left {
                 "no dataset was written to {url} (no manifest; {removed}); its lock object {url}/{} stays over what is left of the old dataset there, so that a rerun with --force clears it",
                 bale_storage::LOCK_NAME
             )?,
+            // An append: the dataset it adds to keeps its manifest.
+            Undo::Removed if self.old == Old::Kept => write!(
+                f,
+                "nothing of this {what} was committed to {url} ({removed}); the old dataset there is as it was"
+            )?,
             Undo::Removed | Undo::PartsInOutput { .. } => {
                 write!(
                     f,

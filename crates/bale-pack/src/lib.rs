@@ -66,6 +66,7 @@ mod shard_out;
 mod spill;
 mod spilled;
 
+pub use append::AppendBase;
 pub use convert::{
     ConvertFormat, ConvertOptions, ConvertProgress, ConvertSummary, convert, convert_inputs,
 };

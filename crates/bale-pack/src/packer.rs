@@ -10,7 +10,7 @@ use bale_format::{Compression, CreatedBy, Manifest};
 use bale_image::ImageOptions;
 use serde::Serialize;
 
-use crate::append::Base;
+use crate::append::{AppendBase, Base};
 use crate::discover::{Discover, FileList, Filter, Ignored, dir_id};
 use crate::error::{PackError, Result, SampleTransformError, TransformError};
 use crate::hooks::{MemberData, SampleTransformFn};
@@ -108,6 +108,7 @@ pub struct PackerBuilder {
     part: Option<Part>,
     force: bool,
     append: bool,
+    onto: Option<Base>,
     cancel: Option<Arc<AtomicBool>>,
     transform: Option<(String, Arc<SampleTransformFn>)>,
     image: Option<ImageOptions>,
@@ -161,6 +162,7 @@ impl Default for PackerBuilder {
             part: None,
             force: false,
             append: false,
+            onto: None,
             cancel: None,
             transform: None,
             image: None,
@@ -286,6 +288,15 @@ impl PackerBuilder {
     /// is written. An output with no manifest gets a fresh pack.
     pub fn append(mut self, yes: bool) -> Self {
         self.append = yes;
+        self
+    }
+
+    /// With [`PackerBuilder::append`]: the dataset to add to, read where it
+    /// is (a prefix in object storage, by [`crate::Destination`]), when the
+    /// output directory is only where the run writes (default: the
+    /// dataset in the output directory).
+    pub fn append_onto(mut self, base: Option<AppendBase>) -> Self {
+        self.onto = base.map(|b| b.0);
         self
     }
 
@@ -440,7 +451,9 @@ impl Packer {
         let o = &self.opts;
         let never = AtomicBool::new(false);
         let cancel: &AtomicBool = o.cancel.as_deref().unwrap_or(&never);
-        let (out, base) = if o.append {
+        let (out, base) = if let Some(b) = o.onto.as_ref().filter(|_| o.append) {
+            (Output::open(&self.output, false)?, Some(b.clone()))
+        } else if o.append {
             refuse_input_in_output(&o.inputs, &self.output)?;
             let (out, found) = Output::open_append(&self.output)?;
             let base = match found {
@@ -585,8 +598,8 @@ impl Packer {
         let mut labels = apply_labels(&mut samples, &mode, &mut ignored, cancel)?;
         let mut shaping = self.shaping(&labels);
         if let Some(b) = &base {
-            b.check_options(&self.output, &shaping)?;
-            labels.classes = b.map_labels(&self.output, labels.classes.take(), &mut samples)?;
+            b.check_options(&shaping)?;
+            labels.classes = b.map_labels(labels.classes.take(), &mut samples)?;
         }
         let mut warnings = Vec::new();
         if let Some((line, key)) = &labels.first_unused {
@@ -709,7 +722,7 @@ impl Packer {
             }
         };
         if let Some(b) = base {
-            b.check_keys(&self.output, &samples)?;
+            b.check_keys(&samples)?;
         }
         progress.planned(planned_samples, planned_bytes);
         // The old dataset goes only now, once the input has been walked,

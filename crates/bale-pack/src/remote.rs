@@ -22,7 +22,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use bale_storage::{Publisher, StorageError, StorageOptions, WriteOptions};
+use bale_storage::{Found, Publisher, StorageError, StorageOptions, WriteOptions};
 
 use crate::error::{PackError, Result};
 use crate::left::{Failed, Left, LockReason, Old, Run, Undo};
@@ -138,6 +138,43 @@ impl RemoteOutput {
         alongside: Option<&[String]>,
         inputs: Vec<String>,
     ) -> Result<RemoteOutput> {
+        let take = |url: &str, opts| match alongside {
+            Some(names) => Publisher::open_alongside(url, storage, opts, names),
+            None => Publisher::open(url, storage, opts),
+        };
+        Self::take(url, storage, force, cancel, inputs, |u, o| {
+            take(u, o).map(|p| (p, None))
+        })
+        .map(|(r, _)| r)
+    }
+
+    /// As [`RemoteOutput::open`] for `bale pack --append`: takes the prefix
+    /// over the dataset there ([`Publisher::open_append`]), and returns what
+    /// it found (`None`: an empty prefix, for a new dataset).
+    ///
+    /// # Errors
+    /// As [`RemoteOutput::open`].
+    pub fn open_append(
+        url: &Path,
+        storage: &StorageOptions,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<(RemoteOutput, Option<Found>)> {
+        Self::take(url, storage, false, cancel, Vec::new(), |u, o| {
+            Publisher::open_append(u, storage, o)
+        })
+    }
+
+    fn take(
+        url: &Path,
+        storage: &StorageOptions,
+        force: bool,
+        cancel: Arc<AtomicBool>,
+        inputs: Vec<String>,
+        open: impl FnOnce(
+            &str,
+            WriteOptions,
+        ) -> std::result::Result<(Publisher, Option<Found>), StorageError>,
+    ) -> Result<(RemoteOutput, Option<Found>)> {
         let url = url
             .to_str()
             .ok_or_else(|| PackError::Option(format!("{}: not a UTF-8 URL", url.display())))?;
@@ -147,10 +184,8 @@ impl RemoteOutput {
         // What killed runs left in the spool goes whatever this run's fate
         // (a refused rerun included).
         clean_stale_spools(&std::env::temp_dir());
-        let publisher = Arc::new(match alongside {
-            Some(names) => Publisher::open_alongside(url, storage, opts, names)?,
-            None => Publisher::open(url, storage, opts)?,
-        });
+        let (publisher, found) = open(url, opts)?;
+        let publisher = Arc::new(publisher);
         let (spool, spool_lock) = make_spool()?;
         let dir = spool.path().join("out");
         // The upload makes the dataset durable, not the spool's copy.
@@ -175,17 +210,20 @@ impl RemoteOutput {
                 .map_err(|e| PackError::io(std::env::temp_dir(), e))?;
             workers.push(w);
         }
-        Ok(RemoteOutput {
-            publisher,
-            spool: Some(spool),
-            _spool_lock: spool_lock,
-            dir,
-            tx: Some(tx),
-            workers,
-            error,
-            uploaded,
-            stop: cancel,
-        })
+        Ok((
+            RemoteOutput {
+                publisher,
+                spool: Some(spool),
+                _spool_lock: spool_lock,
+                dir,
+                tx: Some(tx),
+                workers,
+                error,
+                uploaded,
+                stop: cancel,
+            },
+            found,
+        ))
     }
 
     /// The local directory the command writes into.

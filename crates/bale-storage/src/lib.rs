@@ -72,7 +72,7 @@ pub use location::{Location, SCHEMES, is_url, url_scheme};
 pub use options::StorageOptions;
 pub use runtime::Pending;
 pub use store::{Object, Store, may_name_object};
-pub use write::{LOCK_NAME, Publisher, WriteOptions};
+pub use write::{Found, LOCK_NAME, Publisher, WriteOptions};
 
 static NOTICE: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
 

@@ -13,7 +13,10 @@
 //!   killed run left (else they may be the user's). A run that writes
 //!   beside others ([`Publisher::open_alongside`]: `bale index -o URL`)
 //!   only checks at the open, and deletes the old objects when it has all
-//!   it will upload ([`Publisher::replace_alongside`]).
+//!   it will upload ([`Publisher::replace_alongside`]). A run that adds to
+//!   the dataset there ([`Publisher::open_append`]: `bale pack --append`)
+//!   deletes nothing of it and replaces only its `bale.json`, at the
+//!   commit, if it is still the version the run read.
 //! - **Shards stream out in parts**, at most [`WriteOptions::parts_in_flight`]
 //!   parts of [`WriteOptions::part_size`] bytes in memory at once. Each
 //!   multipart upload is recorded in a small marker object under bale's
@@ -220,9 +223,42 @@ pub struct Publisher {
     /// What `--force` replaces under the prefix, and how far clearing it
     /// went ([`Publisher::ensure_cleared`]).
     clear: Mutex<Clear>,
-    /// The names of a run that writes beside others ([`Publisher::open_alongside`]),
-    /// replaced only by [`Publisher::replace_alongside`].
-    alongside: Option<Vec<String>>,
+    /// What the run does with what is under the prefix ([`Mode`]).
+    mode: Mode,
+}
+
+/// What a run does with what is under its prefix.
+enum Mode {
+    /// A new dataset: the prefix is empty, or `--force` clears bale's
+    /// objects there.
+    Fresh,
+    /// Beside others ([`Publisher::open_alongside`]): these names, replaced
+    /// only by [`Publisher::replace_alongside`].
+    Alongside(Vec<String>),
+    /// Over the dataset there ([`Publisher::open_append`]): nothing of it
+    /// is deleted; the commit replaces its `bale.json` only if it is still
+    /// the one read (`version`, `old`), and an undo puts `old` back over a
+    /// manifest of this run that landed.
+    Append { version: UpdateVersion, old: Bytes },
+}
+
+/// What [`Publisher::open_with`] opens for.
+#[derive(Clone, Copy)]
+enum Want<'a> {
+    Fresh,
+    Alongside(&'a [String]),
+    Append,
+}
+
+/// The dataset a run opened by [`Publisher::open_append`] adds to, as read
+/// under the run's lock.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Its `bale.json`.
+    pub manifest: Bytes,
+    /// The name of every object under the prefix (relative to it), but the
+    /// lock's: new shards are numbered after every shard name there.
+    pub names: Vec<String>,
 }
 
 /// What `--force` replaces under a prefix, and how far clearing it went.
@@ -307,7 +343,34 @@ impl Publisher {
     /// [`StorageError::Exists`] when another run holds the lock or the
     /// prefix holds objects and `force` is off; request errors.
     pub fn open(url: &str, options: &StorageOptions, opts: WriteOptions) -> Result<Publisher> {
-        Self::open_with(url, options, opts, None)
+        Ok(Self::open_with(url, options, opts, Want::Fresh)?.0)
+    }
+
+    /// As [`Publisher::open`], for a run that adds to the dataset under the
+    /// prefix (`bale pack --append`): the lock is taken as for a new
+    /// dataset, but over a prefix that holds one, whose objects the run
+    /// never deletes or rewrites. Returns the dataset found (its
+    /// `bale.json` and the names there), or `None` for an empty prefix,
+    /// which gets a new dataset as [`Publisher::open`] would. The commit
+    /// then replaces `bale.json` only if it is still the version read: by
+    /// a conditional PUT on its ETag (`If-Match`), after a read under the
+    /// lock that compares it (for a store that ignores `If-Match`).
+    ///
+    /// # Errors
+    /// As [`Publisher::open`] (a prefix with objects but no `bale.json` is
+    /// refused as there); [`StorageError::BadOption`] with `force`.
+    pub fn open_append(
+        url: &str,
+        options: &StorageOptions,
+        opts: WriteOptions,
+    ) -> Result<(Publisher, Option<Found>)> {
+        if opts.force {
+            return Err(StorageError::BadOption {
+                key: "force".into(),
+                what: "an append adds to the dataset there: it never replaces it".into(),
+            });
+        }
+        Self::open_with(url, options, opts, Want::Append)
     }
 
     /// As [`Publisher::open`], for a command that writes its objects beside
@@ -323,15 +386,15 @@ impl Publisher {
         opts: WriteOptions,
         names: &[String],
     ) -> Result<Publisher> {
-        Self::open_with(url, options, opts, Some(names))
+        Ok(Self::open_with(url, options, opts, Want::Alongside(names))?.0)
     }
 
     fn open_with(
         url: &str,
         options: &StorageOptions,
         opts: WriteOptions,
-        alongside: Option<&[String]>,
-    ) -> Result<Publisher> {
+        want: Want<'_>,
+    ) -> Result<(Publisher, Option<Found>)> {
         let store = Store::open(url, options)?;
         let Some((mp, lister)) = store.multipart_client()? else {
             return Err(StorageError::BadUrl {
@@ -381,25 +444,72 @@ impl Publisher {
             found_wait: std::time::Duration::ZERO,
             carry: Arc::default(),
             clear: Mutex::new(Clear::Nothing),
-            alongside: alongside.map(<[String]>::to_vec),
+            mode: match want {
+                Want::Alongside(names) => Mode::Alongside(names.to_vec()),
+                Want::Fresh | Want::Append => Mode::Fresh,
+            },
         };
         // A run that writes beside objects it leaves (an index of tars in
         // place) never claims the prefix, not even a killed run's claim it
         // takes over: kept fresh by its heartbeat, that claim would date the
         // tars it indexes as a run's leftovers, for a later --force to clear.
-        p.take_lock(alongside.is_none())?;
+        p.take_lock(!matches!(want, Want::Alongside(_)))?;
         // Beside others, what is there is only checked now: the old
         // dataset stays whole until the run has all it will upload
         // (`replace_alongside`), so a run that fails before leaves it.
-        let checked = match alongside {
-            Some(names) => p.check_names(names).map(drop),
-            None => p.check_and_clear(),
+        let checked = match want {
+            Want::Alongside(names) => p.check_names(names).map(|_| None),
+            Want::Fresh => p.check_and_clear().map(|()| None),
+            Want::Append => p.find_dataset(),
         };
-        if let Err(e) = checked {
-            let _ = p.abort();
-            return Err(e);
+        match checked {
+            Ok(found) => Ok((p, found)),
+            Err(e) => {
+                let _ = p.abort();
+                Err(e)
+            }
         }
-        Ok(p)
+    }
+
+    /// For [`Publisher::open_append`], under the lock: the dataset there,
+    /// read with its version; an empty prefix is taken as
+    /// [`Publisher::open`] takes it, a prefix with objects and no
+    /// `bale.json` refused as there.
+    fn find_dataset(&mut self) -> Result<Option<Found>> {
+        let names: Vec<String> = self
+            .list()?
+            .into_iter()
+            .filter(|n| n != LOCK_NAME)
+            .collect();
+        if !names.iter().any(|n| n == MANIFEST) {
+            self.check_and_clear()?;
+            return Ok(None);
+        }
+        let path = self.path(MANIFEST)?;
+        let seen = read_seen(&self.client, &path)
+            .map_err(|e| from_object_store(&self.url_of(MANIFEST), None, e))?
+            .ok_or_else(|| StorageError::Changed {
+                url: self.url_of(MANIFEST),
+                what:
+                    "it was listed, then gone: something deleted it while this run took the prefix"
+                        .into(),
+            })?;
+        if seen.bytes.len() as u64 > bale_format::MAX_MANIFEST_BYTES {
+            return Err(StorageError::TooLarge {
+                url: self.url_of(MANIFEST),
+                len: seen.bytes.len() as u64,
+                cap: bale_format::MAX_MANIFEST_BYTES,
+                what: "manifest",
+            });
+        }
+        self.mode = Mode::Append {
+            version: seen.version,
+            old: seen.bytes.clone(),
+        };
+        Ok(Some(Found {
+            manifest: seen.bytes,
+            names,
+        }))
     }
 
     /// The URL of the prefix.
@@ -1277,7 +1387,7 @@ impl Publisher {
     /// As [`Publisher::open_alongside`]'s checks; request errors; another
     /// run having taken the prefix over.
     pub fn replace_alongside(&self) -> Result<bool> {
-        let Some(names) = &self.alongside else {
+        let Mode::Alongside(names) = &self.mode else {
             return Ok(false);
         };
         // The scan may have taken hours, and a run that stalled meanwhile
@@ -1668,6 +1778,10 @@ impl Publisher {
                 url: self.url_of(name),
                 what: "another run wrote it meanwhile".into(),
             }),
+            Err(object_store::Error::Precondition { .. }) => Err(StorageError::Changed {
+                url: self.url_of(name),
+                what: "it is no longer the version this run read".into(),
+            }),
             Err(e) => Err(self.unanswered_if(from_object_store(&self.url_of(name), None, e))),
         }
     }
@@ -1945,6 +2059,9 @@ impl Publisher {
     /// own object), refused. When no attempt gets an answer, the manifest
     /// may still land: [`Publisher::abort`] then keeps what it would name.
     fn create_manifest(&self, manifest: &Bytes) -> Result<()> {
+        if let Mode::Append { version, old } = &self.mode {
+            return self.replace_manifest(manifest, version, old);
+        }
         let mut last = None;
         for _ in 0..MANIFEST_ATTEMPTS {
             match self.put_mode(MANIFEST, manifest.clone(), PutMode::Create) {
@@ -1965,18 +2082,7 @@ impl Publisher {
                 },
                 // Refused outright (a 4xx): this attempt did not land, but
                 // an earlier one without an answer still may.
-                Err(
-                    e @ (StorageError::Credentials { .. }
-                    | StorageError::NoCredentials { .. }
-                    | StorageError::Denied { .. }
-                    | StorageError::BadUrl { .. }
-                    | StorageError::NotFound { .. }
-                    | StorageError::Cancelled
-                    | StorageError::Request {
-                        status: Some(400..=499),
-                        ..
-                    }),
-                ) => {
+                Err(e) if refused_outright(&e) => {
                     if last.is_some() {
                         self.manifest_unsure.store(true, Ordering::SeqCst);
                     }
@@ -1987,6 +2093,90 @@ impl Publisher {
         }
         self.manifest_unsure.store(true, Ordering::SeqCst);
         Err(last.unwrap_or(StorageError::Runtime("no attempt was made".into())))
+    }
+
+    /// Replaces the `bale.json` of the dataset an append adds to
+    /// ([`Mode::Append`]) by `manifest`, only if it is still the one the run
+    /// read (`version`, `old`): compared by a read under the lock first
+    /// (a store may ignore `If-Match`), then written by a PUT conditional on
+    /// its ETag (where the read gave none, the read's comparison alone).
+    /// Sent again until its outcome is known, as [`Self::create_manifest`].
+    fn replace_manifest(
+        &self,
+        manifest: &Bytes,
+        version: &UpdateVersion,
+        old: &Bytes,
+    ) -> Result<()> {
+        let changed = || {
+            StorageError::Changed {
+            url: self.url_of(MANIFEST),
+            what: "it is no longer the one this run read and adds to (something replaced or removed it meanwhile), so this run did not replace it; nothing of this run is committed; run the append again over the dataset as it is now".into(),
+        }
+        };
+        let mut last = None;
+        // An attempt got no definite answer: it may still land.
+        let mut may_have_landed = false;
+        for _ in 0..MANIFEST_ATTEMPTS {
+            match read_seen(&self.client, &self.path(MANIFEST)?) {
+                Ok(Some(seen)) if seen.bytes == *old && same_version(&seen.version, version) => {}
+                Ok(_) => {
+                    // An earlier attempt of this run landed, its answer
+                    // lost; or someone else's write did.
+                    if matches!(self.manifest_owner(), Owner::Ours) {
+                        return Ok(());
+                    }
+                    if may_have_landed {
+                        self.manifest_unsure.store(true, Ordering::SeqCst);
+                    }
+                    return Err(changed());
+                }
+                Err(e) => {
+                    last = Some(from_object_store(&self.url_of(MANIFEST), None, e));
+                    continue;
+                }
+            }
+            let mode = if version.e_tag.is_some() {
+                PutMode::Update(version.clone())
+            } else {
+                PutMode::Overwrite
+            };
+            match self.put_mode(MANIFEST, manifest.clone(), mode) {
+                Ok(()) => return Ok(()),
+                // Changed since the read above, or this very PUT, sent
+                // again by the client, landed the first time: the next
+                // round tells.
+                Err(e @ StorageError::Changed { .. }) => last = Some(e),
+                Err(e) if refused_outright(&e) => {
+                    if may_have_landed {
+                        self.manifest_unsure.store(true, Ordering::SeqCst);
+                    }
+                    return Err(e);
+                }
+                Err(e) => {
+                    may_have_landed |= may_land(&e);
+                    last = Some(e);
+                }
+            }
+        }
+        if matches!(self.manifest_owner(), Owner::Ours) {
+            return Ok(());
+        }
+        if may_have_landed {
+            self.manifest_unsure.store(true, Ordering::SeqCst);
+        }
+        Err(last.unwrap_or_else(changed))
+    }
+
+    /// Puts back the `bale.json` an append read (`old`) over this run's
+    /// own, which landed: the dataset is as it was before the run.
+    fn restore_manifest(&self, old: &Bytes) -> Result<()> {
+        let path = self.path(MANIFEST)?;
+        let client = Arc::clone(&self.client);
+        let payload = PutPayload::from(old.clone());
+        match runtime::block_on(async move { client.put(&path, payload).await })? {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.unanswered_if(from_object_store(&self.url_of(MANIFEST), None, e))),
+        }
     }
 
     /// Whether this run still holds the lock ([`LockRef::hold`]).
@@ -2039,6 +2229,14 @@ impl Publisher {
 
     /// Deletes the manifest under the prefix if it is this run's.
     fn withdraw_manifest(&self) -> Withdrawn {
+        if let Mode::Append { old, .. } = &self.mode {
+            // Over the dataset it adds to: the old manifest back.
+            return match self.manifest_owner() {
+                Owner::Ours if self.restore_manifest(old).is_ok() => Withdrawn::Yes,
+                Owner::Run(_) | Owner::Unmarked | Owner::Absent => Withdrawn::Another,
+                _ => Withdrawn::Unknown,
+            };
+        }
         match self.manifest_owner() {
             Owner::Ours if self.delete(MANIFEST).is_ok() => Withdrawn::Yes,
             Owner::Run(_) | Owner::Unmarked => Withdrawn::Another,
@@ -2132,6 +2330,28 @@ impl Publisher {
             // A manifest there is deleted only when it is this run's: the
             // run's create may have been refused (someone else's is there).
             if n == MANIFEST {
+                if let Mode::Append { old, .. } = &self.mode {
+                    // The old dataset's manifest is never deleted: this
+                    // run's, if it landed, gives way to it again.
+                    match self.manifest_owner() {
+                        Owner::Ours if owner => {
+                            if let Err(e) = self.restore_manifest(old) {
+                                unanswered |= may_land(&e);
+                                first.get_or_insert(e);
+                                keep = true;
+                            }
+                        }
+                        Owner::Unknown => {
+                            keep = true;
+                            first.get_or_insert(StorageError::Exists {
+                                url: self.url_of(MANIFEST),
+                                what: "this run could not tell whether it is its own, so it left it and the objects it wrote beside it; check the prefix with `bale verify`".into(),
+                            });
+                        }
+                        _ => {}
+                    }
+                    continue;
+                }
                 match self.manifest_owner() {
                     Owner::Ours => {}
                     // A stale run's, landed late while this run held the
@@ -2252,6 +2472,38 @@ fn same_object(want: &(u64, Option<String>), have: &(u64, Option<String>)) -> bo
             (Some(w), Some(h)) => tag(w) == tag(h),
             _ => true,
         }
+}
+
+/// Whether a write was refused outright (a 4xx, or the run stopped before
+/// it went out): it did not land.
+fn refused_outright(e: &StorageError) -> bool {
+    matches!(
+        e,
+        StorageError::Credentials { .. }
+            | StorageError::NoCredentials { .. }
+            | StorageError::Denied { .. }
+            | StorageError::BadUrl { .. }
+            | StorageError::NotFound { .. }
+            | StorageError::Cancelled
+            | StorageError::Request {
+                status: Some(400..=499),
+                ..
+            }
+    )
+}
+
+/// Whether `seen` is the version `read`: the same ETag (and version id)
+/// where the store gave them.
+fn same_version(seen: &UpdateVersion, read: &UpdateVersion) -> bool {
+    let tag = |t: &Option<String>| {
+        t.as_deref().map(|t| {
+            t.trim_start_matches("W/")
+                .trim_matches('"')
+                .to_ascii_lowercase()
+        })
+    };
+    (read.e_tag.is_none() || tag(&seen.e_tag) == tag(&read.e_tag))
+        && (read.version.is_none() || seen.version == read.version)
 }
 
 /// Whether a failed request may still land on the server: it got no answer

@@ -180,7 +180,8 @@ pub struct PackArgs {
     #[arg(long, conflicts_with = "append")]
     pub force: bool,
 
-    /// Add the samples to the dataset in OUT: new shards, then a new bale.json (docs/pack.md)
+    /// Add the samples to the dataset in OUT, a directory or a prefix in object storage: new
+    /// shards, then a new bale.json (docs/pack.md)
     #[arg(long, conflicts_with_all = ["part", "dali_index"])]
     pub append: bool,
 

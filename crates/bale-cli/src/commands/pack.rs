@@ -295,16 +295,19 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         args.dali_index.is_none() || !is_remote(&args.output),
         "--dali-index writes DALI's index files from local shards; with an output in object storage, pack to a local directory for DALI"
     );
-    let dest = match Destination::open(
-        &args.output,
-        Run::Pack,
-        args.force,
-        &cancel,
-        &|| args.storage.options(),
-        Vec::new(),
-    )
-    .and_then(|d| d.keeping(args.append))
-    {
+    let storage = || args.storage.options();
+    let mut dest = match if args.append {
+        Destination::open_appending(&args.output, &cancel, &storage)
+    } else {
+        Destination::open(
+            &args.output,
+            Run::Pack,
+            args.force,
+            &cancel,
+            &storage,
+            Vec::new(),
+        )
+    } {
         Ok(d) => d,
         Err(f) => return super::failed(f),
     };
@@ -327,6 +330,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
         .part(args.part)
         .force(dest.engine_force())
         .append(args.append)
+        .append_onto(dest.take_base())
         .image(image)
         .cancel_flag(cancel.clone());
     for g in &args.include {
