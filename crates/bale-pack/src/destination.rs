@@ -265,17 +265,18 @@ impl Destination {
     /// never removes it).
     ///
     /// # Errors
-    /// An output in object storage taken by [`Destination::open`]: a
-    /// prefix is taken for an append by [`Destination::open_appending`]
-    /// (the taken prefix is let go untouched).
+    /// An output in object storage taken by [`Destination::open`]
+    /// (`convert` and `index`; `pack` takes a prefix for an append by
+    /// [`Destination::open_appending`]): the taken prefix is let go
+    /// untouched.
     pub fn keeping(mut self, append: bool) -> Result<Self, Failed> {
         if !append {
             return Ok(self);
         }
         if self.remote.is_some() {
             let error = PackError::Usage(
-                "--append into object storage takes its prefix over the dataset there \
-                 (Destination::open_appending), not as a new dataset"
+                "this --append adds to a local dataset only: append locally, then upload the \
+                 dataset (`bale pack --append` adds to one in object storage)"
                     .into(),
             );
             let left = refused(&self.output, self.run, error);
