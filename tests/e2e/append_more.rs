@@ -659,32 +659,88 @@ fn an_index_append_that_fails_or_is_interrupted_leaves_the_dataset_and_a_later_o
 }
 
 #[test]
-fn convert_and_index_append_into_a_bucket_are_refused_and_leave_the_prefix_empty() {
+fn convert_append_into_a_bucket_writes_what_a_local_one_writes_and_index_append_there_is_refused() {
     let s = bale_tests::seaweed::Seaweed::shared();
     let t = tempfile::tempdir().unwrap();
+    let (a, b) = packed(t.path());
+    let bkt = crate::store::bucket(s, "append-more");
+    let url = format!("s3://{bkt}/ds");
+    let with = |args: &[&str]| -> Vec<String> {
+        let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        all.extend(s.cli_options());
+        all
+    };
+    let by25 = ["--shard-samples", "25"];
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let o = bale_bounded(&with(&["convert", "-q", a_s, "-o", &url, by25[0], by25[1]]));
+    assert!(ok(&o), "{}", o.describe());
+    let old = crate::store::open_at(s, &url);
+    let old_samples = crate::store::samples_of(&old);
+    let appended = |src: &str| {
+        bale_bounded(&with(&[
+            "convert", "-q", "--append", src, "-o", &url, by25[0], by25[1],
+        ]))
+    };
+    let o = appended(b_s);
+    assert!(ok(&o), "{}", o.describe());
+
+    // The same objects as the same two runs make locally, and a reader
+    // opened before keeps its view.
+    let local = t.path().join("local");
+    convert_quiet(&a, &local, &by25);
+    let o = convert_append(&b, &local, &by25);
+    assert!(ok(&o), "{}", o.describe());
+    crate::store::assert_same_objects(s, &url, &local);
+    assert_eq!(crate::store::samples_of(&old), old_samples);
+    let o = bale_bounded(&with(&["verify", "-q", &url]));
+    assert!(ok(&o), "{}", o.describe());
+
+    // Refused before anything is written: a key the dataset holds, and a
+    // source whose settings differ.
+    let held = crate::store::objects(s, &bkt, "ds");
+    let o = appended(a_s);
+    assert!(
+        o.failed_cleanly() && o.stderr_text().contains("already in the dataset"),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(crate::store::objects(s, &bkt, "ds"), held);
+    let c = t.path().join("c");
+    tree(&t.path().join("tree-c"), "c", 5);
+    pack_quiet(&t.path().join("tree-c"), &c, &[]);
+    let o = bale_bounded(&with(&[
+        "convert",
+        "-q",
+        "--append",
+        c.to_str().unwrap(),
+        "-o",
+        &url,
+    ]));
+    assert!(
+        o.failed_cleanly() && o.stderr_text().contains("shard sample limit"),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(crate::store::objects(s, &bkt, "ds"), held);
+    let m: serde_json::Value =
+        serde_json::from_slice(&crate::store::object(s, &url, "bale.json")).unwrap();
+    assert_eq!(m["created_by"]["options"]["appends"], 1, "{m}");
+
+    // `bale index --append` adds to a local dataset only.
     let tars = tars(t.path(), 1);
-    let src = t.path().join("packed");
-    let b = crate::store::bucket(s, "append-more");
-    let url = format!("s3://{b}/ds");
-    let tar_url = format!("{url}/t0.tar");
+    let empty = format!("s3://{bkt}/idx");
+    let tar_url = format!("{empty}/t0.tar");
     let before = snapshot(t.path());
-    for (cmd, input) in [("convert", src.to_str().unwrap()), ("index", &tar_url)] {
-        let mut args: Vec<String> = [cmd, "-q", "--append", input, "-o", &url]
-            .iter()
-            .map(|a| (*a).to_owned())
-            .collect();
-        args.extend(s.cli_options());
-        let o = bale_bounded(&args);
-        assert!(
-            o.failed_cleanly() && o.stderr_text().contains("adds to a local dataset only"),
-            "{cmd}: {}",
-            o.describe()
-        );
-        assert!(
-            crate::store::objects(s, &b, "ds").is_empty(),
-            "{cmd}: objects left"
-        );
-    }
+    let o = bale_bounded(&with(&["index", "-q", "--append", &tar_url, "-o", &empty]));
+    assert!(
+        o.failed_cleanly() && o.stderr_text().contains("adds to a local dataset only"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        crate::store::objects(s, &bkt, "idx").is_empty(),
+        "objects left"
+    );
     assert!(snapshot(t.path()) == before, "local files changed");
     assert!(tars[0].exists());
 }

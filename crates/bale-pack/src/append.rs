@@ -299,11 +299,24 @@ impl Base {
     }
 }
 
-/// The dataset in object storage a `bale pack --append -o URL` adds to, as
-/// [`crate::Destination::open_appending`] read it under the prefix's lock,
-/// for [`crate::PackerBuilder::append_onto`].
+/// The dataset in object storage a `--append -o URL` run adds to, as
+/// [`crate::Destination::open_appending`] read it under the prefix's lock
+/// (its manifest, and the names under the prefix), for
+/// [`crate::PackerBuilder::append_onto`] and [`crate::ConvertOptions::onto`].
 #[derive(Debug, Clone)]
-pub struct AppendBase(pub(crate) Base);
+pub struct AppendBase {
+    /// The prefix's URL.
+    pub(crate) dir: PathBuf,
+    pub(crate) manifest: Manifest,
+    pub(crate) names: Vec<String>,
+}
+
+impl AppendBase {
+    /// The base of `bale pack --append` ([`Base::new`]).
+    pub(crate) fn for_pack(&self) -> Result<Base> {
+        Base::new(&self.dir, self.manifest.clone(), &self.names)
+    }
+}
 
 /// The number `N` of a shard file named `shard-N.<ext>` (six or more digits).
 pub(crate) fn shard_number(name: &str) -> Option<u64> {

@@ -30,7 +30,7 @@ use bale_format::{
 };
 use serde::Serialize;
 
-use crate::append::Base;
+use crate::append::{AppendBase, Base};
 use crate::error::{PackError, Result};
 use crate::output::{CONVERT_STAGING, Inputs, MOVING_SUFFIX, Output};
 use crate::shard_out::ShardOut;
@@ -91,6 +91,11 @@ pub struct ConvertOptions {
     /// wrote with the same settings (an empty or missing output: a fresh
     /// conversion). Takes no `force`, and no `dir` format.
     pub append: bool,
+    /// With `append`: the dataset to add to, read where it is (a prefix in
+    /// object storage, by [`crate::Destination::open_appending`]), when the
+    /// output directory is only where the run writes (default: the dataset
+    /// in the output directory).
+    pub onto: Option<AppendBase>,
 }
 
 /// The settings of `created_by.options` an append must share, and their
@@ -112,6 +117,7 @@ impl Default for ConvertOptions {
             force: false,
             allow_duplicate_keys: false,
             append: false,
+            onto: None,
         }
     }
 }
@@ -577,12 +583,17 @@ fn open_output(
         out.clear(&src.inputs())?;
         return Ok((out, None));
     }
-    let (out, found) = Output::open_append(dst)?;
-    let Some((manifest, names)) = found else {
+    let (out, base) = match &opts.onto {
+        Some(a) => (Output::open(dst, false)?, Some(a.for_convert()?)),
+        None => {
+            let (out, found) = Output::open_append(dst)?;
+            let base = found.map(|(m, names)| convert_base(dst, m, &names));
+            (out, base.transpose()?)
+        }
+    };
+    let Some(base) = base else {
         return Ok((out, None));
     };
-    let takes: (&[&str], &str) = (&["convert"], "`bale convert`");
-    let base = Base::of(dst, manifest, &names, "convert", takes)?;
     base.check_recorded(settings, &SETTINGS)?;
     let (had, has) = (&base.manifest.labels, src.labels());
     if *had != has {
@@ -609,6 +620,25 @@ fn open_output(
         base.refuse_held_keys(&keys)?;
     }
     Ok((out, Some(base)))
+}
+
+/// The dataset of `manifest` in `dir` (a directory, or a prefix's URL),
+/// which holds the names `names`, for `bale convert --append`: one that
+/// `bale convert` wrote.
+fn convert_base(
+    dir: &Path,
+    manifest: bale_format::Manifest,
+    names: &[String],
+) -> Result<Base<serde_json::Value>> {
+    let takes: (&[&str], &str) = (&["convert"], "`bale convert`");
+    Base::of(dir, manifest, names, "convert", takes)
+}
+
+impl AppendBase {
+    /// The base of `bale convert --append`.
+    pub(crate) fn for_convert(&self) -> Result<Base<serde_json::Value>> {
+        convert_base(&self.dir, self.manifest.clone(), &self.names)
+    }
 }
 
 /// A failed [`move_in`]: its error, and whether part of the export stayed

@@ -66,9 +66,9 @@ pub struct Destination {
     /// `bale index -o URL`: the prefix (with its trailing `/`) the manifest
     /// names the tars relative to.
     prefix: Option<String>,
-    /// `bale pack --append -o URL` over a dataset: the dataset, as read
-    /// under the prefix's lock, until [`Destination::take_base`].
-    base: Option<crate::append::Base>,
+    /// `--append -o URL` over a dataset: the dataset, as read under the
+    /// prefix's lock, until [`Destination::take_base`].
+    base: Option<crate::AppendBase>,
     /// The run adds to the dataset in a prefix: an undo leaves it as it was.
     appends: bool,
 }
@@ -95,17 +95,20 @@ impl Destination {
     /// [`Destination::open`] for `bale convert` of `source`: the objects
     /// the source reads are its inputs. The source is checked before the
     /// output is taken: one that cannot be read fails before `--force`
-    /// removes anything.
+    /// removes anything. With `append`, as [`Destination::open_appending`].
     ///
     /// # Errors
     /// As [`Destination::open`]; a source that cannot be read.
     pub fn open_convert(
         source: &Path,
         output: &Path,
-        force: bool,
+        (force, append): (bool, bool),
         cancel: &Arc<AtomicBool>,
         storage: StorageFn<'_>,
     ) -> Result<Self, Failed> {
+        if append {
+            return Self::open_appending(output, Run::Convert, cancel, storage);
+        }
         let inputs = if is_remote(output) {
             crate::convert_inputs(source).map_err(|e| refused(output, Run::Convert, e))?
         } else {
@@ -200,8 +203,9 @@ impl Destination {
         })
     }
 
-    /// [`Destination::open`] for `bale pack --append`: a local directory as
-    /// [`Destination::keeping`] takes it; a prefix in object storage is
+    /// [`Destination::open`] for `bale pack --append` and `bale convert
+    /// --append` (`run`): a local directory as [`Destination::keeping`]
+    /// takes it; a prefix in object storage is
     /// locked over the dataset there ([`RemoteOutput::open_append`]), which
     /// is read (its manifest and the names under the prefix) and checked
     /// as a local one is, before anything is written. An empty prefix gets
@@ -212,14 +216,13 @@ impl Destination {
     /// lock is let go, and nothing else was written).
     pub fn open_appending(
         output: &Path,
+        run: Run,
         cancel: &Arc<AtomicBool>,
         storage: StorageFn<'_>,
     ) -> Result<Self, Failed> {
         if !is_remote(output) {
-            return Self::open(output, Run::Pack, false, cancel, storage, Vec::new())?
-                .keeping(true);
+            return Self::open(output, run, false, cancel, storage, Vec::new())?.keeping(true);
         }
-        let run = Run::Pack;
         let opened = storage()
             .map_err(PackError::from)
             .and_then(|s| RemoteOutput::open_append(output, &s, Arc::clone(cancel)));
@@ -229,9 +232,19 @@ impl Destination {
         };
         let base = found.map(|f| {
             let at = output.join(MANIFEST_NAME);
-            Manifest::from_slice(&f.manifest, &at)
-                .map_err(PackError::from)
-                .and_then(|m| crate::append::Base::new(output, m, &f.names))
+            let manifest = Manifest::from_slice(&f.manifest, &at)?;
+            let base = crate::AppendBase {
+                dir: output.to_path_buf(),
+                manifest,
+                names: f.names,
+            };
+            // Refused before anything is written: a dataset this command
+            // does not add to (its own checks of the run come later).
+            match run {
+                Run::Convert => base.for_convert().map(drop),
+                _ => base.for_pack().map(drop),
+            }?;
+            Ok::<_, PackError>(base)
         });
         let base = match base.transpose() {
             Ok(b) => b,
@@ -253,11 +266,12 @@ impl Destination {
         })
     }
 
-    /// The dataset in object storage a `bale pack --append` adds to, for
-    /// [`crate::PackerBuilder::append_onto`]; `None` for a local output
+    /// The dataset in object storage a `--append` run adds to, for
+    /// [`crate::PackerBuilder::append_onto`] and
+    /// [`crate::ConvertOptions::onto`]; `None` for a local output
     /// (the packer reads it there) or an empty prefix.
     pub fn take_base(&mut self) -> Option<crate::AppendBase> {
-        self.base.take().map(crate::AppendBase)
+        self.base.take()
     }
 
     /// For `pack --append` when `append`: a failure then says of the

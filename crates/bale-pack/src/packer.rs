@@ -108,7 +108,7 @@ pub struct PackerBuilder {
     part: Option<Part>,
     force: bool,
     append: bool,
-    onto: Option<Base>,
+    onto: Option<AppendBase>,
     cancel: Option<Arc<AtomicBool>>,
     transform: Option<(String, Arc<SampleTransformFn>)>,
     image: Option<ImageOptions>,
@@ -296,7 +296,7 @@ impl PackerBuilder {
     /// output directory is only where the run writes (default: the
     /// dataset in the output directory).
     pub fn append_onto(mut self, base: Option<AppendBase>) -> Self {
-        self.onto = base.map(|b| b.0);
+        self.onto = base;
         self
     }
 
@@ -452,7 +452,7 @@ impl Packer {
         let never = AtomicBool::new(false);
         let cancel: &AtomicBool = o.cancel.as_deref().unwrap_or(&never);
         let (out, base) = if let Some(b) = o.onto.as_ref().filter(|_| o.append) {
-            (Output::open(&self.output, false)?, Some(b.clone()))
+            (Output::open(&self.output, false)?, Some(b.for_pack()?))
         } else if o.append {
             refuse_input_in_output(&o.inputs, &self.output)?;
             let (out, found) = Output::open_append(&self.output)?;

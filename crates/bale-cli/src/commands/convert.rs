@@ -60,12 +60,10 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
     // A source whose shards are URLs (`bale index` of tars in a bucket)
     // reads them through these options.
     args.storage.options()?;
-    let dest =
-        match Destination::open_convert(&args.source, &args.output, args.force, &cancel, &|| {
-            args.storage.options()
-        })
-        .and_then(|d| d.keeping(args.append))
-        {
+    let storage = || args.storage.options();
+    let flags = (args.force, args.append);
+    let mut dest =
+        match Destination::open_convert(&args.source, &args.output, flags, &cancel, &storage) {
             Ok(d) => d,
             Err(f) => return super::failed(f),
         };
@@ -76,6 +74,7 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<ExitCode> {
         force: dest.engine_force(),
         allow_duplicate_keys: args.allow_duplicate_keys,
         append: args.append,
+        onto: dest.take_base(),
     };
     let bar = Bar {
         quiet: args.out.quiet,

@@ -297,7 +297,7 @@ pub fn run(args: PackArgs) -> anyhow::Result<ExitCode> {
     );
     let storage = || args.storage.options();
     let mut dest = match if args.append {
-        Destination::open_appending(&args.output, &cancel, &storage)
+        Destination::open_appending(&args.output, Run::Pack, &cancel, &storage)
     } else {
         Destination::open(
             &args.output,
