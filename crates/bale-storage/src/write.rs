@@ -214,8 +214,8 @@ pub struct Publisher {
     aborted: AtomicBool,
     /// How long after its lock's last refresh a request of the run whose
     /// lock this run took over may land: its request timeout
-    /// ([`lock_timeout`]), or the longer wait its note asked for
-    /// ([`lock_unanswered`]).
+    /// ([`LockBody::timeout`]), or the longer wait its note asked for
+    /// ([`LockBody::unanswered`]).
     found_wait: std::time::Duration,
     /// What this run's lock carries over from the lock it took over
     /// ([`Carry`]); every write of the lock says it.
@@ -662,7 +662,9 @@ impl Publisher {
             // A run that ended with requests unanswered said so in its lock:
             // they may still land, and are waited out before this run
             // writes anything the same names.
-            let unanswered = before.as_ref().and_then(|l| lock_unanswered(&l.bytes));
+            let unanswered = before
+                .as_ref()
+                .and_then(|l| LockBody::parse(&l.bytes).unanswered());
             let wait = LOCK_STALE + unanswered.unwrap_or_default();
             crate::notice(&format!(
                 "{}: another bale run's lock object ({LOCK_NAME}) is there; watching it for {} s before --force takes the prefix over{}",
@@ -689,18 +691,19 @@ impl Publisher {
             // marked if this run stops before it has cleared it. Its last
             // refresh dates what it can have written.
             self.found_at = now.as_ref().map(|l| l.at);
+            let said = now.as_ref().map(|l| LockBody::parse(&l.bytes));
             // Its requests may land up to its request timeout after it
             // sent them, and it sent none later than one beat after that
             // refresh: objects dated so late are still its own.
-            let its_timeout = now
+            let its_timeout = said
                 .as_ref()
-                .map_or(std::time::Duration::ZERO, |l| lock_timeout(&l.bytes));
+                .map_or(std::time::Duration::ZERO, LockBody::timeout);
             self.found_wait = (wait - LOCK_STALE).max(its_timeout);
-            self.inherit_claim(claims && now.as_ref().is_some_and(|l| lock_claimed(&l.bytes)));
-            if let Some(l) = &now {
+            self.inherit_claim(claims && said.as_ref().is_some_and(|b| b.claimed));
+            if let (Some(l), Some(said)) = (&now, &said) {
                 // What that run's lock carried from one it took over in
                 // turn (a run stopped before it cleared anything) holds.
-                let old = lock_carry(&l.bytes);
+                let old = said.carry();
                 let wait_ms = self.found_wait.as_millis() as i64;
                 // One beat after its last refresh (it may have sent a
                 // request just before its next), its timeout, and the
@@ -748,9 +751,9 @@ impl Publisher {
         *lock(&self.carry)
     }
 
-    /// This run's lock body, at beat 0 ([`lock_body`]), `claimed` or not.
+    /// This run's lock body, at beat 0 ([`LockBody::new`]), `claimed` or not.
     fn own_lock_body(&self, claimed: bool) -> String {
-        lock_body(&self.run, 0, claimed, self.timeout_ms(), self.carried())
+        LockBody::new(&self.run, 0, claimed, self.timeout_ms(), self.carried()).render()
     }
 
     /// Whether the run was interrupted ([`WriteOptions::cancel`]).
@@ -846,8 +849,8 @@ impl Publisher {
 
     /// Whether the lock object still names this run.
     fn owns_lock(&self) -> Result<bool> {
-        let owner = self.get_lock()?.as_deref().and_then(lock_owner);
-        Ok(owner.as_deref() == Some(self.run.as_str()))
+        let body = self.get_lock()?.map(|b| LockBody::parse(&b));
+        Ok(body.as_ref().and_then(LockBody::owner) == Some(self.run.as_str()))
     }
 
     /// Refreshes the lock every [`LOCK_BEAT`] while the run lives, so that
@@ -2409,12 +2412,13 @@ impl Publisher {
     /// with what a rerun does.
     fn note_unanswered(&self, first: Option<StorageError>) -> StorageError {
         let wait = std::time::Duration::from_millis(self.timeout_ms());
-        let body = lock_note(
+        let body = LockBody::note(
             &self.run,
             self.claimed.load(Ordering::SeqCst),
             wait.as_millis() as u64,
             self.carried(),
-        );
+        )
+        .render();
         let noted = {
             let _writing = lock(&self.lock_write);
             self.write_lock(body).is_ok()
@@ -2576,38 +2580,195 @@ const LOCK_BEAT: std::time::Duration = std::time::Duration::from_secs(2);
 /// run refreshes it several times meanwhile.
 const LOCK_STALE: std::time::Duration = std::time::Duration::from_secs(7);
 
-/// The lock object's content: the run, where it runs, and a beat count
-/// that changes at each refresh.
-/// `timeout_ms` is the run's request timeout: a request it sent may land
-/// that long after, even once the run is killed ([`lock_timeout`]).
-fn lock_body(run: &str, beat: u64, claimed: bool, timeout_ms: u64, carry: Carry) -> String {
-    lock_value(run, beat, claimed, timeout_ms, carry).to_string()
+/// The lock object's body, as a run writes it and as any bale reads it:
+/// the run, where it runs, a beat count that changes at each refresh,
+/// whether the run claimed the prefix, its request timeout, what it carries
+/// over ([`Carry`]), and the note of an undo whose requests got no answer.
+///
+/// Read leniently, key by key, as every bale before read it: a key that is
+/// missing, or whose value is not of its type, reads as unsaid, and so does
+/// every key of a body that is not a JSON object. Another run's lock is
+/// read, not trusted: its waits are capped ([`MAX_UNANSWERED_WAIT`]).
+/// Written with its keys in the order bale always wrote them (sorted).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct LockBody {
+    #[serde(
+        default,
+        deserialize_with = "lenient::u64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    beat: Option<u64>,
+    /// Only a JSON `true` says so.
+    #[serde(default, deserialize_with = "lenient::flag")]
+    claimed: bool,
+    #[serde(
+        default,
+        deserialize_with = "lenient::any",
+        skip_serializing_if = "Option::is_none"
+    )]
+    host: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::i64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    in_flight_until_ms: Option<i64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::i64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    leftovers_until_ms: Option<i64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::any",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pid: Option<u32>,
+    /// The run's request timeout: a request it sent may land that long
+    /// after, even once the run is killed ([`LockBody::timeout`]). Read
+    /// from any number that is not negative (one too large for a u64 is
+    /// capped).
+    #[serde(
+        default,
+        deserialize_with = "lenient::millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    request_timeout_ms: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::any",
+        skip_serializing_if = "Option::is_none"
+    )]
+    run: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::any",
+        skip_serializing_if = "Option::is_none"
+    )]
+    tool: Option<String>,
+    /// Set by the note of a run that ended with requests that got no
+    /// answer ([`Publisher::note_unanswered`]): `--force` waits that much more.
+    #[serde(
+        default,
+        deserialize_with = "lenient::u64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    unanswered_wait_ms: Option<u64>,
 }
 
-/// [`lock_body`], as JSON to add to.
-fn lock_value(
-    run: &str,
-    beat: u64,
-    claimed: bool,
-    timeout_ms: u64,
-    carry: Carry,
-) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "run": run,
-        "pid": std::process::id(),
-        "host": hostname(),
-        "tool": "bale",
-        "beat": beat,
-        "claimed": claimed,
-        "request_timeout_ms": timeout_ms,
-    });
-    if let Some(t) = carry.leftovers_until {
-        v["leftovers_until_ms"] = t.into();
+impl LockBody {
+    /// The body of run `run` at refresh `beat`, `claimed` or not, with its
+    /// request timeout `timeout_ms` and what it carries over.
+    fn new(run: &str, beat: u64, claimed: bool, timeout_ms: u64, carry: Carry) -> LockBody {
+        LockBody {
+            beat: Some(beat),
+            claimed,
+            host: Some(hostname()),
+            in_flight_until_ms: carry.in_flight_until,
+            leftovers_until_ms: carry.leftovers_until,
+            pid: Some(std::process::id()),
+            request_timeout_ms: Some(timeout_ms),
+            run: Some(run.to_owned()),
+            tool: Some("bale".to_owned()),
+            unanswered_wait_ms: None,
+        }
     }
-    if let Some(t) = carry.in_flight_until {
-        v["in_flight_until_ms"] = t.into();
+
+    /// The body of a lock whose run ended with requests that got no answer
+    /// ([`Publisher::note_unanswered`]): `--force` waits `wait_ms` more
+    /// (and counts it as the run's request timeout too).
+    fn note(run: &str, claimed: bool, wait_ms: u64, carry: Carry) -> LockBody {
+        LockBody {
+            unanswered_wait_ms: Some(wait_ms),
+            ..LockBody::new(run, 0, claimed, wait_ms, carry)
+        }
     }
-    v
+
+    /// Reads a lock object's body (see the type's docs: never fails).
+    fn parse(bytes: &[u8]) -> LockBody {
+        match serde_json::from_slice::<serde_json::Value>(bytes) {
+            Ok(v @ serde_json::Value::Object(_)) => serde_json::from_value(v).unwrap_or_default(),
+            _ => LockBody::default(),
+        }
+    }
+
+    /// The body as written: compact JSON.
+    fn render(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The run the lock names.
+    fn owner(&self) -> Option<&str> {
+        self.run.as_deref()
+    }
+
+    /// What the lock carries over ([`Carry`]).
+    fn carry(&self) -> Carry {
+        Carry {
+            leftovers_until: self.leftovers_until_ms,
+            in_flight_until: self.in_flight_until_ms,
+        }
+    }
+
+    /// How long after the lock's last write a request of its run may still
+    /// land (its `request_timeout_ms`, at most [`MAX_UNANSWERED_WAIT`]). A
+    /// lock that does not say (a bale from before it did) counts as the
+    /// default timeout.
+    fn timeout(&self) -> std::time::Duration {
+        self.request_timeout_ms
+            .map(std::time::Duration::from_millis)
+            .or_else(|| crate::options::parse_duration(crate::options::DEFAULT_TIMEOUT))
+            .unwrap_or(std::time::Duration::from_secs(60))
+            .min(MAX_UNANSWERED_WAIT)
+    }
+
+    /// How much longer than usual the lock's note asks `--force` to wait
+    /// (at most [`MAX_UNANSWERED_WAIT`]); `None` when it has no such note.
+    fn unanswered(&self) -> Option<std::time::Duration> {
+        self.unanswered_wait_ms
+            .map(|ms| std::time::Duration::from_millis(ms).min(MAX_UNANSWERED_WAIT))
+    }
+}
+
+/// The readers of [`LockBody`]'s keys: each takes any JSON value, and reads
+/// one not of its type as unsaid.
+mod lenient {
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    type Read<T, E> = std::result::Result<T, E>;
+
+    /// A value of type `T`, if it is one.
+    pub fn any<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+        d: D,
+    ) -> Read<Option<T>, D::Error> {
+        Ok(serde_json::from_value(Value::deserialize(d)?).ok())
+    }
+
+    /// An integer that fits in a u64.
+    pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Read<Option<u64>, D::Error> {
+        Ok(Value::deserialize(d)?.as_u64())
+    }
+
+    /// An integer that fits in an i64.
+    pub fn i64<'de, D: Deserializer<'de>>(d: D) -> Read<Option<i64>, D::Error> {
+        Ok(Value::deserialize(d)?.as_i64())
+    }
+
+    /// `true`, and nothing else.
+    pub fn flag<'de, D: Deserializer<'de>>(d: D) -> Read<bool, D::Error> {
+        Ok(Value::deserialize(d)?.as_bool() == Some(true))
+    }
+
+    /// Any number that is not negative, in whole milliseconds, capped at
+    /// `u64::MAX`.
+    pub fn millis<'de, D: Deserializer<'de>>(d: D) -> Read<Option<u64>, D::Error> {
+        Ok(Value::deserialize(d)?
+            .as_f64()
+            .filter(|ms| *ms >= 0.0)
+            .map(|ms| ms.min(u64::MAX as f64) as u64))
+    }
 }
 
 /// What a run's lock carries over from the lock of a killed run it took
@@ -2625,19 +2786,6 @@ struct Carry {
     in_flight_until: Option<i64>,
 }
 
-/// What a lock object's body carries over ([`Carry`]).
-fn lock_carry(bytes: &[u8]) -> Carry {
-    let v: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
-    Carry {
-        leftovers_until: v
-            .get("leftovers_until_ms")
-            .and_then(serde_json::Value::as_i64),
-        in_flight_until: v
-            .get("in_flight_until_ms")
-            .and_then(serde_json::Value::as_i64),
-    }
-}
-
 /// A run's request timeout as its lock records it (at most
 /// [`MAX_UNANSWERED_WAIT`]).
 fn run_timeout_ms(store: &Store) -> u64 {
@@ -2646,49 +2794,6 @@ fn run_timeout_ms(store: &Store) -> u64 {
         .request_timeout()
         .min(MAX_UNANSWERED_WAIT)
         .as_millis() as u64
-}
-
-/// How long after a lock's last write a request of its run may still land
-/// (its `request_timeout_ms`, at most [`MAX_UNANSWERED_WAIT`]). A lock that
-/// does not say (a bale from before it did) counts as the default timeout.
-fn lock_timeout(bytes: &[u8]) -> std::time::Duration {
-    // Any number that is not negative: one too large for a u64 is capped.
-    let said = serde_json::from_slice::<serde_json::Value>(bytes)
-        .ok()
-        .and_then(|v| v.get("request_timeout_ms")?.as_f64())
-        .filter(|ms| *ms >= 0.0)
-        .map(|ms| std::time::Duration::from_millis(ms.min(u64::MAX as f64) as u64));
-    said.or_else(|| crate::options::parse_duration(crate::options::DEFAULT_TIMEOUT))
-        .unwrap_or(std::time::Duration::from_secs(60))
-        .min(MAX_UNANSWERED_WAIT)
-}
-
-/// The body of a lock whose run ended with requests that got no answer
-/// ([`Publisher::note_unanswered`]): `--force` waits `wait_ms` more.
-fn lock_note(run: &str, claimed: bool, wait_ms: u64, carry: Carry) -> String {
-    let mut v = lock_value(run, 0, claimed, wait_ms, carry);
-    v["unanswered_wait_ms"] = wait_ms.into();
-    v.to_string()
-}
-
-/// How much longer than usual a lock's note asks `--force` to wait (at most
-/// [`MAX_UNANSWERED_WAIT`]); `None` when it has no such note.
-fn lock_unanswered(bytes: &[u8]) -> Option<std::time::Duration> {
-    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    let ms = v.get("unanswered_wait_ms")?.as_u64()?;
-    Some(std::time::Duration::from_millis(ms).min(MAX_UNANSWERED_WAIT))
-}
-
-/// Whether a lock object's body says its run had claimed the prefix.
-fn lock_claimed(bytes: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(bytes)
-        .is_ok_and(|v| v.get("claimed").and_then(serde_json::Value::as_bool) == Some(true))
-}
-
-/// The run a lock object names.
-fn lock_owner(bytes: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    Some(v.get("run")?.as_str()?.to_owned())
 }
 
 struct HeartbeatCtx {
@@ -2767,7 +2872,7 @@ impl LockRef<'_> {
             .object(LOCK_NAME)
             .and_then(|o| o.get_sized(0, 1 << 20, "lock"))
         {
-            Ok(b) => lock_owner(&b),
+            Ok(b) => LockBody::parse(&b).run,
             Err(StorageError::NotFound { .. }) => None,
             Err(_) => return Hold::Unknown,
         };
@@ -2775,13 +2880,14 @@ impl LockRef<'_> {
             Hold::Lost
         } else {
             let _writing = lock(self.lock_write);
-            let body = lock_body(
+            let body = LockBody::new(
                 self.run,
                 beat,
                 self.claimed.load(Ordering::SeqCst),
                 run_timeout_ms(self.store),
                 *lock(self.carry),
-            );
+            )
+            .render();
             match self.lock_writer.write(self.client, self.path, body) {
                 Ok(()) => Hold::Held,
                 Err(LockWriteError::Lost) => Hold::Lost,
@@ -2989,6 +3095,141 @@ fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The lock's readers and writers as the tests below have always called them.
+    fn lock_body(run: &str, beat: u64, claimed: bool, timeout_ms: u64, carry: Carry) -> String {
+        LockBody::new(run, beat, claimed, timeout_ms, carry).render()
+    }
+    fn lock_note(run: &str, claimed: bool, wait_ms: u64, carry: Carry) -> String {
+        LockBody::note(run, claimed, wait_ms, carry).render()
+    }
+    fn lock_owner(bytes: &[u8]) -> Option<String> {
+        LockBody::parse(bytes).run
+    }
+    fn lock_claimed(bytes: &[u8]) -> bool {
+        LockBody::parse(bytes).claimed
+    }
+    fn lock_carry(bytes: &[u8]) -> Carry {
+        LockBody::parse(bytes).carry()
+    }
+    fn lock_timeout(bytes: &[u8]) -> std::time::Duration {
+        LockBody::parse(bytes).timeout()
+    }
+    fn lock_unanswered(bytes: &[u8]) -> Option<std::time::Duration> {
+        LockBody::parse(bytes).unanswered()
+    }
+
+    /// Bodies an earlier bale wrote (its `lock_body` and `lock_note`), to the
+    /// byte.
+    const OLD_BODY: &str = r#"{"beat":3,"claimed":true,"host":"vm","pid":8118,"request_timeout_ms":6000,"run":"run-1","tool":"bale"}"#;
+    const OLD_CARRYING: &str = r#"{"beat":3,"claimed":false,"host":"vm","in_flight_until_ms":1700000060456,"leftovers_until_ms":1700000000123,"pid":8118,"request_timeout_ms":6000,"run":"run-1","tool":"bale"}"#;
+    const OLD_NOTE: &str = r#"{"beat":0,"claimed":true,"host":"vm","in_flight_until_ms":1700000060456,"leftovers_until_ms":1700000000123,"pid":8118,"request_timeout_ms":9000,"run":"run-1","tool":"bale","unanswered_wait_ms":9000}"#;
+
+    const OLD_CARRY: Carry = Carry {
+        leftovers_until: Some(1_700_000_000_123),
+        in_flight_until: Some(1_700_000_060_456),
+    };
+
+    #[test]
+    fn a_lock_body_is_written_as_bale_always_wrote_it() {
+        let on = |b: LockBody| LockBody {
+            pid: Some(8118),
+            host: Some("vm".into()),
+            ..b
+        };
+        let body = on(LockBody::new("run-1", 3, true, 6_000, Carry::default()));
+        assert_eq!(body.render(), OLD_BODY);
+        let carrying = on(LockBody::new("run-1", 3, false, 6_000, OLD_CARRY));
+        assert_eq!(carrying.render(), OLD_CARRYING);
+        let note = on(LockBody::note("run-1", true, 9_000, OLD_CARRY));
+        assert_eq!(note.render(), OLD_NOTE);
+        // And read back as written.
+        for b in [body, carrying, note] {
+            assert_eq!(LockBody::parse(b.render().as_bytes()), b);
+        }
+    }
+
+    #[test]
+    fn an_old_lock_body_reads_as_it_always_did() {
+        let secs = std::time::Duration::from_secs;
+        let body = LockBody::parse(OLD_BODY.as_bytes());
+        assert_eq!(body.owner(), Some("run-1"));
+        assert!(body.claimed);
+        assert_eq!(body.carry(), Carry::default());
+        assert_eq!(body.timeout(), secs(6));
+        assert_eq!(body.unanswered(), None);
+        assert_eq!((body.beat, body.pid), (Some(3), Some(8118)));
+        assert_eq!(
+            (body.host.as_deref(), body.tool.as_deref()),
+            (Some("vm"), Some("bale"))
+        );
+        let carrying = LockBody::parse(OLD_CARRYING.as_bytes());
+        assert!(!carrying.claimed);
+        assert_eq!(carrying.carry(), OLD_CARRY);
+        let note = LockBody::parse(OLD_NOTE.as_bytes());
+        assert_eq!(note.owner(), Some("run-1"));
+        assert_eq!(note.carry(), OLD_CARRY);
+        assert_eq!(note.timeout(), secs(9));
+        assert_eq!(note.unanswered(), Some(secs(9)));
+        // The hand-written locks of the end-to-end tests, as bales before
+        // this one wrote them (no timeout, no claim).
+        let old = LockBody::parse(br#"{"run": "old", "beat": 1}"#);
+        assert_eq!(old.owner(), Some("old"));
+        assert!(!old.claimed);
+        assert_eq!(old.timeout(), secs(60));
+    }
+
+    #[test]
+    fn a_lock_body_reads_each_key_on_its_own() {
+        // A key of another type reads as unsaid, and the others still read.
+        let odd = LockBody::parse(
+            br#"{"run": "r", "claimed": "yes", "beat": -1, "pid": "x", "unanswered_wait_ms": -1,
+                "leftovers_until_ms": 1.5, "in_flight_until_ms": 7, "request_timeout_ms": 2500.9}"#,
+        );
+        assert_eq!(odd.owner(), Some("r"));
+        assert!(!odd.claimed);
+        assert_eq!((odd.beat, odd.pid, odd.unanswered()), (None, None, None));
+        assert_eq!(
+            odd.carry(),
+            Carry {
+                leftovers_until: None,
+                in_flight_until: Some(7)
+            }
+        );
+        assert_eq!(odd.timeout(), std::time::Duration::from_millis(2500));
+        // A number where the run's name goes names no run.
+        assert_eq!(
+            LockBody::parse(br#"{"run": 5, "claimed": true}"#).owner(),
+            None
+        );
+        // The last of a key said twice counts, as JSON readers take it.
+        assert_eq!(
+            LockBody::parse(br#"{"run": "a", "run": "b"}"#).owner(),
+            Some("b")
+        );
+        // Not a JSON object: nothing said, every key at its default.
+        for garbage in [
+            &b"not json"[..],
+            b"",
+            b"null",
+            b"[\"run-1\", 3, true]",
+            b"\"run-1\"",
+            b"{\"run\": \"cut",
+        ] {
+            let b = LockBody::parse(garbage);
+            assert_eq!(
+                b,
+                LockBody::default(),
+                "{:?}",
+                String::from_utf8_lossy(garbage)
+            );
+            assert_eq!(b.owner(), None);
+            assert!(!b.claimed);
+            assert_eq!(b.carry(), Carry::default());
+            assert_eq!(b.timeout(), std::time::Duration::from_secs(60));
+            assert_eq!(b.unanswered(), None);
+        }
+    }
 
     #[test]
     fn parts_are_at_least_five_mib_and_never_more_than_ten_thousand() {
