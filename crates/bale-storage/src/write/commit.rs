@@ -189,7 +189,7 @@ impl Publisher {
             };
             return Err(late_request(e, self.store.url(), &done));
         }
-        self.committed.store(true, Ordering::SeqCst);
+        *lock(&self.phase) = Phase::Committed;
         // Committed whatever befalls the lock: its DELETE sent twice is
         // waited out, so that the first attempt lands before the run ends,
         // not on the lock of a run that starts next.

@@ -171,7 +171,8 @@ pub struct Publisher {
     opts: WriteOptions,
     markers: AtomicU64,
     written: Mutex<Written>,
-    committed: AtomicBool,
+    /// Where the run is: writing, or ended by its commit or its undo.
+    phase: Mutex<Phase>,
     /// Whether this run holds the lock object (on a store without
     /// conditional PUTs, taken by a GET and a plain PUT: best effort).
     locked: AtomicBool,
@@ -218,9 +219,6 @@ pub struct Publisher {
     /// The undo removed everything but the lock, kept only because a
     /// request of the run may still land ([`Publisher::kept_for_late`]).
     kept_for_late: AtomicBool,
-    /// [`Publisher::abort`] ran: it runs once (a second run would rewrite
-    /// the lock it kept, and the note in it).
-    aborted: AtomicBool,
     /// How long after its lock's last refresh a request of the run whose
     /// lock this run took over may land: its request timeout
     /// ([`LockBody::timeout`]), or the longer wait its note asked for
@@ -249,6 +247,18 @@ enum Mode {
     /// the one read (`version`, `old`), and an undo puts `old` back over a
     /// manifest of this run that landed.
     Append { version: UpdateVersion, old: Bytes },
+}
+
+/// Where a run is. It ends once: committed, or undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Opening the prefix or writing: neither committed nor undone.
+    Running,
+    /// Its manifest is committed ([`Publisher::commit`]): nothing is undone.
+    Committed,
+    /// [`Publisher::abort`] ran: it runs once (a second run would rewrite
+    /// the lock it kept, and the note in it).
+    Undone,
 }
 
 /// What [`Publisher::open_with`] opens for.
@@ -379,7 +389,7 @@ impl Publisher {
             opts,
             markers: AtomicU64::new(0),
             written: Mutex::new(Written::default()),
-            committed: AtomicBool::new(false),
+            phase: Mutex::new(Phase::Running),
             locked: AtomicBool::new(false),
             found_claim: false,
             found_at: None,
@@ -392,7 +402,6 @@ impl Publisher {
             manifest: Mutex::new(None),
             manifest_unsure: AtomicBool::new(false),
             unanswered: AtomicBool::new(false),
-            aborted: AtomicBool::new(false),
             kept_for_late: AtomicBool::new(false),
             found_wait: std::time::Duration::ZERO,
             carry: Arc::default(),

@@ -25,8 +25,12 @@ impl Publisher {
     /// The first request that failed (the others are still tried): the
     /// object it names may remain, and `--force` on a rerun clears it.
     pub fn abort(&self) -> Result<()> {
-        if self.committed.load(Ordering::SeqCst) || self.aborted.swap(true, Ordering::SeqCst) {
-            return Ok(());
+        {
+            let mut phase = lock(&self.phase);
+            if *phase != Phase::Running {
+                return Ok(());
+            }
+            *phase = Phase::Undone;
         }
         self.stop_heartbeat();
         let (open, mut names) = {
