@@ -369,7 +369,16 @@ fn an_append_holds_the_prefixs_lock_and_an_interrupted_one_leaves_the_dataset_as
     let other = tempfile::tempdir().unwrap();
     random_tree(other.path(), 3);
     let o = append(s, other.path(), &url, &[]);
-    refused_with(&o, &["another bale run is writing here"]);
+    refused_with(
+        &o,
+        &["another bale run is writing here", "then append again"],
+    );
+    // Never the --force of a fresh pack, which would replace the dataset.
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("--force"),
+        "{}",
+        text(&o)
+    );
     signal(&mut run, libc::SIGINT);
     let o = run.finish_within(Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));

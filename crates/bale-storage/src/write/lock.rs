@@ -15,9 +15,10 @@ pub(super) enum Hold {
 
 impl Publisher {
     /// Creates the lock object, or with `--force` takes over that of a run
-    /// that ended without releasing it; with `claims`, the killed run's
-    /// claim carries over.
-    pub(super) fn take_lock(&mut self, claims: bool) -> Result<()> {
+    /// that ended without releasing it; the killed run's claim carries
+    /// over, but to a run beside others (`want`), which never claims.
+    pub(super) fn take_lock(&mut self, want: Want<'_>) -> Result<()> {
+        let claims = !matches!(want, Want::Alongside(_));
         let path = self.path(LOCK_NAME)?;
         let client = Arc::clone(&self.client);
         let first = self.own_lock_body(false);
@@ -53,10 +54,18 @@ impl Publisher {
         };
         if existed {
             if !self.opts.force {
+                // An append takes no --force (which would replace the
+                // dataset): what a killed one left goes by hand.
+                let then = match want {
+                    Want::Append => format!(
+                        "delete {LOCK_NAME} and the shard objects the dataset's {MANIFEST} does not list (a killed append's uploads), then append again"
+                    ),
+                    Want::Fresh | Want::Alongside(_) => "pass --force to clear what it left".into(),
+                };
                 return Err(StorageError::Exists {
                     url: self.store.url().to_owned(),
                     what: format!(
-                        "another bale run is writing here, or one was killed before it finished (its lock object {LOCK_NAME} remains); if none is running, pass --force to clear what it left"
+                        "another bale run is writing here, or one was killed before it finished (its lock object {LOCK_NAME} remains); if none is running, {then}"
                     ),
                 });
             }

@@ -263,7 +263,7 @@ enum Phase {
 
 /// What [`Publisher::open_with`] opens for.
 #[derive(Clone, Copy)]
-enum Want<'a> {
+pub(super) enum Want<'a> {
     Fresh,
     Alongside(&'a [String]),
     Append,
@@ -415,7 +415,7 @@ impl Publisher {
         // place) never claims the prefix, not even a killed run's claim it
         // takes over: kept fresh by its heartbeat, that claim would date the
         // tars it indexes as a run's leftovers, for a later --force to clear.
-        p.take_lock(!matches!(want, Want::Alongside(_)))?;
+        p.take_lock(want)?;
         // Beside others, what is there is only checked now: the old
         // dataset stays whole until the run has all it will upload
         // (`replace_alongside`), so a run that fails before leaves it.
