@@ -826,3 +826,84 @@ fn counts_near_two_to_the_64_in_a_manifest_are_reported_not_a_panic() {
         assert!(!text(&o.stderr).contains("panicked"), "{field}");
     }
 }
+
+/// Writes one shard of `n` samples `s/NNNNN` (a `bin` member each) into `dir`.
+fn many_samples(dir: &Path, n: usize) -> Manifest {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut w = ShardFileWriter::create(dir, "shard-000000.tar", Compression::None, 0).unwrap();
+    for i in 0..n {
+        let data = format!("sample {i}");
+        w.writer()
+            .write_sample(
+                &format!("s/{i:05}"),
+                &[Member {
+                    ext: "bin",
+                    data: data.as_bytes(),
+                }],
+            )
+            .unwrap();
+    }
+    let created_by = CreatedBy {
+        tool: "bale".into(),
+        version: "test".into(),
+        command: "e2e-fixture".into(),
+        options: serde_json::Value::Null,
+    };
+    let m = Manifest::new(vec![w.finish().unwrap()], None, created_by);
+    m.write(dir).unwrap();
+    m
+}
+
+/// `bale verify ARGS` with its indexes read `window` bytes at a time.
+fn verify_in_windows(dir: &Path, window: usize, extra: &[&str]) -> (i32, String) {
+    let out = Command::new(bale_tests::bale_bin())
+        .arg("verify")
+        .arg(dir)
+        .args(extra)
+        .env("BALE_INDEX_WINDOW", window.to_string())
+        .output()
+        .expect("cannot run bale");
+    (out.status.code().unwrap_or(-1), text(&out.stdout))
+}
+
+#[test]
+fn an_index_read_in_many_windows_verifies_and_its_late_damage_is_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    let m = many_samples(&ds, 3_000);
+    let idx_len = std::fs::metadata(ds.join(&m.shards[0].index))
+        .unwrap()
+        .len();
+    // Tens of windows of 4 KiB over the index.
+    assert!(idx_len > 64 * 4096, "{idx_len}");
+    for level in [&[][..], &["--quick"]] {
+        assert_eq!(verify_in_windows(&ds, 4096, level), (0, String::new()));
+    }
+    // A member's bytes near the end, in one of the last windows.
+    let idx = ShardIndex::open(ds.join(&m.shards[0].index)).unwrap();
+    let late = idx.members(2_990).next().unwrap();
+    flip(&ds.join(&m.shards[0].file), late.offset + 1, 0x20);
+    let (code, out) = verify_in_windows(&ds, 4096, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("key \"s/02990\" member \"bin\"") && out.contains("checksum mismatch"),
+        "{out}"
+    );
+    // A tar header near the end: the quick check reads it at the index's offset.
+    let header = idx.sample(2_995).tar_offset;
+    flip(&ds.join(&m.shards[0].file), header + 2, 0x01);
+    let (code, out) = verify_in_windows(&ds, 4096, &["--quick"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("key \"s/02995\""), "{out}");
+    // An index byte near the end: its checksum, hashed window by window.
+    let mut b = std::fs::read(ds.join(&m.shards[0].index)).unwrap();
+    let at = b.len() - 100;
+    b[at] ^= 0x01;
+    std::fs::write(ds.join(&m.shards[0].index), b).unwrap();
+    let (code, out) = verify_in_windows(&ds, 4096, &["--quick"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("is damaged") && out.contains("checksum"),
+        "{out}"
+    );
+}

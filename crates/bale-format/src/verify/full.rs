@@ -181,6 +181,7 @@ pub(super) fn full_pass(
         }
         seen[i] = true;
         next = i + 1;
+        idx.release_behind(i);
         // Problems from here on name the sample by its index key (`K~2` for a renamed run).
         let key = idx.key(i);
         let e = idx.sample(i);

@@ -250,6 +250,7 @@ pub(super) fn check_index_against_manifest(
     // Opening an index checks its structure and UTF-8, not the key syntax the
     // writers guarantee (that would double the cost of every open): check it here.
     for i in 0..idx.len() {
+        idx.release_behind(i);
         if crate::name::key_is_valid_fast(idx.key(i).as_bytes()) {
             continue;
         }
@@ -294,6 +295,7 @@ pub(super) fn check_index_against_manifest(
     }
     let mut fields: BTreeMap<String, FieldStats> = BTreeMap::new();
     for j in 0..idx.member_count() {
+        idx.release_behind(j);
         let m = idx.member(j);
         let f = fields.entry(m.ext.to_owned()).or_default();
         f.count += 1;

@@ -223,6 +223,7 @@ pub(crate) fn member_problem(ext: &str, data: &[u8]) -> Option<String> {
 fn check_member_names(r: &mut ShardReport, idx: &ShardIndex) {
     let name = r.shard.clone();
     for i in 0..idx.len() {
+        idx.release_behind(i);
         for m in idx.members(i) {
             if crate::name::is_reserved_ext(m.ext) {
                 r.push(

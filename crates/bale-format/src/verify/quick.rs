@@ -113,6 +113,7 @@ pub(super) fn quick_headers(
         }
     }
     for i in 0..idx.len() {
+        idx.release_behind(i);
         let e = idx.sample(i);
         let key = idx.key(i);
         if e.file_offset.saturating_add(e.file_len) > shard_len {

@@ -53,6 +53,7 @@ pub(super) fn check_regrouped_tar(
         ));
     }
     for i in 0..tar.len().min(idx.len()) {
+        idx.release_behind(i);
         let key = idx.key(i);
         if tar.key(i) != key {
             r.push(
@@ -120,6 +121,7 @@ pub(super) fn check_scattered(
         // Labels are checked at every level (a few bytes a sample).
         if let Some(idx) = idx {
             for i in 0..idx.len() {
+                idx.release_behind(i);
                 for m in idx.members(i) {
                     if m.ext != "cls" || m.size > super::quick::MAX_QUICK_LABEL {
                         continue;
@@ -173,6 +175,7 @@ pub(super) fn check_scattered(
     }
     let Some(idx) = idx else { return };
     for i in 0..idx.len() {
+        idx.release_behind(i);
         let key = idx.key(i);
         r.samples_checked += 1;
         for m in idx.members(i) {
