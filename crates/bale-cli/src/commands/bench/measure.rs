@@ -494,7 +494,10 @@ impl Opened {
         };
         let start = Instant::now();
         let deadline = start + s.budget;
-        let out_of_time = || stop.load(Ordering::Relaxed) || Instant::now() >= deadline;
+        // Past the budget, a thread stops once it has read a sample (a
+        // loaded machine may start it late): every figure rests on some.
+        let out_of_time =
+            |read: u64| stop.load(Ordering::Relaxed) || (read > 0 && Instant::now() >= deadline);
         let stats: Vec<ThreadStats> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)
                 .map(|t| {
@@ -527,7 +530,7 @@ impl Opened {
                                             fail(e.into());
                                             break;
                                         }
-                                        Some(Ok(_)) if out_of_time() => break,
+                                        Some(Ok(_)) if out_of_time(st.samples) => break,
                                         Some(Ok(sample)) => st.dataset_sample(&sample, decode),
                                     }
                                 }
@@ -535,7 +538,7 @@ impl Opened {
                             (source, _) => {
                                 let mut buf = Vec::new();
                                 loop {
-                                    if out_of_time() {
+                                    if out_of_time(st.samples) {
                                         break;
                                     }
                                     let k = next.fetch_add(1, Ordering::Relaxed);
